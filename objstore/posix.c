@@ -1,0 +1,852 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * posix.c - the file:// backend: a local directory acting as a bucket.
+ * Key "a/b/c" is the file DIR/a/b/c; user metadata lives in the file's
+ * extended attributes (user.fmfs.meta.NAME), set on the temporary file
+ * before it is renamed into place, so a PUT is atomic with its metadata.
+ * The ETag is derived from size and modification time (not an MD5), which
+ * is enough to notice a change.  Multipart parts are files under
+ * DIR/.fmfs/uploads/ID/; complete concatenates them and renames.
+ * What a directory cannot hold: a key that is also a prefix of another
+ * ("a" and "a/b"), keys with empty path segments, "." or "..", and keys
+ * under the reserved DIR/.fmfs/ - those get OBJ_ERR_INVALID.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "objstore_int.h"
+
+#define META_XATTR "user.fmfs.meta."
+#define CTYPE_XATTR "user.fmfs.content-type"
+#define RESERVED ".fmfs"
+
+struct posix_store {
+	char *root;
+	int rootfd;
+};
+
+static struct posix_store *P(struct obj_store *st)
+{
+	return st->priv;
+}
+
+static obj_status errno_status(int e)
+{
+	switch (e) {
+	case ENOENT:
+		return OBJ_ERR_NOT_FOUND;
+	case EACCES:
+	case EPERM:
+		return OBJ_ERR_DENIED;
+	case ENOMEM:
+		return OBJ_ERR_NOMEM;
+	case ENAMETOOLONG:
+	case EISDIR:
+	case ENOTDIR:
+		return OBJ_ERR_INVALID;
+	default:
+		return OBJ_ERR_IO;
+	}
+}
+
+static obj_status fail(struct obj_error *err, int e, const char *key,
+		       const char *what)
+{
+	obj_status st = errno_status(e);
+
+	obj_err_set(err, st, key, "%s: %s", what, strerror(e));
+	if (st == OBJ_ERR_NOT_FOUND)
+		snprintf(err->code, sizeof(err->code), "NoSuchKey");
+	return st;
+}
+
+/* Keys must map to a plain relative path. */
+static bool key_ok(const char *key, struct obj_error *err)
+{
+	const char *s = key;
+
+	if (!*key || !strncmp(key, RESERVED "/", sizeof(RESERVED)) ||
+	    !strcmp(key, RESERVED))
+		goto bad;
+	while (*s) {
+		size_t n = strcspn(s, "/");
+
+		if (n == 0 || (n == 1 && s[0] == '.') ||
+		    (n == 2 && s[0] == '.' && s[1] == '.') || n > NAME_MAX)
+			goto bad;
+		s += n;
+		if (*s == '/' && !*++s)
+			goto bad; /* trailing slash: a "directory" key */
+	}
+	return true;
+bad:
+	obj_err_set(err, OBJ_ERR_INVALID, key, "key cannot be stored in a "
+		    "file:// store (empty, '.', '..' or over-long segment, "
+		    "trailing '/', or under the reserved " RESERVED "/)");
+	return false;
+}
+
+static void etag_of(const struct stat *sb, char *out)
+{
+	snprintf(out, 80, "%llx-%llx", (unsigned long long)sb->st_size,
+		 (unsigned long long)sb->st_mtim.tv_sec * 1000000000ull +
+		 (unsigned long long)sb->st_mtim.tv_nsec);
+}
+
+/* Creates the parent directories of relative path rel under rootfd. */
+static int mkparents(int rootfd, const char *rel)
+{
+	char buf[PATH_MAX];
+	char *s;
+
+	if (strlen(rel) >= sizeof(buf))
+		return -ENAMETOOLONG;
+	strcpy(buf, rel);
+	for (s = strchr(buf, '/'); s; s = strchr(s + 1, '/')) {
+		*s = '\0';
+		if (mkdirat(rootfd, buf, 0755) && errno != EEXIST)
+			return -errno;
+		*s = '/';
+	}
+	return 0;
+}
+
+/* Removes now-empty parent directories of key, up to the root. */
+static void rmparents(int rootfd, const char *key)
+{
+	char buf[PATH_MAX];
+	char *s;
+
+	if (strlen(key) >= sizeof(buf))
+		return;
+	strcpy(buf, key);
+	while ((s = strrchr(buf, '/'))) {
+		*s = '\0';
+		if (unlinkat(rootfd, buf, AT_REMOVEDIR))
+			return;
+	}
+}
+
+static int set_meta(int fd, const struct obj_kv *meta, size_t n)
+{
+	char name[160];
+
+	for (size_t i = 0; i < n; i++) {
+		if (!obj_meta_name_valid(meta[i].name))
+			return -EINVAL;
+		snprintf(name, sizeof(name), META_XATTR "%s", meta[i].name);
+		if (fsetxattr(fd, name, meta[i].value, strlen(meta[i].value),
+			      0))
+			return -errno;
+	}
+	return 0;
+}
+
+static obj_status read_meta(int fd, struct obj_meta *m, struct obj_error *err,
+			    const char *key)
+{
+	char names[8192], val[4096];
+	ssize_t len = flistxattr(fd, names, sizeof(names));
+
+	if (len < 0)
+		return errno == ENOTSUP ? OBJ_OK : fail(err, errno, key,
+							"listxattr");
+	for (char *n = names; n < names + len; n += strlen(n) + 1) {
+		struct obj_kv *kv;
+		ssize_t vl;
+
+		if (!strcmp(n, CTYPE_XATTR)) {
+			vl = fgetxattr(fd, n, m->content_type,
+				       sizeof(m->content_type) - 1);
+			m->content_type[vl > 0 ? vl : 0] = '\0';
+			continue;
+		}
+		if (strncmp(n, META_XATTR, sizeof(META_XATTR) - 1))
+			continue;
+		vl = fgetxattr(fd, n, val, sizeof(val) - 1);
+		if (vl < 0)
+			continue;
+		val[vl] = '\0';
+		kv = realloc(m->user, (m->nuser + 1) * sizeof(*kv));
+		if (!kv)
+			return OBJ_ERR_NOMEM;
+		m->user = kv;
+		kv[m->nuser].name = strdup(n + sizeof(META_XATTR) - 1);
+		kv[m->nuser].value = strdup(val);
+		m->nuser++;
+	}
+	return OBJ_OK;
+}
+
+/* Opens a new temporary file under .fmfs/tmp; its name goes in tmp. */
+static int tmp_open(struct posix_store *p, char tmp[64])
+{
+	static atomic_uint seq;
+	int fd;
+
+	snprintf(tmp, 64, RESERVED "/tmp/%d.%u", (int)getpid(),
+		 atomic_fetch_add(&seq, 1));
+	fd = openat(p->rootfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+		    0644);
+	return fd < 0 ? -errno : fd;
+}
+
+/* fsync, then rename tmp over key (creating parents). */
+static int tmp_commit(struct posix_store *p, int fd, const char *tmp,
+		      const char *key)
+{
+	int rc = 0;
+
+	if (fsync(fd))
+		rc = -errno;
+	if (close(fd) && !rc)
+		rc = -errno;
+	if (!rc)
+		rc = mkparents(p->rootfd, key);
+	if (!rc && renameat(p->rootfd, tmp, p->rootfd, key))
+		rc = -errno;
+	if (rc)
+		unlinkat(p->rootfd, tmp, 0);
+	return rc;
+}
+
+/* Copies len bytes from (buf | in_fd at in_off) into out_fd at out_off. */
+static int copy_in(int out_fd, off_t out_off, const void *buf, int in_fd,
+		   off_t in_off, uint64_t len)
+{
+	char tmp[1 << 16];
+
+	while (len) {
+		size_t n = len < sizeof(tmp) ? (size_t)len : sizeof(tmp);
+		const char *src = buf;
+		ssize_t r, w;
+
+		if (!buf) {
+			r = pread(in_fd, tmp, n, in_off);
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r <= 0)
+				return r < 0 ? -errno : -EIO;
+			n = (size_t)r;
+			src = tmp;
+		}
+		w = pwrite(out_fd, src, n, out_off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return w < 0 ? -errno : -EIO;
+		len -= (uint64_t)w;
+		out_off += w;
+		in_off += w;
+		if (buf)
+			buf = (const char *)buf + w;
+	}
+	return 0;
+}
+
+static obj_status px_put(struct obj_store *st, const char *key,
+			 const void *buf, int fd, uint64_t len,
+			 const struct obj_kv *meta, size_t nmeta,
+			 char *etag_out, struct obj_error *err)
+{
+	struct posix_store *p = P(st);
+	char tmp[64];
+	struct stat sb;
+	int out, rc;
+
+	if (!key_ok(key, err))
+		return OBJ_ERR_INVALID;
+	out = tmp_open(p, tmp);
+	if (out < 0)
+		return fail(err, -out, key, "creating a temporary file");
+	rc = copy_in(out, 0, buf, fd, 0, len);
+	if (!rc)
+		rc = set_meta(out, meta, nmeta);
+	if (!rc && etag_out && fstat(out, &sb))
+		rc = -errno;
+	if (rc) {
+		close(out);
+		unlinkat(p->rootfd, tmp, 0);
+		return fail(err, -rc, key, rc == -EINVAL ? "metadata name" :
+			    "writing");
+	}
+	rc = tmp_commit(p, out, tmp, key);
+	if (rc)
+		return fail(err, -rc, key, rc == -ENOTDIR || rc == -EISDIR ?
+			    "key conflicts with an existing key or prefix" :
+			    "committing");
+	if (etag_out) {
+		if (fstatat(p->rootfd, key, &sb, 0))
+			return fail(err, errno, key, "stat");
+		etag_of(&sb, etag_out);
+	}
+	return OBJ_OK;
+}
+
+static obj_status px_head(struct obj_store *st, const char *key,
+			  struct obj_meta *out, struct obj_error *err)
+{
+	struct stat sb;
+	obj_status rc;
+	int fd;
+
+	if (!key_ok(key, err))
+		return OBJ_ERR_INVALID;
+	fd = openat(P(st)->rootfd, key, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return fail(err, errno == ELOOP || errno == ENOTDIR ? ENOENT :
+			    errno, key, "open");
+	if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
+		close(fd);
+		return fail(err, ENOENT, key, "not an object");
+	}
+	out->size_bytes = (uint64_t)sb.st_size;
+	out->mtime_s = sb.st_mtim.tv_sec;
+	etag_of(&sb, out->etag);
+	rc = read_meta(fd, out, err, key);
+	close(fd);
+	return rc;
+}
+
+static obj_status px_get(struct obj_store *st, const char *key, uint64_t off,
+			 uint64_t len, void *buf, int fd, off_t fd_off,
+			 uint64_t *got, struct obj_error *err)
+{
+	struct stat sb;
+	int in, rc = 0;
+
+	*got = 0;
+	if (!key_ok(key, err))
+		return OBJ_ERR_INVALID;
+	in = openat(P(st)->rootfd, key, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (in < 0)
+		return fail(err, errno == ELOOP || errno == ENOTDIR ? ENOENT :
+			    errno, key, "open");
+	if (fstat(in, &sb) || !S_ISREG(sb.st_mode)) {
+		close(in);
+		return fail(err, ENOENT, key, "not an object");
+	}
+	if (off >= (uint64_t)sb.st_size)
+		len = 0;
+	else if (len > (uint64_t)sb.st_size - off)
+		len = (uint64_t)sb.st_size - off;
+	if (buf) {
+		uint64_t done = 0;
+
+		while (done < len) {
+			ssize_t r = pread(in, (char *)buf + done,
+					  (size_t)(len - done),
+					  (off_t)(off + done));
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r <= 0) {
+				rc = r < 0 ? -errno : -EIO;
+				break;
+			}
+			done += (uint64_t)r;
+		}
+	} else {
+		rc = copy_in(fd, fd_off, NULL, in, (off_t)off, len);
+	}
+	close(in);
+	if (rc)
+		return fail(err, -rc, key, "reading");
+	*got = len;
+	atomic_fetch_add(&st->n_bytes_in, len);
+	return OBJ_OK;
+}
+
+/* ---- multipart: parts are files under .fmfs/uploads/ID/ ---- */
+
+static bool upload_id_ok(const char *id)
+{
+	size_t n = strspn(id, "0123456789abcdef.");
+
+	return n && !id[n] && n < 64 && !strchr(id, '/') && id[0] != '.';
+}
+
+static obj_status px_mpu_create(struct obj_store *st, const char *key,
+				const struct obj_kv *meta, size_t nmeta,
+				char *upload_id, struct obj_error *err)
+{
+	static atomic_uint seq;
+	char dir[128];
+	int fd, rc;
+
+	if (!key_ok(key, err))
+		return OBJ_ERR_INVALID;
+	snprintf(upload_id, OBJ_UPLOAD_ID_MAX, "%x.%x.%lx", (unsigned)getpid(),
+		 atomic_fetch_add(&seq, 1), (unsigned long)time(NULL));
+	snprintf(dir, sizeof(dir), RESERVED "/uploads/%s", upload_id);
+	if (mkdirat(P(st)->rootfd, dir, 0700))
+		return fail(err, errno, key, "creating the upload");
+	/* The key and metadata live on a "meta" file in the upload dir. */
+	strcat(dir, "/meta");
+	fd = openat(P(st)->rootfd, dir, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return fail(err, errno, key, "creating the upload");
+	rc = set_meta(fd, meta, nmeta);
+	if (!rc && pwrite(fd, key, strlen(key), 0) != (ssize_t)strlen(key))
+		rc = -EIO;
+	close(fd);
+	if (rc)
+		return fail(err, -rc, key, "creating the upload");
+	return OBJ_OK;
+}
+
+static obj_status px_mpu_part(struct obj_store *st, const char *key,
+			      const char *upload_id, unsigned number,
+			      const void *buf, int fd, off_t fd_off,
+			      size_t len, char *etag_out,
+			      struct obj_error *err)
+{
+	char path[160];
+	struct stat sb;
+	int out, rc;
+
+	if (!upload_id_ok(upload_id)) {
+		obj_err_set(err, OBJ_ERR_NOT_FOUND, key, "no such upload");
+		snprintf(err->code, sizeof(err->code), "NoSuchUpload");
+		return OBJ_ERR_NOT_FOUND;
+	}
+	snprintf(path, sizeof(path), RESERVED "/uploads/%s/%05u", upload_id,
+		 number);
+	out = openat(P(st)->rootfd, path, O_WRONLY | O_CREAT | O_TRUNC |
+		     O_CLOEXEC, 0600);
+	if (out < 0)
+		return fail(err, errno, key, "no such upload");
+	rc = copy_in(out, 0, buf, fd, fd_off, len);
+	if (!rc && fstat(out, &sb))
+		rc = -errno;
+	close(out);
+	if (rc)
+		return fail(err, -rc, key, "writing a part");
+	etag_of(&sb, etag_out);
+	atomic_fetch_add(&st->n_bytes_out, len);
+	return OBJ_OK;
+}
+
+static void upload_remove(struct posix_store *p, const char *upload_id)
+{
+	char dir[128];
+	int dfd;
+	DIR *d;
+	struct dirent *de;
+
+	snprintf(dir, sizeof(dir), RESERVED "/uploads/%s", upload_id);
+	dfd = openat(p->rootfd, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return;
+	d = fdopendir(dfd);
+	if (!d) {
+		close(dfd);
+		return;
+	}
+	while ((de = readdir(d)))
+		if (de->d_name[0] != '.')
+			unlinkat(dfd, de->d_name, 0);
+	closedir(d);
+	unlinkat(p->rootfd, dir, AT_REMOVEDIR);
+}
+
+static obj_status px_mpu_complete(struct obj_store *st, const char *key,
+				  const char *upload_id,
+				  const struct obj_part *parts, size_t n,
+				  char *etag_out, struct obj_error *err)
+{
+	struct posix_store *p = P(st);
+	char path[160], tmp[64], names[4096], val[4096];
+	off_t at = 0;
+	int out, in, rc = 0, mfd;
+	struct stat sb;
+	ssize_t nl;
+
+	if (!upload_id_ok(upload_id)) {
+		obj_err_set(err, OBJ_ERR_NOT_FOUND, key, "no such upload");
+		snprintf(err->code, sizeof(err->code), "NoSuchUpload");
+		return OBJ_ERR_NOT_FOUND;
+	}
+	snprintf(path, sizeof(path), RESERVED "/uploads/%s/meta", upload_id);
+	mfd = openat(p->rootfd, path, O_RDONLY | O_CLOEXEC);
+	if (mfd < 0) {
+		obj_err_set(err, OBJ_ERR_NOT_FOUND, key, "no such upload");
+		snprintf(err->code, sizeof(err->code), "NoSuchUpload");
+		return OBJ_ERR_NOT_FOUND;
+	}
+	out = tmp_open(p, tmp);
+	if (out < 0) {
+		close(mfd);
+		return fail(err, -out, key, "creating a temporary file");
+	}
+	for (size_t i = 0; i < n && !rc; i++) {
+		snprintf(path, sizeof(path), RESERVED "/uploads/%s/%05u",
+			 upload_id, parts[i].number);
+		in = openat(p->rootfd, path, O_RDONLY | O_CLOEXEC);
+		if (in < 0 || fstat(in, &sb)) {
+			rc = -ENOENT;
+			break;
+		}
+		rc = copy_in(out, at, NULL, in, 0, (uint64_t)sb.st_size);
+		at += sb.st_size;
+		close(in);
+	}
+	/* Carry the metadata given at create over to the object. */
+	nl = flistxattr(mfd, names, sizeof(names));
+	for (char *nm = names; !rc && nl > 0 && nm < names + nl;
+	     nm += strlen(nm) + 1) {
+		ssize_t vl = fgetxattr(mfd, nm, val, sizeof(val));
+
+		if (vl >= 0 && fsetxattr(out, nm, val, (size_t)vl, 0))
+			rc = -errno;
+	}
+	close(mfd);
+	if (rc) {
+		close(out);
+		unlinkat(p->rootfd, tmp, 0);
+		obj_err_set(err, OBJ_ERR_INVALID, key, "a part is missing "
+			    "or unreadable: %s", strerror(-rc));
+		snprintf(err->code, sizeof(err->code), "InvalidPart");
+		return OBJ_ERR_INVALID;
+	}
+	rc = tmp_commit(p, out, tmp, key);
+	if (rc)
+		return fail(err, -rc, key, "committing");
+	upload_remove(p, upload_id);
+	if (etag_out && !fstatat(p->rootfd, key, &sb, 0))
+		etag_of(&sb, etag_out);
+	return OBJ_OK;
+}
+
+static obj_status px_mpu_abort(struct obj_store *st, const char *key,
+			       const char *upload_id, struct obj_error *err)
+{
+	if (!upload_id_ok(upload_id)) {
+		obj_err_set(err, OBJ_ERR_NOT_FOUND, key, "no such upload");
+		return OBJ_ERR_NOT_FOUND;
+	}
+	upload_remove(P(st), upload_id);
+	return OBJ_OK;
+}
+
+/* ---- listing: walk, sort, group by delimiter, page ---- */
+
+struct walk {
+	char **keys;
+	size_t n, cap;
+	const char *prefix;
+	int err;
+};
+
+static void walk_dir(int rootfd, const char *rel, struct walk *w)
+{
+	int dfd = rel[0] ? openat(rootfd, rel, O_RDONLY | O_DIRECTORY |
+				  O_CLOEXEC) : dup(rootfd);
+	struct dirent *de;
+	DIR *d;
+
+	if (dfd < 0 || !(d = fdopendir(dfd))) {
+		if (dfd >= 0)
+			close(dfd);
+		return;
+	}
+	while ((de = readdir(d)) && !w->err) {
+		char path[PATH_MAX];
+		size_t pl = strlen(w->prefix);
+		struct stat sb;
+
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+		    (!rel[0] && !strcmp(de->d_name, RESERVED)))
+			continue;
+		if (snprintf(path, sizeof(path), "%s%s%s", rel,
+			     rel[0] ? "/" : "", de->d_name) >= (int)sizeof(path))
+			continue;
+		if (fstatat(rootfd, path, &sb, AT_SYMLINK_NOFOLLOW))
+			continue;
+		if (S_ISDIR(sb.st_mode)) {
+			size_t l = strlen(path);
+
+			/* Descend only where keys may match the prefix. */
+			if (strncmp(path, w->prefix, l < pl ? l : pl))
+				continue;
+			walk_dir(rootfd, path, w);
+		} else if (S_ISREG(sb.st_mode) &&
+			   !strncmp(path, w->prefix, pl)) {
+			if (w->n == w->cap) {
+				size_t cap = w->cap ? w->cap * 2 : 256;
+				char **k = realloc(w->keys, cap * sizeof(*k));
+
+				if (!k) {
+					w->err = -ENOMEM;
+					break;
+				}
+				w->keys = k;
+				w->cap = cap;
+			}
+			if (!(w->keys[w->n++] = strdup(path)))
+				w->err = -ENOMEM;
+		}
+	}
+	closedir(d);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Sets the page's token to the last thing handed out; after a common
+ * prefix, "\xff" sorts it past every key under that prefix (UTF-8 never
+ * contains the byte 0xff). */
+static int set_token(struct obj_list_page *pg, const char *last,
+		     bool was_prefix)
+{
+	size_t ll = strlen(last);
+
+	pg->next_token = malloc(ll + 2);
+	if (!pg->next_token)
+		return -ENOMEM;
+	memcpy(pg->next_token, last, ll + 1);
+	if (was_prefix) {
+		pg->next_token[ll] = '\xff';
+		pg->next_token[ll + 1] = '\0';
+	}
+	return 0;
+}
+
+static obj_status px_list(struct obj_store *st, const char *prefix,
+			  const char *delimiter, const char *token,
+			  unsigned max_keys, struct obj_list_page *pg,
+			  struct obj_error *err)
+{
+	struct walk w = { .prefix = prefix };
+	size_t strip = strlen(st->prefix), pl = strlen(prefix), count = 0;
+	size_t dl = delimiter ? strlen(delimiter) : 0;
+	char start_dir[PATH_MAX], *slash, *cp = NULL;
+	const char *last = "";
+	bool last_was_prefix = false;
+	obj_status rc = OBJ_OK;
+	int e = 0;
+
+	if (!max_keys || max_keys > 1000)
+		max_keys = 1000;
+	/* Start the walk at the deepest directory the prefix names. */
+	snprintf(start_dir, sizeof(start_dir), "%s", prefix);
+	slash = strrchr(start_dir, '/');
+	if (slash)
+		*slash = '\0';
+	else
+		start_dir[0] = '\0';
+	walk_dir(P(st)->rootfd, start_dir, &w);
+	qsort(w.keys, w.n, sizeof(*w.keys), cmp_str);
+	pg->entries = calloc(max_keys, sizeof(*pg->entries));
+	pg->prefixes = calloc(max_keys, sizeof(*pg->prefixes));
+	if (w.err || !pg->entries || !pg->prefixes) {
+		e = w.err ? -w.err : ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < w.n && !e; i++) {
+		const char *k = w.keys[i], *d;
+		struct obj_entry *ent;
+		struct stat sb;
+
+		if (token && strcmp(k, token) <= 0)
+			continue;
+		d = dl ? strstr(k + pl, delimiter) : NULL;
+		if (d) {
+			size_t cl = (size_t)(d - k) + dl;
+
+			if (cp && strlen(cp) == cl && !strncmp(cp, k, cl))
+				continue; /* same common prefix */
+			if (count == max_keys) {
+				e = -set_token(pg, last, last_was_prefix);
+				break;
+			}
+			free(cp);
+			cp = strndup(k, cl);
+			if (!cp || !(pg->prefixes[pg->nprefixes] =
+				     strdup(cp + strip))) {
+				e = ENOMEM;
+				break;
+			}
+			pg->nprefixes++;
+			count++;
+			last = cp;
+			last_was_prefix = true;
+			continue;
+		}
+		if (count == max_keys) {
+			e = -set_token(pg, last, last_was_prefix);
+			break;
+		}
+		if (fstatat(P(st)->rootfd, k, &sb, AT_SYMLINK_NOFOLLOW))
+			continue; /* deleted since the walk */
+		ent = &pg->entries[pg->nentries];
+		if (!(ent->key = strdup(k + strip))) {
+			e = ENOMEM;
+			break;
+		}
+		ent->size_bytes = (uint64_t)sb.st_size;
+		ent->mtime_s = sb.st_mtim.tv_sec;
+		etag_of(&sb, ent->etag);
+		pg->nentries++;
+		count++;
+		last = k;
+		last_was_prefix = false;
+	}
+out:
+	if (e)
+		rc = fail(err, e, prefix, "listing");
+	free(cp);
+	for (size_t i = 0; i < w.n; i++)
+		free(w.keys[i]);
+	free(w.keys);
+	return rc;
+}
+
+static obj_status px_del(struct obj_store *st, const char *key,
+			 struct obj_error *err)
+{
+	if (!key_ok(key, err))
+		return OBJ_ERR_INVALID;
+	if (unlinkat(P(st)->rootfd, key, 0)) {
+		if (errno == ENOENT || errno == ENOTDIR)
+			return OBJ_OK;
+		return fail(err, errno, key, "delete");
+	}
+	rmparents(P(st)->rootfd, key);
+	return OBJ_OK;
+}
+
+static obj_status px_del_many(struct obj_store *st, const char *const *keys,
+			      size_t n, size_t *failed,
+			      struct obj_error *err)
+{
+	obj_status first = OBJ_OK;
+
+	*failed = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct obj_error e = {0};
+		obj_status rc = px_del(st, keys[i], &e);
+
+		if (rc != OBJ_OK) {
+			(*failed)++;
+			if (first == OBJ_OK) {
+				first = rc;
+				*err = e;
+			}
+		}
+	}
+	return first;
+}
+
+static obj_status px_copy(struct obj_store *st, const char *src,
+			  const char *dst, const struct obj_kv *meta,
+			  size_t nmeta, char *etag_out, struct obj_error *err)
+{
+	struct obj_meta m = {0};
+	obj_status rc;
+	int in;
+
+	rc = px_head(st, src, &m, err);
+	if (rc != OBJ_OK)
+		return rc;
+	in = openat(P(st)->rootfd, src, O_RDONLY | O_CLOEXEC);
+	if (in < 0) {
+		obj_meta_release(&m);
+		return fail(err, errno, src, "open");
+	}
+	rc = px_put(st, dst, NULL, in, m.size_bytes, meta ? meta : m.user,
+		    meta ? nmeta : m.nuser, etag_out, err);
+	close(in);
+	obj_meta_release(&m);
+	return rc;
+}
+
+static obj_status px_check_bucket(struct obj_store *st, struct obj_error *err)
+{
+	struct stat sb;
+
+	if (fstat(P(st)->rootfd, &sb) || !S_ISDIR(sb.st_mode))
+		return fail(err, errno ? errno : ENOTDIR, P(st)->root,
+			    "store directory");
+	if (faccessat(P(st)->rootfd, ".", W_OK, AT_EACCESS)) {
+		obj_err_set(err, OBJ_ERR_DENIED, P(st)->root,
+			    "store directory is not writable");
+		return OBJ_ERR_DENIED;
+	}
+	return OBJ_OK;
+}
+
+static obj_status px_open(struct obj_store *st, const struct obj_url *u,
+			  const struct obj_config *cfg, struct obj_error *err)
+{
+	struct posix_store *p = calloc(1, sizeof(*p));
+
+	(void)cfg;
+	if (!p || !(p->root = strdup(u->path)) ||
+	    !(st->prefix = strdup(""))) {
+		if (p)
+			free(p->root);
+		free(p);
+		obj_err_set(err, OBJ_ERR_NOMEM, NULL, "out of memory");
+		return OBJ_ERR_NOMEM;
+	}
+	p->rootfd = open(p->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (p->rootfd < 0) {
+		int e = errno;
+
+		obj_err_set(err, e == ENOENT ? OBJ_ERR_NO_BUCKET :
+			    errno_status(e), p->root, "store directory: %s%s",
+			    strerror(e), e == ENOENT ? " (create it with "
+			    "mkdir -p)" : "");
+		if (e == ENOENT)
+			snprintf(err->code, sizeof(err->code), "NoSuchBucket");
+		free(p->root);
+		free(p);
+		return err->status;
+	}
+	/* Internal dirs; failure here shows up at the first write. */
+	mkdirat(p->rootfd, RESERVED, 0700);
+	mkdirat(p->rootfd, RESERVED "/tmp", 0700);
+	mkdirat(p->rootfd, RESERVED "/uploads", 0700);
+	st->priv = p;
+	snprintf(st->desc, sizeof(st->desc), "file://%s", p->root);
+	return OBJ_OK;
+}
+
+static void px_close(struct obj_store *st)
+{
+	struct posix_store *p = P(st);
+
+	close(p->rootfd);
+	free(p->root);
+	free(p);
+}
+
+const struct obj_backend obj_posix_backend = {
+	.name = "file",
+	.open = px_open,
+	.close = px_close,
+	.check_bucket = px_check_bucket,
+	.head = px_head,
+	.get = px_get,
+	.put = px_put,
+	.mpu_create = px_mpu_create,
+	.mpu_part = px_mpu_part,
+	.mpu_complete = px_mpu_complete,
+	.mpu_abort = px_mpu_abort,
+	.list = px_list,
+	.del = px_del,
+	.del_many = px_del_many,
+	.copy = px_copy,
+	.split_ranges = false,
+};
