@@ -459,6 +459,7 @@ static obj_status s3_list(struct obj_store *st, const char *prefix,
 	struct s3_req r;
 	obj_status rc;
 
+	memset(page, 0, sizeof(*page));
 	snprintf(num, sizeof(num), "%u", max_keys ? max_keys : 1000);
 	if ((*prefix && query_add(q, sizeof(q), "prefix", prefix)) ||
 	    (delimiter && query_add(q, sizeof(q), "delimiter", delimiter)) ||

@@ -239,8 +239,12 @@ static size_t on_header(char *p, size_t sz, size_t nm, void *arg)
 	const char *v;
 
 	if (n >= 5 && !memcmp(p, "HTTP/", 5)) {
-		/* A new response (after 100 Continue or a retry). */
+		/* A new response (after 100 Continue or a retry): the body
+		 * callback needs its status to know where bytes go. */
+		const char *sp = memchr(p, ' ', n);
+
 		reset_results(r);
+		r->http_status = sp ? strtol(sp + 1, NULL, 10) : 0;
 		return n;
 	}
 	if (!colon)
@@ -363,8 +367,7 @@ static bool retryable(const struct s3_req *r, const struct s3_xml_error *x)
 	if (r->http_status >= 500)
 		return true;
 	if (r->http_status == 429 || !strcmp(x->code, "SlowDown") ||
-	    !strcmp(x->code, "RequestTimeout") ||
-	    !strcmp(x->code, "RequestTimeTooSkewed"))
+	    !strcmp(x->code, "RequestTimeout"))
 		return true;
 	/* A 2xx whose body came up short: the connection broke. */
 	return is_2xx(r) && r->expect_len && r->got < r->expect_len;

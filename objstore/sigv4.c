@@ -464,7 +464,10 @@ static bool sigv4_date_ok(const char *d)
 	return d[i] == '\0';
 }
 
-/* 64 lowercase hex digits, or a literal such as "UNSIGNED-PAYLOAD". */
+/*
+ * 64 lowercase hex digits, or an upper-case literal naming a payload mode
+ * ("UNSIGNED-PAYLOAD", "STREAMING-AWS4-HMAC-SHA256-PAYLOAD", ...).
+ */
 static bool sigv4_payload_ok(const char *h)
 {
 	bool hex = true, word = true;
@@ -477,7 +480,9 @@ static bool sigv4_payload_ok(const char *h)
 		hex = hex && (digit || (c >= 'a' && c <= 'f'));
 		word = word && (digit || (c >= 'A' && c <= 'Z') || c == '-');
 	}
-	return (hex && n == 64) || (word && n > 0 && n <= 64);
+	if (hex && n == 64)
+		return true;
+	return word && n <= 64 && strstr(h, "PAYLOAD") != NULL;
 }
 
 /* Encoded path as sent: printable ASCII, no '?' or '#', good %XX. */
