@@ -105,14 +105,14 @@ int s3_sign(struct s3_store *s3, struct s3_req *r, void **hdr_list,
 	struct sigv4_header hdrs[32];
 	char names[32][64];
 	const char *payload;
-	char date[17], auth[1024], sha[65];
+	char date[17], auth[SIGV4_AUTH_MAX], sha[65];
 	struct sigv4_creds cr = {
 		s3->creds.access_key, s3->creds.secret_key,
 		s3->creds.session_token[0] ? s3->creds.session_token : NULL,
 	};
 	struct curl_slist *l = NULL;
 	size_t nh = 0;
-	char line[2300];
+	char line[SIGV4_AUTH_MAX + 32];
 	int n;
 
 	if (!r->has_body)
@@ -132,7 +132,7 @@ int s3_sign(struct s3_store *s3, struct s3_req *r, void **hdr_list,
 						    cr.session_token };
 	for (unsigned i = 0; i < r->nextra && nh < 32; i++) {
 		const char *h = r->extra_headers[i], *c = strchr(h, ':');
-		size_t k = (size_t)(c - h);
+		size_t k = c ? (size_t)(c - h) : sizeof(names[0]);
 
 		if (k >= sizeof(names[0]))
 			return -EINVAL;

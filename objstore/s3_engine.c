@@ -298,6 +298,8 @@ static int attempt_start(struct s3_engine *e, struct s3_req *r)
 	r->attempts++;
 
 	curl_easy_setopt(c, CURLOPT_URL, url);
+	/* Keys may hold "." and ".." segments: send them as they are. */
+	curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L);
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, r->hdr_list);
 	curl_easy_setopt(c, CURLOPT_PRIVATE, r);
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);

@@ -7,9 +7,9 @@
  * by index (nothing is copied), streams the canonical request through
  * SHA-256 (optionally copying it to the caller's buffer), builds the string
  * to sign on the stack, derives the signing key and writes the
- * Authorization header value.  Nothing is allocated apart from the EVP
- * digest context; all buffers are fixed-size or caller-provided with
- * length checks.  See sigv4.h for the canonicalisation rules.
+ * Authorization header value.  Only libcrypto allocates (its digest and
+ * HMAC contexts); our buffers are fixed-size or caller-provided with length
+ * checks.  See sigv4.h for the canonicalisation rules.
  */
 #if !defined(_GNU_SOURCE) && !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200809L	/* gmtime_r */

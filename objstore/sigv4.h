@@ -4,9 +4,10 @@
  *
  * The caller builds the request exactly as it will be sent (path and query
  * already percent-encoded, every header that must be signed, the payload
- * hash) and sigv4_sign() returns the Authorization header value.  Nothing
- * here allocates: the canonical request is streamed into SHA-256, so its
- * size is bounded only by the caller's buffers when it asks for a copy.
+ * hash) and sigv4_sign() returns the Authorization header value.  No
+ * buffer is allocated (libcrypto's own digest/HMAC contexts aside): the
+ * canonical request is streamed into SHA-256, so its size is bounded only
+ * by the caller's buffer when it asks for a copy.
  *
  * Rules implemented (S3 flavour): the canonical URI is the path verbatim
  * ("/" if empty; no dot-segment normalisation, no double encoding); query

@@ -1,0 +1,114 @@
+# SPDX-License-Identifier: MIT
+#
+# common.sh - sourced by every integration test (tests/integration/NN-*.sh).
+# The runner (tests/run-tests.sh) exports FMFS (the binary), TEST_DIR (this
+# test's own empty directory), TOP (the source tree) and the gateway's
+# variables from tests/lib/rgw.sh (RGW_ENDPOINT, AWS_* keys).  Helpers here
+# create a fresh bucket per test, check results with the aws CLI (an
+# independent client), and run the fault proxy.
+
+set -eu
+
+: "${FMFS:?run through tests/run-tests.sh}" "${TEST_DIR:?}" "${TOP:?}"
+export AWS_ENDPOINT_URL=$RGW_ENDPOINT
+PROXY_PID=
+
+fail() {
+	echo "FAIL: $*" >&2
+	exit 1
+}
+
+note() {
+	echo "  - $*"
+}
+
+# aws CLI against the test gateway.  Quiet; errors still reach stderr.
+awsx() {
+	aws --endpoint-url "$RGW_ENDPOINT" "$@"
+}
+
+# new_bucket NAME: a fresh, empty bucket for this test; prints the name.
+new_bucket() {
+	local b="$1-$$"
+	awsx s3 mb "s3://$b" >/dev/null || fail "cannot create bucket $b"
+	echo "$b"
+}
+
+# expect_exit CODE PATTERN CMD...: run CMD, require exit status CODE and
+# PATTERN (grep -E) in its stderr.
+expect_exit() {
+	local want=$1 pat=$2 rc=0
+	shift 2
+	"$@" >"$TEST_DIR/out" 2>"$TEST_DIR/err" || rc=$?
+	if [ "$rc" != "$want" ]; then
+		cat "$TEST_DIR/err" >&2
+		fail "'$*' exited $rc, expected $want"
+	fi
+	if [ -n "$pat" ] && ! grep -Eq -- "$pat" "$TEST_DIR/err"; then
+		cat "$TEST_DIR/err" >&2
+		fail "'$*': stderr lacks /$pat/"
+	fi
+}
+
+# same_file A B: byte-exact comparison.
+same_file() {
+	cmp -s "$1" "$2" || fail "$1 and $2 differ"
+}
+
+# random_file PATH SIZE_MIB
+random_file() {
+	head -c "$(($2 * 1024 * 1024))" /dev/urandom >"$1"
+}
+
+# elapsed_ms CMD...: runs CMD (status ignored), prints milliseconds taken.
+elapsed_ms() {
+	local t0 t1
+	t0=$(date +%s%N)
+	"$@" >/dev/null 2>&1 || true
+	t1=$(date +%s%N)
+	echo $(((t1 - t0) / 1000000))
+}
+
+# start_proxy [RULE...]: fault proxy in front of the gateway; sets
+# PROXY_URL.  Stopped by the trap below.
+start_proxy() {
+	local args=() r
+	for r in "$@"; do args+=(--rule "$r"); done
+	rm -f "$TEST_DIR/proxy.port"
+	python3 "$TOP/tests/faultproxy.py" --upstream "${RGW_ENDPOINT#http://}" \
+		--port-file "$TEST_DIR/proxy.port" --max-seconds 600 \
+		"${args[@]}" >"$TEST_DIR/proxy.out" 2>"$TEST_DIR/proxy.log" &
+	PROXY_PID=$!
+	for _ in $(seq 100); do
+		[ -s "$TEST_DIR/proxy.port" ] && break
+		sleep 0.1
+	done
+	[ -s "$TEST_DIR/proxy.port" ] || fail "fault proxy did not start"
+	PROXY_URL=http://127.0.0.1:$(cat "$TEST_DIR/proxy.port")
+}
+
+# proxy_rules [RULE...]: replace the proxy's rules (none: clear).
+proxy_rules() {
+	local q="" r
+	if [ $# = 0 ]; then
+		curl -sf "$PROXY_URL/__fault__/clear" >/dev/null
+		return
+	fi
+	for r in "$@"; do q="$q&rule=$(printf %s "$r" | sed 's/&/%26/g')"; done
+	curl -sf "$PROXY_URL/__fault__/set?${q#&}" >/dev/null ||
+		fail "proxy rejected rules: $*"
+}
+
+# proxy_stat EXPR: a number from /__fault__/stats, e.g. 'faults_total'.
+proxy_stat() {
+	curl -sf "$PROXY_URL/__fault__/stats" |
+		python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1], {}, d))" "$1"
+}
+
+cleanup_common() {
+	if [ -n "$PROXY_PID" ]; then
+		kill "$PROXY_PID" 2>/dev/null || true
+		wait "$PROXY_PID" 2>/dev/null || true
+	fi
+}
+trap cleanup_common EXIT
