@@ -220,8 +220,13 @@ static obj_status s3_head(struct obj_store *st, const char *key,
 
 	SETUP(&r, S3(st), "HEAD", key, NULL, err);
 	rc = run(S3(st), &r, err);
-	if (rc == OBJ_ERR_NOT_FOUND && !err->code[0])
+	if (rc == OBJ_ERR_NOT_FOUND &&
+	    (!err->code[0] || !strcmp(err->code, "NotFound"))) {
+		/* A HEAD reply has no body to name the code. */
 		snprintf(err->code, sizeof(err->code), "NoSuchKey");
+		snprintf(err->message, sizeof(err->message),
+			 "no such key in this bucket");
+	}
 	if (rc == OBJ_OK) {
 		out->size_bytes = r.content_length;
 		out->mtime_s = parse_http_date(r.last_modified);
