@@ -212,6 +212,10 @@ static obj_status done(struct s3_req *r, obj_status rc)
 
 /* ---- operations ---- */
 
+static obj_status s3_get(struct obj_store *st, const char *key, uint64_t off,
+			 uint64_t len, void *buf, int fd, off_t fd_off,
+			 uint64_t *got, struct obj_error *err);
+
 static obj_status s3_head(struct obj_store *st, const char *key,
 			  struct obj_meta *out, struct obj_error *err)
 {
@@ -226,6 +230,21 @@ static obj_status s3_head(struct obj_store *st, const char *key,
 		snprintf(err->code, sizeof(err->code), "NoSuchKey");
 		snprintf(err->message, sizeof(err->message),
 			 "no such key in this bucket");
+	}
+	if ((rc == OBJ_ERR_DENIED || rc == OBJ_ERR_OTHER) && !r.xerr.code[0]) {
+		/* A HEAD reply has no body to say why; a 1-byte GET does. */
+		char byte;
+		uint64_t got;
+		struct obj_error e2 = {0};
+
+		s3_req_release(&r);
+		if (s3_get(st, key, 0, 1, &byte, -1, 0, &got, &e2) != OBJ_OK &&
+		    e2.code[0]) {
+			e2.attempts += err->attempts;
+			*err = e2;
+			return e2.status;
+		}
+		return rc;
 	}
 	if (rc == OBJ_OK) {
 		out->size_bytes = r.content_length;

@@ -457,8 +457,15 @@ static obj_status outcome(struct s3_req *r, const struct s3_xml_error *x,
 	snprintf(err->code, sizeof(err->code), "%s", x->code);
 	snprintf(err->message, sizeof(err->message), "%s", x->message[0] ?
 		 x->message : "request failed");
-	if (!x->code[0] && r->http_status == 404)
-		snprintf(err->code, sizeof(err->code), "NotFound");
+	if (!x->code[0]) {
+		/* No body (HEAD): name the status the way S3 would. */
+		const char *c = r->http_status == 404 ? "NotFound" :
+				r->http_status == 403 ? "Forbidden" :
+				r->http_status == 500 ? "InternalError" :
+				r->http_status == 503 ? "ServiceUnavailable" :
+				r->http_status == 400 ? "BadRequest" : "";
+		snprintf(err->code, sizeof(err->code), "%s", c);
+	}
 	err->status = classify_http(r->http_status, x->code);
 	return err->status;
 }

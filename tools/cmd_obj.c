@@ -512,17 +512,22 @@ int cmd_obj(int argc, char **argv)
 	int nargs, rc;
 
 	memset(&o, 0, sizeof(o));
-	if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
-		obj_usage(argc < 2 ? stderr : stdout);
-		return argc < 2 ? EXIT_USAGE : EXIT_OK;
+	if (argc < 2) {
+		obj_usage(stderr);
+		return EXIT_USAGE;
 	}
-	verb = argv[1];
-	if (parse_opts(argc - 1, argv + 1, &o)) {
+	/* Options may come before or after the verb (getopt permutes). */
+	if (parse_opts(argc, argv, &o)) {
 		fprintf(stderr, "(run 'fmfs obj --help')\n");
 		return EXIT_USAGE;
 	}
-	args = argv + 1 + optind;
-	nargs = argc - 1 - optind;
+	if (optind >= argc) {
+		obj_usage(stderr);
+		return EXIT_USAGE;
+	}
+	verb = argv[optind];
+	args = argv + optind + 1;
+	nargs = argc - optind - 1;
 #define NEED(lo, hi, what)                                                   \
 	do {                                                                 \
 		if (nargs < (lo) || nargs > (hi)) {                          \

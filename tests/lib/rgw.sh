@@ -251,48 +251,49 @@ EOF
 spawn() {
 	local name=$1
 	shift
+	SPAWN_ZERO_FSID=$(zero_fsid_count)
 	"$@" </dev/null >>"$LOG/$name.out" 2>&1 &
 	echo $! >"$RUN/$name.pid"
 	SPAWNED_PID=$!
 }
 
-# ceph_cmd ARGS...: the ceph CLI against this cluster, with a time limit.
-# Tried again on "wrong fsid" (see fsid_race below).
+# ceph_cmd ARGS...: the ceph CLI against this cluster, with a time limit,
+# tried again if it hit the zero-fsid race (see fsid_race).
 ceph_cmd() {
-	local try err=$LOG/ceph-cmd.$$.err
-	for try in 1 2 3; do
-		if timeout "$CMD_TIMEOUT_S" ceph -c "$CONF" \
-			--connect-timeout 20 "$@" 2>"$err"; then
-			cat "$err" >&2
-			rm -f "$err"
-			return 0
-		fi
-		cat "$err" >&2
-		if ! grep -q 'wrong fsid' "$err"; then
-			rm -f "$err"
-			return 1
-		fi
-		sleep 0.5
-	done
-	rm -f "$err"
-	return 1
+	retry_fsid ceph -c "$CONF" --connect-timeout 20 "$@"
 }
 
-# retry_fsid CMD...: run CMD with a time limit; again, up to twice more,
-# if it failed with "wrong fsid" (see fsid_race).
+# zero_fsid_count: how many commands the monitor has refused so far
+# because they came with an all-zero fsid (see fsid_race).
+zero_fsid_count() {
+	local n
+	n=$(grep -c 'handle_command on fsid 00000000-0000-0000-0000-000000000000' \
+		"$LOG/mon.a.log" 2>/dev/null) || true
+	echo "${n:-0}"
+}
+
+# retry_fsid CMD...: run CMD with a time limit; up to twice more if it
+# failed and the monitor refused a command with a zero fsid meanwhile
+# (the CLI then says "wrong fsid" or "EPERM: problem getting command
+# descriptions"). Keeps CMD's stdout and stderr apart.
 retry_fsid() {
-	local try out=$LOG/retry.$$.out
+	local try before out=$LOG/retry.$$.out err=$LOG/retry.$$.err
 	for try in 1 2 3; do
-		if timeout "$CMD_TIMEOUT_S" "$@" >"$out" 2>&1; then
+		before=$(zero_fsid_count)
+		if timeout "$CMD_TIMEOUT_S" "$@" >"$out" 2>"$err"; then
 			cat "$out"
-			rm -f "$out"
+			cat "$err" >&2
+			rm -f "$out" "$err"
 			return 0
 		fi
 		cat "$out"
-		grep -q 'wrong fsid' "$out" || break
+		cat "$err" >&2
+		[ "$(zero_fsid_count)" -gt "$before" ] ||
+			grep -q 'wrong fsid' "$err" || break
+		echo "$PROG: zero-fsid race; trying again: $*" >&2
 		sleep 0.5
 	done
-	rm -f "$out"
+	rm -f "$out" "$err"
 	return 1
 }
 
@@ -560,16 +561,18 @@ start_osd() {
 	fail "the OSD kept dying of 'wrong fsid'"
 }
 
-# fsid_race NAME: the daemon NAME died because the monitor refused one of
-# its commands as "wrong fsid". Ceph 16 daemons (and CLI tools) can send
-# a command after authenticating but before the monitor map, and so the
-# cluster's fsid, has arrived; the command then goes out with an all-zero
-# fsid (seen once in ~10 starts on 2 busy cores). Trying again works. If
-# so, set the failed attempt's logs aside and say so.
+# fsid_race NAME: the daemon NAME (started last by spawn) died because
+# the monitor refused one of its commands as "wrong fsid". Ceph 16
+# clients with auth = none can send a command after authenticating but
+# before the monitor map, and so the cluster's fsid, has arrived; it then
+# goes out with an all-zero fsid and gets EPERM (seen in ~1 of 10 starts
+# on 2 busy cores, from the OSD, the ceph CLI and radosgw-admin alike).
+# Trying again works. If so, set the failed attempt's logs aside.
 fsid_race() {
 	local f
-	grep -qs 'wrong fsid' "$LOG/$1.out" "$LOG/$1.log" || return 1
-	msg "$1 died of the 'wrong fsid' start race; starting it again"
+	[ "$(zero_fsid_count)" -gt "${SPAWN_ZERO_FSID:-0}" ] ||
+		grep -qs 'wrong fsid' "$LOG/$1.out" "$LOG/$1.log" || return 1
+	msg "$1 died of the zero-fsid start race; starting it again"
 	for f in "$LOG/$1.out" "$LOG/$1.log"; do
 		[ ! -e "$f" ] || mv "$f" "$f.failed.$(now)"
 	done

@@ -1,0 +1,378 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+#
+# bench-objstore.sh - the objstore throughput benchmark of issue 2: in one
+# run against a private Ceph RADOS Gateway, 8 parallel 64 MiB GETs through
+# objstore (tools/bench/objbench) against the same GETs with curl, and 4
+# parallel 64 MiB multipart PUTs through objstore against the aws CLI.
+# The goal is objstore at least as fast as each (ratio >= 1.0). This is a
+# benchmark, not a test: it prints figures and whether the goal is met,
+# and fails only when something does not work.
+#
+#   tools/bench/bench-objstore.sh          (or: make bench)
+#
+# Environment:
+#   BENCH_ROUNDS=5        rounds; each runs all four methods once
+#   BENCH_JSON=PATH       also write the results (every round) as JSON
+#   BENCH_DROP_CACHES=1   drop the page cache before each PUT batch
+#                         instead of reading the source files into it
+#   BENCH_TMPDIR=DIR      where the temporary directory goes (/tmp)
+#
+# What is measured. Every figure is the wall-clock time of a whole batch,
+# taken in this script around the commands (EPOCHREALTIME), so process
+# start-up counts for every method alike; objbench's own figure (clock
+# around the transfers only) is kept in the JSON as objstore_inner.
+#   get-objstore  objbench get of the 8 objects, one thread each, one
+#                 shared obj_store; obj_get_fd of the whole object to
+#                 /dev/null (HEAD, then 8 MiB ranged GETs in parallel)
+#   get-curl      8 curl processes at once, each GETting one object to
+#                 /dev/null through a presigned URL made before the clock
+#   put-objstore  objbench put of 4 files to new keys, one thread each:
+#                 obj_put_fd (multipart, 8 MiB parts, parallel)
+#   put-aws       4 `aws s3 cp FILE s3://...` processes at once, with the
+#                 CLI's defaults written out in a private config file
+#                 (multipart above 8 MiB, 8 MiB chunks, 10 requests each)
+# The order of objstore and its rival alternates from round to round.
+# Page cache: the 4 source files are read once (cat > /dev/null) before
+# each PUT batch so both sides read them from memory and the figures are
+# about the clients, not this machine's disk, whose rate swings 3x
+# between runs; BENCH_DROP_CACHES=1 drops the cache instead (both sides
+# then read from disk). The gateway's data is in RAM (memstore) either way.
+#
+# Cost: ~0.8 GiB on the local disk at most (8 x 64 MiB source files and
+# the gateway's small files), ~1.5-3 GB of RAM in the gateway; with the
+# default 5 rounds about 2-3 minutes on the 2-core test machine. All of
+# it, gateway included, goes away at the end, on failure and on Ctrl-C.
+#
+# Exit status: 0 when the benchmark ran (goal met or not), 1 when a
+# transfer or the set-up failed, 2 on a usage error.
+
+set -euo pipefail
+
+PROG=bench-objstore.sh
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+OBJBENCH=$ROOT/tools/bench/objbench
+RGW_SH=$ROOT/tests/lib/rgw.sh
+
+ROUNDS=${BENCH_ROUNDS:-5}
+NGET=8            # objects read in parallel
+NPUT=4            # files written in parallel
+SIZE_MIB=64       # size of each object
+
+msg() { echo "$PROG: $*" >&2; }
+die() { msg "$*"; exit 1; }
+
+case $ROUNDS in
+'' | *[!0-9]* | 0) msg "BENCH_ROUNDS must be a positive integer"; exit 2 ;;
+esac
+[ $# -eq 0 ] || { echo "usage: [BENCH_ROUNDS=N] [BENCH_JSON=PATH] $PROG" >&2; exit 2; }
+
+for tool in aws curl python3 radosgw ceph-mon ceph-osd; do
+	command -v "$tool" >/dev/null || die "needs $tool on PATH"
+done
+if [ "${BENCH_DROP_CACHES:-0}" = 1 ] && ! [ -w /proc/sys/vm/drop_caches ]; then
+	die "BENCH_DROP_CACHES=1 needs root (/proc/sys/vm/drop_caches)"
+fi
+
+if ! [ -x "$OBJBENCH" ]; then
+	msg "building tools/bench/objbench"
+	make -s -C "$ROOT" tools/bench/objbench >&2 ||
+		die "make failed; run ./configure && make in $ROOT"
+fi
+
+# ---------------------------------------------------------------------
+# Temporary directory, gateway, and cleaning up after both.
+
+TMP=
+CLEANED=0
+cleanup() {
+	local rc=$?
+	[ "$CLEANED" = 1 ] && return
+	CLEANED=1
+	trap '' INT TERM
+	# Our own background transfers, if we were interrupted amid a batch.
+	local pids
+	pids=$(jobs -pr)
+	# shellcheck disable=SC2086 # one pid a word
+	[ -z "$pids" ] || kill $pids 2>/dev/null || true
+	wait 2>/dev/null || true
+	if [ -n "$TMP" ] && [ -d "$TMP" ]; then
+		if [ -d "$TMP/rgw" ] &&
+		   ! "$RGW_SH" stop "$TMP/rgw" >/dev/null 2>&1; then
+			msg "could not stop the gateway in $TMP/rgw"
+		fi
+		rm -rf "$TMP"
+	fi
+	exit $rc
+}
+trap cleanup EXIT
+trap 'msg interrupted; exit 130' INT
+trap 'msg terminated; exit 143' TERM
+
+TMP=$(mktemp -d "${BENCH_TMPDIR:-/tmp}/fmfs-bench.XXXXXX")
+DATA=$TMP/data
+mkdir -p "$DATA" "$TMP/log"
+
+T_START=$EPOCHREALTIME
+msg "starting the gateway"
+"$RGW_SH" start "$TMP/rgw" >/dev/null 2>"$TMP/log/rgw.err" || {
+	cat "$TMP/log/rgw.err" >&2
+	die "could not start the gateway"
+}
+# shellcheck disable=SC1091
+source "$TMP/rgw/env"
+BUCKET=$RGW_BUCKET
+URL=s3://$BUCKET/bench
+
+# The aws CLI's defaults written out, so that a ~/.aws/config on the
+# machine cannot change what we compare against.
+export AWS_CONFIG_FILE=$TMP/aws-config
+export AWS_SHARED_CREDENTIALS_FILE=$TMP/aws-credentials
+unset AWS_PROFILE AWS_DEFAULT_PROFILE AWS_ENDPOINT_URL
+cat >"$AWS_CONFIG_FILE" <<EOF
+[default]
+region = $AWS_REGION
+s3 =
+    max_concurrent_requests = 10
+    multipart_threshold = 8MB
+    multipart_chunksize = 8MB
+    addressing_style = path
+EOF
+: >"$AWS_SHARED_CREDENTIALS_FILE"
+awsx() { aws --endpoint-url "$RGW_ENDPOINT" "$@"; }
+
+msg "writing $NGET random files of $SIZE_MIB MiB"
+for i in $(seq 1 "$NGET"); do
+	head -c "${SIZE_MIB}M" /dev/urandom >"$DATA/f$i"
+done
+msg "uploading them with the aws CLI"
+awsx s3 cp --recursive --only-show-errors "$DATA" "s3://$BUCKET/bench/src/" ||
+	die "aws s3 cp of the source objects failed"
+
+GET_KEYS=()
+for i in $(seq 1 "$NGET"); do
+	GET_KEYS+=("src/f$i")
+	awsx s3 presign --expires-in 3600 "s3://$BUCKET/bench/src/f$i" \
+		>"$TMP/url$i" || die "aws s3 presign failed"
+done
+PUT_FILES=()
+for i in $(seq 1 "$NPUT"); do
+	PUT_FILES+=("$DATA/f$i")
+done
+GET_BYTES=$(( NGET * SIZE_MIB * 1048576 ))
+PUT_BYTES=$(( NPUT * SIZE_MIB * 1048576 ))
+
+# ---------------------------------------------------------------------
+# The four methods. Each appends "ROUND METHOD BYTES SECONDS INNER" to
+# results.tsv (INNER: objbench's own seconds, else -).
+
+RESULTS=$TMP/results.tsv
+: >"$RESULTS"
+ROUND=0
+
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.6f", b - a }'; }
+record() { echo "$ROUND $1 $2 $3 $4" >>"$RESULTS"; }
+inner_secs() { python3 -c 'import json,sys; print(json.load(sys.stdin)["seconds"])'; }
+
+get_objstore() {
+	local t0 t1 out
+	t0=$EPOCHREALTIME
+	out=$("$OBJBENCH" get "$URL" "${GET_KEYS[@]}" \
+		--endpoint "$RGW_ENDPOINT") || die "objbench get failed"
+	t1=$EPOCHREALTIME
+	echo "$out" >>"$TMP/log/objbench.jsonl"
+	case $out in
+	*"\"bytes\":$GET_BYTES,"*) ;;
+	*) die "objbench get read the wrong number of bytes: $out" ;;
+	esac
+	record get-objstore "$GET_BYTES" "$(elapsed "$t0" "$t1")" \
+		"$(echo "$out" | inner_secs)"
+}
+
+get_curl() {
+	local t0 t1 i pids=() got=0 n
+	t0=$EPOCHREALTIME
+	for i in $(seq 1 "$NGET"); do
+		curl -sSf -o /dev/null -w '%{size_download}\n' \
+			"$(cat "$TMP/url$i")" >"$TMP/curl$i.out" &
+		pids+=($!)
+	done
+	for i in "${!pids[@]}"; do
+		wait "${pids[$i]}" || die "curl GET of src/f$((i + 1)) failed"
+	done
+	t1=$EPOCHREALTIME
+	for i in $(seq 1 "$NGET"); do
+		n=$(cat "$TMP/curl$i.out")
+		got=$(( got + n ))
+	done
+	[ "$got" = "$GET_BYTES" ] ||
+		die "curl read $got bytes, expected $GET_BYTES"
+	record get-curl "$GET_BYTES" "$(elapsed "$t0" "$t1")" -
+}
+
+prepare_put() {
+	if [ "${BENCH_DROP_CACHES:-0}" = 1 ]; then
+		sync
+		echo 3 >/proc/sys/vm/drop_caches
+	else
+		cat "${PUT_FILES[@]}" >/dev/null
+	fi
+}
+
+put_objstore() {
+	local t0 t1 out
+	prepare_put
+	t0=$EPOCHREALTIME
+	out=$("$OBJBENCH" put "$URL" "${PUT_FILES[@]}" \
+		--key-prefix put-objstore/ --endpoint "$RGW_ENDPOINT") ||
+		die "objbench put failed"
+	t1=$EPOCHREALTIME
+	echo "$out" >>"$TMP/log/objbench.jsonl"
+	case $out in
+	*"\"bytes\":$PUT_BYTES,"*) ;;
+	*) die "objbench put wrote the wrong number of bytes: $out" ;;
+	esac
+	record put-objstore "$PUT_BYTES" "$(elapsed "$t0" "$t1")" \
+		"$(echo "$out" | inner_secs)"
+}
+
+put_aws() {
+	local t0 t1 f pids=() i
+	prepare_put
+	t0=$EPOCHREALTIME
+	for f in "${PUT_FILES[@]}"; do
+		awsx s3 cp --only-show-errors "$f" \
+			"s3://$BUCKET/bench/put-aws/${f##*/}" &
+		pids+=($!)
+	done
+	for i in "${!pids[@]}"; do
+		wait "${pids[$i]}" || die "aws s3 cp of ${PUT_FILES[$i]} failed"
+	done
+	t1=$EPOCHREALTIME
+	record put-aws "$PUT_BYTES" "$(elapsed "$t0" "$t1")" -
+}
+
+# Space of overwritten objects goes back to the gateway's RAM only after
+# its garbage collection; run it between rounds (not timed) so that many
+# rounds do not fill the 4 GiB memstore.
+collect_garbage() {
+	timeout 60 radosgw-admin -c "$CEPH_CONF" gc process --include-all \
+		>/dev/null 2>&1 || true
+}
+
+# ---------------------------------------------------------------------
+
+T_BENCH=$EPOCHREALTIME
+for ROUND in $(seq 1 "$ROUNDS"); do
+	msg "round $ROUND of $ROUNDS"
+	if [ $(( ROUND % 2 )) = 1 ]; then
+		get_objstore; get_curl; put_objstore; put_aws
+	else
+		get_curl; get_objstore; put_aws; put_objstore
+	fi
+	collect_garbage
+done
+T_END_ROUNDS=$EPOCHREALTIME
+
+# What objstore wrote must read back the same (one object, whole).
+awsx s3 presign --expires-in 600 "s3://$BUCKET/bench/put-objstore/f1" \
+	>"$TMP/url-check" || die "aws s3 presign failed"
+curl -sSf "$(cat "$TMP/url-check")" | cmp -s - "$DATA/f1" ||
+	die "put-objstore/f1 does not read back as $DATA/f1"
+
+# The aws CLI's fixed cost, for reading the PUT figures: 4 processes at
+# once that each make one small request.
+t0=$EPOCHREALTIME
+for i in $(seq 1 "$NPUT"); do
+	awsx s3 ls "s3://$BUCKET/bench/no-such-prefix/" >/dev/null &
+done
+wait
+AWS_FIXED=$(elapsed "$t0" "$EPOCHREALTIME")
+
+# ---------------------------------------------------------------------
+# Summary.
+
+ELAPSED=$(elapsed "$T_START" "$EPOCHREALTIME")
+python3 - "$RESULTS" "${BENCH_JSON:-}" "$ROUNDS" "$AWS_FIXED" "$ELAPSED" \
+	"$(elapsed "$T_BENCH" "$T_END_ROUNDS")" \
+	"${BENCH_DROP_CACHES:-0}" <<'EOF'
+import json, statistics, sys
+
+path, json_out, rounds, aws_fixed, elapsed, rounds_s, drop = sys.argv[1:8]
+MIB = 1048576.0
+rows = []
+for line in open(path):
+    rnd, method, nbytes, secs, inner = line.split()
+    rows.append({"round": int(rnd), "method": method, "bytes": int(nbytes),
+                 "seconds": float(secs),
+                 "mib_per_s": int(nbytes) / MIB / float(secs),
+                 "objstore_inner_seconds": None if inner == "-" else float(inner)})
+
+methods = ["get-objstore", "get-curl", "put-objstore", "put-aws"]
+summary = {}
+for m in methods:
+    r = [x["mib_per_s"] for x in rows if x["method"] == m]
+    s = {"median": statistics.median(r), "min": min(r), "max": max(r),
+         "rounds": len(r)}
+    inner = [x["bytes"] / MIB / x["objstore_inner_seconds"] for x in rows
+             if x["method"] == m and x["objstore_inner_seconds"]]
+    if inner:
+        s["inner_median"] = statistics.median(inner)
+    summary[m] = s
+
+def ratio(a, b):
+    return summary[a]["median"] / summary[b]["median"]
+
+goals = {"get": ratio("get-objstore", "get-curl"),
+         "put": ratio("put-objstore", "put-aws")}
+
+print()
+print("objstore benchmark (issue 2): %s round(s), 8 x 64 MiB GET, "
+      "4 x 64 MiB PUT, private RGW on loopback" % rounds)
+print("MiB/s, wall clock of each batch; median over rounds [min - max]")
+print()
+print("%-14s %9s %21s   %s" % ("method", "median", "[min - max]", "note"))
+notes = {
+    "get-objstore": "objbench get, obj_get_fd -> /dev/null",
+    "get-curl": "8 curl processes, presigned URLs -> /dev/null",
+    "put-objstore": "objbench put, obj_put_fd (multipart)",
+    "put-aws": "4 aws s3 cp processes (8 MiB parts, 10 each)",
+}
+for m in methods:
+    s = summary[m]
+    note = notes[m]
+    if "inner_median" in s:
+        note += "; %.0f without process start" % s["inner_median"]
+    print("%-14s %9.1f   [%7.1f - %7.1f]   %s" %
+          (m, s["median"], s["min"], s["max"], note))
+print()
+for op, rival in (("get", "curl"), ("put", "aws")):
+    r = goals[op]
+    print("%s ratio objstore/%-4s = %.2f  goal >= 1.0: %s" %
+          (op.upper(), rival, r, "MET" if r >= 1.0 else "NOT MET"))
+print()
+print("aws CLI fixed cost: 4 parallel one-request `aws s3 ls`: %.2f s" %
+      float(aws_fixed))
+print("page cache before PUTs: %s" %
+      ("dropped (echo 3 > drop_caches)" if drop == "1"
+       else "source files read into it first (warm for both)"))
+print("rounds took %.0f s; whole run %.0f s (gateway start, data, check "
+      "included)" % (float(rounds_s), float(elapsed)))
+
+if json_out:
+    doc = {"benchmark": "objstore-issue-2", "rounds": int(rounds),
+           "get_objects": 8, "put_objects": 4, "object_mib": 64,
+           "page_cache": "dropped" if drop == "1" else "warm",
+           "summary_mib_per_s": summary,
+           "ratio": {"get_objstore_over_curl": goals["get"],
+                     "put_objstore_over_aws": goals["put"]},
+           "goal_met": {"get": goals["get"] >= 1.0,
+                        "put": goals["put"] >= 1.0},
+           "aws_fixed_cost_seconds": float(aws_fixed),
+           "seconds": float(elapsed), "runs": rows}
+    with open(json_out, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    print("results written to %s" % json_out)
+EOF
