@@ -580,7 +580,7 @@ obj_status obj_get_fd(struct obj_store *st, const char *key, uint64_t off,
 	if (len == UINT64_MAX || (st->be->split_ranges &&
 				  len > st->cfg.part_size_bytes)) {
 		/* Learn the size first: to split, and to clip the range. */
-		struct obj_meta m;
+		struct obj_meta m = {0};
 
 		rc = st->be->head(st, full, &m, err);
 		if (rc != OBJ_OK)

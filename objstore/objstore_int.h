@@ -24,7 +24,9 @@ struct obj_url {
 int obj_url_parse(const char *url, struct obj_url *out, char *msg,
 		  size_t msg_len);
 void obj_url_release(struct obj_url *u);
-/* True if name is a valid S3 bucket name (3-63 chars, [a-z0-9.-], ...). */
+/* True if name can be a bucket name: 3-63 chars of [a-z0-9.-_], starting
+ * and ending alphanumeric (a little looser than AWS: some S3-compatible
+ * stores allow '_'). */
 bool obj_bucket_name_valid(const char *name);
 
 struct obj_endpoint {

@@ -49,6 +49,7 @@ static obj_status errno_status(int e)
 		return OBJ_ERR_DENIED;
 	case ENOMEM:
 		return OBJ_ERR_NOMEM;
+	case EINVAL:
 	case ENAMETOOLONG:
 	case EISDIR:
 	case ENOTDIR:
@@ -548,8 +549,9 @@ struct walk {
 
 static void walk_dir(int rootfd, const char *rel, struct walk *w)
 {
-	int dfd = rel[0] ? openat(rootfd, rel, O_RDONLY | O_DIRECTORY |
-				  O_CLOEXEC) : dup(rootfd);
+	/* Not dup(rootfd): a dup shares the read position of the root. */
+	int dfd = openat(rootfd, rel[0] ? rel : ".", O_RDONLY | O_DIRECTORY |
+			 O_CLOEXEC);
 	struct dirent *de;
 	DIR *d;
 
@@ -596,6 +598,30 @@ static void walk_dir(int rootfd, const char *rel, struct walk *w)
 		}
 	}
 	closedir(d);
+}
+
+/* The directory part of a listing prefix must stay inside the store and
+ * out of .fmfs/: no empty, "." or ".." segments, not absolute. */
+static bool dir_prefix_ok(const char *dir)
+{
+	const char *s = dir;
+
+	if (!*dir)
+		return true;
+	if (!strcmp(dir, RESERVED) || !strncmp(dir, RESERVED "/",
+					       sizeof(RESERVED)))
+		return false;
+	while (*s) {
+		size_t n = strcspn(s, "/");
+
+		if (n == 0 || (n == 1 && s[0] == '.') ||
+		    (n == 2 && s[0] == '.' && s[1] == '.'))
+			return false;
+		s += n;
+		if (*s == '/')
+			s++;
+	}
+	return true;
 }
 
 static int cmp_str(const void *a, const void *b)
@@ -645,8 +671,11 @@ static obj_status px_list(struct obj_store *st, const char *prefix,
 		*slash = '\0';
 	else
 		start_dir[0] = '\0';
+	if (!dir_prefix_ok(start_dir))
+		return OBJ_OK; /* no key can live there: an empty page */
 	walk_dir(P(st)->rootfd, start_dir, &w);
-	qsort(w.keys, w.n, sizeof(*w.keys), cmp_str);
+	if (w.n)
+		qsort(w.keys, w.n, sizeof(*w.keys), cmp_str);
 	pg->entries = calloc(max_keys, sizeof(*pg->entries));
 	pg->prefixes = calloc(max_keys, sizeof(*pg->prefixes));
 	if (w.err || !pg->entries || !pg->prefixes) {
@@ -718,8 +747,8 @@ static obj_status px_del(struct obj_store *st, const char *key,
 	if (!key_ok(key, err))
 		return OBJ_ERR_INVALID;
 	if (unlinkat(P(st)->rootfd, key, 0)) {
-		if (errno == ENOENT || errno == ENOTDIR)
-			return OBJ_OK;
+		if (errno == ENOENT || errno == ENOTDIR || errno == EISDIR)
+			return OBJ_OK; /* no such object (maybe a prefix) */
 		return fail(err, errno, key, "delete");
 	}
 	rmparents(P(st)->rootfd, key);

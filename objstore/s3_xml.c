@@ -246,25 +246,17 @@ static void url_decode(char *s)
 	*o = '\0';
 }
 
-/* Key as the caller sees it: decoded, store prefix removed. */
-static char *visible_key(struct xml_ctx *x, struct list_arg *l,
-			 const char *text)
+/* Turns a raw key into what the caller sees, in place: decoded (when
+ * the reply said EncodingType url, which may come after the keys), store
+ * prefix removed.  -1 if the key is not under the prefix. */
+static int visible_key(char *k, bool url_encoded, size_t strip)
 {
-	char *k = strdup(text);
-
-	if (!k) {
-		xml_fail(x, "out of memory");
-		return NULL;
-	}
-	if (l->url_encoded)
+	if (url_encoded)
 		url_decode(k);
-	if (strlen(k) < l->strip) {
-		free(k);
-		xml_fail(x, "key outside the requested prefix");
-		return NULL;
-	}
-	memmove(k, k + l->strip, strlen(k + l->strip) + 1);
-	return k;
+	if (strlen(k) < strip)
+		return -1;
+	memmove(k, k + strip, strlen(k + strip) + 1);
+	return 0;
 }
 
 static bool grow(void **arr, size_t *cap, size_t n, size_t sz)
@@ -295,9 +287,11 @@ static void list_end(struct xml_ctx *x, const char *name, const char *text)
 			l->url_encoded = !strcmp(text, "url");
 		else if (!strcmp(name, "IsTruncated"))
 			l->truncated = !strcmp(text, "true");
-		else if (!strcmp(name, "NextContinuationToken") &&
-			 !(pg->next_token = strdup(text)))
-			xml_fail(x, "out of memory");
+		else if (!strcmp(name, "NextContinuationToken")) {
+			free(pg->next_token);
+			if (!(pg->next_token = strdup(text)))
+				xml_fail(x, "out of memory");
+		}
 		else if (!strcmp(name, "Contents")) {
 			if (!l->cur_key_raw) {
 				xml_fail(x, "<Contents> without <Key>");
@@ -308,11 +302,9 @@ static void list_end(struct xml_ctx *x, const char *name, const char *text)
 				xml_fail(x, "out of memory");
 				return;
 			}
-			l->cur.key = visible_key(x, l, l->cur_key_raw);
-			free(l->cur_key_raw);
+			l->cur.key = l->cur_key_raw; /* decoded after parsing */
 			l->cur_key_raw = NULL;
-			if (l->cur.key)
-				pg->entries[pg->nentries++] = l->cur;
+			pg->entries[pg->nentries++] = l->cur;
 			memset(&l->cur, 0, sizeof(l->cur));
 		}
 		return;
@@ -325,8 +317,10 @@ static void list_end(struct xml_ctx *x, const char *name, const char *text)
 		} else if (!strcmp(name, "Size")) {
 			char *end;
 
+			errno = 0;
 			l->cur.size_bytes = strtoull(text, &end, 10);
-			if (end == text || *end)
+			if (end == text || *end || errno || text[0] == '-' ||
+			    text[0] == '+' || text[0] == ' ')
 				xml_fail(x, "<Size> is not a number");
 		} else if (!strcmp(name, "LastModified")) {
 			l->cur.mtime_s = parse_iso8601(text);
@@ -351,8 +345,9 @@ static void list_end(struct xml_ctx *x, const char *name, const char *text)
 			xml_fail(x, "out of memory");
 			return;
 		}
-		k = visible_key(x, l, text);
-		if (k)
+		if (!(k = strdup(text)))
+			xml_fail(x, "out of memory");
+		else
 			pg->prefixes[pg->nprefixes++] = k;
 	}
 }
@@ -378,6 +373,18 @@ int s3_xml_parse_list(const char *xml, size_t len, size_t strip,
 			 "NextContinuationToken");
 		r = -1;
 	}
+	for (size_t i = 0; r == 0 && i < page->nentries; i++)
+		if (visible_key(page->entries[i].key, l.url_encoded, strip)) {
+			snprintf(x->msg, sizeof(x->msg), "key outside the "
+				 "requested prefix");
+			r = -1;
+		}
+	for (size_t i = 0; r == 0 && i < page->nprefixes; i++)
+		if (visible_key(page->prefixes[i], l.url_encoded, strip)) {
+			snprintf(x->msg, sizeof(x->msg), "prefix outside the "
+				 "requested prefix");
+			r = -1;
+		}
 	if (r == 0 && !l.truncated && page->next_token) {
 		free(page->next_token);
 		page->next_token = NULL;

@@ -210,10 +210,15 @@ debug paxos = 0/0
 osd data = $D/osd.\$id
 pid file = $RUN/\$name.pid
 admin socket = $RUN/\$name.asok
+osd journal = $D/osd.\$id/journal
+# We put the OSD in the CRUSH map ourselves; it need not set its place
+# or its device class at start. The device class command, sent early in
+# the start, is the one that hit the zero-fsid race (see fsid_race).
 osd crush update on start = false
-# Nor its device class: that command, sent early in the OSD's start,
-# is the one that hits the "wrong fsid" race (see fsid_race).
 osd class update on start = false
+# Exit at once on SIGTERM (the default in Ceph 16; a slow shutdown would
+# have memstore write everything it holds to DIR/osd.0).
+osd fast shutdown = true
 # A few threads are plenty for one client on loopback; fewer start
 # faster on two cores.
 osd op num shards = 2
@@ -263,6 +268,20 @@ ceph_cmd() {
 	retry_fsid ceph -c "$CONF" --connect-timeout 20 "$@"
 }
 
+# cmd_limit: seconds one command may take: CMD_TIMEOUT_S, or what is
+# left before the start deadline if that is less (at least 1).
+cmd_limit() {
+	local left
+	if [ -z "${DEADLINE:-}" ]; then
+		echo "$CMD_TIMEOUT_S"
+		return
+	fi
+	left=$(( (DEADLINE - $(now)) / 1000000 ))
+	[ "$left" -ge 1 ] || left=1
+	[ "$left" -le "$CMD_TIMEOUT_S" ] || left=$CMD_TIMEOUT_S
+	echo "$left"
+}
+
 # zero_fsid_count: how many commands the monitor has refused so far
 # because they came with an all-zero fsid (see fsid_race).
 zero_fsid_count() {
@@ -277,10 +296,11 @@ zero_fsid_count() {
 # (the CLI then says "wrong fsid" or "EPERM: problem getting command
 # descriptions"). Keeps CMD's stdout and stderr apart.
 retry_fsid() {
-	local try before out=$LOG/retry.$$.out err=$LOG/retry.$$.err
+	local try before limit out=$LOG/retry.$$.out err=$LOG/retry.$$.err
 	for try in 1 2 3; do
 		before=$(zero_fsid_count)
-		if timeout "$CMD_TIMEOUT_S" "$@" >"$out" 2>"$err"; then
+		limit=$(cmd_limit)
+		if timeout "$limit" "$@" >"$out" 2>"$err"; then
 			cat "$out"
 			cat "$err" >&2
 			rm -f "$out" "$err"
@@ -360,17 +380,15 @@ bind_failed() {
 # stop
 
 # stop_pids GRACE_S NAME...: stop the daemons named (e.g. mon.a) by their
-# pid files: SIGTERM, wait up to GRACE_S, SIGKILL, wait. A name prefixed
-# with ! gets SIGKILL at once. Returns non-zero only if one survives.
+# pid files: SIGTERM, wait up to GRACE_S, SIGKILL, wait. Returns non-zero
+# only if one survives.
 stop_pids() {
-	local grace=$1 name sig pid pids= left t0
+	local grace=$1 name pid pids= left t0
 	shift
 	for name in "$@"; do
-		sig=TERM
-		case $name in !*) sig=KILL; name=${name#!} ;; esac
 		pid=$(cat "$RUN/$name.pid" 2>/dev/null) || continue
 		if ours "$pid"; then
-			kill -s "$sig" "$pid" 2>/dev/null || true
+			kill -TERM "$pid" 2>/dev/null || true
 			pids="$pids $pid"
 		fi
 		rm -f "$RUN/$name.pid"
@@ -429,13 +447,11 @@ stop_gw() {
 }
 
 # stop_all: the gateway first (it talks to the OSD while it shuts down),
-# then OSD and monitor together. The OSD gets SIGKILL at once: on SIGTERM
-# a memstore OSD writes everything it holds to DIR/osd.0 (MemStore's
-# umount saves its collections), which is slow and useless here.
+# then OSD and monitor together.
 stop_all() {
 	local rc=0
 	stop_pids "$STOP_GRACE_S" "$GW_NAME" || rc=1
-	stop_pids "$STOP_GRACE_S" '!osd.0' mon.a || rc=1
+	stop_pids "$STOP_GRACE_S" osd.0 mon.a || rc=1
 	sweep || rc=1
 	return $rc
 }
@@ -513,13 +529,13 @@ start_mon() {
 		MON_PORT=$(pick_port) || fail "no free port"
 		write_conf
 		step "monmaptool (port $MON_PORT)" "$LOG/cmd.log"
-		logged cmd.log timeout "$CMD_TIMEOUT_S" monmaptool --create \
+		logged cmd.log timeout "$(cmd_limit)" monmaptool --create \
 			--clobber --fsid "$FSID" \
 			--addv a "[v1:127.0.0.1:$MON_PORT]" "$D/monmap" ||
 			fail "monmaptool failed"
 		step "ceph-mon --mkfs" "$LOG/cmd.log" "$LOG/mon.a.log"
 		rm -rf "$D/mon.a"
-		logged cmd.log timeout "$CMD_TIMEOUT_S" ceph-mon -c "$CONF" \
+		logged cmd.log timeout "$(cmd_limit)" ceph-mon -c "$CONF" \
 			--mkfs -i a --monmap "$D/monmap" ||
 			fail "ceph-mon --mkfs failed"
 		step "ceph-mon (port $MON_PORT)" "$LOG/mon.a.out" "$LOG/mon.a.log"
@@ -546,7 +562,7 @@ start_osd() {
 		fail "ceph osd new failed"
 	[ "$id" = 0 ] || fail "ceph osd new said '$id', wanted 0"
 	step "ceph-osd --mkfs" "$LOG/cmd.log" "$LOG/osd.0.log"
-	logged cmd.log timeout "$CMD_TIMEOUT_S" ceph-osd -c "$CONF" -i 0 \
+	logged cmd.log timeout "$(cmd_limit)" ceph-osd -c "$CONF" -i 0 \
 		--mkfs --osd-uuid "$uuid" || fail "ceph-osd --mkfs failed"
 	step "ceph osd crush add" "$LOG/cmd.log" "$LOG/mon.a.log"
 	logged cmd.log ceph_cmd osd crush add osd.0 1.0 \
@@ -703,14 +719,18 @@ cmd_start_gw() {
 	done
 	DEADLINE=
 	for try in 1 2 3; do
-		start_gw_on_port && break
+		if start_gw_on_port; then
+			echo "http://127.0.0.1:$RGW_PORT"
+			return 0
+		fi
 		fsid_race "$GW_NAME" && continue
 		msg "radosgw did not come back on port $RGW_PORT: $WAIT_WHY"
 		show_log "$LOG/$GW_NAME.out" "$GW_OUT_OFF"
 		show_log "$GW_LOG" "$GW_LOG_OFF"
 		exit 1
 	done
-	echo "http://127.0.0.1:$RGW_PORT"
+	msg "radosgw kept dying of the zero-fsid race"
+	exit 1
 }
 
 # ---------------------------------------------------------------------

@@ -332,12 +332,15 @@ int main(int argc, char **argv)
 	if (obj_open(&cfg, &b.st, &e) != OBJ_OK) {
 		obj_error_format(&e, line, sizeof(line));
 		fprintf(stderr, "objbench: %s\n", line);
+		free(b.items);
 		return 1;
 	}
 	pthread_mutex_init(&b.err_lock, NULL);
 	thr = calloc(parallel, sizeof(*thr));
 	if (!thr) {
+		fprintf(stderr, "objbench: out of memory\n");
 		obj_close(b.st);
+		free(b.items);
 		return 1;
 	}
 	t0 = now_s();
