@@ -350,18 +350,24 @@ obj_status obj_mpu_create(struct obj_store *st, const char *key,
 	return finish(st, rc, err, full);
 }
 
+static bool part_number_ok(unsigned number, const char *key,
+			   struct obj_error *err)
+{
+	if (number >= 1 && number <= OBJ_PARTS_MAX)
+		return true;
+	obj_err_set(err, OBJ_ERR_INVALID, key, "part number %u outside 1..%d",
+		    number, OBJ_PARTS_MAX);
+	return false;
+}
+
 obj_status obj_mpu_part_fd(struct obj_store *st, const char *key,
 			   const char *upload_id, unsigned number, int fd,
 			   off_t fd_off, size_t len, char etag_out[80],
 			   struct obj_error *err)
 {
 	WITH_KEY(st, key, err, full);
-	if (number < 1 || number > OBJ_PARTS_MAX) {
-		obj_err_set(err, OBJ_ERR_INVALID, key,
-			    "part number %u outside 1..%d", number,
-			    OBJ_PARTS_MAX);
+	if (!part_number_ok(number, key, err))
 		return finish(st, OBJ_ERR_INVALID, err, full);
-	}
 	rc = st->be->mpu_part(st, full, upload_id, number, NULL, fd, fd_off,
 			      len, etag_out, err);
 	return finish(st, rc, err, full);
@@ -373,12 +379,8 @@ obj_status obj_mpu_part(struct obj_store *st, const char *key,
 			struct obj_error *err)
 {
 	WITH_KEY(st, key, err, full);
-	if (number < 1 || number > OBJ_PARTS_MAX) {
-		obj_err_set(err, OBJ_ERR_INVALID, key,
-			    "part number %u outside 1..%d", number,
-			    OBJ_PARTS_MAX);
+	if (!part_number_ok(number, key, err))
 		return finish(st, OBJ_ERR_INVALID, err, full);
-	}
 	rc = st->be->mpu_part(st, full, upload_id, number, buf, -1, 0, len,
 			      etag_out, err);
 	return finish(st, rc, err, full);

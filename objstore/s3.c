@@ -311,6 +311,21 @@ static obj_status s3_put(struct obj_store *st, const char *key,
 	return done(&r, rc);
 }
 
+/* The ETag element of an XML reply, quotes removed, into out[80]. */
+static void xml_etag(const struct s3_buf *xml, char *out)
+{
+	char etag[80] = "";
+	size_t l;
+
+	s3_xml_find(xml->data, xml->len, "ETag", etag, sizeof(etag));
+	l = strlen(etag);
+	if (l >= 2 && etag[0] == '"' && etag[l - 1] == '"') {
+		etag[l - 1] = '\0';
+		memmove(etag, etag + 1, l - 1);
+	}
+	snprintf(out, 80, "%s", etag);
+}
+
 /* Runs r with its 2xx XML reply in *xml (bounded). */
 static obj_status run_xml(struct s3_store *s3, struct s3_req *r,
 			  struct s3_buf *xml, struct obj_error *err)
@@ -425,18 +440,7 @@ static obj_status s3_mpu_complete(struct obj_store *st, const char *key,
 	r.up_len = body.len;
 	rc = run_xml(S3(st), &r, &xml, err);
 	if (rc == OBJ_OK && etag_out) {
-		char etag[80] = "";
-
-		s3_xml_find(xml.data, xml.len, "ETag", etag, sizeof(etag));
-		/* The XML ETag is quoted ("&quot;" decoded by expat). */
-		if (etag[0] == '"') {
-			size_t l = strlen(etag);
-
-			memmove(etag, etag + 1, l);
-			if (l >= 2 && etag[l - 2] == '"')
-				etag[l - 2] = '\0';
-		}
-		snprintf(etag_out, 80, "%s", etag);
+		xml_etag(&xml, etag_out);
 	}
 	s3_buf_free(&xml);
 	s3_buf_free(&body);
@@ -656,17 +660,7 @@ static obj_status s3_copy(struct obj_store *st, const char *src,
 	if (rc == OBJ_ERR_NOT_FOUND)
 		snprintf(err->key, sizeof(err->key), "%s", src);
 	if (rc == OBJ_OK && etag_out) {
-		char etag[80] = "";
-
-		s3_xml_find(xml.data, xml.len, "ETag", etag, sizeof(etag));
-		if (etag[0] == '"') {
-			size_t l = strlen(etag);
-
-			memmove(etag, etag + 1, l);
-			if (l >= 2 && etag[l - 2] == '"')
-				etag[l - 2] = '\0';
-		}
-		snprintf(etag_out, 80, "%s", etag);
+		xml_etag(&xml, etag_out);
 	}
 	s3_buf_free(&xml);
 	return done(&r, rc);
