@@ -14,7 +14,9 @@
  *       (null, the default: what curl -o /dev/null does) or into a memfd
  *       (memfd: the bytes land in fresh memory), or obj_head + one obj_get
  *       into a malloc'd buffer of the object's size (buf: a single request,
- *       no split).
+ *       no split).  --length BYTES reads only [0, BYTES) of each object
+ *       (a diagnostic: obj_get_fd then skips its HEAD when BYTES is at
+ *       most the part size, and buf skips objbench's own HEAD).
  *   objbench put URL FILE... [--key-prefix P] [--parallel N]
  *       N threads (default: one per file) each take the next file and
  *       upload it with obj_put_fd to key P + basename(FILE) (a parallel
@@ -58,6 +60,7 @@ struct bench {
 	struct obj_store *st;
 	bool put;
 	enum sink sink;
+	uint64_t length;         /* get: bytes from the start; UINT64_MAX all */
 	const char *key_prefix;
 	char **items;            /* keys (get) or file names (put) */
 	size_t nitems;
@@ -73,7 +76,7 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: objbench get URL KEY... [--parallel N] "
-		"[--sink null|memfd|buf]\n"
+		"[--sink null|memfd|buf] [--length BYTES]\n"
 		"       objbench put URL FILE... [--key-prefix P] "
 		"[--parallel N]\n"
 		"options: --endpoint URL --part-size BYTES --threshold BYTES\n"
@@ -148,22 +151,27 @@ static void get_one(struct bench *b, const char *key, int null_fd)
 	obj_status rc;
 
 	if (b->sink == SINK_BUF) {
-		struct obj_meta m;
+		uint64_t size = b->length;
 		size_t n = 0;
 		void *buf;
 
-		rc = obj_head(b->st, key, &m, &e);
-		if (rc != OBJ_OK) {
-			fail(b, "HEAD", &e);
-			return;
+		if (size == UINT64_MAX) {
+			struct obj_meta m;
+
+			rc = obj_head(b->st, key, &m, &e);
+			if (rc != OBJ_OK) {
+				fail(b, "HEAD", &e);
+				return;
+			}
+			size = m.size_bytes;
+			obj_meta_release(&m);
 		}
-		obj_meta_release(&m);
-		buf = malloc(m.size_bytes ? (size_t)m.size_bytes : 1);
+		buf = malloc(size ? (size_t)size : 1);
 		if (!buf) {
 			fail_errno(b, "malloc for", key);
 			return;
 		}
-		rc = obj_get(b->st, key, 0, (size_t)m.size_bytes, buf, &n, &e);
+		rc = obj_get(b->st, key, 0, (size_t)size, buf, &n, &e);
 		free(buf);
 		got = n;
 	} else if (b->sink == SINK_MEMFD) {
@@ -173,10 +181,10 @@ static void get_one(struct bench *b, const char *key, int null_fd)
 			fail_errno(b, "memfd_create for", key);
 			return;
 		}
-		rc = obj_get_fd(b->st, key, 0, UINT64_MAX, fd, 0, &got, &e);
+		rc = obj_get_fd(b->st, key, 0, b->length, fd, 0, &got, &e);
 		close(fd);
 	} else {
-		rc = obj_get_fd(b->st, key, 0, UINT64_MAX, null_fd, 0, &got,
+		rc = obj_get_fd(b->st, key, 0, b->length, null_fd, 0, &got,
 				&e);
 	}
 	if (rc != OBJ_OK) {
@@ -265,7 +273,8 @@ static void json_str(const char *s)
 int main(int argc, char **argv)
 {
 	static const char *const sink_names[] = { "null", "memfd", "buf" };
-	struct bench b = { .key_prefix = "", .sink = SINK_NULL };
+	struct bench b = { .key_prefix = "", .sink = SINK_NULL,
+			   .length = UINT64_MAX };
 	struct obj_config cfg;
 	struct obj_stats stats;
 	struct obj_error e;
@@ -303,6 +312,8 @@ int main(int argc, char **argv)
 				(size_t)parse_size(a, ARG());
 		else if (!strcmp(a, "--max-parallel"))
 			cfg.max_parallel = (unsigned)parse_size(a, ARG());
+		else if (!strcmp(a, "--length") && !b.put)
+			b.length = parse_size(a, ARG());
 		else if (!strcmp(a, "--key-prefix") && b.put)
 			b.key_prefix = ARG();
 		else if (!strcmp(a, "--sink") && !b.put) {
