@@ -268,10 +268,13 @@ void obj_list_page_release(struct obj_list_page *p)
 void obj_get_stats(struct obj_store *st, struct obj_stats *o)
 {
 	o->requests = atomic_load(&st->n_requests);
+	o->get_requests = atomic_load(&st->n_gets);
 	o->retries = atomic_load(&st->n_retries);
 	o->errors = atomic_load(&st->n_errors);
 	o->bytes_in = atomic_load(&st->n_bytes_in);
 	o->bytes_out = atomic_load(&st->n_bytes_out);
+	for (int i = 0; i <= OBJ_ERR_OTHER; i++)
+		o->errors_by_status[i] = atomic_load(&st->n_err_by[i]);
 }
 
 /* Every entry point: reset err, build the full key, count failures. */
@@ -293,6 +296,8 @@ static obj_status finish(struct obj_store *st, obj_status rc,
 	if (rc != OBJ_OK) {
 		err->status = rc;
 		atomic_fetch_add(&st->n_errors, 1);
+		if ((unsigned)rc <= OBJ_ERR_OTHER)
+			atomic_fetch_add(&st->n_err_by[rc], 1);
 	}
 	return rc;
 }
@@ -325,6 +330,7 @@ obj_status obj_get(struct obj_store *st, const char *key, uint64_t off,
 	uint64_t got = 0;
 
 	WITH_KEY(st, key, err, full);
+	atomic_fetch_add(&st->n_gets, 1);
 	rc = st->be->get(st, full, off, len, buf, -1, 0, &got, err);
 	if (got_bytes)
 		*got_bytes = (size_t)got;
@@ -529,6 +535,7 @@ static void *xfer_worker(void *arg)
 						 x->parts[i].etag, &e);
 			got = plen;
 		} else {
+			atomic_fetch_add(&x->st->n_gets, 1);
 			rc = x->st->be->get(x->st, x->full, x->off + poff,
 					    plen, NULL, x->fd,
 					    x->fd_off + (off_t)poff, &got, &e);
@@ -598,6 +605,8 @@ obj_status obj_get_fd(struct obj_store *st, const char *key, uint64_t off,
 	if (!st->be->split_ranges || len <= st->cfg.part_size_bytes) {
 		uint64_t got = 0;
 
+		if (len)
+			atomic_fetch_add(&st->n_gets, 1);
 		rc = len ? st->be->get(st, full, off, len, NULL, fd, fd_off,
 				       &got, err) : OBJ_OK;
 		if (got_bytes)

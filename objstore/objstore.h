@@ -219,10 +219,12 @@ obj_status obj_copy(struct obj_store *st, const char *src_key,
 /* Counters since open, for `fmfs status` and benchmarks. */
 struct obj_stats {
 	uint64_t requests;
+	uint64_t get_requests;  /* ranged GETs of object bytes */
 	uint64_t retries;
 	uint64_t errors;
 	uint64_t bytes_in;
 	uint64_t bytes_out;
+	uint64_t errors_by_status[OBJ_ERR_OTHER + 1]; /* index: obj_status */
 };
 void obj_get_stats(struct obj_store *st, struct obj_stats *out);
 

@@ -124,8 +124,9 @@ struct obj_store {
 	char *prefix;             /* "" or "PREFIX/"; prepended to keys */
 	char desc[512];
 	void *priv;               /* the backend's own state */
-	atomic_uint_fast64_t n_requests, n_retries, n_errors;
+	atomic_uint_fast64_t n_requests, n_retries, n_errors, n_gets;
 	atomic_uint_fast64_t n_bytes_in, n_bytes_out;
+	atomic_uint_fast64_t n_err_by[OBJ_ERR_OTHER + 1];
 };
 
 /* Full key = prefix + key; NULL (and err set) if too long. */

@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cache.h - the persistent NVMe cache of fmfs: object bytes in fixed-size
+ * blocks, one sparse cache file per object on the cache disk, an index in
+ * SQLite (WAL) that survives unmount and kill -9, a CRC32C per block
+ * checked before a block is first served, LRU eviction under a size cap,
+ * and fetching of missing blocks from the object store (coalesced ranged
+ * GETs, several in parallel, bytes landing in the cache file through an
+ * io_uring engine) with a per-reader readahead window under one global
+ * bound on bytes in flight.
+ *
+ * Objects are identified by key and version (ETag + size): opening a key
+ * whose version differs from the cached one drops the old blocks.
+ *
+ * Threads: every function is safe to call from any thread.  A struct
+ * cache_file is reference counted: each cache_file_open is matched by one
+ * cache_file_close; the cache never evicts blocks of an open file that a
+ * reader is waiting on, nor unlinks an open file's cache file.
+ *
+ * Errors: 0 or a negative errno.  -EIO means the object store failed or
+ * did not answer within fetch_timeout_ms; the cause is logged and counted
+ * in the stats.  Cached blocks are served even when the store is down.
+ */
+#ifndef FMFS_CACHE_H
+#define FMFS_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "objstore/objstore.h"
+
+struct cache_config {
+	const char *dir;              /* cache directory; created if missing */
+	const char *store_id;         /* the store URL; a cache dir serves one */
+	uint64_t size_bytes;          /* cap on cached bytes (never exceeded) */
+	uint32_t block_bytes;         /* 0: 1 MiB; fixed for a cache dir */
+	unsigned high_pct, low_pct;   /* evict above high until low; 0: 95/85 */
+	uint64_t readahead_first_bytes; /* first window; 0: 1 MiB */
+	uint64_t readahead_max_bytes;   /* per-reader window cap; 0: 64 MiB */
+	uint64_t inflight_max_bytes;    /* all fetches together; 0: 256 MiB */
+	unsigned fetch_parallel;        /* ranged GETs at once; 0: 16 */
+	unsigned fetch_timeout_ms;      /* a waiting reader gives up; 0: 30000 */
+};
+void cache_config_init(struct cache_config *cfg);
+
+struct cache;
+
+/* Opens or creates the cache in cfg->dir for store st (borrowed: must
+ * outlive the cache).  Fails with a message (msg) if the directory is not
+ * usable, belongs to another store, has another block size, or the index
+ * is corrupt beyond repair (then the message says which file to remove). */
+int cache_open(const struct cache_config *cfg, struct obj_store *st,
+	       struct cache **out, char *msg, size_t msg_len);
+/* Waits for fetches in flight, writes the index, frees everything. */
+void cache_close(struct cache *c);
+
+struct cache_file;
+
+/* Opens the cache entry of key at version (size_bytes, etag), creating it
+ * if needed.  Never contacts the store. */
+int cache_file_open(struct cache *c, const char *key, uint64_t size_bytes,
+		    const char *etag, struct cache_file **out);
+void cache_file_close(struct cache_file *f);
+
+/* Makes [off, off+len) present and verified (clipped to the object size),
+ * fetching what is missing, and waits for it. */
+int cache_file_ensure(struct cache_file *f, uint64_t off, uint64_t len);
+/* The cache file's descriptor, valid while f is open: after
+ * cache_file_ensure, [off, off+len) may be read from it directly (for
+ * fuse_reply_data with FUSE_BUF_IS_FD). */
+int cache_file_fd(struct cache_file *f);
+/* cache_file_ensure then pread into buf; returns bytes read or -errno. */
+ssize_t cache_file_read(struct cache_file *f, void *buf, size_t len,
+			uint64_t off);
+
+/* Per-open-handle sequential detection and readahead.  Call
+ * cache_reader_note before serving each read of the handle: a sequential
+ * reader gets a window that starts at readahead_first_bytes and doubles
+ * up to readahead_max_bytes, fetched ahead in the background; a random
+ * reader gets none.  Not thread-safe per reader (one per handle, FUSE
+ * serialises nothing: the caller locks if reads on one handle race). */
+struct cache_reader {
+	uint64_t next_off;      /* where a sequential reader reads next */
+	uint64_t window_bytes;  /* current window, 0 until sequential */
+	uint64_t ahead_off;     /* readahead issued up to here */
+	unsigned seq_hits;
+};
+void cache_reader_note(struct cache_file *f, struct cache_reader *r,
+		       uint64_t off, size_t len);
+
+/* Background fetch of [off, off+len) within the in-flight bound. */
+void cache_file_prefetch(struct cache_file *f, uint64_t off, uint64_t len);
+
+/* Fetches a whole object (for `fmfs prefetch`); waits if wait is true. */
+int cache_warm(struct cache *c, const char *key, uint64_t size_bytes,
+	       const char *etag, bool wait);
+/* Drops a key's cached blocks (not while open: -EBUSY). */
+int cache_evict_key(struct cache *c, const char *key);
+
+struct cache_stats {
+	uint64_t cap_bytes, used_bytes;
+	uint64_t objects, blocks;
+	uint64_t hits, misses;          /* blocks served from cache / fetched */
+	uint64_t bytes_fetched;
+	uint64_t inflight_bytes;        /* readahead and fetches under way */
+	uint64_t evictions;             /* blocks evicted */
+	uint64_t crc_failures;          /* blocks that failed verification */
+	uint64_t fetch_errors;
+	bool connected;                 /* last store request succeeded */
+};
+void cache_get_stats(struct cache *c, struct cache_stats *out);
+
+/* CRC32C (Castagnoli) of a buffer, hardware-accelerated when possible. */
+uint32_t cache_crc32c(uint32_t crc, const void *buf, size_t len);
+
+#endif /* FMFS_CACHE_H */

@@ -1,0 +1,407 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ctl.c - the control socket of a mount: a Unix stream socket (path in
+ * fs_config.ctl_path, published as the root's FS_CTL_XATTR) answering
+ * `fmfs status`, `fmfs prefetch` and `fmfs evict` with the protocol in
+ * fs.h.  One request per connection; each connection is served by a
+ * detached thread, at most CTL_CONN_MAX at once.  Prefetch warms files
+ * with CTL_WARM_THREADS workers, so thousands of small files go in
+ * parallel, bounded by the cache's own in-flight limits.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "fs_int.h"
+
+#define CTL_CONN_MAX 8
+#define CTL_WARM_THREADS 16
+#define CTL_LINE_MAX 4200
+
+static atomic_int ctl_conns;
+
+struct warm_job {
+	struct fs *fs;
+	bool evict;
+	pthread_mutex_t lock;        /* protects the fields below */
+	char **keys;
+	uint64_t *sizes;
+	char (*etags)[80];
+	size_t n, next;
+	uint64_t files, bytes, errors;
+	char first_error[256];
+};
+
+static void job_add(struct warm_job *j, const char *key, uint64_t size,
+		    const char *etag, size_t *cap)
+{
+	if (j->n == *cap) {
+		size_t nc = *cap ? *cap * 2 : 256;
+		char **k = realloc(j->keys, nc * sizeof(*k));
+		uint64_t *s = k ? realloc(j->sizes, nc * sizeof(*s)) : NULL;
+		char (*e)[80] = s ? realloc(j->etags, nc * sizeof(*e)) : NULL;
+
+		if (k)
+			j->keys = k;
+		if (s)
+			j->sizes = s;
+		if (!e) {
+			j->errors++;
+			return;
+		}
+		j->etags = e;
+		*cap = nc;
+	}
+	j->keys[j->n] = strdup(key);
+	if (!j->keys[j->n]) {
+		j->errors++;
+		return;
+	}
+	j->sizes[j->n] = size;
+	snprintf(j->etags[j->n], 80, "%s", etag);
+	j->n++;
+}
+
+/* Lists every object under prefix (no delimiter) into the job. */
+static int job_collect(struct warm_job *j, const char *prefix)
+{
+	char *token = NULL;
+	size_t cap = 0;
+	int rc = 0;
+
+	do {
+		struct obj_list_page pg;
+		struct obj_error err;
+		obj_status st = obj_list(j->fs->cfg.st, prefix, NULL, token,
+					 1000, &pg, &err);
+
+		free(token);
+		token = NULL;
+		if (st != OBJ_OK) {
+			obj_error_format(&err, j->first_error,
+					 sizeof(j->first_error));
+			return fs_obj_errno(j->fs, st, &err);
+		}
+		for (size_t i = 0; i < pg.nentries; i++) {
+			size_t kl = strlen(pg.entries[i].key);
+
+			if (kl && pg.entries[i].key[kl - 1] == '/')
+				continue; /* directory marker */
+			job_add(j, pg.entries[i].key, pg.entries[i].size_bytes,
+				pg.entries[i].etag, &cap);
+		}
+		if (pg.next_token && !(token = strdup(pg.next_token)))
+			rc = -ENOMEM;
+		obj_list_page_release(&pg);
+	} while (!rc && token);
+	free(token);
+	return rc;
+}
+
+static void *job_worker(void *arg)
+{
+	struct warm_job *j = arg;
+
+	for (;;) {
+		size_t i;
+		int rc;
+
+		pthread_mutex_lock(&j->lock);
+		i = j->next++;
+		pthread_mutex_unlock(&j->lock);
+		if (i >= j->n)
+			return NULL;
+		rc = j->evict ? cache_evict_key(j->fs->cfg.cache, j->keys[i]) :
+		     cache_warm(j->fs->cfg.cache, j->keys[i], j->sizes[i],
+				j->etags[i], true);
+		pthread_mutex_lock(&j->lock);
+		if (rc) {
+			j->errors++;
+			if (!j->first_error[0])
+				snprintf(j->first_error, sizeof(j->first_error),
+					 "%s: %s", j->keys[i], strerror(-rc));
+		} else {
+			j->files++;
+			j->bytes += j->sizes[i];
+		}
+		pthread_mutex_unlock(&j->lock);
+	}
+}
+
+static void job_run(struct warm_job *j)
+{
+	pthread_t t[CTL_WARM_THREADS];
+	size_t n = j->n < CTL_WARM_THREADS ? j->n : CTL_WARM_THREADS, started;
+
+	for (started = 0; started < n; started++)
+		if (pthread_create(&t[started], NULL, job_worker, j))
+			break;
+	if (!started)
+		job_worker(j);
+	for (size_t i = 0; i < started; i++)
+		pthread_join(t[i], NULL);
+}
+
+static void job_free(struct warm_job *j)
+{
+	for (size_t i = 0; i < j->n; i++)
+		free(j->keys[i]);
+	free(j->keys);
+	free(j->sizes);
+	free(j->etags);
+	pthread_mutex_destroy(&j->lock);
+}
+
+/* prefetch / evict of a path relative to the mount root. */
+static void do_warm(struct fs *fs, FILE *out, const char *path, bool evict,
+		    bool wait)
+{
+	struct warm_job j;
+	struct fs_entry e;
+	char key[OBJ_KEY_MAX + 2];
+	int rc;
+
+	memset(&j, 0, sizeof(j));
+	j.fs = fs;
+	j.evict = evict;
+	pthread_mutex_init(&j.lock, NULL);
+	rc = fs_resolve(fs, path, &e, key, sizeof(key));
+	if (rc) {
+		fprintf(out, "error %s: %s\n", *path ? path : "/",
+			strerror(-rc));
+		job_free(&j);
+		return;
+	}
+	if (e.is_dir) {
+		rc = job_collect(&j, key);
+	} else {
+		size_t cap = 0;
+
+		job_add(&j, key, e.size_bytes, e.etag, &cap);
+	}
+	if (rc) {
+		fprintf(out, "error listing %s: %s\n", path,
+			j.first_error[0] ? j.first_error : strerror(-rc));
+		job_free(&j);
+		return;
+	}
+	if (!wait && !evict) {
+		/* Start in the background: answer at once.  Files are small
+		 * jobs; the cache bounds the bytes in flight. */
+		for (size_t i = 0; i < j.n; i++)
+			cache_warm(fs->cfg.cache, j.keys[i], j.sizes[i],
+				   j.etags[i], false);
+		fprintf(out, "ok %zu files queued\n", j.n);
+		job_free(&j);
+		return;
+	}
+	job_run(&j);
+	if (j.errors)
+		fprintf(out, "error %llu of %zu files failed, first: %s\n",
+			(unsigned long long)j.errors, j.n, j.first_error);
+	else
+		fprintf(out, "ok %llu files %llu bytes 0 errors\n",
+			(unsigned long long)j.files,
+			(unsigned long long)j.bytes);
+	job_free(&j);
+}
+
+/* One "name: value" line, or one JSON member. */
+static void kv(FILE *out, bool json, bool *first, const char *name,
+	       const char *val, bool quote)
+{
+	if (json)
+		fprintf(out, "%s\"%s\": %s%s%s", *first ? "{" : ", ", name,
+			quote ? "\"" : "", val, quote ? "\"" : "");
+	else
+		fprintf(out, "%s: %s\n", name, val);
+	*first = false;
+}
+
+static void kv_u64(FILE *out, bool json, bool *first, const char *name,
+		   uint64_t v)
+{
+	char buf[32];
+
+	snprintf(buf, sizeof(buf), "%llu", (unsigned long long)v);
+	kv(out, json, first, name, buf, false);
+}
+
+static void do_status(struct fs *fs, FILE *out, bool json)
+{
+	struct cache_stats c;
+	struct obj_stats o;
+	bool first = true;
+
+	cache_get_stats(fs->cfg.cache, &c);
+	obj_get_stats(fs->cfg.st, &o);
+	kv(out, json, &first, "mountpoint", fs->cfg.mountpoint, true);
+	kv(out, json, &first, "store", fs->cfg.store_url, true);
+	kv(out, json, &first, "mode", fs_mode_name(fs->cfg.mode), true);
+	kv(out, json, &first, "connected", c.connected ? "true" : "false",
+	   false);
+	kv_u64(out, json, &first, "uptime_s",
+	       (fs_now_ms() - fs->started_ms) / 1000);
+	kv_u64(out, json, &first, "cache_cap_bytes", c.cap_bytes);
+	kv_u64(out, json, &first, "cache_used_bytes", c.used_bytes);
+	kv_u64(out, json, &first, "cache_objects", c.objects);
+	kv_u64(out, json, &first, "cache_blocks", c.blocks);
+	kv_u64(out, json, &first, "hits", c.hits);
+	kv_u64(out, json, &first, "misses", c.misses);
+	kv_u64(out, json, &first, "bytes_fetched", c.bytes_fetched);
+	kv_u64(out, json, &first, "readahead_inflight_bytes", c.inflight_bytes);
+	kv_u64(out, json, &first, "evictions", c.evictions);
+	kv_u64(out, json, &first, "crc_failures", c.crc_failures);
+	kv_u64(out, json, &first, "fetch_errors", c.fetch_errors);
+	kv_u64(out, json, &first, "open_files", atomic_load(&fs->open_files));
+	kv_u64(out, json, &first, "lookups", atomic_load(&fs->lookups));
+	kv_u64(out, json, &first, "listings", atomic_load(&fs->listings));
+	kv_u64(out, json, &first, "skipped_names",
+	       atomic_load(&fs->skipped_names));
+	kv_u64(out, json, &first, "store_requests", o.requests);
+	kv_u64(out, json, &first, "store_get_requests", o.get_requests);
+	kv_u64(out, json, &first, "store_retries", o.retries);
+	kv_u64(out, json, &first, "store_errors", o.errors);
+	for (int i = 1; i <= OBJ_ERR_OTHER; i++) {
+		char name[64];
+
+		snprintf(name, sizeof(name), "store_errors_%s",
+			 obj_status_name((obj_status)i));
+		for (char *p = name; *p; p++)
+			if (*p == '-')
+				*p = '_';
+		kv_u64(out, json, &first, name, o.errors_by_status[i]);
+	}
+	if (json)
+		fputs("}\n", out);
+}
+
+struct conn {
+	struct fs *fs;
+	int fd;
+};
+
+static void *conn_main(void *arg)
+{
+	struct conn *c = arg;
+	char line[CTL_LINE_MAX];
+	FILE *f = fdopen(c->fd, "r+");
+
+	if (!f) {
+		close(c->fd);
+		goto out;
+	}
+	if (fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\r\n")] = '\0';
+		fseek(f, 0, SEEK_CUR); /* switch the stream to writing */
+		if (!strcmp(line, "status"))
+			do_status(c->fs, f, false);
+		else if (!strcmp(line, "status-json"))
+			do_status(c->fs, f, true);
+		else if (!strncmp(line, "prefetch-wait ", 14))
+			do_warm(c->fs, f, line + 14, false, true);
+		else if (!strncmp(line, "prefetch ", 9))
+			do_warm(c->fs, f, line + 9, false, false);
+		else if (!strncmp(line, "evict ", 6))
+			do_warm(c->fs, f, line + 6, true, true);
+		else
+			fprintf(f, "error unknown request\n");
+	}
+	fclose(f);
+out:
+	atomic_fetch_sub(&ctl_conns, 1);
+	free(c);
+	return NULL;
+}
+
+static void *ctl_main(void *arg)
+{
+	struct fs *fs = arg;
+
+	while (!atomic_load(&fs->stopping)) {
+		int fd = accept4(fs->ctl_fd, NULL, NULL, SOCK_CLOEXEC);
+		struct conn *c;
+		pthread_attr_t at;
+		pthread_t t;
+
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			break; /* closed by fs_ctl_stop */
+		}
+		c = malloc(sizeof(*c));
+		if (!c || atomic_fetch_add(&ctl_conns, 1) >= CTL_CONN_MAX) {
+			if (c)
+				atomic_fetch_sub(&ctl_conns, 1);
+			free(c);
+			if (write(fd, "error busy\n", 11) < 0) {
+				/* nothing to do */
+			}
+			close(fd);
+			continue;
+		}
+		c->fs = fs;
+		c->fd = fd;
+		pthread_attr_init(&at);
+		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+		if (pthread_create(&t, &at, conn_main, c)) {
+			atomic_fetch_sub(&ctl_conns, 1);
+			close(fd);
+			free(c);
+		}
+		pthread_attr_destroy(&at);
+	}
+	return NULL;
+}
+
+int fs_ctl_start(struct fs *fs, char *msg, size_t ml)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	const char *path = fs->cfg.ctl_path;
+
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		snprintf(msg, ml, "control socket path too long: %s", path);
+		return -ENAMETOOLONG;
+	}
+	strcpy(sa.sun_path, path);
+	unlink(path); /* a stale socket of a dead daemon */
+	fs->ctl_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fs->ctl_fd < 0 ||
+	    bind(fs->ctl_fd, (struct sockaddr *)&sa, sizeof(sa)) ||
+	    listen(fs->ctl_fd, 16)) {
+		int e = errno;
+
+		snprintf(msg, ml, "control socket %s: %s", path, strerror(e));
+		if (fs->ctl_fd >= 0)
+			close(fs->ctl_fd);
+		fs->ctl_fd = -1;
+		return -e;
+	}
+	if (pthread_create(&fs->ctl_thread, NULL, ctl_main, fs)) {
+		close(fs->ctl_fd);
+		fs->ctl_fd = -1;
+		unlink(path);
+		snprintf(msg, ml, "cannot start the control thread");
+		return -EAGAIN;
+	}
+	return 0;
+}
+
+void fs_ctl_stop(struct fs *fs)
+{
+	if (fs->ctl_fd < 0)
+		return;
+	atomic_store(&fs->stopping, true);
+	shutdown(fs->ctl_fd, SHUT_RDWR);
+	close(fs->ctl_fd);
+	pthread_join(fs->ctl_thread, NULL);
+	unlink(fs->cfg.ctl_path);
+	fs->ctl_fd = -1;
+	/* Detached connection threads finish on their own; wait briefly. */
+	for (int i = 0; i < 100 && atomic_load(&ctl_conns) > 0; i++)
+		usleep(50 * 1000);
+}

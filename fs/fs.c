@@ -1,0 +1,697 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fs.c - the FUSE low-level operations of fmfs and the mount loop.
+ *
+ * Read side: lookup, getattr, readdir/readdirplus, open, read, release,
+ * statfs, getxattr/listxattr.  Names and attributes come from the cached
+ * listings of inode.c; bytes come from the cache (cache/), which fetches
+ * what is missing.  A read is answered from the cache file's descriptor
+ * (FUSE_BUF_IS_FD), so a hit costs a block-presence check and the kernel's
+ * copy; keep_cache is set while an object's ETag is unchanged, so a
+ * re-read is served by the page cache without reaching us.  Writes are
+ * refused (EROFS) until write-back exists.
+ *
+ * Each reply is exactly one fuse_reply_* per request.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include "fs_int.h"
+
+/* An open file: the cache entry and the reader's readahead state. */
+struct fs_handle {
+	struct cache_file *cf;
+	pthread_mutex_t lock;   /* protects rd */
+	struct cache_reader rd;
+	uint64_t size_bytes;
+};
+
+static struct fs *FS(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static double ttl(const struct fs *fs)
+{
+	return (double)fs->cfg.refresh_s;
+}
+
+/* Called with fs->lock held (attributes). */
+static void fill_attr(const struct fs *fs, const struct fs_inode *in,
+		      struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = in->ino;
+	st->st_uid = getuid();
+	st->st_gid = getgid();
+	st->st_blksize = 1 << 20;
+	if (in->is_dir) {
+		st->st_mode = S_IFDIR | 0555;
+		st->st_nlink = 2;
+	} else {
+		st->st_mode = S_IFREG | 0444;
+		st->st_nlink = 1;
+		st->st_size = (off_t)in->size_bytes;
+		st->st_blocks = (blkcnt_t)((in->size_bytes + 511) / 512);
+		st->st_mtim.tv_sec = in->mtime_s;
+		st->st_ctim.tv_sec = in->mtime_s;
+		st->st_atim.tv_sec = in->mtime_s;
+	}
+	if (in->is_dir)
+		st->st_mtim = st->st_ctim = st->st_atim =
+			(struct timespec){ fs->mount_time_s, 0 };
+}
+
+static void reply_entry(fuse_req_t req, struct fs *fs, struct fs_inode *in)
+{
+	struct fuse_entry_param ep;
+
+	memset(&ep, 0, sizeof(ep));
+	ep.ino = in->ino;
+	ep.generation = 1;
+	fill_attr(fs, in, &ep.attr);
+	ep.attr_timeout = ttl(fs);
+	ep.entry_timeout = ttl(fs);
+	fuse_reply_entry(req, &ep);
+}
+
+static void op_init(void *userdata, struct fuse_conn_info *conn)
+{
+	(void)userdata;
+	/* 1 MiB requests: libfuse derives max_pages from max_write. */
+	conn->max_write = 1 << 20;
+	conn->max_readahead = 1 << 20;
+	if (conn->capable & FUSE_CAP_SPLICE_READ)
+		conn->want |= FUSE_CAP_SPLICE_READ;
+	conn->want &= ~(unsigned)FUSE_CAP_AUTO_INVAL_DATA;
+}
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct fs *fs = FS(req);
+	struct fs_inode *dir = fs_inode_get(fs, parent), *in;
+	const struct fs_entry *e;
+	struct fs_listing *l;
+	int err = 0;
+
+	atomic_fetch_add(&fs->lookups, 1);
+	if (!dir || !dir->is_dir) {
+		fuse_reply_err(req, dir ? ENOTDIR : ENOENT);
+		return;
+	}
+	l = fs_dir_listing(fs, dir, &err);
+	if (!l) {
+		fuse_reply_err(req, -err);
+		return;
+	}
+	e = fs_listing_find(l, name);
+	if (!e) {
+		/* Negative entry: the kernel remembers it for refresh_s. */
+		struct fuse_entry_param ep;
+
+		fs_listing_put(l);
+		memset(&ep, 0, sizeof(ep));
+		ep.entry_timeout = ttl(fs);
+		fuse_reply_entry(req, &ep);
+		return;
+	}
+	pthread_mutex_lock(&fs->lock);
+	in = fs_inode_ref(fs, dir, e);
+	if (in)
+		reply_entry(req, fs, in);
+	pthread_mutex_unlock(&fs->lock);
+	fs_listing_put(l);
+	if (!in)
+		fuse_reply_err(req, ENOMEM);
+}
+
+static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t n)
+{
+	struct fs *fs = FS(req);
+	struct fs_inode *in = fs_inode_get(fs, ino);
+
+	if (in)
+		fs_inode_forget(fs, in, n);
+	fuse_reply_none(req);
+}
+
+static void op_forget_multi(fuse_req_t req, size_t count,
+			    struct fuse_forget_data *f)
+{
+	struct fs *fs = FS(req);
+
+	for (size_t i = 0; i < count; i++) {
+		struct fs_inode *in = fs_inode_get(fs, f[i].ino);
+
+		if (in)
+			fs_inode_forget(fs, in, f[i].nlookup);
+	}
+	fuse_reply_none(req);
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino,
+		       struct fuse_file_info *fi)
+{
+	struct fs *fs = FS(req);
+	struct fs_inode *in = fs_inode_get(fs, ino);
+	struct stat st;
+
+	(void)fi;
+	if (!in) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	pthread_mutex_lock(&fs->lock);
+	fill_attr(fs, in, &st);
+	pthread_mutex_unlock(&fs->lock);
+	fuse_reply_attr(req, &st, ttl(fs));
+}
+
+static void op_opendir(fuse_req_t req, fuse_ino_t ino,
+		       struct fuse_file_info *fi)
+{
+	struct fs *fs = FS(req);
+	struct fs_inode *in = fs_inode_get(fs, ino);
+	struct fs_listing *l;
+	int err = 0;
+
+	if (!in || !in->is_dir) {
+		fuse_reply_err(req, in ? ENOTDIR : ENOENT);
+		return;
+	}
+	/* The listing at opendir time: offsets stay stable while read. */
+	l = fs_dir_listing(fs, in, &err);
+	if (!l) {
+		fuse_reply_err(req, -err);
+		return;
+	}
+	fi->fh = (uintptr_t)l;
+	fi->cache_readdir = 1;
+	fi->keep_cache = 1;
+	if (fuse_reply_open(req, fi) == -ENOENT)
+		fs_listing_put(l); /* interrupted */
+}
+
+static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
+		       off_t off, struct fuse_file_info *fi, bool plus)
+{
+	struct fs *fs = FS(req);
+	struct fs_listing *l = (struct fs_listing *)(uintptr_t)fi->fh;
+	struct fs_inode *dir = fs_inode_get(fs, ino);
+	char *buf = malloc(size), *p = buf;
+	size_t left = size;
+
+	if (!buf || !dir) {
+		free(buf);
+		fuse_reply_err(req, buf ? ENOENT : ENOMEM);
+		return;
+	}
+	/* Offsets: 1 ".", 2 "..", then 3 + i for entry i. */
+	for (off_t i = off; (size_t)i < l->n + 2; i++) {
+		const struct fs_entry *e = i >= 2 ? &l->e[i - 2] : NULL;
+		const char *name = i == 0 ? "." : i == 1 ? ".." : e->name;
+		struct fuse_entry_param ep;
+		size_t n;
+
+		memset(&ep, 0, sizeof(ep));
+		if (!e) {
+			ep.attr.st_mode = S_IFDIR;
+			ep.attr.st_ino = i == 0 ? ino : FUSE_ROOT_ID;
+		}
+		if (plus && e) {
+			struct fs_inode *in;
+
+			pthread_mutex_lock(&fs->lock);
+			in = fs_inode_ref(fs, dir, e);
+			if (in) {
+				ep.ino = in->ino;
+				ep.generation = 1;
+				fill_attr(fs, in, &ep.attr);
+				ep.attr_timeout = ttl(fs);
+				ep.entry_timeout = ttl(fs);
+			}
+			pthread_mutex_unlock(&fs->lock);
+			if (!in)
+				break;
+			n = fuse_add_direntry_plus(req, p, left, name, &ep,
+						   i + 1);
+			if (n > left) {
+				fs_inode_forget(fs, in, 1); /* not sent */
+				break;
+			}
+		} else if (plus) {
+			n = fuse_add_direntry_plus(req, p, left, name, &ep,
+						   i + 1);
+			if (n > left)
+				break;
+		} else {
+			if (e)
+				ep.attr.st_mode = e->is_dir ? S_IFDIR : S_IFREG;
+			n = fuse_add_direntry(req, p, left, name, &ep.attr,
+					      i + 1);
+			if (n > left)
+				break;
+		}
+		p += n;
+		left -= n;
+	}
+	fuse_reply_buf(req, buf, size - left);
+	free(buf);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
+		       off_t off, struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, fi, false);
+}
+
+static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
+			   off_t off, struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, fi, true);
+}
+
+static void op_releasedir(fuse_req_t req, fuse_ino_t ino,
+			  struct fuse_file_info *fi)
+{
+	(void)ino;
+	fs_listing_put((struct fs_listing *)(uintptr_t)fi->fh);
+	fuse_reply_err(req, 0);
+}
+
+/* Confirms a file's version with a HEAD once refresh_s has passed since
+ * the store last told us about it.  Keeps the old attributes when the
+ * store is unreachable (cached data stays readable). */
+static int revalidate(struct fs *fs, struct fs_inode *in)
+{
+	struct obj_meta m;
+	struct obj_error err;
+	obj_status st;
+	uint64_t age;
+
+	pthread_mutex_lock(&fs->lock);
+	age = fs_now_ms() - in->attr_ms;
+	pthread_mutex_unlock(&fs->lock);
+	if (in->attr_ms && age < (uint64_t)fs->cfg.refresh_s * 1000)
+		return 0;
+	st = obj_head(fs->cfg.st, in->key, &m, &err);
+	if (st == OBJ_ERR_NOT_FOUND)
+		return -ENOENT;
+	if (st != OBJ_OK)
+		return 0;
+	pthread_mutex_lock(&fs->lock);
+	in->size_bytes = m.size_bytes;
+	in->mtime_s = m.mtime_s;
+	snprintf(in->etag, sizeof(in->etag), "%s", m.etag);
+	in->attr_ms = fs_now_ms();
+	pthread_mutex_unlock(&fs->lock);
+	obj_meta_release(&m);
+	return 0;
+}
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = FS(req);
+	struct fs_inode *in = fs_inode_get(fs, ino);
+	struct fs_handle *h;
+	char etag[80];
+	uint64_t size;
+	int rc;
+
+	if (!in || in->is_dir) {
+		fuse_reply_err(req, in ? EISDIR : ENOENT);
+		return;
+	}
+	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
+	rc = revalidate(fs, in);
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	h = calloc(1, sizeof(*h));
+	if (!h) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	pthread_mutex_lock(&fs->lock);
+	size = in->size_bytes;
+	memcpy(etag, in->etag, sizeof(etag));
+	/* The kernel may keep its pages while the version is unchanged. */
+	fi->keep_cache = in->open_etag[0] && !strcmp(in->open_etag, etag);
+	memcpy(in->open_etag, etag, sizeof(etag));
+	pthread_mutex_unlock(&fs->lock);
+	rc = cache_file_open(fs->cfg.cache, in->key, size, etag, &h->cf);
+	if (rc) {
+		free(h);
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	pthread_mutex_init(&h->lock, NULL);
+	h->size_bytes = size;
+	fi->fh = (uintptr_t)h;
+	atomic_fetch_add(&fs->opens, 1);
+	atomic_fetch_add(&fs->open_files, 1);
+	if (fuse_reply_open(req, fi) == -ENOENT) {
+		cache_file_close(h->cf);
+		pthread_mutex_destroy(&h->lock);
+		free(h);
+		atomic_fetch_sub(&fs->open_files, 1);
+	}
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	struct fs *fs = FS(req);
+	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
+	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(0);
+	int rc;
+
+	(void)ino;
+	atomic_fetch_add(&fs->reads, 1);
+	if ((uint64_t)off >= h->size_bytes) {
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	if (size > h->size_bytes - (uint64_t)off)
+		size = (size_t)(h->size_bytes - (uint64_t)off);
+	pthread_mutex_lock(&h->lock);
+	cache_reader_note(h->cf, &h->rd, (uint64_t)off, size);
+	pthread_mutex_unlock(&h->lock);
+	rc = cache_file_ensure(h->cf, (uint64_t)off, size);
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	bv.buf[0].size = size;
+	bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+	bv.buf[0].fd = cache_file_fd(h->cf);
+	bv.buf[0].pos = off;
+	fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino,
+		       struct fuse_file_info *fi)
+{
+	struct fs *fs = FS(req);
+	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
+
+	(void)ino;
+	cache_file_close(h->cf);
+	pthread_mutex_destroy(&h->lock);
+	free(h);
+	atomic_fetch_sub(&fs->open_files, 1);
+	fuse_reply_err(req, 0);
+}
+
+static void op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct fs *fs = FS(req);
+	struct cache_stats cs;
+	struct statvfs sv;
+
+	(void)ino;
+	cache_get_stats(fs->cfg.cache, &cs);
+	memset(&sv, 0, sizeof(sv));
+	sv.f_bsize = sv.f_frsize = 4096;
+	sv.f_blocks = cs.cap_bytes / 4096;
+	sv.f_bfree = sv.f_bavail = cs.cap_bytes > cs.used_bytes ?
+				   (cs.cap_bytes - cs.used_bytes) / 4096 : 0;
+	sv.f_files = 1u << 30;
+	sv.f_ffree = sv.f_favail = 1u << 30;
+	sv.f_namemax = 1024;
+	fuse_reply_statfs(req, &sv);
+}
+
+/* User metadata of a file, fetched by HEAD and kept for refresh_s. */
+static int load_meta(struct fs *fs, struct fs_inode *in)
+{
+	struct obj_meta m;
+	struct obj_error err;
+	obj_status st;
+
+	pthread_mutex_lock(&fs->lock);
+	if (in->meta_ms && fs_now_ms() - in->meta_ms <
+	    (uint64_t)fs->cfg.refresh_s * 1000) {
+		pthread_mutex_unlock(&fs->lock);
+		return 0;
+	}
+	pthread_mutex_unlock(&fs->lock);
+	st = obj_head(fs->cfg.st, in->key, &m, &err);
+	if (st != OBJ_OK)
+		return fs_obj_errno(fs, st, &err);
+	pthread_mutex_lock(&fs->lock);
+	for (size_t i = 0; i < in->nmeta; i++) {
+		free(in->meta[i].name);
+		free(in->meta[i].value);
+	}
+	free(in->meta);
+	in->meta = m.user;
+	in->nmeta = m.nuser;
+	in->meta_ms = fs_now_ms();
+	pthread_mutex_unlock(&fs->lock);
+	m.user = NULL;
+	m.nuser = 0;
+	obj_meta_release(&m);
+	return 0;
+}
+
+/* Replies with value (or its size when size is 0). */
+static void reply_xattr(fuse_req_t req, const char *val, size_t len,
+			size_t size)
+{
+	if (size == 0)
+		fuse_reply_xattr(req, len);
+	else if (size < len)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, val, len);
+}
+
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			size_t size)
+{
+	struct fs *fs = FS(req);
+	struct fs_inode *in = fs_inode_get(fs, ino);
+	char val[4096];
+	size_t len = 0;
+	bool found = false;
+	int rc;
+
+	if (!in) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (ino == FUSE_ROOT_ID && !strcmp(name, FS_CTL_XATTR)) {
+		reply_xattr(req, fs->cfg.ctl_path, strlen(fs->cfg.ctl_path),
+			    size);
+		return;
+	}
+	if (in->is_dir || strncmp(name, "user.", 5)) {
+		fuse_reply_err(req, ENODATA);
+		return;
+	}
+	rc = load_meta(fs, in);
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	pthread_mutex_lock(&fs->lock);
+	for (size_t i = 0; i < in->nmeta; i++)
+		if (!strcmp(in->meta[i].name, name + 5)) {
+			len = strlen(in->meta[i].value);
+			if (len > sizeof(val))
+				len = sizeof(val);
+			memcpy(val, in->meta[i].value, len);
+			found = true;
+		}
+	pthread_mutex_unlock(&fs->lock);
+	if (!found)
+		fuse_reply_err(req, ENODATA);
+	else
+		reply_xattr(req, val, len, size);
+}
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	struct fs *fs = FS(req);
+	struct fs_inode *in = fs_inode_get(fs, ino);
+	char list[8192];
+	size_t len = 0;
+	int rc;
+
+	if (!in) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (in->is_dir) {
+		reply_xattr(req, "", 0, size);
+		return;
+	}
+	rc = load_meta(fs, in);
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	pthread_mutex_lock(&fs->lock);
+	for (size_t i = 0; i < in->nmeta; i++) {
+		size_t n = strlen(in->meta[i].name) + 6;
+
+		if (len + n > sizeof(list))
+			break;
+		memcpy(list + len, "user.", 5);
+		memcpy(list + len + 5, in->meta[i].name, n - 5);
+		len += n;
+	}
+	pthread_mutex_unlock(&fs->lock);
+	reply_xattr(req, list, len, size);
+}
+
+static const struct fuse_lowlevel_ops fs_ops = {
+	.init = op_init,
+	.lookup = op_lookup,
+	.forget = op_forget,
+	.forget_multi = op_forget_multi,
+	.getattr = op_getattr,
+	.opendir = op_opendir,
+	.readdir = op_readdir,
+	.readdirplus = op_readdirplus,
+	.releasedir = op_releasedir,
+	.open = op_open,
+	.read = op_read,
+	.release = op_release,
+	.statfs = op_statfs,
+	.getxattr = op_getxattr,
+	.listxattr = op_listxattr,
+};
+
+int fs_mode_parse(const char *s)
+{
+	static const char *const names[] = { "ro", "sw", "iw", "lu" };
+
+	for (int i = 0; i < 4; i++)
+		if (!strcmp(s, names[i]))
+			return i;
+	return -1;
+}
+
+const char *fs_mode_name(enum fs_mode m)
+{
+	static const char *const names[] = { "ro", "sw", "iw", "lu" };
+
+	return (unsigned)m < 4 ? names[m] : "?";
+}
+
+/* Raises the kernel readahead of the mount's backing device to 4 MiB
+ * (TESTBED: 1.2 -> 1.5 GB/s).  Best effort: needs root. */
+static void raise_readahead(const char *mountpoint)
+{
+	char path[128];
+	struct stat st;
+	FILE *f;
+
+	if (stat(mountpoint, &st))
+		return;
+	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb",
+		 major(st.st_dev), minor(st.st_dev));
+	f = fopen(path, "w");
+	if (f) {
+		fputs("4096", f);
+		fclose(f);
+	}
+}
+
+int fs_run(const struct fs_config *cfg, char *msg, size_t ml)
+{
+	char fsname[512], opts[1024];
+	char *argv[] = { "fmfs", "-o", opts, NULL, NULL };
+	struct fuse_args args = FUSE_ARGS_INIT(3, argv);
+	struct fuse_loop_config *lc;
+	struct fs *fs = calloc(1, sizeof(*fs));
+	int rc;
+
+	if (!fs) {
+		snprintf(msg, ml, "out of memory");
+		return -ENOMEM;
+	}
+	fs->cfg = *cfg;
+	if (!fs->cfg.threads)
+		fs->cfg.threads = 8;
+	fs->started_ms = fs_now_ms();
+	fs->mount_time_s = time(NULL);
+	fs->ctl_fd = -1;
+	pthread_mutex_init(&fs->lock, NULL);
+	rc = fs_inodes_init(fs);
+	if (rc) {
+		snprintf(msg, ml, "out of memory");
+		goto out_free;
+	}
+	snprintf(fsname, sizeof(fsname), "%s", cfg->store_url);
+	for (char *c = fsname; *c; c++)
+		if (*c == ',')
+			*c = '_';
+	snprintf(opts, sizeof(opts), "fsname=fmfs:%s,subtype=fmfs,ro,"
+		 "max_read=1048576,default_permissions%s%s%s", fsname,
+		 getuid() == 0 ? ",allow_other" : "",
+		 cfg->fuse_opts ? "," : "", cfg->fuse_opts ? cfg->fuse_opts : "");
+	if (cfg->debug)
+		argv[3] = "-d", args.argc = 4;
+	fs->se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), fs);
+	if (!fs->se) {
+		snprintf(msg, ml, "bad FUSE options: %s", opts);
+		rc = -EINVAL;
+		goto out_inodes;
+	}
+	rc = fs_ctl_start(fs, msg, ml);
+	if (rc)
+		goto out_session;
+	if (fuse_set_signal_handlers(fs->se)) {
+		snprintf(msg, ml, "cannot install signal handlers");
+		rc = -EIO;
+		goto out_ctl;
+	}
+	if (fuse_session_mount(fs->se, cfg->mountpoint)) {
+		snprintf(msg, ml, "cannot mount on %s (is it an empty "
+			 "directory, not already mounted, and is /dev/fuse "
+			 "usable?)", cfg->mountpoint);
+		rc = -EIO;
+		goto out_signals;
+	}
+	raise_readahead(cfg->mountpoint);
+	if (cfg->ready_fd >= 0) {
+		if (write(cfg->ready_fd, "ok\n", 3) != 3)
+			fprintf(stderr, "fmfs: could not report readiness\n");
+		close(cfg->ready_fd);
+	}
+	lc = fuse_loop_cfg_create();
+	fuse_loop_cfg_set_max_threads(lc, fs->cfg.threads);
+	fuse_loop_cfg_set_idle_threads(lc, fs->cfg.threads);
+	fuse_loop_cfg_set_clone_fd(lc, 1);
+	rc = fuse_session_loop_mt(fs->se, lc);
+	fuse_loop_cfg_destroy(lc);
+	rc = rc < 0 ? rc : 0;
+	fuse_session_unmount(fs->se);
+out_signals:
+	fuse_remove_signal_handlers(fs->se);
+out_ctl:
+	fs_ctl_stop(fs);
+out_session:
+	fuse_session_destroy(fs->se);
+out_inodes:
+	fs_inodes_free(fs);
+out_free:
+	pthread_mutex_destroy(&fs->lock);
+	free(fs);
+	return rc;
+}

@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fs.h - the FUSE filesystem of fmfs (libfuse3 low-level API) over the
+ * cache (cache/) and the object store (objstore/): prefixes appear as
+ * directories, listings come from paginated ListObjectsV2 cached for
+ * `refresh_s`, file bytes come from the cache, and a control socket
+ * answers `fmfs status / prefetch / evict`.
+ *
+ * fs_run mounts, serves until the filesystem is unmounted (fusermount3 -u,
+ * `fmfs umount`) or the process gets SIGTERM/SIGINT/SIGHUP, then unmounts
+ * and returns.  It does not fork: daemonizing is the caller's business.
+ */
+#ifndef FMFS_FS_H
+#define FMFS_FS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "cache/cache.h"
+#include "objstore/objstore.h"
+
+enum fs_mode {
+	FS_MODE_RO = 0,  /* read-only: writes fail with EROFS */
+	FS_MODE_SW,      /* single writer (this cache) */
+	FS_MODE_IW,      /* independent writers: revalidate */
+	FS_MODE_LU,      /* local updates, never pushed */
+};
+/* "ro" -> FS_MODE_RO ...; -1 if unknown. */
+int fs_mode_parse(const char *s);
+const char *fs_mode_name(enum fs_mode m);
+
+struct fs_config {
+	const char *mountpoint;
+	const char *store_url;      /* for messages and `fmfs status` */
+	struct obj_store *st;       /* borrowed */
+	struct cache *cache;        /* borrowed */
+	enum fs_mode mode;
+	unsigned refresh_s;         /* listing/attribute revalidation */
+	unsigned threads;           /* FUSE worker threads; 0: 8 */
+	const char *fuse_opts;      /* extra -o options, or NULL */
+	const char *ctl_path;       /* control socket path */
+	int ready_fd;               /* written "ok\n" once mounted; -1 none */
+	bool debug;                 /* FUSE debug output */
+};
+
+/* Mounts and serves.  Returns 0 after a clean unmount, or -errno with msg
+ * set when mounting failed. */
+int fs_run(const struct fs_config *cfg, char *msg, size_t msg_len);
+
+/* Name of the xattr on the mount's root directory whose value is the
+ * control socket's path. */
+#define FS_CTL_XATTR "user.fmfs.control"
+
+/* Control protocol (one request per connection, a line each way):
+ *   "status"            -> text lines "name: value"
+ *   "status-json"       -> one JSON object
+ *   "prefetch[-wait] P" -> warm path P (a file or a directory tree,
+ *                          relative to the mount root); "-wait" answers
+ *                          after the bytes are cached: "ok N files B bytes
+ *                          E errors" (or "error MESSAGE")
+ *   "evict P"           -> drop P's cached blocks ("ok N" / "error ...")
+ * Answers end with the connection closing. */
+
+#endif /* FMFS_FS_H */

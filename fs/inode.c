@@ -1,0 +1,487 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * inode.c - the inode table and the directory listings of the fs module.
+ *
+ * A directory is a key prefix ending in '/'; its listing is one
+ * ListObjectsV2 with delimiter '/', all pages, kept for refresh_s seconds
+ * and answering lookups (positive and negative) and readdir without more
+ * requests, so `ls -l` of a prefix costs its LIST pages and no HEAD per
+ * entry.  Names that cannot be path components (empty, ".", "..", with
+ * a NUL) are skipped and counted; a name that is both an object and a
+ * prefix shows as the directory (as Mountpoint does).  Directory marker
+ * objects ("dir/") make the directory exist and are not shown.
+ *
+ * Inodes are created on lookup/readdirplus and live while the kernel
+ * holds a reference (nlookup) or a child does.  Locking: fs->lock protects
+ * the tables, attributes and listing pointers; a directory's list_lock
+ * serialises fetches of its listing so concurrent lookups share one.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fs_int.h"
+
+uint64_t fs_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static size_t hash_ino(const struct fs *fs, fuse_ino_t ino)
+{
+	return (size_t)(ino * 0x9E3779B97F4A7C15ull) & (fs->nbuckets - 1);
+}
+
+static size_t hash_name(const struct fs *fs, fuse_ino_t parent,
+			const char *name)
+{
+	uint64_t h = 1469598103934665603ull ^ parent;
+
+	for (; *name; name++)
+		h = (h ^ (unsigned char)*name) * 1099511628211ull;
+	return (size_t)h & (fs->nbuckets - 1);
+}
+
+int fs_inodes_init(struct fs *fs)
+{
+	struct fs_inode *root;
+
+	fs->nbuckets = 1 << 16;
+	fs->by_ino = calloc(fs->nbuckets, sizeof(*fs->by_ino));
+	fs->by_name = calloc(fs->nbuckets, sizeof(*fs->by_name));
+	root = calloc(1, sizeof(*root));
+	if (!fs->by_ino || !fs->by_name || !root)
+		goto nomem;
+	root->ino = FUSE_ROOT_ID;
+	root->name = strdup("");
+	root->key = strdup("");
+	if (!root->name || !root->key)
+		goto nomem;
+	root->is_dir = true;
+	root->nlookup = 1; /* the kernel's implicit reference */
+	pthread_mutex_init(&root->list_lock, NULL);
+	fs->root = root;
+	fs->next_ino = FUSE_ROOT_ID + 1;
+	fs->by_ino[hash_ino(fs, root->ino)] = root;
+	fs->ninodes = 1;
+	return 0;
+nomem:
+	if (root) {
+		free(root->name);
+		free(root->key);
+	}
+	free(root);
+	free(fs->by_ino);
+	free(fs->by_name);
+	return -ENOMEM;
+}
+
+void fs_listing_put(struct fs_listing *l)
+{
+	if (!l || atomic_fetch_sub(&l->refs, 1) != 1)
+		return;
+	for (size_t i = 0; i < l->n; i++)
+		free(l->e[i].name);
+	free(l->e);
+	free(l);
+}
+
+static void inode_free(struct fs_inode *in)
+{
+	fs_listing_put(in->listing);
+	for (size_t i = 0; i < in->nmeta; i++) {
+		free(in->meta[i].name);
+		free(in->meta[i].value);
+	}
+	free(in->meta);
+	pthread_mutex_destroy(&in->list_lock);
+	free(in->name);
+	free(in->key);
+	free(in);
+}
+
+void fs_inodes_free(struct fs *fs)
+{
+	for (size_t b = 0; b < fs->nbuckets; b++) {
+		struct fs_inode *in = fs->by_ino[b];
+
+		while (in) {
+			struct fs_inode *next = in->next_ino;
+
+			inode_free(in);
+			in = next;
+		}
+	}
+	free(fs->by_ino);
+	free(fs->by_name);
+}
+
+struct fs_inode *fs_inode_get(struct fs *fs, fuse_ino_t ino)
+{
+	struct fs_inode *in;
+
+	pthread_mutex_lock(&fs->lock);
+	for (in = fs->by_ino[hash_ino(fs, ino)]; in; in = in->next_ino)
+		if (in->ino == ino)
+			break;
+	pthread_mutex_unlock(&fs->lock);
+	return in;
+}
+
+static void unlink_chain(struct fs_inode **head, struct fs_inode *in,
+			 bool by_name)
+{
+	for (struct fs_inode **pp = head; *pp;
+	     pp = by_name ? &(*pp)->next_name : &(*pp)->next_ino) {
+		if (*pp == in) {
+			*pp = by_name ? in->next_name : in->next_ino;
+			return;
+		}
+	}
+}
+
+/* Drops in if nothing references it any more; walks up to parents. */
+static void maybe_free(struct fs *fs, struct fs_inode *in)
+{
+	while (in && in != fs->root && in->nlookup == 0 && in->children == 0) {
+		struct fs_inode *parent = in->parent;
+
+		unlink_chain(&fs->by_ino[hash_ino(fs, in->ino)], in, false);
+		unlink_chain(&fs->by_name[hash_name(fs, parent->ino, in->name)],
+			     in, true);
+		fs->ninodes--;
+		inode_free(in);
+		parent->children--;
+		in = parent;
+	}
+}
+
+void fs_inode_forget(struct fs *fs, struct fs_inode *in, uint64_t n)
+{
+	pthread_mutex_lock(&fs->lock);
+	in->nlookup = in->nlookup > n ? in->nlookup - n : 0;
+	maybe_free(fs, in);
+	pthread_mutex_unlock(&fs->lock);
+}
+
+static void set_attrs(struct fs_inode *in, const struct fs_entry *e)
+{
+	in->size_bytes = e->size_bytes;
+	in->mtime_s = e->mtime_s;
+	memcpy(in->etag, e->etag, sizeof(in->etag));
+	in->attr_ms = fs_now_ms();
+}
+
+struct fs_inode *fs_inode_ref(struct fs *fs, struct fs_inode *dir,
+			      const struct fs_entry *e)
+{
+	size_t hb = hash_name(fs, dir->ino, e->name);
+	struct fs_inode *in;
+
+	for (in = fs->by_name[hb]; in; in = in->next_name)
+		if (in->parent == dir && !strcmp(in->name, e->name))
+			break;
+	if (in && in->is_dir != e->is_dir) {
+		/* A file became a directory or back: a new inode; the old
+		 * one is unhashed by name and lives on until forgotten. */
+		unlink_chain(&fs->by_name[hb], in, true);
+		in->next_name = NULL;
+		in = NULL;
+	}
+	if (!in) {
+		size_t kl = strlen(dir->key) + strlen(e->name) + 2;
+
+		in = calloc(1, sizeof(*in));
+		if (!in)
+			return NULL;
+		in->name = strdup(e->name);
+		in->key = malloc(kl);
+		if (!in->name || !in->key) {
+			free(in->name);
+			free(in->key);
+			free(in);
+			return NULL;
+		}
+		snprintf(in->key, kl, "%s%s%s", dir->key, e->name,
+			 e->is_dir ? "/" : "");
+		in->ino = fs->next_ino++;
+		in->parent = dir;
+		in->is_dir = e->is_dir;
+		pthread_mutex_init(&in->list_lock, NULL);
+		dir->children++;
+		in->next_ino = fs->by_ino[hash_ino(fs, in->ino)];
+		fs->by_ino[hash_ino(fs, in->ino)] = in;
+		in->next_name = fs->by_name[hb];
+		fs->by_name[hb] = in;
+		fs->ninodes++;
+	}
+	if (!e->is_dir && strcmp(in->etag, e->etag))
+		in->attr_ms = 0; /* changed: drop cached metadata too */
+	set_attrs(in, e);
+	in->nlookup++;
+	return in;
+}
+
+/* ---- listings ---- */
+
+static bool name_ok(const char *n)
+{
+	return *n && strcmp(n, ".") && strcmp(n, "..") && strlen(n) <= 1024;
+}
+
+static int cmp_entry(const void *a, const void *b)
+{
+	const struct fs_entry *x = a, *y = b;
+	int c = strcmp(x->name, y->name);
+
+	/* Same name: the directory first, so dedup keeps it. */
+	return c ? c : (int)y->is_dir - (int)x->is_dir;
+}
+
+static int add_entry(struct fs_listing *l, size_t *cap, const char *name,
+		     bool is_dir, const struct obj_entry *oe)
+{
+	struct fs_entry *e;
+
+	if (l->n == *cap) {
+		size_t nc = *cap ? *cap * 2 : 256;
+
+		if (nc > FS_LISTING_MAX_ENTRIES)
+			return -E2BIG;
+		e = realloc(l->e, nc * sizeof(*e));
+		if (!e)
+			return -ENOMEM;
+		l->e = e;
+		*cap = nc;
+	}
+	e = &l->e[l->n];
+	memset(e, 0, sizeof(*e));
+	e->name = strdup(name);
+	if (!e->name)
+		return -ENOMEM;
+	e->is_dir = is_dir;
+	if (oe) {
+		e->size_bytes = oe->size_bytes;
+		e->mtime_s = oe->mtime_s;
+		memcpy(e->etag, oe->etag, sizeof(e->etag));
+	}
+	l->n++;
+	return 0;
+}
+
+/* Lists dir->key fully into a new listing. */
+static int fetch_listing(struct fs *fs, struct fs_inode *dir,
+			 struct fs_listing **out)
+{
+	struct fs_listing *l = calloc(1, sizeof(*l));
+	size_t plen = strlen(dir->key), cap = 0, w;
+	char *token = NULL;
+	int rc = 0;
+
+	if (!l)
+		return -ENOMEM;
+	atomic_store(&l->refs, 1);
+	atomic_fetch_add(&fs->listings, 1);
+	do {
+		struct obj_list_page pg;
+		struct obj_error err;
+		obj_status st;
+
+		st = obj_list(fs->cfg.st, dir->key, "/", token, 1000, &pg,
+			      &err);
+		free(token);
+		token = NULL;
+		atomic_fetch_add(&fs->list_pages, 1);
+		if (st != OBJ_OK) {
+			rc = fs_obj_errno(fs, st, &err);
+			break;
+		}
+		for (size_t i = 0; !rc && i < pg.nentries; i++) {
+			const char *n = pg.entries[i].key + plen;
+
+			if (!*n)
+				continue; /* the directory's own marker */
+			if (!name_ok(n)) {
+				atomic_fetch_add(&fs->skipped_names, 1);
+				continue;
+			}
+			rc = add_entry(l, &cap, n, false, &pg.entries[i]);
+		}
+		for (size_t i = 0; !rc && i < pg.nprefixes; i++) {
+			char *n = pg.prefixes[i] + plen;
+			size_t nl = strlen(n);
+
+			if (nl)
+				n[nl - 1] = '\0'; /* drop the '/' */
+			if (!name_ok(n)) {
+				atomic_fetch_add(&fs->skipped_names, 1);
+				continue;
+			}
+			rc = add_entry(l, &cap, n, true, NULL);
+		}
+		if (!rc && pg.next_token && !(token = strdup(pg.next_token)))
+			rc = -ENOMEM;
+		obj_list_page_release(&pg);
+	} while (!rc && token);
+	free(token);
+	if (rc) {
+		fs_listing_put(l);
+		return rc;
+	}
+	/* Sort, then keep one entry per name (the directory if both). */
+	qsort(l->e, l->n, sizeof(*l->e), cmp_entry);
+	for (size_t r = w = 0; r < l->n; r++) {
+		if (w && !strcmp(l->e[w - 1].name, l->e[r].name)) {
+			free(l->e[r].name);
+			continue;
+		}
+		l->e[w++] = l->e[r];
+	}
+	l->n = w;
+	l->fetched_ms = fs_now_ms();
+	*out = l;
+	return 0;
+}
+
+static bool fresh(const struct fs *fs, uint64_t ms)
+{
+	return ms && fs_now_ms() - ms < (uint64_t)fs->cfg.refresh_s * 1000;
+}
+
+struct fs_listing *fs_dir_listing(struct fs *fs, struct fs_inode *dir,
+				  int *err)
+{
+	struct fs_listing *l = NULL, *nl;
+
+	pthread_mutex_lock(&dir->list_lock);
+	pthread_mutex_lock(&fs->lock);
+	if (dir->listing && fresh(fs, dir->listing->fetched_ms)) {
+		l = dir->listing;
+		atomic_fetch_add(&l->refs, 1);
+	}
+	pthread_mutex_unlock(&fs->lock);
+	if (!l) {
+		*err = fetch_listing(fs, dir, &nl);
+		if (*err == 0) {
+			pthread_mutex_lock(&fs->lock);
+			fs_listing_put(dir->listing);
+			dir->listing = nl;
+			atomic_fetch_add(&nl->refs, 1);
+			l = nl;
+			pthread_mutex_unlock(&fs->lock);
+		} else if (dir->listing) {
+			/* Store unreachable: the stale listing beats none. */
+			pthread_mutex_lock(&fs->lock);
+			l = dir->listing;
+			atomic_fetch_add(&l->refs, 1);
+			pthread_mutex_unlock(&fs->lock);
+			*err = 0;
+		}
+	}
+	pthread_mutex_unlock(&dir->list_lock);
+	return l;
+}
+
+const struct fs_entry *fs_listing_find(const struct fs_listing *l,
+				       const char *name)
+{
+	size_t lo = 0, hi = l->n;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		int c = strcmp(l->e[mid].name, name);
+
+		if (!c)
+			return &l->e[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+int fs_resolve(struct fs *fs, const char *path, struct fs_entry *out,
+	       char *key, size_t key_len)
+{
+	struct fs_entry cur = { .name = NULL, .is_dir = true };
+	size_t kl = 0;
+
+	key[0] = '\0';
+	while (*path) {
+		struct fs_inode dir_tmp = { .key = key };
+		struct fs_listing *l;
+		const struct fs_entry *e;
+		char name[1025];
+		size_t n = strcspn(path, "/");
+		int err = 0;
+
+		if (n == 0) {
+			path++;
+			continue;
+		}
+		if (n >= sizeof(name) || kl + n + 2 > key_len)
+			return -ENAMETOOLONG;
+		if (!cur.is_dir)
+			return -ENOTDIR;
+		memcpy(name, path, n);
+		name[n] = '\0';
+		/* Listings of intermediate directories are not cached on an
+		 * inode here: a control request is rare. */
+		pthread_mutex_init(&dir_tmp.list_lock, NULL);
+		l = fs_dir_listing(fs, &dir_tmp, &err);
+		pthread_mutex_destroy(&dir_tmp.list_lock);
+		if (!l)
+			return err;
+		e = fs_listing_find(l, name);
+		if (!e) {
+			fs_listing_put(dir_tmp.listing);
+			fs_listing_put(l);
+			return -ENOENT;
+		}
+		cur = *e;
+		cur.name = NULL;
+		fs_listing_put(dir_tmp.listing);
+		fs_listing_put(l);
+		kl += (size_t)snprintf(key + kl, key_len - kl, "%s%s", name,
+				       cur.is_dir ? "/" : "");
+		path += n;
+	}
+	*out = cur;
+	return 0;
+}
+
+int fs_obj_errno(struct fs *fs, obj_status st, const struct obj_error *e)
+{
+	static atomic_int logged[OBJ_ERR_OTHER + 1];
+	char line[1024];
+
+	(void)fs;
+	if ((unsigned)st <= OBJ_ERR_OTHER &&
+	    atomic_exchange(&logged[st], 1) == 0) {
+		obj_error_format(e, line, sizeof(line));
+		fprintf(stderr, "fmfs: %s\n", line);
+	}
+	switch (st) {
+	case OBJ_OK:
+		return 0;
+	case OBJ_ERR_NOT_FOUND:
+	case OBJ_ERR_NO_BUCKET:
+		return -ENOENT;
+	case OBJ_ERR_AUTH:
+	case OBJ_ERR_DENIED:
+	case OBJ_ERR_CREDENTIALS:
+		return -EACCES;
+	case OBJ_ERR_NOMEM:
+		return -ENOMEM;
+	case OBJ_ERR_INVALID:
+		return -EINVAL;
+	default:
+		return -EIO;
+	}
+}
