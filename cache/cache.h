@@ -20,6 +20,10 @@
  * Errors: 0 or a negative errno.  -EIO means the object store failed or
  * did not answer within fetch_timeout_ms; the cause is logged and counted
  * in the stats.  Cached blocks are served even when the store is down.
+ * -ENOSPC: no room under the cap (everything cached is in use) or on the
+ * cache disk.  -ESTALE: the handle's version was replaced by a newer one
+ * (cache_file_open with another etag/size) and the range is not cached.
+ * The on-disk format and the crash-safety argument: docs/cache-format.md.
  */
 #ifndef FMFS_CACHE_H
 #define FMFS_CACHE_H
@@ -71,6 +75,15 @@ int cache_file_ensure(struct cache_file *f, uint64_t off, uint64_t len);
  * cache_file_ensure, [off, off+len) may be read from it directly (for
  * fuse_reply_data with FUSE_BUF_IS_FD). */
 int cache_file_fd(struct cache_file *f);
+/* cache_file_ensure, and the blocks of [off, off+len) stay pinned (never
+ * evicted) until the matching cache_file_unpin with the same range: for
+ * serving a read from cache_file_fd when the cache is under pressure.
+ * cache_file_ensure alone only makes eviction of the range unlikely (the
+ * blocks just used go last).  The range should be at most a quarter of
+ * the cache. */
+int cache_file_ensure_pinned(struct cache_file *f, uint64_t off,
+			     uint64_t len);
+void cache_file_unpin(struct cache_file *f, uint64_t off, uint64_t len);
 /* cache_file_ensure then pread into buf; returns bytes read or -errno. */
 ssize_t cache_file_read(struct cache_file *f, void *buf, size_t len,
 			uint64_t off);
@@ -93,10 +106,12 @@ void cache_reader_note(struct cache_file *f, struct cache_reader *r,
 /* Background fetch of [off, off+len) within the in-flight bound. */
 void cache_file_prefetch(struct cache_file *f, uint64_t off, uint64_t len);
 
-/* Fetches a whole object (for `fmfs prefetch`); waits if wait is true. */
+/* Fetches a whole object (for `fmfs prefetch`); waits if wait is true,
+ * else queues it (-EAGAIN if 16384 are queued already).  -EFBIG for an
+ * object larger than low_pct of the cache. */
 int cache_warm(struct cache *c, const char *key, uint64_t size_bytes,
 	       const char *etag, bool wait);
-/* Drops a key's cached blocks (not while open: -EBUSY). */
+/* Drops a key's cached blocks (not while open: -EBUSY; 0 if none). */
 int cache_evict_key(struct cache *c, const char *key);
 
 struct cache_stats {

@@ -399,7 +399,8 @@ void fs_ctl_stop(struct fs *fs)
 	shutdown(fs->ctl_fd, SHUT_RDWR);
 	close(fs->ctl_fd);
 	pthread_join(fs->ctl_thread, NULL);
-	unlink(fs->cfg.ctl_path);
+	/* The socket file stays until the process has closed the cache:
+	 * `fmfs umount` waits for it to go (see cmd_mount.c). */
 	fs->ctl_fd = -1;
 	/* Detached connection threads finish on their own; wait briefly. */
 	for (int i = 0; i < 100 && atomic_load(&ctl_conns) > 0; i++)

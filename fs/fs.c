@@ -21,13 +21,16 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "fs_int.h"
 
-/* An open file: the cache entry and the reader's readahead state. */
+/* An open file: the cache entry and the reader's readahead state.  A
+ * read holds a reference until it has unpinned its blocks: once its reply
+ * is sent the kernel may deliver RELEASE on another thread. */
 struct fs_handle {
+	atomic_int refs;
+	struct fs *fs;
 	struct cache_file *cf;
 	pthread_mutex_t lock;   /* protects rd */
 	struct cache_reader rd;
@@ -37,6 +40,16 @@ struct fs_handle {
 static struct fs *FS(fuse_req_t req)
 {
 	return fuse_req_userdata(req);
+}
+
+static void handle_put(struct fs_handle *h)
+{
+	if (atomic_fetch_sub(&h->refs, 1) != 1)
+		return;
+	cache_file_close(h->cf);
+	pthread_mutex_destroy(&h->lock);
+	atomic_fetch_sub(&h->fs->open_files, 1);
+	free(h);
 }
 
 static double ttl(const struct fs *fs)
@@ -85,13 +98,24 @@ static void reply_entry(fuse_req_t req, struct fs *fs, struct fs_inode *in)
 
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
-	(void)userdata;
-	/* 1 MiB requests: libfuse derives max_pages from max_write. */
+	struct fs *fs = userdata;
+
+	/* 1 MiB requests: libfuse derives max_pages from max_write, and
+	 * max_read must match the max_read mount option. */
 	conn->max_write = 1 << 20;
-	conn->max_readahead = 1 << 20;
+	conn->max_read = 1 << 20;
+	conn->max_readahead = 4 << 20; /* the bdi gets min(this, ours) */
 	if (conn->capable & FUSE_CAP_SPLICE_READ)
 		conn->want |= FUSE_CAP_SPLICE_READ;
 	conn->want &= ~(unsigned)FUSE_CAP_AUTO_INVAL_DATA;
+	/* The kernel's INIT arrived: the mount is live.  Tell the parent
+	 * waiting in `fmfs mount`. */
+	if (fs->cfg.ready_fd >= 0) {
+		if (write(fs->cfg.ready_fd, "ok\n", 3) != 3)
+			fprintf(stderr, "fmfs: could not report readiness\n");
+		close(fs->cfg.ready_fd);
+		fs->cfg.ready_fd = -1;
+	}
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -358,16 +382,14 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	pthread_mutex_init(&h->lock, NULL);
+	atomic_store(&h->refs, 1);
+	h->fs = fs;
 	h->size_bytes = size;
 	fi->fh = (uintptr_t)h;
 	atomic_fetch_add(&fs->opens, 1);
 	atomic_fetch_add(&fs->open_files, 1);
-	if (fuse_reply_open(req, fi) == -ENOENT) {
-		cache_file_close(h->cf);
-		pthread_mutex_destroy(&h->lock);
-		free(h);
-		atomic_fetch_sub(&fs->open_files, 1);
-	}
+	if (fuse_reply_open(req, fi) == -ENOENT)
+		handle_put(h); /* interrupted: no release will come */
 }
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -386,12 +408,15 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	if (size > h->size_bytes - (uint64_t)off)
 		size = (size_t)(h->size_bytes - (uint64_t)off);
+	atomic_fetch_add(&h->refs, 1);
 	pthread_mutex_lock(&h->lock);
 	cache_reader_note(h->cf, &h->rd, (uint64_t)off, size);
 	pthread_mutex_unlock(&h->lock);
-	rc = cache_file_ensure(h->cf, (uint64_t)off, size);
+	/* Pinned: eviction must not punch a hole under the reply. */
+	rc = cache_file_ensure_pinned(h->cf, (uint64_t)off, size);
 	if (rc) {
 		fuse_reply_err(req, -rc);
+		handle_put(h);
 		return;
 	}
 	bv.buf[0].size = size;
@@ -399,19 +424,17 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	bv.buf[0].fd = cache_file_fd(h->cf);
 	bv.buf[0].pos = off;
 	fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
+	cache_file_unpin(h->cf, (uint64_t)off, size);
+	handle_put(h);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino,
 		       struct fuse_file_info *fi)
 {
-	struct fs *fs = FS(req);
 	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
 
 	(void)ino;
-	cache_file_close(h->cf);
-	pthread_mutex_destroy(&h->lock);
-	free(h);
-	atomic_fetch_sub(&fs->open_files, 1);
+	handle_put(h);
 	fuse_reply_err(req, 0);
 }
 
@@ -594,17 +617,26 @@ const char *fs_mode_name(enum fs_mode m)
 }
 
 /* Raises the kernel readahead of the mount's backing device to 4 MiB
- * (TESTBED: 1.2 -> 1.5 GB/s).  Best effort: needs root. */
+ * (TESTBED: 1.2 -> 1.5 GB/s).  Best effort: needs root.  The device
+ * number comes from /proc/self/mountinfo: a stat() of the mountpoint
+ * would be a FUSE request to ourselves before the loop runs (deadlock). */
 static void raise_readahead(const char *mountpoint)
 {
-	char path[128];
-	struct stat st;
-	FILE *f;
+	char line[4096], mp[4096], path[128];
+	unsigned maj, min;
+	bool found = false;
+	FILE *f = fopen("/proc/self/mountinfo", "r");
 
-	if (stat(mountpoint, &st))
+	if (!f)
+		return;
+	while (!found && fgets(line, sizeof(line), f))
+		found = sscanf(line, "%*s %*s %u:%u %*s %4095s", &maj, &min,
+			       mp) == 3 && !strcmp(mp, mountpoint);
+	fclose(f);
+	if (!found)
 		return;
 	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb",
-		 major(st.st_dev), minor(st.st_dev));
+		 maj, min);
 	f = fopen(path, "w");
 	if (f) {
 		fputs("4096", f);
@@ -669,18 +701,21 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t ml)
 		goto out_signals;
 	}
 	raise_readahead(cfg->mountpoint);
-	if (cfg->ready_fd >= 0) {
-		if (write(cfg->ready_fd, "ok\n", 3) != 3)
-			fprintf(stderr, "fmfs: could not report readiness\n");
-		close(cfg->ready_fd);
-	}
 	lc = fuse_loop_cfg_create();
 	fuse_loop_cfg_set_max_threads(lc, fs->cfg.threads);
 	fuse_loop_cfg_set_idle_threads(lc, fs->cfg.threads);
 	fuse_loop_cfg_set_clone_fd(lc, 1);
 	rc = fuse_session_loop_mt(fs->se, lc);
 	fuse_loop_cfg_destroy(lc);
-	rc = rc < 0 ? rc : 0;
+	if (rc < 0 || fs->cfg.ready_fd >= 0) {
+		/* The loop failed, or ended before the kernel's INIT. */
+		snprintf(msg, ml, "the FUSE session on %s failed (%s); see the "
+			 "log", cfg->mountpoint, rc < 0 ? strerror(-rc) :
+			 "no INIT from the kernel");
+		rc = rc < 0 ? rc : -EIO;
+	} else {
+		rc = 0;
+	}
 	fuse_session_unmount(fs->se);
 out_signals:
 	fuse_remove_signal_handlers(fs->se);

@@ -411,6 +411,8 @@ static int cmd_mount(int argc, char **argv)
 		rc = serve(&o, -1, msg, sizeof(msg));
 		if (rc)
 			fprintf(stderr, "fmfs mount: %s\n", msg);
+		close(lockfd);
+		unlink(o.ctl_path); /* last: umount waits for it */
 		return rc;
 	}
 	if (pipe2(pfd, O_CLOEXEC)) {
@@ -443,6 +445,10 @@ static int cmd_mount(int argc, char **argv)
 			/* keep going: only relative paths would suffer */
 		}
 		rc = serve(&o, pfd[1], msg, sizeof(msg));
+		/* Cache closed: free the lock, then remove the socket, which
+		 * is what `fmfs umount` waits for. */
+		close(lockfd);
+		unlink(o.ctl_path);
 		if (rc) {
 			fprintf(stderr, "fmfs: %s\n", msg);
 			snprintf(line, sizeof(line), "error %s\n", msg);
@@ -733,9 +739,15 @@ static int cmd_umount(int argc, char **argv)
 			return EXIT_FAIL;
 		}
 	}
-	/* Wait for the daemon to finish (its socket goes away). */
-	for (int i = 0; !rc && i < 300 && stat(sock, &st) == 0; i++)
+	/* Wait for the daemon to finish: it removes its socket last. */
+	for (int i = 0; !rc && stat(sock, &st) == 0; i++) {
+		if (i == 600) {
+			fprintf(stderr, "fmfs umount: %s is unmounted but its "
+				"daemon has not exited after 60 s\n", real);
+			return EXIT_FAIL;
+		}
 		usleep(100 * 1000);
+	}
 	return EXIT_OK;
 }
 

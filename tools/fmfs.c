@@ -1,9 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fmfs.c - the fmfs command: dispatches to a cmd_<verb>() per subcommand.
- * Today: `fmfs obj ...` (drive the object-store client by hand).  The
- * mount, umount, status, flush, prefetch and evict verbs come with the
- * fs/ and cache/ modules.
+ * fmfs.c - the fmfs command: dispatches to a cmd_<verb>() per subcommand:
+ * `fmfs obj ...` (cmd_obj.c: the object-store client by hand) and mount,
+ * umount, status, prefetch, evict (cmd_mount.c).
  */
 #include <errno.h>
 #include <math.h>
@@ -19,6 +18,11 @@ static void usage(FILE *f)
 	fprintf(f,
 "usage: fmfs <command> [args]\n"
 "\n"
+"  fmfs mount URL MOUNTPOINT [options]        mount a bucket (fmfs mount -h)\n"
+"  fmfs umount MOUNTPOINT\n"
+"  fmfs status MOUNTPOINT [--json]\n"
+"  fmfs prefetch MOUNTPOINT (PATH... | --list FILE) [--wait]\n"
+"  fmfs evict MOUNTPOINT PATH...\n"
 "  fmfs obj ls|stat|get|put|rm|cp|check ...   object-store client\n"
 "  fmfs --version\n"
 "\n"
@@ -78,12 +82,16 @@ int tools_exit_code(obj_status st)
 
 int main(int argc, char **argv)
 {
+	int rc;
+
 	if (argc < 2) {
 		usage(stderr);
 		return EXIT_USAGE;
 	}
 	if (!strcmp(argv[1], "obj"))
 		return cmd_obj(argc - 1, argv + 1);
+	if ((rc = cmd_fs(argv[1], argc - 1, argv + 1)) >= 0)
+		return rc;
 	if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
 		printf("fmfs %s\n", FMFS_VERSION);
 		return EXIT_OK;

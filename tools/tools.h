@@ -21,6 +21,8 @@ enum {
 };
 
 int cmd_obj(int argc, char **argv);
+/* mount, umount, status, prefetch, evict; -1 for another verb. */
+int cmd_fs(const char *verb, int argc, char **argv);
 
 /* "64M", "1.5G", "4096" -> bytes (K/M/G/T are powers of 1024).
  * Returns 0, or -1 for anything else. */

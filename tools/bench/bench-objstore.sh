@@ -25,7 +25,8 @@
 # What is measured. Every figure is the wall-clock time of a whole batch,
 # taken in this script around the commands (EPOCHREALTIME), so process
 # start-up counts for every method alike; objbench's own figure (clock
-# around the transfers only) is kept in the JSON as objstore_inner.
+# around the transfers only) is kept in the JSON as
+# objstore_inner_seconds and shown as "without process start".
 #   get-objstore  objbench get of the 8 objects, one thread each, one
 #                 shared obj_store; obj_get_fd of the whole object to
 #                 /dev/null (HEAD, then 8 MiB ranged GETs in parallel)
@@ -45,7 +46,8 @@
 #
 # Cost: ~0.8 GiB on the local disk at most (8 x 64 MiB source files and
 # the gateway's small files), ~1.5-3 GB of RAM in the gateway; with the
-# default 5 rounds about 2-3 minutes on the 2-core test machine. All of
+# default 5 rounds 45-80 s on the 2-core test machine (the more others
+# load it, the longer; BENCH_ROUNDS=20 took 3 min there). All of
 # it, gateway included, goes away at the end, on failure and on Ctrl-C.
 #
 # Exit status: 0 when the benchmark ran (goal met or not), 1 when a
@@ -121,9 +123,10 @@ TMP=$(mktemp -d "${BENCH_TMPDIR:-/tmp}/fmfs-bench.XXXXXX")
 DATA=$TMP/data
 mkdir -p "$DATA" "$TMP/log"
 
-# A sanitizer build (./configure with sanitizers on) runs the client
-# several times slower than what fmfs ships; measure an optimized copy of
-# the same sources instead, built here, outside the tree.
+# A sanitizer build (./configure with sanitizers on) is not what fmfs
+# ships and spends extra CPU per byte on this 2-core machine, which the
+# gateway needs too; measure an optimized copy of the same sources
+# instead, built here, outside the tree.
 OBJBENCH_NOTE="$OBJBENCH"
 if [ -z "${BENCH_OBJBENCH:-}" ] &&
    grep -qa -e __asan_init -e __tsan_init -e __ubsan_handle "$OBJBENCH"; then

@@ -1,0 +1,331 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cache_int.h - what the files of the cache module share and nobody else
+ * sees: struct cache and struct cache_file, and the functions that cache.c
+ * (open/close, files, ensure/read), evict.c (space and eviction), index.c
+ * (the SQLite index and its flusher), fetch.c (fetch workers and
+ * readahead), uring.c (the io_uring engine) and crc32c.c offer one
+ * another.
+ *
+ * Locks, outermost first; no thread takes an outer lock while it holds an
+ * inner one:
+ *
+ *   c->lock        the object table, every f->refs / f->fd / f->detached,
+ *                  c->used_bytes (reservations included), eviction
+ *   f->lock        one object's block state: the bitmaps, crc[],
+ *                  cached_bytes, fail_seq; f->cond goes with it
+ *   c->dirty_lock  the flusher's dirty list and the ids to delete (a leaf)
+ *   c->fq_lock     the fetch queues (a leaf)
+ *
+ * A hit takes no lock at all (cache_ensure_blocks' fast path): it pins
+ * its blocks with an atomic increment of pins[], then loads the present
+ * and verified bits.  Those bits change only under f->lock, with atomic
+ * read-modify-writes; an evictor clears them and then re-reads pins[],
+ * putting them back if a reader got in (both sides sequentially
+ * consistent, so one of the two always sees the other).  pins[], tick[]
+ * and pos_block are only ever accessed atomically.  Counters are atomics.
+ */
+#ifndef FMFS_CACHE_INT_H
+#define FMFS_CACHE_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "cache.h"
+
+#define CACHE_FORMAT_VERSION 1
+/* Blocks per row of the blocks table (see index.c for why). */
+#define CACHE_CHUNK_BLOCKS 1024u
+/* One ranged GET fetches at most this much. */
+#define CACHE_RUN_MAX_BYTES (8ull << 20)
+/* Buffers for verifying blocks read back from the cache disk. */
+#define CACHE_VERIFY_BUFS 4
+/* Queued background warm requests (cache_warm with wait false). */
+#define CACHE_WARM_QUEUE_MAX 16384
+/* Runs one pass of cache_file_ensure issues before it waits. */
+#define CACHE_ENSURE_RUNS_MAX 16
+#define CACHE_ETAG_MAX 80
+#define CACHE_FLUSH_INTERVAL_MS 1000
+/* Every this many flushes the flusher also saves changed access times. */
+#define CACHE_ATIME_FLUSH_EVERY 10
+
+#define cache_log(fmt, ...) \
+	fprintf(stderr, "fmfs: cache: " fmt "\n", ##__VA_ARGS__)
+
+/* Logs at most once a second from one call site. */
+#define cache_log_ratelimited(fmt, ...)                                  \
+	do {                                                             \
+		static _Atomic int64_t last_;                            \
+		int64_t now_ = cache_now_ms();                           \
+		int64_t prev_ = atomic_load(&last_);                     \
+		if (now_ - prev_ >= 1000 &&                              \
+		    atomic_compare_exchange_strong(&last_, &prev_, now_)) \
+			cache_log(fmt, ##__VA_ARGS__);                   \
+	} while (0)
+
+static inline bool bit_test(const uint64_t *map, uint32_t i)
+{
+	return (map[i / 64] >> (i % 64)) & 1;
+}
+
+static inline void bit_set(uint64_t *map, uint32_t i)
+{
+	map[i / 64] |= 1ull << (i % 64);
+}
+
+static inline void bit_clear(uint64_t *map, uint32_t i)
+{
+	map[i / 64] &= ~(1ull << (i % 64));
+}
+
+/* For bits read without the lock; writers hold f->lock. */
+static inline bool bit_test_atomic(const uint64_t *map, uint32_t i)
+{
+	return (__atomic_load_n(&map[i / 64], __ATOMIC_SEQ_CST) >> (i % 64)) &
+	       1;
+}
+
+static inline void bit_set_atomic(uint64_t *map, uint32_t i)
+{
+	__atomic_fetch_or(&map[i / 64], 1ull << (i % 64), __ATOMIC_SEQ_CST);
+}
+
+static inline void bit_clear_atomic(uint64_t *map, uint32_t i)
+{
+	__atomic_fetch_and(&map[i / 64], ~(1ull << (i % 64)),
+			   __ATOMIC_SEQ_CST);
+}
+
+static inline size_t bitmap_words(uint64_t nbits)
+{
+	return (size_t)((nbits + 63) / 64);
+}
+
+static inline uint64_t bitmap_popcount(const uint64_t *map, uint32_t nbits)
+{
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < bitmap_words(nbits); i++)
+		n += (uint64_t)__builtin_popcountll(map[i]);
+	return n;
+}
+
+/*
+ * One object at one version (key, etag, size), cached in the sparse file
+ * objects/XX/ID.  A struct cache_file handed out by cache_file_open is
+ * this struct; every handle and every fetch job holds a reference.
+ */
+struct cache_file {
+	struct cache *c;
+	/* Immutable while the struct lives. */
+	char *key;
+	char etag[CACHE_ETAG_MAX];
+	uint64_t size_bytes;
+	uint64_t id;                /* names the cache file and index row */
+	uint32_t nblocks;
+
+	/* Protected by c->lock. */
+	struct cache_file *hnext;   /* hash chain */
+	unsigned refs;              /* handles + fetch jobs */
+	int fd;                     /* open while refs > 0, else -1 */
+	bool detached;              /* out of the table: a newer version
+	                             * replaced it; freed at refs 0.  Also
+	                             * read under c->dirty_lock. */
+
+	_Atomic bool stale;         /* a newer version replaced it: what is
+	                             * not cached cannot be fetched any more */
+	_Atomic int64_t atime_ns;   /* last open/read, CLOCK_REALTIME */
+	int64_t saved_atime_ns;     /* as last written (flusher, c->lock) */
+
+	/* Protected by lock (present and verified: see the top). */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;        /* blocks landed, fetch failed, verified */
+	uint64_t *present;          /* bytes are in the cache file */
+	uint64_t *verified;         /* CRC checked (or fetched) this session */
+	uint64_t *busy;             /* a fetch or verification is under way */
+	uint64_t *dirty_chunks;     /* chunks the index has not seen yet */
+	uint32_t *crc;              /* CRC32C of each present block */
+	uint32_t *tick;             /* cache_tick() at the block's last use */
+	uint16_t *pins;             /* readers using the block right now */
+	uint32_t pos_block;         /* where the latest read started */
+	uint64_t cached_bytes;      /* bytes of present blocks */
+	bool row_dirty;             /* the objects row needs writing */
+	unsigned fail_seq;          /* bumped when a fetch fails */
+	int fail_err;               /* -errno of the latest failure */
+
+	/* Protected by c->dirty_lock. */
+	struct cache_file *dnext, *dprev;
+	bool on_dirty;
+};
+
+struct cache_job {
+	struct cache_job *next;
+	struct cache_file *f;       /* holds a reference */
+	uint32_t b0, b1;            /* blocks [b0, b1) */
+	bool prefetch;
+};
+
+struct cache_warm_req {
+	struct cache_warm_req *next;
+	uint64_t size_bytes;
+	char etag[CACHE_ETAG_MAX];
+	char key[];
+};
+
+struct cache_uring;
+
+struct cache {
+	struct cache_config cfg;    /* defaults applied; strings are ours */
+	struct obj_store *st;
+	int dirfd;                  /* cfg.dir */
+	int lockfd;                 /* flock on DIR/index.lock */
+	uint64_t run_max_bytes;     /* one GET, a multiple of block_bytes */
+	uint64_t piece_bytes;       /* one ensure step of a long range */
+	uint64_t high_bytes, low_bytes;
+	int64_t t0_ns;              /* CLOCK_REALTIME at open, for ticks */
+
+	/* Protected by lock. */
+	pthread_mutex_t lock;
+	pthread_cond_t room_cond;   /* used_bytes went down */
+	struct cache_file **table;
+	size_t table_size;          /* a power of two */
+	size_t nobjects;
+	uint64_t used_bytes;        /* present blocks + reserved for fetches */
+	uint64_t next_id;
+
+	/* Protected by dirty_lock. */
+	pthread_mutex_t dirty_lock;
+	struct cache_file *dirty_head;
+	uint64_t *dead_ids;         /* rows to delete at the next flush */
+	size_t ndead, dead_cap;
+	bool flush_all;             /* the last flush failed: rewrite all */
+
+	/* The index (index.c). */
+	struct cache_index *idx;
+
+	/* Fetching (fetch.c). */
+	pthread_mutex_t fq_lock;
+	pthread_cond_t fq_cond;
+	struct cache_job *demand_head, *demand_tail;
+	struct cache_job *pre_head, *pre_tail;
+	pthread_t *workers;
+	unsigned nworkers;
+	bool fq_stop;
+
+	/* Verification buffers (cache.c). */
+	pthread_mutex_t vlock;
+	pthread_cond_t vcond;
+	void *vbufs[CACHE_VERIFY_BUFS];
+	unsigned nvfree;            /* vbufs[0 .. nvfree) are free */
+	unsigned nvalloc, nvmax;    /* allocated so far, at most */
+
+	/* Background warming (cache.c). */
+	pthread_mutex_t wlock;
+	pthread_cond_t wcond;
+	struct cache_warm_req *warm_head, *warm_tail;
+	size_t nwarm;
+	bool warm_stop, warm_started;
+	pthread_t warm_thread;
+
+	struct cache_uring *uring;
+
+	/* Statistics. */
+	atomic_uint_fast64_t hits, misses, bytes_fetched, inflight_bytes;
+	atomic_uint_fast64_t evictions, crc_failures, fetch_errors;
+	atomic_uint_fast64_t blocks_present;
+	atomic_bool connected;
+};
+
+/* ---- cache.c ---- */
+int64_t cache_now_ms(void);
+int64_t cache_now_ns(void);
+struct timespec cache_deadline(unsigned ms);
+/* Milliseconds since the cache opened, for block ticks. */
+uint32_t cache_tick(const struct cache *c, int64_t now_ns);
+/* A condition variable timed on CLOCK_MONOTONIC (cache_deadline). */
+void cache_cond_init(pthread_cond_t *cond);
+uint32_t cache_block_len(const struct cache_file *f, uint32_t b);
+uint64_t cache_run_len(const struct cache_file *f, uint32_t b0, uint32_t b1);
+void cache_file_path(uint64_t id, char *buf, size_t len);
+/* Allocates f with its block arrays; the caller fills the rest. */
+struct cache_file *cache_file_alloc(struct cache *c, const char *key,
+				    const char *etag, uint64_t size_bytes,
+				    uint64_t id);
+void cache_file_free(struct cache_file *f);
+/* Adds f to the table (c->lock held or single-threaded). */
+int cache_table_insert(struct cache *c, struct cache_file *f);
+struct cache_file *cache_table_find(struct cache *c, const char *key);
+/* Forgets an object no one has open: file, row and memory (c->lock). */
+void cache_drop_object_locked(struct cache *c, struct cache_file *f);
+/* Drops one reference (cache_file_close); _locked with c->lock held. */
+void cache_file_put(struct cache_file *f);
+void cache_file_put_locked(struct cache_file *f);
+/* Ensures blocks [b0, b1) of f and leaves them pinned on success. */
+int cache_ensure_blocks(struct cache_file *f, uint32_t b0, uint32_t b1);
+void cache_unpin_blocks(struct cache_file *f, uint32_t b0, uint32_t b1);
+/* Tests: bytes of key's present blocks (0 if not cached). */
+uint64_t cache_cached_bytes(struct cache *c, const char *key);
+
+/* ---- evict.c ---- */
+/* Evicts at least need bytes if it can (c->lock); returns the bytes freed. */
+uint64_t cache_evict_locked(struct cache *c, uint64_t need);
+/* Reserves bytes of the cap for a fetch into f, evicting as needed, and
+ * takes a reference on f for the fetch job.  Waits for room until
+ * deadline if it is not NULL, else fails at once: -ENOSPC. */
+int cache_reserve(struct cache *c, struct cache_file *f, uint64_t bytes,
+		  const struct timespec *deadline);
+void cache_unreserve(struct cache *c, uint64_t bytes);
+/* After ENOSPC from the cache disk: evicts unopened objects freeing at
+ * least bytes beyond the low mark.  Returns the bytes freed. */
+uint64_t cache_evict_harder(struct cache *c, uint64_t bytes);
+
+/* ---- index.c ---- */
+/* Opens (or creates, or moves aside and recreates) DIR/index.sqlite,
+ * checks the cache's identity and loads every object into the table. */
+int cache_index_open(struct cache *c, char *msg, size_t msg_len);
+int cache_index_start(struct cache *c);   /* the flusher thread */
+void cache_index_stop(struct cache *c);
+/* Writes what changed in one transaction; all_atimes also saves every
+ * changed access time.  Tests may call it directly. */
+int cache_index_flush(struct cache *c, bool all_atimes);
+void cache_index_close(struct cache *c);
+/* Puts f on the dirty list (any lock but dirty_lock may be held). */
+void cache_mark_dirty(struct cache_file *f);
+/* Queues deletion of an object's rows. */
+void cache_index_forget(struct cache *c, uint64_t id);
+/* Takes f off the dirty list and marks it detached (c->lock held). */
+void cache_index_detach(struct cache_file *f);
+
+/* ---- fetch.c ---- */
+int cache_fetch_start(struct cache *c);
+/* Lets running GETs finish, cancels queued jobs, joins the workers. */
+void cache_fetch_stop(struct cache *c);
+/* Queues a fetch of [b0, b1), already marked busy and reserved with a
+ * reference on f; the bytes are counted in flight here. */
+void cache_fetch_submit(struct cache_file *f, uint32_t b0, uint32_t b1,
+			bool prefetch);
+/* Background fetch of what is missing in [off, end); returns the offset
+ * up to which everything is present or under way. */
+uint64_t cache_prefetch_range(struct cache_file *f, uint64_t off,
+			      uint64_t end);
+
+/* ---- uring.c ---- */
+/* Starts the engine: io_uring, or plain pwrite/pread if io_uring cannot
+ * be set up or FMFS_CACHE_URING=0.  Logs the choice. */
+int cache_uring_init(struct cache_uring **out);
+void cache_uring_free(struct cache_uring *u);
+bool cache_uring_active(const struct cache_uring *u);
+/* Writes / reads all of [off, off+len), blocking the caller; short
+ * transfers are continued; a read past the end of file is -EIO. */
+int cache_uring_pwrite(struct cache_uring *u, int fd, const void *buf,
+		       size_t len, uint64_t off);
+int cache_uring_pread(struct cache_uring *u, int fd, void *buf, size_t len,
+		      uint64_t off);
+
+/* ---- crc32c.c ---- */
+uint32_t cache_crc32c_sw(uint32_t crc, const void *buf, size_t len);
+bool cache_crc32c_hw_available(void);
+
+#endif /* FMFS_CACHE_INT_H */
