@@ -242,8 +242,8 @@ static void do_status(struct fs *fs, FILE *out, bool json)
 	kv(out, json, &first, "mountpoint", fs->cfg.mountpoint, true);
 	kv(out, json, &first, "store", fs->cfg.store_url, true);
 	kv(out, json, &first, "mode", fs_mode_name(fs->cfg.mode), true);
-	kv(out, json, &first, "connected", c.connected ? "true" : "false",
-	   false);
+	kv(out, json, &first, "connected",
+	   c.connected && fs_store_up(fs) ? "true" : "false", false);
 	kv_u64(out, json, &first, "uptime_s",
 	       (fs_now_ms() - fs->started_ms) / 1000);
 	kv_u64(out, json, &first, "cache_cap_bytes", c.cap_bytes);

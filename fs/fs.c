@@ -131,8 +131,10 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_err(req, dir ? ENOTDIR : ENOENT);
 		return;
 	}
-	l = fs_dir_listing(fs, dir, &err);
+	l = fs_dir_listing(fs, dir->key, &err);
 	if (!l) {
+		fprintf(stderr, "fmfs: lookup of '%s' in '%s' failed: %s\n",
+			name, dir->key, strerror(-err));
 		fuse_reply_err(req, -err);
 		return;
 	}
@@ -212,7 +214,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino,
 		return;
 	}
 	/* The listing at opendir time: offsets stay stable while read. */
-	l = fs_dir_listing(fs, in, &err);
+	l = fs_dir_listing(fs, in->key, &err);
 	if (!l) {
 		fuse_reply_err(req, -err);
 		return;
@@ -324,13 +326,16 @@ static int revalidate(struct fs *fs, struct fs_inode *in)
 	pthread_mutex_lock(&fs->lock);
 	age = fs_now_ms() - in->attr_ms;
 	pthread_mutex_unlock(&fs->lock);
-	if (in->attr_ms && age < (uint64_t)fs->cfg.refresh_s * 1000)
+	if ((in->attr_ms && age < (uint64_t)fs->cfg.refresh_s * 1000) ||
+	    !fs_store_up(fs))
 		return 0;
 	st = obj_head(fs->cfg.st, in->key, &m, &err);
 	if (st == OBJ_ERR_NOT_FOUND)
 		return -ENOENT;
-	if (st != OBJ_OK)
+	if (st != OBJ_OK) {
+		fs_obj_errno(fs, st, &err); /* marks the store offline */
 		return 0;
+	}
 	pthread_mutex_lock(&fs->lock);
 	in->size_bytes = m.size_bytes;
 	in->mtime_s = m.mtime_s;

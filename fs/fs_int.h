@@ -17,6 +17,8 @@
 #include "fs.h"
 
 #define FS_LISTING_MAX_ENTRIES 4000000 /* per directory; memory bound */
+#define FS_DIRCACHE_MAX 16384          /* directories whose listing we keep */
+#define FS_OFFLINE_MS 5000             /* metadata stays stale this long */
 
 /* One name in a directory, as the last listing saw it. */
 struct fs_entry {
@@ -50,14 +52,20 @@ struct fs_inode {
 	char open_etag[80];        /* version at the last open (keep_cache) */
 	uint64_t nlookup;          /* kernel references; protected by lock */
 	unsigned children;         /* inodes naming us as parent */
-	/* directories; listing protected by fs->lock, fetches by list_lock */
-	struct fs_listing *listing;
-	pthread_mutex_t list_lock;
 	/* user metadata (xattrs), fetched by HEAD, protected by fs->lock */
 	struct obj_kv *meta;
 	size_t nmeta;
 	uint64_t meta_ms;
 	struct fs_inode *next_ino, *next_name; /* hash chains */
+};
+
+/* A cached listing, by directory key: independent of inode lifetimes, so
+ * a listing survives the kernel forgetting a directory (drop_caches) and
+ * can still be served stale when the store is unreachable. */
+struct fs_dircache {
+	char *key;
+	struct fs_listing *l;
+	struct fs_dircache *next;
 };
 
 struct fs {
@@ -68,9 +76,14 @@ struct fs {
 	size_t nbuckets, ninodes;
 	fuse_ino_t next_ino;
 	struct fs_inode *root;
+	struct fs_dircache **dirs; /* hash by key; protected by lock */
+	size_t ndirs;
 	/* counters for `fmfs status` */
 	atomic_uint_fast64_t lookups, listings, list_pages, opens, reads;
 	atomic_uint_fast64_t skipped_names, open_files;
+	/* After a transport failure, metadata is served from what we have
+	 * (no retries per lookup) until this time. */
+	atomic_uint_fast64_t offline_until_ms;
 	/* control socket */
 	int ctl_fd;
 	pthread_t ctl_thread;
@@ -92,7 +105,7 @@ struct fs_inode *fs_inode_ref(struct fs *fs, struct fs_inode *dir,
 void fs_inode_forget(struct fs *fs, struct fs_inode *in, uint64_t n);
 /* The directory's listing, fetched if missing or older than refresh_s.
  * Returns a reference (fs_listing_put) or NULL with *err set (-errno). */
-struct fs_listing *fs_dir_listing(struct fs *fs, struct fs_inode *dir,
+struct fs_listing *fs_dir_listing(struct fs *fs, const char *dir_key,
 				  int *err);
 void fs_listing_put(struct fs_listing *l);
 const struct fs_entry *fs_listing_find(const struct fs_listing *l,
@@ -101,7 +114,10 @@ const struct fs_entry *fs_listing_find(const struct fs_listing *l,
  * entry's attributes filled in.  Returns 0 or -errno. */
 int fs_resolve(struct fs *fs, const char *path, struct fs_entry *out,
 	       char *key, size_t key_len);
-/* errno for an objstore failure, logged once per kind. */
+/* False while the store is considered unreachable. */
+bool fs_store_up(struct fs *fs);
+/* errno for an objstore failure, logged once per kind; a transport
+ * failure marks the store unreachable for FS_OFFLINE_MS. */
 int fs_obj_errno(struct fs *fs, obj_status st, const struct obj_error *e);
 
 /* ctl.c */

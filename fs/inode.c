@@ -13,8 +13,9 @@
  *
  * Inodes are created on lookup/readdirplus and live while the kernel
  * holds a reference (nlookup) or a child does.  Locking: fs->lock protects
- * the tables, attributes and listing pointers; a directory's list_lock
- * serialises fetches of its listing so concurrent lookups share one.
+ * the tables, attributes and the listing cache.  Listings are cached by
+ * directory key, not on inodes, so they outlive the kernel forgetting a
+ * directory and can be served stale while the store is unreachable.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -64,7 +65,9 @@ int fs_inodes_init(struct fs *fs)
 		goto nomem;
 	root->is_dir = true;
 	root->nlookup = 1; /* the kernel's implicit reference */
-	pthread_mutex_init(&root->list_lock, NULL);
+	fs->dirs = calloc(fs->nbuckets, sizeof(*fs->dirs));
+	if (!fs->dirs)
+		goto nomem;
 	fs->root = root;
 	fs->next_ino = FUSE_ROOT_ID + 1;
 	fs->by_ino[hash_ino(fs, root->ino)] = root;
@@ -78,6 +81,7 @@ nomem:
 	free(root);
 	free(fs->by_ino);
 	free(fs->by_name);
+	free(fs->dirs);
 	return -ENOMEM;
 }
 
@@ -93,13 +97,11 @@ void fs_listing_put(struct fs_listing *l)
 
 static void inode_free(struct fs_inode *in)
 {
-	fs_listing_put(in->listing);
 	for (size_t i = 0; i < in->nmeta; i++) {
 		free(in->meta[i].name);
 		free(in->meta[i].value);
 	}
 	free(in->meta);
-	pthread_mutex_destroy(&in->list_lock);
 	free(in->name);
 	free(in->key);
 	free(in);
@@ -116,9 +118,16 @@ void fs_inodes_free(struct fs *fs)
 			inode_free(in);
 			in = next;
 		}
+		for (struct fs_dircache *d = fs->dirs[b], *n; d; d = n) {
+			n = d->next;
+			fs_listing_put(d->l);
+			free(d->key);
+			free(d);
+		}
 	}
 	free(fs->by_ino);
 	free(fs->by_name);
+	free(fs->dirs);
 }
 
 struct fs_inode *fs_inode_get(struct fs *fs, fuse_ino_t ino)
@@ -212,7 +221,6 @@ struct fs_inode *fs_inode_ref(struct fs *fs, struct fs_inode *dir,
 		in->ino = fs->next_ino++;
 		in->parent = dir;
 		in->is_dir = e->is_dir;
-		pthread_mutex_init(&in->list_lock, NULL);
 		dir->children++;
 		in->next_ino = fs->by_ino[hash_ino(fs, in->ino)];
 		fs->by_ino[hash_ino(fs, in->ino)] = in;
@@ -275,11 +283,11 @@ static int add_entry(struct fs_listing *l, size_t *cap, const char *name,
 }
 
 /* Lists dir->key fully into a new listing. */
-static int fetch_listing(struct fs *fs, struct fs_inode *dir,
+static int fetch_listing(struct fs *fs, const char *dir_key,
 			 struct fs_listing **out)
 {
 	struct fs_listing *l = calloc(1, sizeof(*l));
-	size_t plen = strlen(dir->key), cap = 0, w;
+	size_t plen = strlen(dir_key), cap = 0, w;
 	char *token = NULL;
 	int rc = 0;
 
@@ -292,7 +300,7 @@ static int fetch_listing(struct fs *fs, struct fs_inode *dir,
 		struct obj_error err;
 		obj_status st;
 
-		st = obj_list(fs->cfg.st, dir->key, "/", token, 1000, &pg,
+		st = obj_list(fs->cfg.st, dir_key, "/", token, 1000, &pg,
 			      &err);
 		free(token);
 		token = NULL;
@@ -353,37 +361,97 @@ static bool fresh(const struct fs *fs, uint64_t ms)
 	return ms && fs_now_ms() - ms < (uint64_t)fs->cfg.refresh_s * 1000;
 }
 
-struct fs_listing *fs_dir_listing(struct fs *fs, struct fs_inode *dir,
+static size_t hash_key(const struct fs *fs, const char *key)
+{
+	return hash_name(fs, 0, key);
+}
+
+/* The cached listing of key (a new reference), or NULL.  Lock held. */
+static struct fs_listing *dircache_get(struct fs *fs, const char *key)
+{
+	for (struct fs_dircache *d = fs->dirs[hash_key(fs, key)]; d;
+	     d = d->next)
+		if (!strcmp(d->key, key)) {
+			atomic_fetch_add(&d->l->refs, 1);
+			return d->l;
+		}
+	return NULL;
+}
+
+/* Drops the listing fetched longest ago (rare: only past the bound). */
+static void dircache_drop_oldest(struct fs *fs)
+{
+	struct fs_dircache **victim = NULL;
+
+	for (size_t b = 0; b < fs->nbuckets; b++)
+		for (struct fs_dircache **pp = &fs->dirs[b]; *pp;
+		     pp = &(*pp)->next)
+			if (!victim ||
+			    (*pp)->l->fetched_ms < (*victim)->l->fetched_ms)
+				victim = pp;
+	if (victim) {
+		struct fs_dircache *d = *victim;
+
+		*victim = d->next;
+		fs_listing_put(d->l);
+		free(d->key);
+		free(d);
+		fs->ndirs--;
+	}
+}
+
+/* Installs l (taking over the caller's reference) as key's listing. */
+static void dircache_put(struct fs *fs, const char *key,
+			 struct fs_listing *l)
+{
+	size_t b = hash_key(fs, key);
+	struct fs_dircache *d;
+
+	for (d = fs->dirs[b]; d; d = d->next)
+		if (!strcmp(d->key, key)) {
+			fs_listing_put(d->l);
+			d->l = l;
+			return;
+		}
+	d = calloc(1, sizeof(*d));
+	if (!d || !(d->key = strdup(key))) {
+		free(d);
+		fs_listing_put(l);
+		return;
+	}
+	if (fs->ndirs >= FS_DIRCACHE_MAX)
+		dircache_drop_oldest(fs);
+	d->l = l;
+	d->next = fs->dirs[b];
+	fs->dirs[b] = d;
+	fs->ndirs++;
+}
+
+struct fs_listing *fs_dir_listing(struct fs *fs, const char *dir_key,
 				  int *err)
 {
-	struct fs_listing *l = NULL, *nl;
+	struct fs_listing *l, *nl;
 
-	pthread_mutex_lock(&dir->list_lock);
+	*err = 0;
 	pthread_mutex_lock(&fs->lock);
-	if (dir->listing && fresh(fs, dir->listing->fetched_ms)) {
-		l = dir->listing;
-		atomic_fetch_add(&l->refs, 1);
-	}
+	l = dircache_get(fs, dir_key);
 	pthread_mutex_unlock(&fs->lock);
-	if (!l) {
-		*err = fetch_listing(fs, dir, &nl);
-		if (*err == 0) {
-			pthread_mutex_lock(&fs->lock);
-			fs_listing_put(dir->listing);
-			dir->listing = nl;
-			atomic_fetch_add(&nl->refs, 1);
-			l = nl;
-			pthread_mutex_unlock(&fs->lock);
-		} else if (dir->listing) {
-			/* Store unreachable: the stale listing beats none. */
-			pthread_mutex_lock(&fs->lock);
-			l = dir->listing;
-			atomic_fetch_add(&l->refs, 1);
-			pthread_mutex_unlock(&fs->lock);
-			*err = 0;
-		}
+	if (l && (fresh(fs, l->fetched_ms) || !fs_store_up(fs)))
+		return l;
+	/* Two threads may fetch the same directory at once; the later
+	 * result replaces the earlier.  Rare, and simpler than a lock per
+	 * directory key. */
+	*err = fetch_listing(fs, dir_key, &nl);
+	if (*err == 0) {
+		fs_listing_put(l);
+		atomic_fetch_add(&nl->refs, 1);
+		pthread_mutex_lock(&fs->lock);
+		dircache_put(fs, dir_key, nl);
+		pthread_mutex_unlock(&fs->lock);
+		return nl;
 	}
-	pthread_mutex_unlock(&dir->list_lock);
+	if (l)
+		*err = 0; /* store unreachable: the stale listing beats none */
 	return l;
 }
 
@@ -414,9 +482,8 @@ int fs_resolve(struct fs *fs, const char *path, struct fs_entry *out,
 
 	key[0] = '\0';
 	while (*path) {
-		struct fs_inode dir_tmp = { .key = key };
-		struct fs_listing *l;
 		const struct fs_entry *e;
+		struct fs_listing *l;
 		char name[1025];
 		size_t n = strcspn(path, "/");
 		int err = 0;
@@ -431,22 +498,16 @@ int fs_resolve(struct fs *fs, const char *path, struct fs_entry *out,
 			return -ENOTDIR;
 		memcpy(name, path, n);
 		name[n] = '\0';
-		/* Listings of intermediate directories are not cached on an
-		 * inode here: a control request is rare. */
-		pthread_mutex_init(&dir_tmp.list_lock, NULL);
-		l = fs_dir_listing(fs, &dir_tmp, &err);
-		pthread_mutex_destroy(&dir_tmp.list_lock);
+		l = fs_dir_listing(fs, key, &err);
 		if (!l)
 			return err;
 		e = fs_listing_find(l, name);
 		if (!e) {
-			fs_listing_put(dir_tmp.listing);
 			fs_listing_put(l);
 			return -ENOENT;
 		}
 		cur = *e;
 		cur.name = NULL;
-		fs_listing_put(dir_tmp.listing);
 		fs_listing_put(l);
 		kl += (size_t)snprintf(key + kl, key_len - kl, "%s%s", name,
 				       cur.is_dir ? "/" : "");
@@ -456,12 +517,19 @@ int fs_resolve(struct fs *fs, const char *path, struct fs_entry *out,
 	return 0;
 }
 
+bool fs_store_up(struct fs *fs)
+{
+	return fs_now_ms() >= atomic_load(&fs->offline_until_ms);
+}
+
 int fs_obj_errno(struct fs *fs, obj_status st, const struct obj_error *e)
 {
 	static atomic_int logged[OBJ_ERR_OTHER + 1];
 	char line[1024];
 
-	(void)fs;
+	if (st == OBJ_ERR_CONNECT || st == OBJ_ERR_TIMEOUT ||
+	    st == OBJ_ERR_SERVER)
+		atomic_store(&fs->offline_until_ms, fs_now_ms() + FS_OFFLINE_MS);
 	if ((unsigned)st <= OBJ_ERR_OTHER &&
 	    atomic_exchange(&logged[st], 1) == 0) {
 		obj_error_format(e, line, sizeof(line));

@@ -52,6 +52,12 @@ for _ in $(seq 30); do
 	sleep 1
 done
 cmp data/uncached "$MNT/data/uncached" || fail "no recovery after the gateway came back"
+# Metadata stays on what we have for 5 s after a failure; then it asks.
+for _ in $(seq 20); do
+	[ "$(stat_of connected)" = True ] && break
+	ls "$MNT/data" >/dev/null
+	sleep 0.5
+done
 [ "$(stat_of connected)" = True ] || fail "status still says disconnected"
 $FMFS umount "$MNT"
 echo "offline behaviour ok"
