@@ -122,9 +122,7 @@ int cache_uring_init(struct cache_uring **out)
 		*out = u;
 		return 0;
 	}
-	u->active = true;
-	cache_log("cache-file I/O through io_uring (%d entries)",
-		  URING_ENTRIES);
+	u->active = true; /* the normal case: nothing to log */
 	*out = u;
 	return 0;
 }
