@@ -483,16 +483,25 @@ static int ctl_path_of(const char *verb, const char *mnt, char *path,
 	ssize_t n;
 
 	if (!realpath(mnt, real)) {
-		fprintf(stderr, "fmfs %s: %s: %s%s\n", verb, mnt,
-			strerror(errno), errno == ENOTCONN ? " (the fmfs "
-			"daemon is gone; run fmfs umount)" : "");
-		return errno == ENOTCONN ? EXIT_FAIL : EXIT_USAGE;
+		int e = errno;
+
+		real[0] = '\0';
+		if (!(e == ENOTCONN && !strcmp(verb, "umount")))
+			fprintf(stderr, "fmfs %s: %s: %s%s\n", verb, mnt,
+				strerror(e), e == ENOTCONN ? " (the fmfs daemon "
+				"is gone; run fmfs umount)" : "");
+		errno = e;
+		return e == ENOTCONN ? EXIT_FAIL : EXIT_USAGE;
 	}
 	n = getxattr(real, FS_CTL_XATTR, path, len - 1);
 	if (n <= 0) {
-		fprintf(stderr, "fmfs %s: %s is not an fmfs mount%s\n", verb,
-			real, errno == ENOTCONN ? " any more (the daemon is "
-			"gone; run fmfs umount)" : "");
+		int e = n < 0 ? errno : ENODATA;
+
+		if (!(e == ENOTCONN && !strcmp(verb, "umount")))
+			fprintf(stderr, "fmfs %s: %s is not an fmfs mount%s\n",
+				verb, real, e == ENOTCONN ? " any more (the "
+				"daemon is gone; run fmfs umount)" : "");
+		errno = e;
 		return EXIT_USAGE;
 	}
 	path[n] = '\0';
@@ -720,6 +729,15 @@ static int cmd_umount(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 	rc = ctl_path_of("umount", argv[1], sock, sizeof(sock), real);
+	if (rc && errno == ENOTCONN) {
+		/* The daemon died (kill -9): realpath fails on the dead
+		 * mount, but it must still be unmounted. */
+		if (argv[1][0] == '/')
+			snprintf(real, sizeof(real), "%s", argv[1]);
+		else if (getcwd(real, sizeof(real)))
+			snprintf(real + strlen(real), sizeof(real) - strlen(real),
+				 "/%s", argv[1]);
+	}
 	if (rc && !is_mounted(real))
 		return rc;
 	if (umount2(real, 0) && errno != EINVAL) {

@@ -81,8 +81,9 @@
 # --recursive took 37 s, 8 parallel `fmfs obj put` ~60 s).
 #
 # Cost: ~0.6 GiB of local files plus one system's cache (<= 0.55 GiB) at
-# a time, ~1.5 GB of RAM in the gateway; with 3 rounds about 6 minutes on
-# the 2-core test machine without fmfs. Needs root (drop_caches, FUSE).
+# a time, ~1.5 GB of RAM in the gateway; with 3 rounds and all four
+# systems about 6.5 minutes on the 2-core test machine (fio alone is 3 min
+# of it). Needs root (drop_caches, FUSE).
 # Everything - mounts, daemons, gateway, files - goes away at the end, on
 # failure and on Ctrl-C.
 #

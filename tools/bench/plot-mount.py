@@ -85,8 +85,9 @@ def main():
                      fontsize=10)
         ax.set_ylabel(ylabel)
         for i, y in enumerate(ys):
-            ax.text(i, y, ("%.2f" if lower_better else "%.0f") % y,
+            ax.text(i, y + hi[i], ("%.2f" if lower_better else "%.0f") % y,
                     ha="center", va="bottom", fontsize=7)
+        ax.margins(y=0.1)
 
     single(axes[1], "randread", "random 8 KiB reads", "IOPS (fio, 4 jobs)",
            ["local"] + systems, False)
