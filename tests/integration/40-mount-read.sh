@@ -17,10 +17,7 @@ MNT=$TEST_DIR/mnt
 CACHE=$TEST_DIR/cache
 mkdir -p "$MNT" data
 
-umount_all() {
-	$FMFS umount "$MNT" 2>/dev/null || fusermount3 -u "$MNT" 2>/dev/null || true
-}
-trap 'umount_all; cleanup_common' EXIT
+trap 'unmount_quietly "$MNT"; cleanup_common' EXIT
 
 mnt() { # extra options...
 	$FMFS mount "s3://$B" "$MNT" --cache-dir "$CACHE" "$@" ||

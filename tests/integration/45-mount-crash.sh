@@ -15,7 +15,7 @@ MNT=$TEST_DIR/mnt
 mkdir -p "$MNT" data
 for i in 1 2 3 4; do random_file data/s$i 5; done
 awsx s3 cp --quiet --recursive data "s3://$B/data/"
-trap '$FMFS umount "$MNT" 2>/dev/null || fusermount3 -u "$MNT" 2>/dev/null; cleanup_common' EXIT
+trap 'unmount_quietly "$MNT"; cleanup_common' EXIT
 stat_of() {
 	$FMFS status "$MNT" --json | python3 -c \
 		"import json,sys; print(json.load(sys.stdin)['$1'])"

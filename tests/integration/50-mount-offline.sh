@@ -17,7 +17,7 @@ random_file data/uncached 6
 awsx s3 cp --quiet --recursive data "s3://$B/data/"
 
 gw_back() { "$TOP/tests/lib/rgw.sh" start-gw "$RGW_DIR" >/dev/null 2>&1 || true; }
-trap 'gw_back; $FMFS umount "$MNT" 2>/dev/null || fusermount3 -u "$MNT" 2>/dev/null; cleanup_common' EXIT
+trap 'gw_back; unmount_quietly "$MNT"; cleanup_common' EXIT
 stat_of() {
 	$FMFS status "$MNT" --json | python3 -c \
 		"import json,sys; print(json.load(sys.stdin)['$1'])"
