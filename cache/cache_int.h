@@ -130,6 +130,8 @@ struct cache_file {
 	struct cache_file *hnext;   /* hash chain */
 	unsigned refs;              /* handles + fetch jobs */
 	int fd;                     /* open while refs > 0, else -1 */
+	int dfd;                    /* O_DIRECT twin of fd for fetched runs
+	                             * (no page-cache copy), or -1 */
 	bool detached;              /* out of the table: a newer version
 	                             * replaced it; freed at refs 0.  Also
 	                             * read under c->dirty_lock. */

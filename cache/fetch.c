@@ -109,19 +109,46 @@ static void store_ok(struct cache *c)
 		cache_log("store reachable again");
 }
 
+#define DIO_ALIGN 4096
+
+/* Writes the run: its 4 KiB-aligned head with O_DIRECT (the buffer and
+ * the offset, a block boundary, are aligned), an unaligned tail (the
+ * object's last bytes) buffered.  Falls back to buffered writes if the
+ * filesystem refuses O_DIRECT. */
+static int write_once(struct cache *c, struct cache_file *f,
+		      const char *buf, uint64_t len, uint64_t off)
+{
+	uint64_t head = f->dfd >= 0 && off % DIO_ALIGN == 0 &&
+			(uintptr_t)buf % DIO_ALIGN == 0 ?
+			len / DIO_ALIGN * DIO_ALIGN : 0;
+	int rc = 0;
+
+	if (head) {
+		rc = cache_uring_pwrite(c->uring, f->dfd, buf, (size_t)head,
+					off);
+		if (rc == -EINVAL)
+			head = 0; /* no O_DIRECT after all: all buffered */
+		else if (rc)
+			return rc;
+	}
+	if (len > head)
+		rc = cache_uring_pwrite(c->uring, f->fd, buf + head,
+					(size_t)(len - head), off + head);
+	return rc;
+}
+
 /* Writes a fetched run to the cache file; on a full disk, evicts and
  * tries once more. */
 static int write_run(struct cache *c, struct cache_file *f, const void *buf,
 		     uint64_t len, uint64_t off)
 {
-	int rc = cache_uring_pwrite(c->uring, f->fd, buf, (size_t)len, off);
+	int rc = write_once(c, f, buf, len, off);
 
 	if (rc == -ENOSPC) {
 		cache_log_ratelimited("cache disk of %s is full; evicting "
 				      "and trying again", c->cfg.dir);
 		cache_evict_harder(c, len);
-		rc = cache_uring_pwrite(c->uring, f->fd, buf, (size_t)len,
-					off);
+		rc = write_once(c, f, buf, len, off);
 	}
 	if (rc)
 		cache_log_ratelimited("cannot write the cache file of %s: %s",
@@ -195,8 +222,9 @@ static void *fetch_worker(void *arg)
 		pthread_mutex_unlock(&c->fq_lock);
 		if (!j)
 			break;
-		if (!buf)
-			buf = malloc(c->run_max_bytes);
+		if (!buf && posix_memalign((void **)&buf, DIO_ALIGN,
+					   c->run_max_bytes))
+			buf = NULL;
 		rc = buf ? fetch_run(c, j, buf, crcs) : -ENOMEM;
 		run_done(j->f, j->b0, j->b1, rc, crcs);
 		free(j);
