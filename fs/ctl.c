@@ -274,7 +274,9 @@ static void do_status(struct fs *fs, FILE *out, bool json)
 		for (char *p = name; *p; p++)
 			if (*p == '-')
 				*p = '_';
-		kv_u64(out, json, &first, name, o.errors_by_status[i]);
+		/* Text shows the kinds that happened; JSON has them all. */
+		if (json || o.errors_by_status[i])
+			kv_u64(out, json, &first, name, o.errors_by_status[i]);
 	}
 	if (json)
 		fputs("}\n", out);

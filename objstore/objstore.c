@@ -292,6 +292,10 @@ void obj_get_stats(struct obj_store *st, struct obj_stats *o)
 static obj_status finish(struct obj_store *st, obj_status rc,
 			 struct obj_error *err, char *full)
 {
+	/* The S3 engine counts each HTTP attempt; other backends count
+	 * one request per operation here. */
+	if (st->be != &obj_s3_backend)
+		atomic_fetch_add(&st->n_requests, 1);
 	free(full);
 	if (rc != OBJ_OK) {
 		err->status = rc;
