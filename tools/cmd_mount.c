@@ -651,27 +651,37 @@ static int cmd_warm(const char *verb, int argc, char **argv)
 			list = argv[++i];
 		} else if (a[0] == '-' && a[1]) {
 			fprintf(stderr, "fmfs %s: unknown option %s\n", verb, a);
-			return EXIT_USAGE;
+			rc = EXIT_USAGE;
+			goto out_free_paths;
 		} else if (!mnt) {
 			mnt = a;
 		} else {
 			if (w.n == cap) {
 				cap = cap ? 2 * cap : 64;
-				w.paths = realloc(w.paths, cap * sizeof(char *));
-				if (!w.paths)
-					return EXIT_FAIL;
+				char **np = realloc(w.paths, cap * sizeof(*np));
+
+				if (!np) {
+					rc = EXIT_FAIL;
+					goto out_free_paths;
+				}
+				w.paths = np;
 			}
-			w.paths[w.n++] = (char *)a;
+			if (!(w.paths[w.n] = strdup(a))) {
+				rc = EXIT_FAIL;
+				goto out_free_paths;
+			}
+			w.n++;
 		}
 	}
 	if (!mnt || (!w.n && !list)) {
 		fprintf(stderr, "usage: fmfs %s MOUNTPOINT (PATH... | --list "
 			"FILE)%s\n", verb, strcmp(verb, "evict") ? " [--wait]" :
 			"");
-		return EXIT_USAGE;
+		rc = EXIT_USAGE;
+		goto out_free_paths;
 	}
 	if ((rc = ctl_path_of(verb, mnt, sock, sizeof(sock), real)))
-		return rc;
+		goto out_free_paths;
 	w.sock = sock;
 	if (list) {
 		FILE *f = strcmp(list, "-") ? fopen(list, "r") : stdin;
@@ -679,7 +689,8 @@ static int cmd_warm(const char *verb, int argc, char **argv)
 		if (!f) {
 			fprintf(stderr, "fmfs %s: --list %s: %s\n", verb, list,
 				strerror(errno));
-			return EXIT_USAGE;
+			rc = EXIT_USAGE;
+			goto out_free_paths;
 		}
 		while (fgets(line, sizeof(line), f)) {
 			line[strcspn(line, "\n")] = '\0';
@@ -687,26 +698,36 @@ static int cmd_warm(const char *verb, int argc, char **argv)
 				continue;
 			if (w.n == cap) {
 				cap = cap ? 2 * cap : 64;
-				w.paths = realloc(w.paths, cap * sizeof(char *));
-				if (!w.paths)
-					return EXIT_FAIL;
+				char **np = realloc(w.paths, cap * sizeof(*np));
+
+				if (!np) {
+					rc = EXIT_FAIL;
+					goto out_free_paths;
+				}
+				w.paths = np;
 			}
-			w.paths[w.n++] = strdup(line);
+			if (!(w.paths[w.n] = strdup(line)))
+				break;
+			w.n++;
 		}
 		if (f != stdin)
 			fclose(f);
 	}
 	/* Paths may be absolute, or relative to the current directory. */
-	for (size_t i = 0; i < w.n; i++) {
+	for (size_t i = 0; i < w.n && rc == EXIT_OK; i++) {
 		char *rel = mount_relative(real, w.paths[i]);
 
 		if (!rel) {
 			fprintf(stderr, "fmfs %s: %s: not a path inside %s\n",
 				verb, w.paths[i], real);
-			return EXIT_USAGE;
+			rc = EXIT_USAGE;
+			break;
 		}
+		free(w.paths[i]);
 		w.paths[i] = rel;
 	}
+	if (rc)
+		goto out_free_paths;
 	nt = w.n < 8 ? w.n : 8;
 	for (size_t i = 0; i < nt; i++)
 		pthread_create(&t[i], NULL, warm_client_main, &w);
@@ -715,7 +736,13 @@ static int cmd_warm(const char *verb, int argc, char **argv)
 	if (w.wait || !strcmp(verb, "evict"))
 		printf("%s: %llu files, %llu bytes, %llu errors\n", verb,
 		       w.files, w.bytes, w.errors);
-	return w.errors ? EXIT_FAIL : EXIT_OK;
+	rc = w.errors ? EXIT_FAIL : EXIT_OK;
+out_free_paths:
+	for (size_t i = 0; i < w.n; i++)
+		free(w.paths[i]);
+	free(w.paths);
+	pthread_mutex_destroy(&w.lock);
+	return rc;
 }
 
 static int cmd_umount(int argc, char **argv)
