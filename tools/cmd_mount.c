@@ -41,6 +41,7 @@ struct mount_opts {
 	unsigned refresh_s, threads, fetch_timeout_s;
 	bool foreground, debug;
 	char mnt_real[PATH_MAX], cache_real[PATH_MAX], ctl_path[256];
+	char cache_def[PATH_MAX];   /* the default cache dir, when chosen */
 };
 
 static void mount_usage(FILE *f)
@@ -241,7 +242,8 @@ static int check_mountpoint(struct mount_opts *o)
 /* Default cache dir, size and control socket; creates the cache dir. */
 static int prepare_cache_dir(struct mount_opts *o)
 {
-	char def[PATH_MAX], name[96];
+	char *def = o->cache_def, name[96];
+	const size_t deflen = sizeof(o->cache_def);
 	const char *home = getenv("HOME"), *xdg = getenv("XDG_CACHE_HOME");
 	const char *rundir;
 	struct statvfs sv;
@@ -257,13 +259,13 @@ static int prepare_cache_dir(struct mount_opts *o)
 		snprintf(name + j, sizeof(name) - j, "-%08llx",
 			 (unsigned long long)(fnv64(o->url) & 0xffffffff));
 		if (getuid() == 0)
-			snprintf(def, sizeof(def), "/var/cache/fmfs/%s", name);
+			snprintf(def, deflen, "/var/cache/fmfs/%s", name);
 		else if (xdg && *xdg)
-			snprintf(def, sizeof(def), "%s/fmfs/%s", xdg, name);
+			snprintf(def, deflen, "%s/fmfs/%s", xdg, name);
 		else
-			snprintf(def, sizeof(def), "%s/.cache/fmfs/%s",
+			snprintf(def, deflen, "%s/.cache/fmfs/%s",
 				 home ? home : "/tmp", name);
-		o->cache_dir = strdup(def);
+		o->cache_dir = def;
 	}
 	rc = mkdir_p(o->cache_dir, 0700);
 	if (rc || !realpath(o->cache_dir, o->cache_real) ||
