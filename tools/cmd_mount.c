@@ -620,6 +620,24 @@ static void *warm_client_main(void *arg)
 	}
 }
 
+/* Appends a copy of p to w->paths; -ENOMEM on failure. */
+static int paths_add(struct warm_client *w, size_t *cap, const char *p)
+{
+	if (w->n == *cap) {
+		size_t nc = *cap ? 2 * *cap : 64;
+		char **np = realloc(w->paths, nc * sizeof(*np));
+
+		if (!np)
+			return -ENOMEM;
+		w->paths = np;
+		*cap = nc;
+	}
+	if (!(w->paths[w->n] = strdup(p)))
+		return -ENOMEM;
+	w->n++;
+	return 0;
+}
+
 /* Turns a path given by the user into one relative to the mount root. */
 static char *mount_relative(const char *mnt_real, const char *p)
 {
@@ -658,21 +676,10 @@ static int cmd_warm(const char *verb, int argc, char **argv)
 		} else if (!mnt) {
 			mnt = a;
 		} else {
-			if (w.n == cap) {
-				cap = cap ? 2 * cap : 64;
-				char **np = realloc(w.paths, cap * sizeof(*np));
-
-				if (!np) {
-					rc = EXIT_FAIL;
-					goto out_free_paths;
-				}
-				w.paths = np;
-			}
-			if (!(w.paths[w.n] = strdup(a))) {
+			if (paths_add(&w, &cap, a)) {
 				rc = EXIT_FAIL;
 				goto out_free_paths;
 			}
-			w.n++;
 		}
 	}
 	if (!mnt || (!w.n && !list)) {
@@ -698,22 +705,15 @@ static int cmd_warm(const char *verb, int argc, char **argv)
 			line[strcspn(line, "\n")] = '\0';
 			if (!*line)
 				continue;
-			if (w.n == cap) {
-				cap = cap ? 2 * cap : 64;
-				char **np = realloc(w.paths, cap * sizeof(*np));
-
-				if (!np) {
-					rc = EXIT_FAIL;
-					goto out_free_paths;
-				}
-				w.paths = np;
-			}
-			if (!(w.paths[w.n] = strdup(line)))
+			if (paths_add(&w, &cap, line)) {
+				rc = EXIT_FAIL;
 				break;
-			w.n++;
+			}
 		}
 		if (f != stdin)
 			fclose(f);
+		if (rc)
+			goto out_free_paths;
 	}
 	/* Paths may be absolute, or relative to the current directory. */
 	for (size_t i = 0; i < w.n && rc == EXIT_OK; i++) {

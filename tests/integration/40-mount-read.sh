@@ -138,6 +138,12 @@ grep -q "files" pf.out || fail "prefetch printed no report"
 g0=$(stat_of store_get_requests)
 for f in data/f*; do cmp "$f" "$MNT/$f" || fail "$f wrong after prefetch"; done
 [ "$(stat_of store_get_requests)" = "$g0" ] || fail "reads after prefetch still fetched"
+printf '%s\n' "$MNT/names/plus+sign" "$MNT/names/uni" >list.txt
+$FMFS prefetch "$MNT" --list list.txt --wait >pl.out || fail "prefetch --list failed"
+grep -q "prefetch: [2-9] files" pl.out || fail "prefetch --list report: $(cat pl.out)"
+expect_exit 2 "--list .*No such file" $FMFS prefetch "$MNT" --list "$TEST_DIR/no-list"
+expect_exit 2 "not a path inside" $FMFS prefetch "$MNT" "$TEST_DIR/data"
+expect_exit 2 "unknown option" $FMFS prefetch "$MNT" --bogus
 $FMFS evict "$MNT" "$MNT/data/f5000000" >/dev/null || fail "evict failed"
 sync; echo 3 >/proc/sys/vm/drop_caches # else the kernel's pages answer
 cmp data/f5000000 "$MNT/data/f5000000" || fail "evicted file wrong"
