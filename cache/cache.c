@@ -441,6 +441,50 @@ int cache_file_fd(struct cache_file *f)
 	return f->fd;
 }
 
+int cache_adopt(struct cache *c, const char *key, const char *etag,
+		uint64_t size, const char *path, const uint32_t *crcs,
+		uint64_t charged)
+{
+	uint32_t tick = cache_tick(c, cache_now_ns());
+	struct cache_file *f, *old;
+	char to[64];
+	int rc;
+
+	if (strlen(etag) >= CACHE_ETAG_MAX || !*key)
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	old = cache_table_find(c, key);
+	if (old)
+		replace_locked(c, old);
+	rc = create_locked(c, key, size, etag, &f);
+	if (rc)
+		goto out;
+	cache_file_path(f->id, to, sizeof(to));
+	if (renameat(c->dirfd, path, c->dirfd, to)) {
+		rc = -errno;
+		cache_drop_object_locked(c, f);
+		goto out;
+	}
+	pthread_mutex_lock(&f->lock);
+	for (uint32_t b = 0; b < f->nblocks; b++) {
+		f->crc[b] = crcs[b];
+		f->tick[b] = tick;
+		bit_set(f->present, b);
+		bit_set(f->verified, b);
+		bit_set(f->dirty_chunks, b / CACHE_CHUNK_BLOCKS);
+	}
+	f->cached_bytes = size;
+	f->row_dirty = true;
+	pthread_mutex_unlock(&f->lock);
+	c->used_bytes = c->used_bytes - charged + size;
+	atomic_fetch_sub(&c->dirty_bytes, charged);
+	atomic_fetch_add(&c->blocks_present, f->nblocks);
+	cache_mark_dirty(f);
+out:
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
 /* ---- verification buffers ---- */
 
 static void *vbuf_get(struct cache *c)
@@ -1310,6 +1354,9 @@ int cache_open(const struct cache_config *cfg, struct obj_store *st,
 	if (rc)
 		goto out_free_uring;
 	clean_orphans(c);
+	rc = cache_wb_open(c, msg, msg_len);
+	if (rc)
+		goto out_close_wb;
 	pthread_mutex_lock(&c->lock);
 	if (c->used_bytes > c->high_bytes) /* the cap went down */
 		cache_evict_locked(c, c->used_bytes - c->low_bytes);
@@ -1317,7 +1364,7 @@ int cache_open(const struct cache_config *cfg, struct obj_store *st,
 	rc = cache_fetch_start(c);
 	if (rc) {
 		snprintf(msg, msg_len, "cache: cannot start fetch threads");
-		goto out_close_index;
+		goto out_close_wb;
 	}
 	rc = -pthread_create(&c->warm_thread, NULL, warm_thread, c);
 	if (rc) {
@@ -1337,7 +1384,8 @@ out_stop_warm:
 	warm_stop(c);
 out_stop_fetch:
 	cache_fetch_stop(c);
-out_close_index:
+out_close_wb:
+	cache_wb_close(c);
 	cache_index_close(c);
 out_free_uring:
 	cache_uring_free(c->uring);
@@ -1352,6 +1400,7 @@ void cache_close(struct cache *c)
 
 	if (!c)
 		return;
+	cache_wb_close(c);
 	warm_stop(c);
 	cache_fetch_stop(c);
 	cache_index_stop(c);

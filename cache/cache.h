@@ -127,6 +127,129 @@ struct cache_stats {
 };
 void cache_get_stats(struct cache *c, struct cache_stats *out);
 
+/* ---- write-back (wb.c): files written through the mount ----
+ *
+ * A file created or opened for writing becomes a dirty file: a whole
+ * local copy in DIR/dirty/ID, its bytes charged to the cache cap (never
+ * evicted), a row in the write-back store DIR/writeback.sqlite (SQLite,
+ * WAL).  cache_w_commit (close, fsync) queues it: after the async delay
+ * an uploader thread PUTs it (multipart when large); on success the file
+ * moves into the read cache as the object's new version and the row goes.
+ * Deleted and renamed-away keys become tombstones, DELETEd in the
+ * background.  After a crash, cache_open replays the rows: every file
+ * that had been committed is uploaded; one never committed (the writer
+ * never closed it) is moved to DIR/lost+found/ and logged.
+ *
+ * Threads: all functions are thread-safe.  A struct cache_wfile is
+ * reference counted (cache_w_get/_create give one, cache_w_put drops it);
+ * it stays usable after unlink (its bytes stay readable through the
+ * handle) and after it was uploaded and left the table.
+ */
+enum cache_wkind { CACHE_WK_FILE = 0, CACHE_WK_DIR = 1, CACHE_WK_SYMLINK = 2 };
+
+struct cache_wattr {
+	enum cache_wkind kind;
+	uint32_t mode;          /* permission bits only (07777) */
+	uint32_t uid, gid;
+	int64_t mtime_ns;       /* CLOCK_REALTIME */
+	uint64_t size;
+};
+
+struct cache_wb_config {
+	unsigned async_delay_ms;  /* upload this long after close/fsync */
+	unsigned uploaders;       /* files uploaded at once; 0: 4 */
+	bool push;                /* false (mode lu): never upload/delete */
+	bool check_conflicts;     /* mode iw: HEAD first, log a conflict */
+	/* Called from an uploader thread (no cache lock held) when key
+	 * became clean (uploaded; etag and size of the new version) or,
+	 * with deleted, when its tombstone was DELETEd. */
+	void (*on_done)(void *arg, const char *key, const char *etag,
+			uint64_t size, bool deleted);
+	void *arg;
+};
+/* Starts the uploaders (after cache_open; fs calls it once mounted). */
+int cache_wb_start(struct cache *c, const struct cache_wb_config *cfg);
+/* Stops them (an upload under way finishes); on_done is not called once
+ * this returns.  What is queued stays queued for the next start. */
+void cache_wb_stop(struct cache *c);
+
+struct cache_wfile;
+
+/* New dirty file for key.  With src (an open cache entry of the object)
+ * its first `a->size` bytes are copied from it, fetching what is not
+ * cached; otherwise it is empty (or sparse at a->size).  in_bucket: the key exists in the bucket (a later
+ * unlink or rename must delete it there); base_etag: that version (or
+ * NULL).  -EEXIST if key is dirty already (use cache_w_get), -ENOSPC if
+ * the cap is full of dirty data. */
+int cache_w_create(struct cache *c, const char *key,
+		   const struct cache_wattr *a, bool in_bucket,
+		   const char *base_etag, struct cache_file *src,
+		   struct cache_wfile **out);
+/* The dirty file of key, with a reference; -ENOENT if key is not dirty. */
+int cache_w_get(struct cache *c, const char *key, struct cache_wfile **out);
+void cache_w_put(struct cache_wfile *w);
+/* Writers: while one is registered the file is not considered clean. */
+void cache_w_writer(struct cache_wfile *w, bool add);
+int cache_w_fd(struct cache_wfile *w);
+void cache_w_stat(struct cache_wfile *w, struct cache_wattr *a);
+/* Writes, charging growth to the cap (-ENOSPC when full of dirty data). */
+ssize_t cache_w_pwrite(struct cache_wfile *w, const void *buf, size_t len,
+		       uint64_t off);
+int cache_w_truncate(struct cache_wfile *w, uint64_t size);
+#define CACHE_WA_MODE  1u
+#define CACHE_WA_UID   2u
+#define CACHE_WA_GID   4u
+#define CACHE_WA_MTIME 8u
+void cache_w_setattr(struct cache_wfile *w, const struct cache_wattr *a,
+		     unsigned mask);
+/* User metadata (names without "user."), uploaded as x-amz-meta-NAME. */
+int cache_w_xattr_set(struct cache_wfile *w, const char *name,
+		      const char *value, size_t len, int flags);
+int cache_w_xattr_remove(struct cache_wfile *w, const char *name);
+/* Copies the metadata out (free with obj_meta_release-style loop). */
+int cache_w_xattrs(struct cache_wfile *w, struct obj_kv **out, size_t *n);
+/* Queues the file for upload (close: the row is committed, safe from a
+ * daemon crash; durable: fdatasync and a synced commit, safe from power
+ * loss).  No-op if nothing changed since the last commit. */
+int cache_w_commit(struct cache_wfile *w, bool durable);
+/* Namespace.  unlink: drops key's dirty file (open handles keep it) and,
+ * if the key may be in the bucket (in_bucket, or uploaded before), adds a
+ * tombstone; held: the tombstone waits for cache_w_release(key).  rename:
+ * a dirty file from -> to (replacing to's dirty file); -ENOENT if from is
+ * not dirty.  tombstone: deletes a clean object's key in the background. */
+int cache_w_unlink(struct cache *c, const char *key, bool in_bucket,
+		   bool held);
+int cache_w_rename(struct cache *c, const char *from, const char *to,
+		   bool from_in_bucket);
+int cache_w_tombstone(struct cache *c, const char *key, bool held);
+void cache_w_release(struct cache *c, const char *key);
+bool cache_w_tombstoned(struct cache *c, const char *key);
+/* Calls fn for every dirty file and tombstone whose key starts with
+ * prefix (a tombstone has a NULL attr), under the write-back lock: fn must
+ * not call cache_w_*.  Returns how many. */
+size_t cache_w_list(struct cache *c, const char *prefix,
+		    void (*fn)(void *arg, const char *key,
+			       const struct cache_wattr *a),
+		    void *arg);
+/* Uploads what is queued under prefix ("" for all) now, ignoring the
+ * delay.  wait: returns 0 once it is in the bucket, or -EIO after every
+ * remaining file failed at least once since the call (report lists them,
+ * one "key: error" per line), or -ETIMEDOUT after timeout_ms. */
+int cache_w_flush(struct cache *c, const char *prefix, bool wait,
+		  unsigned timeout_ms, char *report, size_t report_len);
+
+struct cache_wb_stats {
+	uint64_t dirty_bytes, dirty_files;
+	uint64_t queued;          /* files waiting for upload + tombstones */
+	uint64_t uploads_inflight;
+	uint64_t upload_failures; /* failed attempts (retried) */
+	uint64_t uploaded_files, uploaded_bytes, deleted_keys;
+	uint64_t conflicts;       /* iw: bucket changed under a dirty file */
+	uint64_t lost_found;      /* uncommitted files moved aside at open */
+	char last_error[256];
+};
+void cache_wb_get_stats(struct cache *c, struct cache_wb_stats *out);
+
 /* CRC32C (Castagnoli) of a buffer, hardware-accelerated when possible. */
 uint32_t cache_crc32c(uint32_t crc, const void *buf, size_t len);
 

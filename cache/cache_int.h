@@ -177,6 +177,7 @@ struct cache_warm_req {
 };
 
 struct cache_uring;
+struct cache_wb;
 
 struct cache {
 	struct cache_config cfg;    /* defaults applied; strings are ours */
@@ -233,6 +234,10 @@ struct cache {
 
 	struct cache_uring *uring;
 
+	/* Write-back (wb.c); dirty bytes are part of used_bytes. */
+	struct cache_wb *wb;
+	atomic_uint_fast64_t dirty_bytes;
+
 	/* Statistics. */
 	atomic_uint_fast64_t hits, misses, bytes_fetched, inflight_bytes;
 	atomic_uint_fast64_t evictions, crc_failures, fetch_errors;
@@ -269,6 +274,20 @@ int cache_ensure_blocks(struct cache_file *f, uint32_t b0, uint32_t b1);
 void cache_unpin_blocks(struct cache_file *f, uint32_t b0, uint32_t b1);
 /* Tests: bytes of key's present blocks (0 if not cached). */
 uint64_t cache_cached_bytes(struct cache *c, const char *key);
+
+/* Moves a clean dirty file (path, relative to the cache dir) into the
+ * table as key's version (etag, size) with every block present and
+ * verified (crcs), replacing any older version; its `charged` dirty bytes
+ * become cached bytes.  On failure the file is left where it was. */
+int cache_adopt(struct cache *c, const char *key, const char *etag,
+		uint64_t size, const char *path, const uint32_t *crcs,
+		uint64_t charged);
+
+/* ---- wb.c ---- */
+/* Opens DIR/writeback.sqlite and replays its rows (cache_open). */
+int cache_wb_open(struct cache *c, char *msg, size_t msg_len);
+/* Stops the uploaders (an upload under way finishes) and frees. */
+void cache_wb_close(struct cache *c);
 
 /* ---- evict.c ---- */
 /* Evicts at least need bytes if it can (c->lock); returns the bytes freed. */

@@ -210,6 +210,51 @@ static void do_warm(struct fs *fs, FILE *out, const char *path, bool evict,
 	job_free(&j);
 }
 
+/* "T PATH": uploads what is dirty under PATH now; with wait, answers
+ * once it is in the bucket, or says what failed. */
+static void do_flush(struct fs *fs, FILE *out, const char *arg, bool wait)
+{
+	char prefix[OBJ_KEY_MAX + 2], *report, *end;
+	unsigned long t = strtoul(arg, &end, 10);
+	struct cache_wfile *w;
+	struct fs_entry e;
+	int rc;
+
+	if (end == arg || *end != ' ') {
+		fprintf(out, "error bad flush request\n");
+		return;
+	}
+	arg = end + 1;
+	while (*arg == '/')
+		arg++;
+	snprintf(prefix, sizeof(prefix), "%s", arg);
+	if (*arg && cache_w_get(fs->cfg.cache, arg, &w) == 0)
+		cache_w_put(w); /* a dirty file */
+	else if (*arg && (fs_resolve(fs, arg, &e, prefix, sizeof(prefix)) ||
+			  e.is_dir))
+		snprintf(prefix, sizeof(prefix), "%s/", arg);
+	else
+		snprintf(prefix, sizeof(prefix), "%s", arg);
+	report = malloc(60000);
+	if (!report) {
+		fprintf(out, "error out of memory\n");
+		return;
+	}
+	rc = cache_w_flush(fs->cfg.cache, prefix, wait, (unsigned)t * 1000,
+			   report, 60000);
+	if (!rc) {
+		fprintf(out, "ok\n");
+	} else {
+		size_t n = 0;
+
+		for (const char *p = report; *p; p++)
+			n += *p == '\n';
+		fprintf(out, "error %zu not uploaded%s:\n%s", n,
+			rc == -ETIMEDOUT ? " (timed out)" : "", report);
+	}
+	free(report);
+}
+
 /* One "name: value" line, or one JSON member. */
 static void kv(FILE *out, bool json, bool *first, const char *name,
 	       const char *val, bool quote)
@@ -234,6 +279,7 @@ static void kv_u64(FILE *out, bool json, bool *first, const char *name,
 static void do_status(struct fs *fs, FILE *out, bool json)
 {
 	struct cache_stats c;
+	struct cache_wb_stats w;
 	struct obj_stats o;
 	bool first = true;
 
@@ -258,6 +304,30 @@ static void do_status(struct fs *fs, FILE *out, bool json)
 	kv_u64(out, json, &first, "crc_failures", c.crc_failures);
 	kv_u64(out, json, &first, "fetch_errors", c.fetch_errors);
 	kv_u64(out, json, &first, "open_files", atomic_load(&fs->open_files));
+	cache_wb_get_stats(fs->cfg.cache, &w);
+	kv_u64(out, json, &first, "dirty_bytes", w.dirty_bytes);
+	kv_u64(out, json, &first, "dirty_files", w.dirty_files);
+	kv_u64(out, json, &first, "upload_queue", w.queued);
+	kv_u64(out, json, &first, "uploads_inflight", w.uploads_inflight);
+	kv_u64(out, json, &first, "upload_failures", w.upload_failures);
+	kv_u64(out, json, &first, "uploaded_files", w.uploaded_files);
+	kv_u64(out, json, &first, "uploaded_bytes", w.uploaded_bytes);
+	kv_u64(out, json, &first, "deleted_keys", w.deleted_keys);
+	kv_u64(out, json, &first, "conflicts", w.conflicts);
+	kv_u64(out, json, &first, "lost_found", w.lost_found);
+	if (json || w.last_error[0]) {
+		char esc[600];
+		size_t at = 0;
+
+		for (const char *p = w.last_error; *p && at + 3 < sizeof(esc);
+		     p++) {
+			if (*p == '"' || *p == '\\')
+				esc[at++] = '\\';
+			esc[at++] = (*p < 0x20) ? ' ' : *p;
+		}
+		esc[at] = '\0';
+		kv(out, json, &first, "last_upload_error", esc, true);
+	}
 	kv_u64(out, json, &first, "lookups", atomic_load(&fs->lookups));
 	kv_u64(out, json, &first, "listings", atomic_load(&fs->listings));
 	kv_u64(out, json, &first, "skipped_names",
@@ -308,6 +378,16 @@ static void *conn_main(void *arg)
 			do_warm(c->fs, f, line + 14, false, true);
 		else if (!strncmp(line, "prefetch ", 9))
 			do_warm(c->fs, f, line + 9, false, false);
+		else if (!strncmp(line, "drain ", 6) &&
+			 (c->fs->cfg.mode == FS_MODE_LU ||
+			  c->fs->cfg.mode == FS_MODE_RO))
+			fprintf(f, "ok\n"); /* nothing is ever uploaded */
+		else if (!strncmp(line, "drain ", 6))
+			do_flush(c->fs, f, line + 6, true);
+		else if (!strncmp(line, "flush-wait ", 11))
+			do_flush(c->fs, f, line + 11, true);
+		else if (!strncmp(line, "flush ", 6))
+			do_flush(c->fs, f, line + 6, false);
 		else if (!strncmp(line, "evict ", 6))
 			do_warm(c->fs, f, line + 6, true, true);
 		else

@@ -25,31 +25,9 @@
 
 #include "fs_int.h"
 
-/* An open file: the cache entry and the reader's readahead state.  A
- * read holds a reference until it has unpinned its blocks: once its reply
- * is sent the kernel may deliver RELEASE on another thread. */
-struct fs_handle {
-	atomic_int refs;
-	struct fs *fs;
-	struct cache_file *cf;
-	pthread_mutex_t lock;   /* protects rd */
-	struct cache_reader rd;
-	uint64_t size_bytes;
-};
-
 static struct fs *FS(fuse_req_t req)
 {
 	return fuse_req_userdata(req);
-}
-
-static void handle_put(struct fs_handle *h)
-{
-	if (atomic_fetch_sub(&h->refs, 1) != 1)
-		return;
-	cache_file_close(h->cf);
-	pthread_mutex_destroy(&h->lock);
-	atomic_fetch_sub(&h->fs->open_files, 1);
-	free(h);
 }
 
 static double ttl(const struct fs *fs)
@@ -58,19 +36,24 @@ static double ttl(const struct fs *fs)
 }
 
 /* Called with fs->lock held (attributes). */
-static void fill_attr(const struct fs *fs, const struct fs_inode *in,
-		      struct stat *st)
+void fs_fill_attr(const struct fs *fs, const struct fs_inode *in,
+		  struct stat *st)
 {
+	bool ro = fs->cfg.mode == FS_MODE_RO;
+
 	memset(st, 0, sizeof(*st));
 	st->st_ino = in->ino;
 	st->st_uid = getuid();
 	st->st_gid = getgid();
 	st->st_blksize = 1 << 20;
 	if (in->is_dir) {
-		st->st_mode = S_IFDIR | 0555;
+		st->st_mode = S_IFDIR | (ro ? 0555 : 0755);
 		st->st_nlink = 2;
+		st->st_mtim = st->st_ctim = st->st_atim =
+			(struct timespec){ fs->mount_time_s, 0 };
 	} else {
-		st->st_mode = S_IFREG | 0444;
+		st->st_mode = (in->is_link ? S_IFLNK | 0777 :
+			       S_IFREG | (ro ? 0444 : 0644));
 		st->st_nlink = 1;
 		st->st_size = (off_t)in->size_bytes;
 		st->st_blocks = (blkcnt_t)((in->size_bytes + 511) / 512);
@@ -78,19 +61,61 @@ static void fill_attr(const struct fs *fs, const struct fs_inode *in,
 		st->st_ctim.tv_sec = in->mtime_s;
 		st->st_atim.tv_sec = in->mtime_s;
 	}
-	if (in->is_dir)
-		st->st_mtim = st->st_ctim = st->st_atim =
-			(struct timespec){ fs->mount_time_s, 0 };
+	if (in->has_attr) {
+		st->st_mode = (st->st_mode & S_IFMT) | (in->mode & 07777);
+		if (ro)
+			st->st_mode &= ~(mode_t)0222;
+		st->st_uid = in->uid;
+		st->st_gid = in->gid;
+		st->st_mtim.tv_sec = in->mtime_ns / 1000000000;
+		st->st_mtim.tv_nsec = in->mtime_ns % 1000000000;
+		st->st_ctim = st->st_atim = st->st_mtim;
+	}
 }
 
-static void reply_entry(fuse_req_t req, struct fs *fs, struct fs_inode *in)
+/* A dirty file's attributes replace what the inode had (fs->lock not
+ * held); the inode keeps them once the file is uploaded. */
+void fs_refresh_from_w(struct fs *fs, struct fs_inode *in)
+{
+	struct cache_wfile *w = NULL;
+	struct cache_wattr a;
+
+	pthread_mutex_lock(&fs->lock);
+	if (in->unlinked && in->w_dead) /* still open: its own bytes */
+		cache_w_stat(in->w_dead, &a), w = in->w_dead;
+	pthread_mutex_unlock(&fs->lock);
+	if (!w && (in->unlinked || cache_w_get(fs->cfg.cache, in->key, &w)))
+		return;
+	if (w != in->w_dead) {
+		cache_w_stat(w, &a);
+		cache_w_put(w);
+	}
+	pthread_mutex_lock(&fs->lock);
+	in->has_attr = true;
+	in->mode = a.mode;
+	in->uid = a.uid;
+	in->gid = a.gid;
+	in->mtime_ns = a.mtime_ns;
+	in->is_link = a.kind == CACHE_WK_SYMLINK;
+	if (!in->is_dir) {
+		in->size_bytes = a.size;
+		in->mtime_s = a.mtime_ns / 1000000000;
+	}
+	in->attr_ms = fs_now_ms();
+	pthread_mutex_unlock(&fs->lock);
+}
+
+void fs_reply_entry(fuse_req_t req, struct fs *fs, struct fs_inode *in)
 {
 	struct fuse_entry_param ep;
 
+	fs_refresh_from_w(fs, in);
 	memset(&ep, 0, sizeof(ep));
 	ep.ino = in->ino;
 	ep.generation = 1;
-	fill_attr(fs, in, &ep.attr);
+	pthread_mutex_lock(&fs->lock);
+	fs_fill_attr(fs, in, &ep.attr);
+	pthread_mutex_unlock(&fs->lock);
 	ep.attr_timeout = ttl(fs);
 	ep.entry_timeout = ttl(fs);
 	fuse_reply_entry(req, &ep);
@@ -122,40 +147,37 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct fs *fs = FS(req);
 	struct fs_inode *dir = fs_inode_get(fs, parent), *in;
-	const struct fs_entry *e;
-	struct fs_listing *l;
-	int err = 0;
+	struct fs_entry e;
+	int err;
 
 	atomic_fetch_add(&fs->lookups, 1);
 	if (!dir || !dir->is_dir) {
 		fuse_reply_err(req, dir ? ENOTDIR : ENOENT);
 		return;
 	}
-	l = fs_dir_listing(fs, dir->key, &err);
-	if (!l) {
-		fprintf(stderr, "fmfs: lookup of '%s' in '%s' failed: %s\n",
-			name, dir->key, strerror(-err));
-		fuse_reply_err(req, -err);
-		return;
-	}
-	e = fs_listing_find(l, name);
-	if (!e) {
+	err = fs_find(fs, dir, name, &e);
+	if (err == -ENOENT) {
 		/* Negative entry: the kernel remembers it for refresh_s. */
 		struct fuse_entry_param ep;
 
-		fs_listing_put(l);
 		memset(&ep, 0, sizeof(ep));
 		ep.entry_timeout = ttl(fs);
 		fuse_reply_entry(req, &ep);
 		return;
 	}
+	if (err) {
+		fprintf(stderr, "fmfs: lookup of '%s' in '%s' failed: %s\n",
+			name, dir->key, strerror(-err));
+		fuse_reply_err(req, -err);
+		return;
+	}
+	e.name = (char *)name;
 	pthread_mutex_lock(&fs->lock);
-	in = fs_inode_ref(fs, dir, e);
-	if (in)
-		reply_entry(req, fs, in);
+	in = fs_inode_ref(fs, dir, &e);
 	pthread_mutex_unlock(&fs->lock);
-	fs_listing_put(l);
-	if (!in)
+	if (in)
+		fs_reply_entry(req, fs, in);
+	else
 		fuse_reply_err(req, ENOMEM);
 }
 
@@ -195,8 +217,9 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino,
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
+	fs_refresh_from_w(fs, in);
 	pthread_mutex_lock(&fs->lock);
-	fill_attr(fs, in, &st);
+	fs_fill_attr(fs, in, &st);
 	pthread_mutex_unlock(&fs->lock);
 	fuse_reply_attr(req, &st, ttl(fs));
 }
@@ -214,7 +237,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino,
 		return;
 	}
 	/* The listing at opendir time: offsets stay stable while read. */
-	l = fs_dir_listing(fs, in->key, &err);
+	l = fs_dir_view(fs, in->key, &err);
 	if (!l) {
 		fuse_reply_err(req, -err);
 		return;
@@ -260,7 +283,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 			if (in) {
 				ep.ino = in->ino;
 				ep.generation = 1;
-				fill_attr(fs, in, &ep.attr);
+				fs_fill_attr(fs, in, &ep.attr);
 				ep.attr_timeout = ttl(fs);
 				ep.entry_timeout = ttl(fs);
 			}
@@ -280,7 +303,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 				break;
 		} else {
 			if (e)
-				ep.attr.st_mode = e->is_dir ? S_IFDIR : S_IFREG;
+				ep.attr.st_mode = e->is_dir ? S_IFDIR :
+						  e->is_link ? S_IFLNK : S_IFREG;
 			n = fuse_add_direntry(req, p, left, name, &ep.attr,
 					      i + 1);
 			if (n > left)
@@ -316,7 +340,7 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino,
 /* Confirms a file's version with a HEAD once refresh_s has passed since
  * the store last told us about it.  Keeps the old attributes when the
  * store is unreachable (cached data stays readable). */
-static int revalidate(struct fs *fs, struct fs_inode *in)
+int fs_revalidate(struct fs *fs, struct fs_inode *in)
 {
 	struct obj_meta m;
 	struct obj_error err;
@@ -359,20 +383,25 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, in ? EISDIR : ENOENT);
 		return;
 	}
-	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
-		fuse_reply_err(req, EROFS);
-		return;
-	}
-	rc = revalidate(fs, in);
-	if (rc) {
-		fuse_reply_err(req, -rc);
-		return;
-	}
 	h = calloc(1, sizeof(*h));
 	if (!h) {
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
+	pthread_mutex_init(&h->lock, NULL);
+	atomic_store(&h->refs, 1);
+	h->fs = fs;
+	/* A dirty file, or opening for writing: the write-back's copy. */
+	rc = fs_open_w(fs, in, fi->flags, h);
+	if (rc < 0)
+		goto fail;
+	if (rc == 0) {
+		fi->keep_cache = 0;
+		goto opened;
+	}
+	rc = fs_revalidate(fs, in);
+	if (rc)
+		goto fail;
 	pthread_mutex_lock(&fs->lock);
 	size = in->size_bytes;
 	memcpy(etag, in->etag, sizeof(etag));
@@ -381,20 +410,44 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	memcpy(in->open_etag, etag, sizeof(etag));
 	pthread_mutex_unlock(&fs->lock);
 	rc = cache_file_open(fs->cfg.cache, in->key, size, etag, &h->cf);
-	if (rc) {
-		free(h);
-		fuse_reply_err(req, -rc);
-		return;
-	}
-	pthread_mutex_init(&h->lock, NULL);
-	atomic_store(&h->refs, 1);
-	h->fs = fs;
+	if (rc)
+		goto fail;
 	h->size_bytes = size;
+opened:
+	pthread_mutex_lock(&fs->lock);
+	h->in = in;
+	in->nopen++;
+	pthread_mutex_unlock(&fs->lock);
 	fi->fh = (uintptr_t)h;
 	atomic_fetch_add(&fs->opens, 1);
 	atomic_fetch_add(&fs->open_files, 1);
 	if (fuse_reply_open(req, fi) == -ENOENT)
-		handle_put(h); /* interrupted: no release will come */
+		fs_handle_put(h); /* interrupted: no release will come */
+	return;
+fail:
+	pthread_mutex_destroy(&h->lock);
+	free(h);
+	fuse_reply_err(req, -rc);
+}
+
+static void read_w(fuse_req_t req, struct fs_handle *h, size_t size,
+		   off_t off)
+{
+	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(0);
+	struct cache_wattr a;
+
+	cache_w_stat(h->w, &a);
+	if ((uint64_t)off >= a.size) {
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	if (size > a.size - (uint64_t)off)
+		size = (size_t)(a.size - (uint64_t)off);
+	bv.buf[0].size = size;
+	bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+	bv.buf[0].fd = cache_w_fd(h->w);
+	bv.buf[0].pos = off;
+	fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
 }
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -407,6 +460,10 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 	(void)ino;
 	atomic_fetch_add(&fs->reads, 1);
+	if (h->w) {
+		read_w(req, h, size, off);
+		return;
+	}
 	if ((uint64_t)off >= h->size_bytes) {
 		fuse_reply_buf(req, NULL, 0);
 		return;
@@ -421,7 +478,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	rc = cache_file_ensure_pinned(h->cf, (uint64_t)off, size);
 	if (rc) {
 		fuse_reply_err(req, -rc);
-		handle_put(h);
+		fs_handle_put(h);
 		return;
 	}
 	bv.buf[0].size = size;
@@ -430,17 +487,23 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	bv.buf[0].pos = off;
 	fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
 	cache_file_unpin(h->cf, (uint64_t)off, size);
-	handle_put(h);
+	fs_handle_put(h);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino,
 		       struct fuse_file_info *fi)
 {
 	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
+	int rc = 0;
 
 	(void)ino;
-	handle_put(h);
-	fuse_reply_err(req, 0);
+	if (h->writer) {
+		rc = cache_w_commit(h->w, false);
+		cache_w_writer(h->w, false);
+		h->writer = false;
+	}
+	fs_handle_put(h);
+	fuse_reply_err(req, -rc);
 }
 
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)
@@ -463,7 +526,7 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 }
 
 /* User metadata of a file, fetched by HEAD and kept for refresh_s. */
-static int load_meta(struct fs *fs, struct fs_inode *in)
+int fs_load_meta(struct fs *fs, struct fs_inode *in)
 {
 	struct obj_meta m;
 	struct obj_error err;
@@ -485,6 +548,7 @@ static int load_meta(struct fs *fs, struct fs_inode *in)
 		free(in->meta[i].value);
 	}
 	free(in->meta);
+	fs_apply_meta(in, m.user, m.nuser);
 	in->meta = m.user;
 	in->nmeta = m.nuser;
 	in->meta_ms = fs_now_ms();
@@ -507,14 +571,62 @@ static void reply_xattr(fuse_req_t req, const char *val, size_t len,
 		fuse_reply_buf(req, val, len);
 }
 
+static void kv_free(struct obj_kv *m, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free(m[i].name);
+		free(m[i].value);
+	}
+	free(m);
+}
+
+/* A copy of a file's user metadata: the dirty file's, or the object's
+ * (HEAD, kept for refresh_s). */
+static int meta_of(struct fs *fs, struct fs_inode *in, struct obj_kv **out,
+		   size_t *n)
+{
+	struct cache_wfile *w;
+	struct obj_kv *m;
+	int rc;
+
+	*out = NULL;
+	*n = 0;
+	if (!cache_w_get(fs->cfg.cache, in->key, &w)) {
+		rc = cache_w_xattrs(w, out, n);
+		cache_w_put(w);
+		return rc;
+	}
+	if (in->is_dir)
+		return 0;
+	rc = fs_load_meta(fs, in);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&fs->lock);
+	m = calloc(in->nmeta + 1, sizeof(*m));
+	for (size_t i = 0; m && i < in->nmeta; i++) {
+		m[i].name = strdup(in->meta[i].name);
+		m[i].value = strdup(in->meta[i].value);
+		*n = i + 1;
+		if (!m[i].name || !m[i].value)
+			rc = -ENOMEM;
+	}
+	pthread_mutex_unlock(&fs->lock);
+	if (!m || rc) {
+		kv_free(m, *n);
+		*n = 0;
+		return -ENOMEM;
+	}
+	*out = m;
+	return 0;
+}
+
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			size_t size)
 {
 	struct fs *fs = FS(req);
 	struct fs_inode *in = fs_inode_get(fs, ino);
-	char val[4096];
-	size_t len = 0;
-	bool found = false;
+	struct obj_kv *m;
+	size_t n;
 	int rc;
 
 	if (!in) {
@@ -526,67 +638,60 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			    size);
 		return;
 	}
-	if (in->is_dir || strncmp(name, "user.", 5)) {
+	if (strncmp(name, "user.", 5) || fs_meta_reserved(name + 5)) {
 		fuse_reply_err(req, ENODATA);
 		return;
 	}
-	rc = load_meta(fs, in);
+	rc = meta_of(fs, in, &m, &n);
 	if (rc) {
 		fuse_reply_err(req, -rc);
 		return;
 	}
-	pthread_mutex_lock(&fs->lock);
-	for (size_t i = 0; i < in->nmeta; i++)
-		if (!strcmp(in->meta[i].name, name + 5)) {
-			len = strlen(in->meta[i].value);
-			if (len > sizeof(val))
-				len = sizeof(val);
-			memcpy(val, in->meta[i].value, len);
-			found = true;
+	rc = ENODATA;
+	for (size_t i = 0; i < n && rc; i++)
+		if (!strcmp(m[i].name, name + 5)) {
+			reply_xattr(req, m[i].value, strlen(m[i].value), size);
+			rc = 0;
 		}
-	pthread_mutex_unlock(&fs->lock);
-	if (!found)
-		fuse_reply_err(req, ENODATA);
-	else
-		reply_xattr(req, val, len, size);
+	if (rc)
+		fuse_reply_err(req, rc);
+	kv_free(m, n);
 }
 
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
 	struct fs *fs = FS(req);
 	struct fs_inode *in = fs_inode_get(fs, ino);
+	struct obj_kv *m;
 	char list[8192];
-	size_t len = 0;
+	size_t len = 0, n;
 	int rc;
 
 	if (!in) {
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
-	if (in->is_dir) {
-		reply_xattr(req, "", 0, size);
-		return;
-	}
-	rc = load_meta(fs, in);
+	rc = meta_of(fs, in, &m, &n);
 	if (rc) {
 		fuse_reply_err(req, -rc);
 		return;
 	}
-	pthread_mutex_lock(&fs->lock);
-	for (size_t i = 0; i < in->nmeta; i++) {
-		size_t n = strlen(in->meta[i].name) + 6;
+	for (size_t i = 0; i < n; i++) {
+		size_t k = strlen(m[i].name) + 6;
 
-		if (len + n > sizeof(list))
+		if (fs_meta_reserved(m[i].name))
+			continue;
+		if (len + k > sizeof(list))
 			break;
 		memcpy(list + len, "user.", 5);
-		memcpy(list + len + 5, in->meta[i].name, n - 5);
-		len += n;
+		memcpy(list + len + 5, m[i].name, k - 5);
+		len += k;
 	}
-	pthread_mutex_unlock(&fs->lock);
+	kv_free(m, n);
 	reply_xattr(req, list, len, size);
 }
 
-static const struct fuse_lowlevel_ops fs_ops = {
+static struct fuse_lowlevel_ops fs_ops = {
 	.init = op_init,
 	.lookup = op_lookup,
 	.forget = op_forget,
@@ -602,6 +707,7 @@ static const struct fuse_lowlevel_ops fs_ops = {
 	.statfs = op_statfs,
 	.getxattr = op_getxattr,
 	.listxattr = op_listxattr,
+	.readlink = fs_op_readlink,
 };
 
 int fs_mode_parse(const char *s)
@@ -678,12 +784,15 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t ml)
 	for (char *c = fsname; *c; c++)
 		if (*c == ',')
 			*c = '_';
-	snprintf(opts, sizeof(opts), "fsname=fmfs:%s,subtype=fmfs,ro,"
+	snprintf(opts, sizeof(opts), "fsname=fmfs:%s,subtype=fmfs,%s"
 		 "max_read=1048576,default_permissions%s%s%s", fsname,
+		 cfg->mode == FS_MODE_RO ? "ro," : "",
 		 getuid() == 0 ? ",allow_other" : "",
 		 cfg->fuse_opts ? "," : "", cfg->fuse_opts ? cfg->fuse_opts : "");
 	if (cfg->debug)
 		argv[3] = "-d", args.argc = 4;
+	if (cfg->mode != FS_MODE_RO)
+		fs_write_ops(&fs_ops);
 	fs->se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), fs);
 	if (!fs->se) {
 		snprintf(msg, ml, "bad FUSE options: %s", opts);
@@ -706,6 +815,25 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t ml)
 		goto out_signals;
 	}
 	raise_readahead(cfg->mountpoint);
+	{
+		struct cache_wb_config wc = {
+			.async_delay_ms = cfg->async_delay_ms,
+			.uploaders = cfg->uploaders,
+			.push = cfg->mode == FS_MODE_SW ||
+				cfg->mode == FS_MODE_IW,
+			.check_conflicts = cfg->mode == FS_MODE_IW,
+			.on_done = fs_on_done,
+			.arg = fs,
+		};
+
+		rc = cfg->mode == FS_MODE_RO ? 0 :
+		     cache_wb_start(cfg->cache, &wc);
+		if (rc) {
+			snprintf(msg, ml, "cannot start the uploaders: %s",
+				 strerror(-rc));
+			goto out_unmount;
+		}
+	}
 	lc = fuse_loop_cfg_create();
 	fuse_loop_cfg_set_max_threads(lc, fs->cfg.threads);
 	fuse_loop_cfg_set_idle_threads(lc, fs->cfg.threads);
@@ -721,6 +849,9 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t ml)
 	} else {
 		rc = 0;
 	}
+out_unmount:
+	/* No more callbacks into fs once this returns. */
+	cache_wb_stop(cfg->cache);
 	fuse_session_unmount(fs->se);
 out_signals:
 	fuse_remove_signal_handlers(fs->se);

@@ -36,6 +36,8 @@ struct fs_config {
 	struct cache *cache;        /* borrowed */
 	enum fs_mode mode;
 	unsigned refresh_s;         /* listing/attribute revalidation */
+	unsigned async_delay_ms;    /* upload this long after close/fsync */
+	unsigned uploaders;         /* files uploaded at once; 0: 4 */
 	unsigned threads;           /* FUSE worker threads; 0: 8 */
 	const char *fuse_opts;      /* extra -o options, or NULL */
 	const char *ctl_path;       /* control socket path */
@@ -59,6 +61,12 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t msg_len);
  *                          after the bytes are cached: "ok N files B bytes
  *                          E errors" (or "error MESSAGE")
  *   "evict P"           -> drop P's cached blocks ("ok N" / "error ...")
+ *   "flush[-wait] T P"  -> upload what is dirty under P ("" or "." for
+ *                          all) now; "-wait" answers once it is in the
+ *                          bucket ("ok") or after T seconds / when every
+ *                          file left failed once: "error N not uploaded"
+ *                          then one "KEY: ERROR" line each
+ *   "drain T P"         -> flush-wait, but "ok" in modes lu and ro (umount)
  * Answers end with the connection closing. */
 
 #endif /* FMFS_FS_H */

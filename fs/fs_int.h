@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "fs.h"
@@ -24,6 +25,8 @@
 struct fs_entry {
 	char *name;
 	bool is_dir;
+	bool is_link;           /* a symlink (written by this mount) */
+	bool pending;           /* a dirty file or directory, not the bucket's */
 	uint64_t size_bytes;
 	int64_t mtime_s;
 	char etag[80];
@@ -50,6 +53,15 @@ struct fs_inode {
 	char etag[80];
 	uint64_t attr_ms;          /* when last confirmed with the store */
 	char open_etag[80];        /* version at the last open (keep_cache) */
+	/* POSIX attributes from object metadata or our own writes */
+	bool is_link;
+	bool has_attr;             /* mode/uid/gid/mtime_ns below are set */
+	uint32_t mode, uid, gid;
+	int64_t mtime_ns;
+	unsigned nopen;            /* open handles (a delete waits for 0) */
+	unsigned held_deletes;     /* tombstones waiting for the last close */
+	bool unlinked;             /* out of the namespace (unlink, replaced) */
+	struct cache_wfile *w_dead; /* its dirty file then, for attributes */
 	uint64_t nlookup;          /* kernel references; protected by lock */
 	unsigned children;         /* inodes naming us as parent */
 	/* user metadata (xattrs), fetched by HEAD, protected by fs->lock */
@@ -84,12 +96,31 @@ struct fs {
 	/* After a transport failure, metadata is served from what we have
 	 * (no retries per lookup) until this time. */
 	atomic_uint_fast64_t offline_until_ms;
+	/* Bumped by fs_dir_invalidate: a listing fetched across a bump may
+	 * be stale and is not kept. */
+	atomic_uint_fast64_t dir_gen;
 	/* control socket */
 	int ctl_fd;
 	pthread_t ctl_thread;
 	atomic_bool stopping;
 	uint64_t started_ms;
 	time_t mount_time_s;       /* directories' mtime */
+};
+
+/* An open file: either a clean object read through the cache (cf, with
+ * the reader's readahead state) or a dirty file of the write-back (w).  A
+ * read holds a reference until it has unpinned its blocks: once its reply
+ * is sent the kernel may deliver RELEASE on another thread. */
+struct fs_handle {
+	atomic_int refs;
+	struct fs *fs;
+	struct fs_inode *in;    /* for the open count (fs->lock) */
+	struct cache_file *cf;
+	struct cache_wfile *w;
+	bool writer;            /* opened for writing: w is set */
+	pthread_mutex_t lock;   /* protects rd */
+	struct cache_reader rd;
+	uint64_t size_bytes;
 };
 
 uint64_t fs_now_ms(void);
@@ -119,6 +150,50 @@ bool fs_store_up(struct fs *fs);
 /* errno for an objstore failure, logged once per kind; a transport
  * failure marks the store unreachable for FS_OFFLINE_MS. */
 int fs_obj_errno(struct fs *fs, obj_status st, const struct obj_error *e);
+
+/* The inode of key (file "a/b" or directory "a/b/"), if the kernel
+ * knows it.  Lock held. */
+struct fs_inode *fs_inode_by_key(struct fs *fs, const char *key);
+/* After a rename: moves in under dir as name; descendants' keys follow.
+ * An inode that was there (replaced) is unhashed.  Lock held. */
+int fs_inode_move(struct fs *fs, struct fs_inode *in, struct fs_inode *dir,
+		  const char *name);
+/* Takes in out of the name hash (unlinked, removed).  Lock held. */
+void fs_inode_unhash(struct fs *fs, struct fs_inode *in);
+/* Forgets cached listings of dir_key, or with prefix every listing under
+ * it too. */
+void fs_dir_invalidate(struct fs *fs, const char *dir_key, bool prefix);
+/* Finds name in dir, looking at dirty files and deletions first, then
+ * the listing.  Returns 0 (out filled, name not owned) or -errno. */
+int fs_find(struct fs *fs, struct fs_inode *dir, const char *name,
+	    struct fs_entry *out);
+/* A directory's listing with the write-back's dirty files and deletions
+ * applied (a new reference). */
+struct fs_listing *fs_dir_view(struct fs *fs, const char *dir_key,
+			       int *err);
+
+/* fs.c */
+void fs_fill_attr(const struct fs *fs, const struct fs_inode *in,
+		  struct stat *st);
+void fs_refresh_from_w(struct fs *fs, struct fs_inode *in);
+void fs_reply_entry(fuse_req_t req, struct fs *fs, struct fs_inode *in);
+int fs_load_meta(struct fs *fs, struct fs_inode *in);
+/* HEADs a file once refresh_s has passed (the store down: keeps it). */
+int fs_revalidate(struct fs *fs, struct fs_inode *in);
+
+/* write.c: the operations that change things */
+/* Open of a dirty file, or for writing (h->w set): 0; 1 if the clean
+ * read path applies; -errno. */
+int fs_open_w(struct fs *fs, struct fs_inode *in, int flags,
+	      struct fs_handle *h);
+void fs_write_ops(struct fuse_lowlevel_ops *ops);
+void fs_op_readlink(fuse_req_t req, fuse_ino_t ino);
+void fs_on_done(void *arg, const char *key, const char *etag, uint64_t size,
+		bool deleted);
+void fs_handle_put(struct fs_handle *h);
+/* Object metadata "mode"/"uid"/"gid"/"mtime" into in (lock held). */
+void fs_apply_meta(struct fs_inode *in, const struct obj_kv *m, size_t n);
+bool fs_meta_reserved(const char *name);
 
 /* ctl.c */
 int fs_ctl_start(struct fs *fs, char *msg, size_t msg_len);

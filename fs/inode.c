@@ -97,6 +97,7 @@ void fs_listing_put(struct fs_listing *l)
 
 static void inode_free(struct fs_inode *in)
 {
+	cache_w_put(in->w_dead);
 	for (size_t i = 0; i < in->nmeta; i++) {
 		free(in->meta[i].name);
 		free(in->meta[i].value);
@@ -180,6 +181,7 @@ void fs_inode_forget(struct fs *fs, struct fs_inode *in, uint64_t n)
 
 static void set_attrs(struct fs_inode *in, const struct fs_entry *e)
 {
+	in->is_link |= e->is_link; /* the kernel's type never changes */
 	in->size_bytes = e->size_bytes;
 	in->mtime_s = e->mtime_s;
 	memcpy(in->etag, e->etag, sizeof(in->etag));
@@ -440,8 +442,16 @@ struct fs_listing *fs_dir_listing(struct fs *fs, const char *dir_key,
 		return l;
 	/* Two threads may fetch the same directory at once; the later
 	 * result replaces the earlier.  Rare, and simpler than a lock per
-	 * directory key. */
-	*err = fetch_listing(fs, dir_key, &nl);
+	 * directory key.  A change (fs_dir_invalidate) while the LIST was
+	 * out may have been missed by it: then it is fetched again. */
+	for (int tries = 0;; tries++) {
+		uint64_t gen = atomic_load(&fs->dir_gen);
+
+		*err = fetch_listing(fs, dir_key, &nl);
+		if (*err || gen == atomic_load(&fs->dir_gen) || tries == 3)
+			break;
+		fs_listing_put(nl);
+	}
 	if (*err == 0) {
 		fs_listing_put(l);
 		atomic_fetch_add(&nl->refs, 1);
@@ -552,4 +562,344 @@ int fs_obj_errno(struct fs *fs, obj_status st, const struct obj_error *e)
 	default:
 		return -EIO;
 	}
+}
+
+/* ---- changes (write.c) ---- */
+
+struct fs_inode *fs_inode_by_key(struct fs *fs, const char *key)
+{
+	struct fs_inode *cur = fs->root;
+
+	while (cur && *key) {
+		size_t n = strcspn(key, "/");
+		struct fs_inode *in;
+		char name[1025];
+
+		if (n >= sizeof(name))
+			return NULL;
+		memcpy(name, key, n);
+		name[n] = '\0';
+		for (in = fs->by_name[hash_name(fs, cur->ino, name)]; in;
+		     in = in->next_name)
+			if (in->parent == cur && !strcmp(in->name, name))
+				break;
+		cur = in;
+		key += n;
+		if (*key == '/')
+			key++;
+	}
+	return cur;
+}
+
+void fs_inode_unhash(struct fs *fs, struct fs_inode *in)
+{
+	if (in == fs->root)
+		return;
+	unlink_chain(&fs->by_name[hash_name(fs, in->parent->ino, in->name)],
+		     in, true);
+	in->next_name = NULL;
+	in->unlinked = true;
+}
+
+static int rekey(struct fs_inode *in, size_t ol, const char *nw)
+{
+	size_t nl = strlen(nw), rl = strlen(in->key) - ol;
+	char *k = malloc(nl + rl + 1);
+
+	if (!k)
+		return -ENOMEM;
+	memcpy(k, nw, nl);
+	memcpy(k + nl, in->key + ol, rl + 1);
+	free(in->key);
+	in->key = k;
+	return 0;
+}
+
+int fs_inode_move(struct fs *fs, struct fs_inode *in, struct fs_inode *dir,
+		  const char *name)
+{
+	size_t hb = hash_name(fs, dir->ino, name);
+	size_t kl = strlen(dir->key) + strlen(name) + 2;
+	struct fs_inode *old_parent = in->parent, *o;
+	char *nn = strdup(name), *nk = malloc(kl), *ok;
+	size_t okl;
+
+	if (!nn || !nk) {
+		free(nn);
+		free(nk);
+		return -ENOMEM;
+	}
+	for (o = fs->by_name[hb]; o; o = o->next_name)
+		if (o->parent == dir && !strcmp(o->name, name) && o != in)
+			break;
+	if (o)
+		fs_inode_unhash(fs, o);
+	fs_inode_unhash(fs, in);
+	snprintf(nk, kl, "%s%s%s", dir->key, name, in->is_dir ? "/" : "");
+	ok = in->key;
+	okl = strlen(ok);
+	free(in->name);
+	in->name = nn;
+	in->key = nk;
+	in->parent = dir;
+	dir->children++;
+	in->next_name = fs->by_name[hb];
+	fs->by_name[hb] = in;
+	if (in->is_dir) /* every inode below follows */
+		for (size_t b = 0; b < fs->nbuckets; b++)
+			for (struct fs_inode *x = fs->by_ino[b]; x;
+			     x = x->next_ino)
+				if (x != in && !strncmp(x->key, ok, okl))
+					rekey(x, okl, nk);
+	free(ok);
+	old_parent->children--;
+	maybe_free(fs, old_parent);
+	return 0;
+}
+
+void fs_dir_invalidate(struct fs *fs, const char *dir_key, bool prefix)
+{
+	size_t kl = strlen(dir_key);
+
+	pthread_mutex_lock(&fs->lock);
+	atomic_fetch_add(&fs->dir_gen, 1);
+	for (size_t b = 0; b < fs->nbuckets; b++) {
+		if (!prefix)
+			b = hash_key(fs, dir_key);
+		for (struct fs_dircache **pp = &fs->dirs[b]; *pp;) {
+			struct fs_dircache *d = *pp;
+
+			if (prefix ? strncmp(d->key, dir_key, kl) :
+			    strcmp(d->key, dir_key)) {
+				pp = &d->next;
+				continue;
+			}
+			*pp = d->next;
+			fs_listing_put(d->l);
+			free(d->key);
+			free(d);
+			fs->ndirs--;
+		}
+		if (!prefix)
+			break;
+	}
+	pthread_mutex_unlock(&fs->lock);
+}
+
+static void count_files(void *arg, const char *key,
+			const struct cache_wattr *a)
+{
+	(void)key;
+	*(size_t *)arg += a != NULL;
+}
+
+static void entry_from_w(struct fs_entry *e, const struct cache_wattr *a)
+{
+	e->is_dir = a->kind == CACHE_WK_DIR;
+	e->is_link = a->kind == CACHE_WK_SYMLINK;
+	e->pending = true;
+	e->size_bytes = e->is_dir ? 0 : a->size;
+	e->mtime_s = a->mtime_ns / 1000000000;
+}
+
+int fs_find(struct fs *fs, struct fs_inode *dir, const char *name,
+	    struct fs_entry *out)
+{
+	struct cache *c = fs->cfg.cache;
+	char key[OBJ_KEY_MAX + 2];
+	const struct fs_entry *e;
+	struct fs_listing *l;
+	struct cache_wfile *w;
+	struct cache_wattr a;
+	size_t kl, n = 0;
+	int err = 0;
+
+	memset(out, 0, sizeof(*out));
+	if ((size_t)snprintf(key, sizeof(key), "%s%s/", dir->key, name) >=
+	    sizeof(key))
+		return -ENAMETOOLONG;
+	kl = strlen(key);
+	key[kl - 1] = '\0';
+	if (!cache_w_get(c, key, &w) || (key[kl - 1] = '/',
+					 !cache_w_get(c, key, &w))) {
+		cache_w_stat(w, &a);
+		cache_w_put(w);
+		entry_from_w(out, &a);
+		return 0;
+	}
+	l = fs_dir_listing(fs, dir->key, &err);
+	if (!l)
+		return err;
+	e = fs_listing_find(l, name);
+	if (e) {
+		*out = *e;
+		out->name = NULL;
+	}
+	fs_listing_put(l);
+	if (e && !out->is_dir) {
+		key[kl - 1] = '\0';
+		if (cache_w_tombstoned(c, key))
+			e = NULL;
+		key[kl - 1] = '/';
+	} else if (e && cache_w_tombstoned(c, key)) {
+		cache_w_list(c, key, count_files, &n);
+		if (!n)
+			e = NULL; /* removed or renamed away */
+	}
+	if (e)
+		return 0;
+	/* A directory that only dirty files make exist. */
+	n = 0;
+	cache_w_list(c, key, count_files, &n);
+	if (!n)
+		return -ENOENT;
+	memset(out, 0, sizeof(*out));
+	out->is_dir = true;
+	out->pending = true;
+	return 0;
+}
+
+struct view {
+	size_t pl;
+	struct fs_listing *add;   /* dirty entries */
+	size_t cap;
+	struct fs_entry *hide;    /* deletions: name + is_dir */
+	size_t nhide, hcap;
+	int err;
+};
+
+static void view_fn(void *arg, const char *key, const struct cache_wattr *a)
+{
+	struct view *v = arg;
+	const char *rest = key + v->pl;
+	const char *slash = strchr(rest, '/');
+	size_t n = slash ? (size_t)(slash - rest) : strlen(rest);
+	char name[1025];
+
+	if (!n || n >= sizeof(name) || v->err)
+		return;
+	memcpy(name, rest, n);
+	name[n] = '\0';
+	if (!name_ok(name))
+		return;
+	if (!a) {
+		struct fs_entry *h;
+
+		if (slash && slash[1])
+			return; /* deeper: not this directory's business */
+		if (v->nhide == v->hcap) {
+			size_t nc = v->hcap ? v->hcap * 2 : 16;
+
+			h = realloc(v->hide, nc * sizeof(*h));
+			if (!h) {
+				v->err = -ENOMEM;
+				return;
+			}
+			v->hide = h;
+			v->hcap = nc;
+		}
+		h = &v->hide[v->nhide];
+		memset(h, 0, sizeof(*h));
+		h->name = strdup(name);
+		h->is_dir = slash != NULL;
+		if (!h->name)
+			v->err = -ENOMEM;
+		else
+			v->nhide++;
+		return;
+	}
+	if (slash) {
+		v->err = add_entry(v->add, &v->cap, name, true, NULL);
+		if (!v->err)
+			v->add->e[v->add->n - 1].pending = true;
+		return;
+	}
+	v->err = add_entry(v->add, &v->cap, name, false, NULL);
+	if (!v->err)
+		entry_from_w(&v->add->e[v->add->n - 1], a);
+}
+
+static bool hidden(const struct view *v, const struct fs_entry *e)
+{
+	for (size_t i = 0; i < v->nhide; i++)
+		if (v->hide[i].is_dir == e->is_dir &&
+		    !strcmp(v->hide[i].name, e->name))
+			return true;
+	return false;
+}
+
+static void dedup(struct fs_listing *l)
+{
+	size_t w = 0;
+
+	qsort(l->e, l->n, sizeof(*l->e), cmp_entry);
+	for (size_t r = 0; r < l->n; r++) {
+		if (w && !strcmp(l->e[w - 1].name, l->e[r].name)) {
+			free(l->e[r].name);
+			continue;
+		}
+		l->e[w++] = l->e[r];
+	}
+	l->n = w;
+}
+
+struct fs_listing *fs_dir_view(struct fs *fs, const char *dir_key, int *err)
+{
+	struct fs_listing *l = fs_dir_listing(fs, dir_key, err), *m;
+	struct view v = { .pl = strlen(dir_key) };
+	size_t nadd;
+
+	if (!l || !cache_w_list(fs->cfg.cache, dir_key, NULL, NULL))
+		return l;
+	m = calloc(1, sizeof(*m));
+	if (!m) {
+		*err = -ENOMEM;
+		fs_listing_put(l);
+		return NULL;
+	}
+	atomic_store(&m->refs, 1);
+	m->fetched_ms = l->fetched_ms;
+	v.add = m;
+	cache_w_list(fs->cfg.cache, dir_key, view_fn, &v);
+	dedup(m); /* the dirty entries, sorted */
+	nadd = m->n;
+	for (size_t i = 0; !v.err && i < l->n; i++) {
+		const struct fs_entry *e = &l->e[i];
+		const struct fs_entry *p = NULL;
+		size_t lo = 0, hi = nadd;
+
+		while (lo < hi) { /* a dirty entry of that name wins */
+			size_t mid = (lo + hi) / 2;
+			int c = strcmp(m->e[mid].name, e->name);
+
+			if (!c) {
+				p = &m->e[mid];
+				break;
+			}
+			if (c < 0)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		if (p || hidden(&v, e))
+			continue;
+		v.err = add_entry(m, &v.cap, e->name, e->is_dir, NULL);
+		if (!v.err) {
+			char *nm = m->e[m->n - 1].name;
+
+			m->e[m->n - 1] = *e;
+			m->e[m->n - 1].name = nm;
+		}
+	}
+	for (size_t i = 0; i < v.nhide; i++)
+		free(v.hide[i].name);
+	free(v.hide);
+	fs_listing_put(l);
+	if (v.err) {
+		*err = v.err;
+		fs_listing_put(m);
+		return NULL;
+	}
+	dedup(m);
+	return m;
 }

@@ -96,6 +96,32 @@ bad:
 	return false;
 }
 
+/* "a/b/": a directory marker, stored as the directory itself (an empty
+ * directory lists as its marker key). */
+static bool is_marker(const char *key)
+{
+	size_t n = strlen(key);
+
+	return n > 1 && key[n - 1] == '/';
+}
+
+static bool marker_ok(const char *key, struct obj_error *err)
+{
+	char buf[PATH_MAX];
+	size_t n = strlen(key);
+
+	if (n >= sizeof(buf))
+		return key_ok(key, err);
+	memcpy(buf, key, n - 1);
+	buf[n - 1] = '\0';
+	if (!key_ok(buf, err)) {
+		obj_err_set(err, OBJ_ERR_INVALID, key, "directory key cannot "
+			    "be stored in a file:// store");
+		return false;
+	}
+	return true;
+}
+
 static void etag_of(const struct stat *sb, char *out)
 {
 	snprintf(out, 80, "%llx-%llx", (unsigned long long)sb->st_size,
@@ -264,6 +290,22 @@ static obj_status px_put(struct obj_store *st, const char *key,
 	struct stat sb;
 	int out, rc;
 
+	if (is_marker(key)) {
+		if (!marker_ok(key, err))
+			return OBJ_ERR_INVALID;
+		if (len) {
+			obj_err_set(err, OBJ_ERR_INVALID, key, "a key ending "
+				    "in '/' can only be an empty directory "
+				    "marker in a file:// store");
+			return OBJ_ERR_INVALID;
+		}
+		rc = mkparents(p->rootfd, key);
+		if (rc)
+			return fail(err, -rc, key, "creating the directory");
+		if (etag_out)
+			snprintf(etag_out, 80, "dir");
+		return OBJ_OK;
+	}
 	if (!key_ok(key, err))
 		return OBJ_ERR_INVALID;
 	out = tmp_open(p, tmp);
@@ -300,6 +342,17 @@ static obj_status px_head(struct obj_store *st, const char *key,
 	obj_status rc;
 	int fd;
 
+	if (is_marker(key)) {
+		if (!marker_ok(key, err))
+			return OBJ_ERR_INVALID;
+		if (fstatat(P(st)->rootfd, key, &sb, AT_SYMLINK_NOFOLLOW) ||
+		    !S_ISDIR(sb.st_mode))
+			return fail(err, ENOENT, key, "no such directory");
+		memset(out, 0, sizeof(*out));
+		out->mtime_s = sb.st_mtim.tv_sec;
+		snprintf(out->etag, sizeof(out->etag), "dir");
+		return OBJ_OK;
+	}
 	if (!key_ok(key, err))
 		return OBJ_ERR_INVALID;
 	fd = openat(P(st)->rootfd, key, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -547,11 +600,29 @@ struct walk {
 	int err;
 };
 
+static void walk_add(struct walk *w, const char *key)
+{
+	if (w->n == w->cap) {
+		size_t cap = w->cap ? w->cap * 2 : 256;
+		char **k = realloc(w->keys, cap * sizeof(*k));
+
+		if (!k) {
+			w->err = -ENOMEM;
+			return;
+		}
+		w->keys = k;
+		w->cap = cap;
+	}
+	if (!(w->keys[w->n++] = strdup(key)))
+		w->err = -ENOMEM;
+}
+
 static void walk_dir(int rootfd, const char *rel, struct walk *w)
 {
 	/* Not dup(rootfd): a dup shares the read position of the root. */
 	int dfd = openat(rootfd, rel[0] ? rel : ".", O_RDONLY | O_DIRECTORY |
 			 O_CLOEXEC);
+	size_t pl = strlen(w->prefix), seen = 0;
 	struct dirent *de;
 	DIR *d;
 
@@ -562,11 +633,12 @@ static void walk_dir(int rootfd, const char *rel, struct walk *w)
 	}
 	while ((de = readdir(d)) && !w->err) {
 		char path[PATH_MAX];
-		size_t pl = strlen(w->prefix);
 		struct stat sb;
 
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
-		    (!rel[0] && !strcmp(de->d_name, RESERVED)))
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		seen++;
+		if (!rel[0] && !strcmp(de->d_name, RESERVED))
 			continue;
 		if (snprintf(path, sizeof(path), "%s%s%s", rel,
 			     rel[0] ? "/" : "", de->d_name) >= (int)sizeof(path))
@@ -582,22 +654,17 @@ static void walk_dir(int rootfd, const char *rel, struct walk *w)
 			walk_dir(rootfd, path, w);
 		} else if (S_ISREG(sb.st_mode) &&
 			   !strncmp(path, w->prefix, pl)) {
-			if (w->n == w->cap) {
-				size_t cap = w->cap ? w->cap * 2 : 256;
-				char **k = realloc(w->keys, cap * sizeof(*k));
-
-				if (!k) {
-					w->err = -ENOMEM;
-					break;
-				}
-				w->keys = k;
-				w->cap = cap;
-			}
-			if (!(w->keys[w->n++] = strdup(path)))
-				w->err = -ENOMEM;
+			walk_add(w, path);
 		}
 	}
 	closedir(d);
+	if (!seen && rel[0] && !w->err) { /* an empty directory: its marker */
+		char mk[PATH_MAX];
+
+		if ((size_t)snprintf(mk, sizeof(mk), "%s/", rel) < sizeof(mk) &&
+		    !strncmp(mk, w->prefix, pl))
+			walk_add(w, mk);
+	}
 }
 
 /* The directory part of a listing prefix must stay inside the store and
@@ -744,6 +811,15 @@ out:
 static obj_status px_del(struct obj_store *st, const char *key,
 			 struct obj_error *err)
 {
+	if (is_marker(key)) {
+		if (!marker_ok(key, err))
+			return OBJ_ERR_INVALID;
+		/* Only an empty directory goes, as on S3 the prefix stays
+		 * while keys are under it. */
+		if (!unlinkat(P(st)->rootfd, key, AT_REMOVEDIR))
+			rmparents(P(st)->rootfd, key);
+		return OBJ_OK;
+	}
 	if (!key_ok(key, err))
 		return OBJ_ERR_INVALID;
 	if (unlinkat(P(st)->rootfd, key, 0)) {
@@ -788,6 +864,10 @@ static obj_status px_copy(struct obj_store *st, const char *src,
 	rc = px_head(st, src, &m, err);
 	if (rc != OBJ_OK)
 		return rc;
+	if (is_marker(src)) {
+		obj_meta_release(&m);
+		return px_put(st, dst, NULL, -1, 0, NULL, 0, etag_out, err);
+	}
 	in = openat(P(st)->rootfd, src, O_RDONLY | O_CLOEXEC);
 	if (in < 0) {
 		obj_meta_release(&m);

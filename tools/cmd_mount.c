@@ -39,6 +39,7 @@ struct mount_opts {
 	uint64_t cache_size;
 	int mode;
 	unsigned refresh_s, threads, fetch_timeout_s;
+	unsigned async_delay_s, upload_parallel;
 	bool foreground, debug;
 	char mnt_real[PATH_MAX], cache_real[PATH_MAX], ctl_path[256];
 	char cache_def[PATH_MAX];   /* the default cache dir, when chosen */
@@ -54,8 +55,12 @@ static void mount_usage(FILE *f)
 "  --cache-size SIZE     cap on cached bytes, K/M/G/T (default: half of\n"
 "                        the free space of the cache directory's disk)\n"
 "  --endpoint URL --region R --profile P --path-style  (as fmfs obj)\n"
-"  --mode ro             consistency mode; ro is the only one this build\n"
-"                        serves (sw, iw, lu come with write-back)\n"
+"  --mode MODE           sw (default: this cache is the only writer), iw\n"
+"                        (independent writers: revalidate, last close\n"
+"                        wins), lu (local updates, never uploaded), ro\n"
+"  --async-delay SECONDS upload a file this long after close (default 1)\n"
+"  --part-size SIZE      multipart part size (default 8M)\n"
+"  --upload-parallel N   requests in flight to the store (default 16)\n"
 "  --refresh SECONDS     revalidate listings and attributes (default 30)\n"
 "  --timeout SECONDS     an uncached read fails with EIO after (default 30)\n"
 "  --threads N           FUSE worker threads (default 8)\n"
@@ -63,7 +68,8 @@ static void mount_usage(FILE *f)
 "  -o OPTS               extra FUSE mount options\n"
 "  --debug               FUSE debug output (implies --foreground)\n"
 "\n"
-"  fmfs umount MOUNTPOINT\n"
+"  fmfs umount MOUNTPOINT [--timeout SECONDS]  (uploads first)\n"
+"  fmfs flush MOUNTPOINT [PATH] [--wait] [--timeout SECONDS]\n"
 "  fmfs status MOUNTPOINT [--json]\n"
 "  fmfs prefetch MOUNTPOINT (PATH... | --list FILE) [--wait]\n"
 "  fmfs evict MOUNTPOINT PATH...\n");
@@ -102,7 +108,8 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 {
 	enum { OPT_CACHE_DIR = 256, OPT_CACHE_SIZE, OPT_ENDPOINT, OPT_REGION,
 	       OPT_PROFILE, OPT_PATH_STYLE, OPT_MODE, OPT_REFRESH, OPT_FG,
-	       OPT_TIMEOUT, OPT_THREADS, OPT_DEBUG };
+	       OPT_TIMEOUT, OPT_THREADS, OPT_DEBUG, OPT_DELAY, OPT_PART,
+	       OPT_UPAR };
 	static const struct option lo[] = {
 		{ "cache-dir", required_argument, NULL, OPT_CACHE_DIR },
 		{ "cache-size", required_argument, NULL, OPT_CACHE_SIZE },
@@ -116,6 +123,9 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 		{ "threads", required_argument, NULL, OPT_THREADS },
 		{ "foreground", no_argument, NULL, OPT_FG },
 		{ "debug", no_argument, NULL, OPT_DEBUG },
+		{ "async-delay", required_argument, NULL, OPT_DELAY },
+		{ "part-size", required_argument, NULL, OPT_PART },
+		{ "upload-parallel", required_argument, NULL, OPT_UPAR },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
@@ -126,6 +136,8 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 	obj_config_init(&o->obj);
 	o->refresh_s = 30;
 	o->fetch_timeout_s = 30;
+	o->mode = FS_MODE_SW;
+	o->async_delay_s = 1;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "o:fh", lo, NULL)) != -1) {
 		switch (c) {
@@ -150,27 +162,43 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 					"ro, sw, iw or lu\n", optarg);
 				return -1;
 			}
-			if (o->mode != FS_MODE_RO) {
-				fprintf(stderr, "fmfs mount: --mode %s needs "
-					"write-back, which this build does not "
-					"have yet; use --mode ro\n", optarg);
+			break;
+		case OPT_PART: {
+			uint64_t v;
+
+			if (tools_parse_size(optarg, &v) || v < (5u << 20) ||
+			    v > (5ull << 30)) {
+				fprintf(stderr, "fmfs mount: --part-size '%s': "
+					"give a size from 5M to 5G (S3's "
+					"limits)\n", optarg);
 				return -1;
 			}
+			o->obj.part_size_bytes = (size_t)v;
+			o->obj.multipart_threshold_bytes = (size_t)v * 2;
 			break;
+		}
 		case OPT_REFRESH:
 		case OPT_TIMEOUT:
 		case OPT_THREADS:
+		case OPT_DELAY:
+		case OPT_UPAR:
 			n = strtoul(optarg, &end, 10);
 			if (*end || end == optarg || n > 86400 ||
-			    (c != OPT_REFRESH && n == 0) ||
-			    (c == OPT_THREADS && n > 64)) {
+			    (c != OPT_REFRESH && c != OPT_DELAY && n == 0) ||
+			    ((c == OPT_THREADS || c == OPT_UPAR) && n > 64)) {
 				fprintf(stderr, "fmfs mount: --%s '%s' is not "
 					"a valid number\n", c == OPT_REFRESH ?
 					"refresh" : c == OPT_TIMEOUT ?
-					"timeout" : "threads", optarg);
+					"timeout" : c == OPT_DELAY ?
+					"async-delay" : c == OPT_UPAR ?
+					"upload-parallel" : "threads", optarg);
 				return -1;
 			}
-			if (c == OPT_REFRESH)
+			if (c == OPT_DELAY)
+				o->async_delay_s = (unsigned)n;
+			else if (c == OPT_UPAR)
+				o->obj.max_parallel = (unsigned)n;
+			else if (c == OPT_REFRESH)
 				o->refresh_s = (unsigned)n;
 			else if (c == OPT_TIMEOUT)
 				o->fetch_timeout_s = (unsigned)n;
@@ -340,6 +368,7 @@ static int serve(struct mount_opts *o, int ready_fd, char *msg, size_t ml)
 	struct fs_config fc = {
 		.mountpoint = o->mnt_real, .store_url = o->url,
 		.mode = (enum fs_mode)o->mode, .refresh_s = o->refresh_s,
+		.async_delay_ms = o->async_delay_s * 1000,
 		.threads = o->threads, .fuse_opts = o->fuse_opts,
 		.ctl_path = o->ctl_path, .ready_fd = ready_fd,
 		.debug = o->debug,
@@ -747,28 +776,145 @@ out_free_paths:
 	return rc;
 }
 
+/* Asks the daemon to upload what is dirty under path and, with wait,
+ * to answer once it is in the bucket.  Prints what failed. */
+static int flush_request(const char *verb, const char *sock, const char *rel,
+			 bool wait, unsigned timeout_s)
+{
+	char req[PATH_MAX + 64], ans[65536];
+	int rc;
+
+	snprintf(req, sizeof(req), "%s %u %s", !strcmp(verb, "umount") ?
+		 "drain" : wait ? "flush-wait" : "flush", timeout_s, rel);
+	rc = ctl_request(sock, req, NULL, ans, sizeof(ans));
+	if (rc) {
+		fprintf(stderr, "fmfs %s: cannot reach the daemon: %s\n", verb,
+			strerror(-rc));
+		return EXIT_FAIL;
+	}
+	if (!strncmp(ans, "ok", 2))
+		return EXIT_OK;
+	fprintf(stderr, "fmfs %s: %s", verb, !strncmp(ans, "error ", 6) ?
+		ans + 6 : ans);
+	return EXIT_FAIL;
+}
+
+/* A path inside the mount, relative to its root ("" for the root). */
+static int rel_path(const char *verb, const char *real, const char *path,
+		    char *out, size_t len)
+{
+	char p[PATH_MAX];
+	size_t rl = strlen(real);
+
+	if (!realpath(path, p)) {
+		fprintf(stderr, "fmfs %s: %s: %s\n", verb, path,
+			strerror(errno));
+		return EXIT_USAGE;
+	}
+	if (strncmp(p, real, rl) || (p[rl] && p[rl] != '/')) {
+		fprintf(stderr, "fmfs %s: %s is not inside %s\n", verb, path,
+			real);
+		return EXIT_USAGE;
+	}
+	snprintf(out, len, "%s", p[rl] ? p + rl + 1 : "");
+	return EXIT_OK;
+}
+
+static int parse_timeout(const char *verb, const char *v, unsigned *out)
+{
+	char *end;
+	unsigned long n = strtoul(v, &end, 10);
+
+	if (*end || end == v || n > 86400) {
+		fprintf(stderr, "fmfs %s: --timeout '%s' is not a number of "
+			"seconds\n", verb, v);
+		return EXIT_USAGE;
+	}
+	*out = (unsigned)n;
+	return EXIT_OK;
+}
+
+static int cmd_flush(int argc, char **argv)
+{
+	char sock[256], real[PATH_MAX], rel[PATH_MAX];
+	const char *mnt = NULL, *path = NULL;
+	unsigned timeout_s = 3600;
+	bool wait = false;
+	int rc;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--wait")) {
+			wait = true;
+		} else if (!strcmp(argv[i], "--timeout") && i + 1 < argc) {
+			if (parse_timeout("flush", argv[++i], &timeout_s))
+				return EXIT_USAGE;
+		} else if (argv[i][0] != '-' && !mnt) {
+			mnt = argv[i];
+		} else if (argv[i][0] != '-' && !path) {
+			path = argv[i];
+		} else {
+			mnt = NULL;
+			break;
+		}
+	}
+	if (!mnt) {
+		fprintf(stderr, "usage: fmfs flush MOUNTPOINT [PATH] [--wait] "
+			"[--timeout SECONDS]\n");
+		return EXIT_USAGE;
+	}
+	rc = ctl_path_of("flush", mnt, sock, sizeof(sock), real);
+	if (!rc)
+		rc = rel_path("flush", real, path ? path : real, rel,
+			      sizeof(rel));
+	if (!rc)
+		rc = flush_request("flush", sock, rel, wait, timeout_s);
+	return rc;
+}
+
 static int cmd_umount(int argc, char **argv)
 {
 	char sock[256], real[PATH_MAX];
+	unsigned timeout_s = 600;
+	const char *mnt = NULL;
+	bool undrained = false;
 	struct stat st;
 	int rc;
 
-	if (argc != 2) {
-		fprintf(stderr, "usage: fmfs umount MOUNTPOINT\n");
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--timeout") && i + 1 < argc) {
+			if (parse_timeout("umount", argv[++i], &timeout_s))
+				return EXIT_USAGE;
+		} else if (!mnt && argv[i][0] != '-') {
+			mnt = argv[i];
+		} else {
+			mnt = NULL;
+			break;
+		}
+	}
+	if (!mnt) {
+		fprintf(stderr, "usage: fmfs umount MOUNTPOINT [--timeout "
+			"SECONDS]\n");
 		return EXIT_USAGE;
 	}
-	rc = ctl_path_of("umount", argv[1], sock, sizeof(sock), real);
+	rc = ctl_path_of("umount", mnt, sock, sizeof(sock), real);
 	if (rc && errno == ENOTCONN) {
 		/* The daemon died (kill -9): realpath fails on the dead
 		 * mount, but it must still be unmounted. */
-		if (argv[1][0] == '/')
-			snprintf(real, sizeof(real), "%s", argv[1]);
+		if (mnt[0] == '/')
+			snprintf(real, sizeof(real), "%s", mnt);
 		else if (getcwd(real, sizeof(real)))
 			snprintf(real + strlen(real), sizeof(real) - strlen(real),
-				 "/%s", argv[1]);
+				 "/%s", mnt);
 	}
 	if (rc && !is_mounted(real))
 		return rc;
+	/* Drain first: what cannot be uploaded is reported, and kept. */
+	if (!rc && flush_request("umount", sock, "", true, timeout_s)) {
+		fprintf(stderr, "fmfs umount: the files above are not in the "
+			"bucket yet; they stay in the cache dir and are "
+			"uploaded when it is mounted again\n");
+		undrained = true;
+	}
 	if (umount2(real, 0) && errno != EINVAL) {
 		/* Not root: fusermount3 does it for the user. */
 		pid_t pid = fork();
@@ -795,7 +941,7 @@ static int cmd_umount(int argc, char **argv)
 		}
 		usleep(100 * 1000);
 	}
-	return EXIT_OK;
+	return undrained ? EXIT_FAIL : EXIT_OK;
 }
 
 int cmd_fs(const char *verb, int argc, char **argv)
@@ -806,6 +952,8 @@ int cmd_fs(const char *verb, int argc, char **argv)
 		return cmd_umount(argc, argv);
 	if (!strcmp(verb, "status"))
 		return cmd_status(argc, argv);
+	if (!strcmp(verb, "flush"))
+		return cmd_flush(argc, argv);
 	if (!strcmp(verb, "prefetch") || !strcmp(verb, "evict"))
 		return cmd_warm(verb, argc, argv);
 	return -1;

@@ -46,7 +46,7 @@ done
 awsx s3api put-object --bucket "$B" --key "marker/" >/dev/null
 awsx s3api put-object --bucket "$B" --key "marker/inside" --body names/tmp >/dev/null
 
-mnt --cache-size 64M --refresh 2
+mnt --cache-size 64M --refresh 2 --mode ro
 note "byte-exact reads, small to larger than a block"
 for f in data/*; do
 	cmp "$f" "$MNT/$f" || fail "$f differs through the mount"
@@ -69,7 +69,7 @@ python3 -c "import os,sys; v=os.getxattr(sys.argv[1],'user.origin'); assert v==b
 	"$MNT/names/plus+sign" || fail "user metadata not visible as xattr"
 [ -n "$(python3 -c "import os; print(os.getxattr('$MNT','user.fmfs.control').decode())")" ] ||
 	fail "no control xattr on the root"
-{ echo x >"$MNT/data/new"; } 2>/dev/null && fail "a write succeeded on a read-only mount"
+{ echo x >"$MNT/data/new"; } 2>/dev/null && fail "a write succeeded on a --mode ro mount"
 
 note "status reports the work"
 [ "$(stat_of connected)" = True ] || fail "status says disconnected"
@@ -153,7 +153,8 @@ note "bad options, URLs and mountpoints"
 $FMFS umount "$MNT"
 expect_exit 2 "unknown scheme" $FMFS mount http://x "$MNT"
 expect_exit 2 "cache-size" $FMFS mount "s3://$B" "$MNT" --cache-size 1k
-expect_exit 2 "--mode sw needs write-back" $FMFS mount "s3://$B" "$MNT" --mode sw
+expect_exit 2 "--part-size '1M'" $FMFS mount "s3://$B" "$MNT" --part-size 1M
+expect_exit 2 "--async-delay 'x'" $FMFS mount "s3://$B" "$MNT" --async-delay x
 expect_exit 2 "--mode 'xx'" $FMFS mount "s3://$B" "$MNT" --mode xx
 expect_exit 2 "mountpoint .*No such file" $FMFS mount "s3://$B" "$TEST_DIR/nope"
 expect_exit 4 "NoSuchBucket" $FMFS mount "s3://no-such-bucket-$$" "$MNT" --cache-dir "$TEST_DIR/c2"

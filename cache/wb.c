@@ -1,0 +1,1701 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * wb.c - write-back: dirty files, the persistent upload queue and the
+ * uploader threads (the API and its contract are in cache.h).
+ *
+ * State: a table of dirty files by key and a set of tombstones (keys to
+ * DELETE), in memory under wb->lock, mirrored in DIR/writeback.sqlite:
+ *
+ *   files(id, key, kind, mode, uid, gid, mtime_ns, size, in_bucket,
+ *         base_etag, queued, meta)      one row per dirty file
+ *   deletes(key)                        one row per tombstone
+ *
+ * The bytes live in DIR/dirty/ID, written with pwrite by the FUSE
+ * threads.  A row is written when a file is created (queued 0), when it
+ * is committed (close/fsync: queued 1, size and attributes), renamed or
+ * removed; the bytes of a committed file are in the kernel's page cache
+ * (a daemon crash keeps them) or, after fsync, on disk.
+ *
+ * Generations: gen counts changes; queued_gen is the generation the last
+ * commit queued; an upload reads the file as it stands (generation g) and
+ * on success sets uploaded_gen = g.  The file is clean when uploaded_gen
+ * == gen and no writer has it open: it then leaves the table, its row is
+ * deleted and its bytes move into the read cache (cache_adopt) as the
+ * new version.  A file changed during its upload has gen > g: it stays
+ * and is uploaded again after the next commit.
+ *
+ * Lock order: wb->lock, then c->lock (charging the cap), then f->lock.
+ * No I/O to the store happens under wb->lock.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <dirent.h>
+#include <inttypes.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cache_int.h"
+
+#define WB_HASH 4096u             /* buckets; chains grow past that */
+#define WB_BACKOFF_MAX_MS 30000
+#define WB_DELETE_BATCH 1000
+
+struct cache_wfile {
+	struct cache *c;
+	struct cache_wfile *hnext;
+	uint64_t id;
+	int fd;
+	/* Protected by wb->lock. */
+	char *key;
+	struct cache_wattr a;
+	uint64_t charged;         /* bytes charged to the cap */
+	uint64_t gen, queued_gen, uploaded_gen;
+	bool committed;           /* a row with queued 1 exists */
+	bool uploading, deleted, in_table, in_bucket;
+	char base_etag[CACHE_ETAG_MAX];
+	struct obj_kv *meta;
+	size_t nmeta;
+	unsigned refs, writers;
+	int64_t not_before_ms;
+	int64_t failed_ms;        /* latest failed upload */
+	unsigned attempts;
+	char last_err[512];
+};
+
+struct wb_tomb {
+	struct wb_tomb *next;
+	unsigned held;
+	bool running;
+	int64_t not_before_ms;
+	int64_t failed_ms;
+	char key[];
+};
+
+struct cache_wb {
+	struct cache *c;
+	struct cache_wb_config cfg;
+	sqlite3 *db;
+	sqlite3_stmt *upsert, *del, *tomb_add, *tomb_del;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;       /* work queued, an upload ended */
+	struct cache_wfile *tab[WB_HASH];
+	struct wb_tomb *tombs[WB_HASH];
+	uint64_t nfiles, ntombs;
+	uint64_t next_id;
+	char **busy_keys;          /* keys being uploaded (tombstones wait) */
+	size_t nbusy, busy_cap;
+	pthread_t *threads;
+	unsigned nthreads;
+	bool stop;
+	/* statistics */
+	uint64_t inflight, failures, uploaded_files, uploaded_bytes;
+	uint64_t deleted_keys, conflicts, lost_found;
+	char last_error[256];
+};
+
+static uint32_t wb_hash(const char *key)
+{
+	uint32_t h = 2166136261u;
+
+	for (; *key; key++)
+		h = (h ^ (unsigned char)*key) * 16777619u;
+	return h % WB_HASH;
+}
+
+static void wb_log_err(struct cache_wb *wb, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Logs and remembers the latest error (wb->lock held). */
+static void wb_log_err(struct cache_wb *wb, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(wb->last_error, sizeof(wb->last_error), fmt, ap);
+	va_end(ap);
+	cache_log("%s", wb->last_error);
+}
+
+/* ---- the table ---- */
+
+static struct cache_wfile *find(struct cache_wb *wb, const char *key)
+{
+	for (struct cache_wfile *w = wb->tab[wb_hash(key)]; w; w = w->hnext)
+		if (!strcmp(w->key, key))
+			return w;
+	return NULL;
+}
+
+static void insert(struct cache_wb *wb, struct cache_wfile *w)
+{
+	uint32_t h = wb_hash(w->key);
+
+	w->hnext = wb->tab[h];
+	wb->tab[h] = w;
+	w->in_table = true;
+	wb->nfiles++;
+}
+
+static void take_out(struct cache_wb *wb, struct cache_wfile *w)
+{
+	for (struct cache_wfile **pp = &wb->tab[wb_hash(w->key)]; *pp;
+	     pp = &(*pp)->hnext)
+		if (*pp == w) {
+			*pp = w->hnext;
+			w->hnext = NULL;
+			w->in_table = false;
+			wb->nfiles--;
+			return;
+		}
+}
+
+static struct wb_tomb *tomb_find(struct cache_wb *wb, const char *key)
+{
+	for (struct wb_tomb *t = wb->tombs[wb_hash(key)]; t; t = t->next)
+		if (!strcmp(t->key, key))
+			return t;
+	return NULL;
+}
+
+static void meta_free(struct obj_kv *m, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free(m[i].name);
+		free(m[i].value);
+	}
+	free(m);
+}
+
+static void wfile_free(struct cache_wfile *w)
+{
+	if (w->fd >= 0)
+		close(w->fd);
+	meta_free(w->meta, w->nmeta);
+	free(w->key);
+	free(w);
+}
+
+static void dirty_path(uint64_t id, char *buf, size_t len)
+{
+	snprintf(buf, len, "dirty/%016" PRIx64, id);
+}
+
+/* ---- charging the cap ---- */
+
+static int charge(struct cache *c, uint64_t need)
+{
+	int rc = 0;
+
+	if (!need)
+		return 0;
+	pthread_mutex_lock(&c->lock);
+	if (c->used_bytes + need > c->high_bytes)
+		cache_evict_locked(c, c->used_bytes + need - c->low_bytes);
+	if (c->used_bytes + need > c->cfg.size_bytes) {
+		rc = -ENOSPC;
+	} else {
+		c->used_bytes += need;
+		atomic_fetch_add(&c->dirty_bytes, need);
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (rc)
+		cache_log_ratelimited("cache full of data not yet uploaded "
+				      "(%llu dirty bytes, cap %llu): writes "
+				      "fail with ENOSPC until uploads drain "
+				      "or --cache-size grows",
+				      (unsigned long long)atomic_load(
+					      &c->dirty_bytes),
+				      (unsigned long long)c->cfg.size_bytes);
+	return rc;
+}
+
+static void uncharge(struct cache *c, uint64_t n)
+{
+	if (!n)
+		return;
+	pthread_mutex_lock(&c->lock);
+	c->used_bytes -= n;
+	atomic_fetch_sub(&c->dirty_bytes, n);
+	pthread_cond_broadcast(&c->room_cond);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* ---- the SQLite mirror ---- */
+
+static int db_step(struct cache_wb *wb, sqlite3_stmt *st, const char *what)
+{
+	int rc = sqlite3_step(st);
+
+	sqlite3_reset(st);
+	sqlite3_clear_bindings(st);
+	if (rc == SQLITE_DONE)
+		return 0;
+	wb_log_err(wb, "write-back store: %s failed: %s", what,
+		   sqlite3_errmsg(wb->db));
+	return -EIO;
+}
+
+static char *meta_pack(const struct cache_wfile *w, size_t *len)
+{
+	size_t n = 0, o = 0;
+	char *b;
+
+	for (size_t i = 0; i < w->nmeta; i++)
+		n += strlen(w->meta[i].name) + strlen(w->meta[i].value) + 2;
+	b = malloc(n + 1);
+	if (!b)
+		return NULL;
+	for (size_t i = 0; i < w->nmeta; i++) {
+		size_t a = strlen(w->meta[i].name) + 1;
+		size_t v = strlen(w->meta[i].value) + 1;
+
+		memcpy(b + o, w->meta[i].name, a);
+		memcpy(b + o + a, w->meta[i].value, v);
+		o += a + v;
+	}
+	*len = o;
+	return b;
+}
+
+static int meta_unpack(const char *b, size_t len, struct obj_kv **out,
+		       size_t *n)
+{
+	size_t cnt = 0, o = 0;
+	struct obj_kv *m;
+
+	for (size_t i = 0; i < len; i++)
+		cnt += b[i] == '\0';
+	cnt /= 2;
+	m = calloc(cnt + 1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	for (size_t i = 0; i < cnt; i++) {
+		m[i].name = strdup(b + o);
+		o += strlen(b + o) + 1;
+		m[i].value = strdup(b + o);
+		o += strlen(b + o) + 1;
+		if (!m[i].name || !m[i].value) {
+			meta_free(m, i + 1);
+			return -ENOMEM;
+		}
+	}
+	*out = m;
+	*n = cnt;
+	return 0;
+}
+
+/* Writes w's row (wb->lock held). */
+static int db_put(struct cache_wb *wb, const struct cache_wfile *w,
+		  bool queued)
+{
+	sqlite3_stmt *s = wb->upsert;
+	size_t ml = 0;
+	char *mb = meta_pack(w, &ml);
+	int rc;
+
+	if (!mb)
+		return -ENOMEM;
+	sqlite3_bind_int64(s, 1, (sqlite3_int64)w->id);
+	sqlite3_bind_text(s, 2, w->key, -1, SQLITE_STATIC);
+	sqlite3_bind_int(s, 3, (int)w->a.kind);
+	sqlite3_bind_int64(s, 4, w->a.mode);
+	sqlite3_bind_int64(s, 5, w->a.uid);
+	sqlite3_bind_int64(s, 6, w->a.gid);
+	sqlite3_bind_int64(s, 7, w->a.mtime_ns);
+	sqlite3_bind_int64(s, 8, (sqlite3_int64)w->a.size);
+	sqlite3_bind_int(s, 9, w->in_bucket);
+	sqlite3_bind_text(s, 10, w->base_etag, -1, SQLITE_STATIC);
+	sqlite3_bind_int(s, 11, queued);
+	sqlite3_bind_blob(s, 12, mb, (int)ml, SQLITE_STATIC);
+	rc = db_step(wb, s, "saving a dirty file");
+	free(mb);
+	return rc;
+}
+
+static int db_del(struct cache_wb *wb, uint64_t id)
+{
+	sqlite3_bind_int64(wb->del, 1, (sqlite3_int64)id);
+	return db_step(wb, wb->del, "removing a dirty file");
+}
+
+static int db_tomb(struct cache_wb *wb, const char *key, bool add)
+{
+	sqlite3_stmt *s = add ? wb->tomb_add : wb->tomb_del;
+
+	sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
+	return db_step(wb, s, add ? "saving a deletion" :
+		       "removing a deletion");
+}
+
+/* A synced commit: for fsync (power-loss safe). */
+static void db_sync(struct cache_wb *wb)
+{
+	sqlite3_exec(wb->db, "PRAGMA wal_checkpoint(PASSIVE)", NULL, NULL,
+		     NULL);
+}
+
+static const char WB_SCHEMA[] =
+	"CREATE TABLE IF NOT EXISTS files(id INTEGER PRIMARY KEY, "
+	"key TEXT NOT NULL, kind INTEGER, mode INTEGER, uid INTEGER, "
+	"gid INTEGER, mtime_ns INTEGER, size INTEGER, in_bucket INTEGER, "
+	"base_etag TEXT, queued INTEGER, meta BLOB);"
+	"CREATE TABLE IF NOT EXISTS deletes(key TEXT PRIMARY KEY);";
+
+static int db_open(struct cache_wb *wb, char *msg, size_t ml)
+{
+	const char *dir = wb->c->cfg.dir;
+	char path[4096];
+	int rc;
+
+	snprintf(path, sizeof(path), "%s/writeback.sqlite", dir);
+	rc = sqlite3_open_v2(path, &wb->db, SQLITE_OPEN_READWRITE |
+			     SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL);
+	if (rc == SQLITE_OK) {
+		sqlite3_busy_timeout(wb->db, 5000);
+		rc = sqlite3_exec(wb->db, "PRAGMA journal_mode=WAL;"
+				  "PRAGMA synchronous=NORMAL;", NULL, NULL,
+				  NULL);
+	}
+	if (rc == SQLITE_OK)
+		rc = sqlite3_exec(wb->db, WB_SCHEMA, NULL, NULL, NULL);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_prepare_v2(wb->db, "INSERT OR REPLACE INTO files "
+					"VALUES(?,?,?,?,?,?,?,?,?,?,?,?)", -1,
+					&wb->upsert, NULL);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_prepare_v2(wb->db, "DELETE FROM files WHERE "
+					"id=?", -1, &wb->del, NULL);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_prepare_v2(wb->db, "INSERT OR IGNORE INTO "
+					"deletes VALUES(?)", -1,
+					&wb->tomb_add, NULL);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_prepare_v2(wb->db, "DELETE FROM deletes WHERE "
+					"key=?", -1, &wb->tomb_del, NULL);
+	if (rc != SQLITE_OK) {
+		/* Never move this file aside: it is the list of data not
+		 * yet in the bucket. */
+		snprintf(msg, ml, "write-back store %s is unusable (%s); it "
+			 "lists files not yet uploaded: copy the cache dir "
+			 "somewhere safe and ask for help, or remove it to "
+			 "drop them", path, wb->db ? sqlite3_errmsg(wb->db) :
+			 "out of memory");
+		return -EIO;
+	}
+	return 0;
+}
+
+/* ---- replay at open ---- */
+
+static void lost_found(struct cache_wb *wb, uint64_t id, const char *key)
+{
+	char from[64], to[1200];
+
+	mkdirat(wb->c->dirfd, "lost+found", 0700);
+	dirty_path(id, from, sizeof(from));
+	snprintf(to, sizeof(to), "lost+found/%016" PRIx64 "-", id);
+	for (size_t i = strlen(to), k = 0; key[k] && i < sizeof(to) - 1;
+	     i++, k++)
+		to[i] = key[k] == '/' ? '%' : key[k], to[i + 1] = '\0';
+	if (renameat(wb->c->dirfd, from, wb->c->dirfd, to) == 0) {
+		cache_log("%s had not been closed when fmfs stopped; its "
+			  "bytes were not uploaded and are in %s/%s",
+			  key, wb->c->cfg.dir, to);
+		wb->lost_found++;
+	}
+}
+
+static int load_rows(struct cache_wb *wb)
+{
+	struct cache *c = wb->c;
+	sqlite3_stmt *s;
+	uint64_t charge_total = 0;
+	int rc;
+
+	rc = sqlite3_prepare_v2(wb->db, "SELECT id, key, kind, mode, uid, "
+				"gid, mtime_ns, size, in_bucket, base_etag, "
+				"queued, meta FROM files ORDER BY id", -1,
+				&s, NULL);
+	if (rc != SQLITE_OK)
+		return -EIO;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		uint64_t id = (uint64_t)sqlite3_column_int64(s, 0);
+		const char *key = (const char *)sqlite3_column_text(s, 1);
+		const char *etag = (const char *)sqlite3_column_text(s, 9);
+		struct cache_wfile *w;
+		char path[64];
+		int fd;
+
+		if (id >= wb->next_id)
+			wb->next_id = id + 1;
+		dirty_path(id, path, sizeof(path));
+		if (!sqlite3_column_int(s, 10)) {
+			lost_found(wb, id, key ? key : "?");
+			db_del(wb, id);
+			continue;
+		}
+		fd = openat(c->dirfd, path, O_RDWR | O_CLOEXEC);
+		w = calloc(1, sizeof(*w));
+		if (fd < 0 || !w || !key || !(w->key = strdup(key))) {
+			cache_log("dirty file %s/%s of %s is missing (%s); it "
+				  "cannot be uploaded", c->cfg.dir, path,
+				  key ? key : "?", fd < 0 ? strerror(errno) :
+				  "out of memory");
+			if (fd >= 0)
+				close(fd);
+			free(w);
+			db_del(wb, id);
+			continue;
+		}
+		w->c = c;
+		w->id = id;
+		w->fd = fd;
+		w->a.kind = (enum cache_wkind)sqlite3_column_int(s, 2);
+		w->a.mode = (uint32_t)sqlite3_column_int64(s, 3);
+		w->a.uid = (uint32_t)sqlite3_column_int64(s, 4);
+		w->a.gid = (uint32_t)sqlite3_column_int64(s, 5);
+		w->a.mtime_ns = sqlite3_column_int64(s, 6);
+		w->a.size = (uint64_t)sqlite3_column_int64(s, 7);
+		w->in_bucket = sqlite3_column_int(s, 8);
+		snprintf(w->base_etag, sizeof(w->base_etag), "%s",
+			 etag ? etag : "");
+		if (sqlite3_column_bytes(s, 11) > 0)
+			meta_unpack(sqlite3_column_blob(s, 11),
+				    (size_t)sqlite3_column_bytes(s, 11),
+				    &w->meta, &w->nmeta);
+		/* The file as it stands on the cache disk is the version
+		 * to upload (see docs/semantics.md). */
+		{
+			struct stat sb;
+
+			if (!fstat(fd, &sb))
+				w->a.size = (uint64_t)sb.st_size;
+		}
+		w->gen = w->queued_gen = 1;
+		w->committed = true;
+		w->charged = w->a.size;
+		charge_total += w->a.size;
+		insert(wb, w);
+	}
+	sqlite3_finalize(s);
+	if (rc != SQLITE_DONE)
+		return -EIO;
+	rc = sqlite3_prepare_v2(wb->db, "SELECT key FROM deletes", -1, &s,
+				NULL);
+	if (rc != SQLITE_OK)
+		return -EIO;
+	while (sqlite3_step(s) == SQLITE_ROW) {
+		const char *key = (const char *)sqlite3_column_text(s, 0);
+		struct wb_tomb *t;
+		uint32_t h;
+
+		if (!key || !(t = calloc(1, sizeof(*t) + strlen(key) + 1)))
+			continue;
+		strcpy(t->key, key);
+		h = wb_hash(key);
+		t->next = wb->tombs[h];
+		wb->tombs[h] = t;
+		wb->ntombs++;
+	}
+	sqlite3_finalize(s);
+	/* Already on the disk: charged even above the cap. */
+	pthread_mutex_lock(&c->lock);
+	c->used_bytes += charge_total;
+	atomic_fetch_add(&c->dirty_bytes, charge_total);
+	pthread_mutex_unlock(&c->lock);
+	if (wb->nfiles || wb->ntombs)
+		cache_log("write-back: %" PRIu64 " files and %" PRIu64
+			  " deletions from before are queued", wb->nfiles,
+			  wb->ntombs);
+	return 0;
+}
+
+/* Files in dirty/ without a row: created just before a crash. */
+static void remove_orphans(struct cache_wb *wb)
+{
+	int fd = openat(wb->c->dirfd, "dirty", O_RDONLY | O_DIRECTORY |
+			O_CLOEXEC);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	struct dirent *de;
+
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	while ((de = readdir(d))) {
+		char *end;
+		uint64_t id = strtoull(de->d_name, &end, 16);
+		bool known = false;
+
+		if (de->d_name[0] == '.' || *end)
+			continue;
+		for (size_t h = 0; h < WB_HASH && !known; h++)
+			for (struct cache_wfile *w = wb->tab[h]; w;
+			     w = w->hnext)
+				known |= w->id == id;
+		if (!known)
+			unlinkat(fd, de->d_name, 0);
+	}
+	closedir(d);
+}
+
+int cache_wb_open(struct cache *c, char *msg, size_t ml)
+{
+	struct cache_wb *wb = calloc(1, sizeof(*wb));
+	int rc;
+
+	if (!wb) {
+		snprintf(msg, ml, "cache: out of memory");
+		return -ENOMEM;
+	}
+	wb->c = c;
+	wb->next_id = 1;
+	pthread_mutex_init(&wb->lock, NULL);
+	cache_cond_init(&wb->cond);
+	c->wb = wb;
+	if (mkdirat(c->dirfd, "dirty", 0700) && errno != EEXIST) {
+		snprintf(msg, ml, "cannot create %s/dirty: %s", c->cfg.dir,
+			 strerror(errno));
+		return -errno;
+	}
+	rc = db_open(wb, msg, ml);
+	if (!rc && (rc = load_rows(wb)))
+		snprintf(msg, ml, "write-back store %s/writeback.sqlite "
+			 "cannot be read: %s", c->cfg.dir,
+			 sqlite3_errmsg(wb->db));
+	if (!rc)
+		remove_orphans(wb);
+	return rc;
+}
+
+/* ---- uploads ---- */
+
+static int64_t backoff_ms(unsigned attempts)
+{
+	int64_t ms = 500ll << (attempts < 6 ? attempts : 6);
+
+	return ms < WB_BACKOFF_MAX_MS ? ms : WB_BACKOFF_MAX_MS;
+}
+
+static void busy_add(struct cache_wb *wb, char *key)
+{
+	if (wb->nbusy == wb->busy_cap) {
+		size_t n = wb->busy_cap ? wb->busy_cap * 2 : 16;
+		char **b = realloc(wb->busy_keys, n * sizeof(*b));
+
+		if (!b)
+			return; /* tombstones of key may run early: rare */
+		wb->busy_keys = b;
+		wb->busy_cap = n;
+	}
+	wb->busy_keys[wb->nbusy++] = key;
+}
+
+static void busy_del(struct cache_wb *wb, const char *key)
+{
+	for (size_t i = 0; i < wb->nbusy; i++)
+		if (wb->busy_keys[i] == key) {
+			wb->busy_keys[i] = wb->busy_keys[--wb->nbusy];
+			return;
+		}
+}
+
+static bool busy(struct cache_wb *wb, const char *key)
+{
+	for (size_t i = 0; i < wb->nbusy; i++)
+		if (!strcmp(wb->busy_keys[i], key))
+			return true;
+	return false;
+}
+
+static void tomb_put(struct cache_wb *wb, const char *key, bool held)
+{
+	struct wb_tomb *t = tomb_find(wb, key);
+	uint32_t h;
+
+	if (t) {
+		t->held += held;
+		return;
+	}
+	t = calloc(1, sizeof(*t) + strlen(key) + 1);
+	if (!t) {
+		wb_log_err(wb, "out of memory: %s will not be deleted in the "
+			   "bucket", key);
+		return;
+	}
+	strcpy(t->key, key);
+	t->held = held;
+	h = wb_hash(key);
+	t->next = wb->tombs[h];
+	wb->tombs[h] = t;
+	wb->ntombs++;
+	db_tomb(wb, key, true);
+	pthread_cond_broadcast(&wb->cond);
+}
+
+static void tomb_drop(struct cache_wb *wb, const char *key)
+{
+	for (struct wb_tomb **pp = &wb->tombs[wb_hash(key)]; *pp;
+	     pp = &(*pp)->next)
+		if (!strcmp((*pp)->key, key)) {
+			struct wb_tomb *t = *pp;
+
+			if (t->running)
+				return; /* the DELETE is out: let it land */
+			*pp = t->next;
+			free(t);
+			wb->ntombs--;
+			db_tomb(wb, key, false);
+			return;
+		}
+}
+
+/* Uploaded as it stands and no writer left: only the move to the read
+ * cache is missing. */
+static bool cleanable(const struct cache_wfile *w)
+{
+	return w->uploaded_gen && w->uploaded_gen == w->gen && !w->writers &&
+	       w->in_table;
+}
+
+/* The next file to upload (or to clean): queued, due, not uploading. */
+static struct cache_wfile *next_upload(struct cache_wb *wb, int64_t now,
+				       int64_t *wake)
+{
+	struct cache_wfile *best = NULL;
+
+	for (size_t h = 0; h < WB_HASH; h++)
+		for (struct cache_wfile *w = wb->tab[h]; w; w = w->hnext) {
+			if (w->uploading || (w->queued_gen <= w->uploaded_gen &&
+					     !cleanable(w)))
+				continue;
+			if (w->not_before_ms > now) {
+				if (w->not_before_ms < *wake)
+					*wake = w->not_before_ms;
+				continue;
+			}
+			if (!best || w->not_before_ms < best->not_before_ms)
+				best = w;
+		}
+	return best;
+}
+
+static size_t user_meta(const struct cache_wfile *w, struct obj_kv *kv,
+			char (*vals)[32])
+{
+	size_t n = 0;
+
+	snprintf(vals[0], 32, "%u", w->a.mode | (w->a.kind ==
+		 CACHE_WK_SYMLINK ? 0120000u : w->a.kind == CACHE_WK_DIR ?
+		 0040000u : 0100000u));
+	snprintf(vals[1], 32, "%u", w->a.uid);
+	snprintf(vals[2], 32, "%u", w->a.gid);
+	snprintf(vals[3], 32, "%lld.%09lld",
+		 (long long)(w->a.mtime_ns / 1000000000),
+		 (long long)(w->a.mtime_ns % 1000000000));
+	kv[n++] = (struct obj_kv){ "mode", vals[0] };
+	kv[n++] = (struct obj_kv){ "uid", vals[1] };
+	kv[n++] = (struct obj_kv){ "gid", vals[2] };
+	kv[n++] = (struct obj_kv){ "mtime", vals[3] };
+	for (size_t i = 0; i < w->nmeta; i++)
+		kv[n++] = w->meta[i];
+	return n;
+}
+
+/* iw: the bucket's version changed since we based our copy on it. */
+static void check_conflict(struct cache_wb *wb, const char *key,
+			   const char *base, bool was_in_bucket)
+{
+	struct obj_meta m;
+	struct obj_error err;
+	obj_status st = obj_head(wb->c->st, key, &m, &err);
+	bool changed = st == OBJ_OK ? strcmp(m.etag, base) != 0 :
+		       st == OBJ_ERR_NOT_FOUND && was_in_bucket;
+
+	if (st == OBJ_OK)
+		obj_meta_release(&m);
+	if (!changed)
+		return;
+	pthread_mutex_lock(&wb->lock);
+	wb->conflicts++;
+	wb_log_err(wb, "conflict on %s: the bucket's copy changed since "
+		   "this cache read it; the local version is uploaded over "
+		   "it (mode iw: last close wins)", key);
+	pthread_mutex_unlock(&wb->lock);
+}
+
+/* Computes the block CRCs of a clean file and moves it into the read
+ * cache; on any failure the bytes are just dropped (they are in the
+ * bucket). */
+static void adopt(struct cache_wb *wb, struct cache_wfile *w,
+		  const char *key, const char *etag)
+{
+	struct cache *c = wb->c;
+	uint64_t bb = c->cfg.block_bytes, size = w->a.size;
+	uint64_t nb = (size + bb - 1) / bb;
+	uint32_t *crcs = nb ? calloc(nb, sizeof(*crcs)) : NULL;
+	char *buf = nb ? malloc(bb) : NULL;
+	char path[64];
+	int rc = (nb && (!crcs || !buf)) ? -ENOMEM : 0;
+
+	for (uint64_t b = 0; !rc && b < nb; b++) {
+		uint64_t len = b + 1 < nb ? bb : size - b * bb;
+
+		rc = cache_uring_pread(c->uring, w->fd, buf, len, b * bb);
+		if (!rc)
+			crcs[b] = cache_crc32c(0, buf, len);
+	}
+	free(buf);
+	dirty_path(w->id, path, sizeof(path));
+	if (!rc && w->a.kind == CACHE_WK_FILE && size)
+		rc = cache_adopt(c, key, etag, size, path, crcs, w->charged);
+	else
+		rc = -1;
+	if (rc) {
+		unlinkat(c->dirfd, path, 0);
+		uncharge(c, w->charged);
+	}
+	w->charged = 0;
+	free(crcs);
+}
+
+static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
+{
+	struct obj_kv kv[4 + 64];
+	char vals[4][32], etag[80] = "", base[CACHE_ETAG_MAX];
+	struct obj_error err;
+	obj_status st;
+	uint64_t g = w->gen, size = w->a.size;
+	char *key = strdup(w->key);
+	size_t nkv;
+	bool was_in_bucket = w->in_bucket, clean, meta_ok = w->nmeta <= 64;
+	struct obj_kv *mcopy = NULL;
+	enum cache_wkind kind = w->a.kind;
+	bool skip_put = cleanable(w);
+
+	if (!key)
+		return;
+	w->uploading = true;
+	w->in_bucket = true; /* from now on a rename must delete it */
+	w->refs++;
+	wb->inflight++;
+	busy_add(wb, key);
+	memcpy(base, w->base_etag, sizeof(base));
+	nkv = user_meta(w, kv, vals);
+	if (!meta_ok)
+		nkv = 4;
+	/* The values of w->meta may change while we upload: copy. */
+	mcopy = calloc(nkv, sizeof(*mcopy));
+	for (size_t i = 0; mcopy && i < nkv; i++) {
+		mcopy[i].name = strdup(kv[i].name);
+		mcopy[i].value = strdup(kv[i].value);
+	}
+	pthread_mutex_unlock(&wb->lock);
+
+	if (skip_put)
+		st = OBJ_OK, snprintf(etag, sizeof(etag), "%s", base);
+	else if (wb->cfg.check_conflicts && base[0])
+		check_conflict(wb, key, base, was_in_bucket);
+	if (skip_put)
+		;
+	else if (!mcopy)
+		st = OBJ_ERR_NOMEM, err.status = OBJ_ERR_NOMEM,
+		snprintf(err.message, sizeof(err.message), "out of memory");
+	else if (kind == CACHE_WK_DIR)
+		st = obj_put(wb->c->st, key, "", 0, mcopy, nkv, etag, &err);
+	else
+		st = obj_put_fd(wb->c->st, key, w->fd, size, mcopy, nkv, etag,
+				&err);
+	meta_free(mcopy, mcopy ? nkv : 0);
+
+	pthread_mutex_lock(&wb->lock);
+	w->uploading = false;
+	wb->inflight--;
+	busy_del(wb, key);
+	if (st != OBJ_OK) {
+		char line[512];
+
+		obj_error_format(&err, line, sizeof(line));
+		w->attempts++;
+		w->failed_ms = cache_now_ms();
+		w->not_before_ms = w->failed_ms + backoff_ms(w->attempts);
+		snprintf(w->last_err, sizeof(w->last_err), "%s", line);
+		wb->failures++;
+		wb_log_err(wb, "upload of %s failed (attempt %u, retried in "
+			   "%lld ms): %s", key, w->attempts,
+			   (long long)backoff_ms(w->attempts), line);
+		pthread_cond_broadcast(&wb->cond);
+		pthread_mutex_unlock(&wb->lock);
+		cache_w_put(w);
+		free(key);
+		return;
+	}
+	w->attempts = 0;
+	w->last_err[0] = '\0';
+	w->uploaded_gen = g;
+	snprintf(w->base_etag, sizeof(w->base_etag), "%s", etag);
+	if (!skip_put) {
+		wb->uploaded_files++;
+		wb->uploaded_bytes += size;
+	}
+	if (strcmp(w->key, key) && !find(wb, key))
+		tomb_put(wb, key, false); /* renamed while it went up */
+	clean = w->in_table && !w->deleted && w->gen == g && !w->writers &&
+		!strcmp(w->key, key);
+	if (clean) {
+		take_out(wb, w);
+		db_del(wb, w->id);
+	}
+	pthread_cond_broadcast(&wb->cond);
+	pthread_mutex_unlock(&wb->lock);
+	if (clean) {
+		adopt(wb, w, key, etag);
+		if (wb->cfg.on_done)
+			wb->cfg.on_done(wb->cfg.arg, key, etag, size, false);
+	}
+	cache_w_put(w);
+	free(key);
+}
+
+/* Up to WB_DELETE_BATCH due tombstones, marked running (wb->lock held). */
+static size_t next_deletes(struct cache_wb *wb, int64_t now, int64_t *wake,
+			   struct wb_tomb **out)
+{
+	size_t n = 0;
+
+	for (size_t h = 0; h < WB_HASH && n < WB_DELETE_BATCH; h++)
+		for (struct wb_tomb *t = wb->tombs[h];
+		     t && n < WB_DELETE_BATCH; t = t->next) {
+			if (t->running || t->held || busy(wb, t->key))
+				continue;
+			if (t->not_before_ms > now) {
+				if (t->not_before_ms < *wake)
+					*wake = t->not_before_ms;
+				continue;
+			}
+			t->running = true;
+			out[n++] = t;
+		}
+	return n;
+}
+
+static void delete_batch(struct cache_wb *wb, struct wb_tomb **ts, size_t n)
+{
+	const char **keys = calloc(n, sizeof(*keys));
+	struct obj_error err;
+	obj_status st = OBJ_ERR_NOMEM;
+	size_t failed = n;
+
+	pthread_mutex_unlock(&wb->lock);
+	if (keys) {
+		for (size_t i = 0; i < n; i++)
+			keys[i] = ts[i]->key;
+		st = obj_delete_many(wb->c->st, keys, n, &failed, &err);
+	}
+	pthread_mutex_lock(&wb->lock);
+	for (size_t i = 0; i < n; i++)
+		ts[i]->running = false;
+	if (st != OBJ_OK) {
+		char line[512] = "out of memory";
+
+		if (keys)
+			obj_error_format(&err, line, sizeof(line));
+		wb->failures++;
+		wb_log_err(wb, "deleting %zu keys in the bucket failed: %s",
+			   n, line);
+		for (size_t i = 0; i < n; i++) {
+			ts[i]->failed_ms = cache_now_ms();
+			ts[i]->not_before_ms = ts[i]->failed_ms + 2000;
+		}
+		free(keys);
+		return;
+	}
+	wb->deleted_keys += n;
+	for (size_t i = 0; i < n; i++) {
+		char *k = strdup(ts[i]->key);
+
+		if (!ts[i]->held)
+			tomb_drop(wb, ts[i]->key);
+		if (k && wb->cfg.on_done) {
+			pthread_mutex_unlock(&wb->lock);
+			wb->cfg.on_done(wb->cfg.arg, k, NULL, 0, true);
+			pthread_mutex_lock(&wb->lock);
+		}
+		free(k);
+	}
+	free(keys);
+	pthread_cond_broadcast(&wb->cond);
+}
+
+static void *uploader(void *arg)
+{
+	struct cache_wb *wb = arg;
+	struct wb_tomb **batch = calloc(WB_DELETE_BATCH, sizeof(*batch));
+
+	pthread_mutex_lock(&wb->lock);
+	while (!wb->stop) {
+		int64_t now = cache_now_ms(), wake = now + 1000;
+		struct cache_wfile *w = next_upload(wb, now, &wake);
+		size_t n;
+
+		if (w) {
+			upload_one(wb, w); /* unlocks and relocks */
+			continue;
+		}
+		n = batch ? next_deletes(wb, now, &wake, batch) : 0;
+		if (n) {
+			delete_batch(wb, batch, n);
+			continue;
+		}
+		{
+			struct timespec ts = cache_deadline(
+				(unsigned)(wake > now ? wake - now : 1));
+
+			pthread_cond_timedwait(&wb->cond, &wb->lock, &ts);
+		}
+	}
+	pthread_mutex_unlock(&wb->lock);
+	free(batch);
+	return NULL;
+}
+
+int cache_wb_start(struct cache *c, const struct cache_wb_config *cfg)
+{
+	struct cache_wb *wb = c->wb;
+	unsigned n = cfg->uploaders ? cfg->uploaders : 4;
+
+	wb->cfg = *cfg;
+	if (!cfg->push)
+		return 0;
+	wb->threads = calloc(n, sizeof(*wb->threads));
+	if (!wb->threads)
+		return -ENOMEM;
+	for (unsigned i = 0; i < n; i++) {
+		int rc = pthread_create(&wb->threads[i], NULL, uploader, wb);
+
+		if (rc)
+			return -rc;
+		wb->nthreads++;
+	}
+	return 0;
+}
+
+void cache_wb_stop(struct cache *c)
+{
+	struct cache_wb *wb = c->wb;
+
+	if (!wb)
+		return;
+	pthread_mutex_lock(&wb->lock);
+	wb->stop = true;
+	pthread_cond_broadcast(&wb->cond);
+	pthread_mutex_unlock(&wb->lock);
+	for (unsigned i = 0; i < wb->nthreads; i++)
+		pthread_join(wb->threads[i], NULL);
+	free(wb->threads);
+	wb->threads = NULL;
+	wb->nthreads = 0;
+	wb->cfg.on_done = NULL;
+	wb->stop = false;
+}
+
+void cache_wb_close(struct cache *c)
+{
+	struct cache_wb *wb = c->wb;
+
+	if (!wb)
+		return;
+	cache_wb_stop(c);
+	for (size_t h = 0; h < WB_HASH; h++) {
+		for (struct cache_wfile *w = wb->tab[h], *n; w; w = n) {
+			n = w->hnext;
+			if (w->refs)
+				cache_log("dirty file %s still open at close",
+					  w->key);
+			wfile_free(w);
+		}
+		for (struct wb_tomb *t = wb->tombs[h], *n; t; t = n) {
+			n = t->next;
+			free(t);
+		}
+	}
+	sqlite3_finalize(wb->upsert);
+	sqlite3_finalize(wb->del);
+	sqlite3_finalize(wb->tomb_add);
+	sqlite3_finalize(wb->tomb_del);
+	if (wb->db)
+		sqlite3_close_v2(wb->db);
+	free(wb->busy_keys);
+	pthread_mutex_destroy(&wb->lock);
+	pthread_cond_destroy(&wb->cond);
+	free(wb);
+	c->wb = NULL;
+}
+
+/* ---- dirty files ---- */
+
+/* Copies src's bytes piece by piece, each fetched if needed and pinned
+ * while copied (eviction must not punch a hole under the copy). */
+static int copy_from(int dst, struct cache_file *src, uint64_t len)
+{
+	uint64_t piece = src->c->cfg.size_bytes / 8;
+
+	piece -= piece % src->c->cfg.block_bytes;
+	if (piece < src->c->cfg.block_bytes)
+		piece = src->c->cfg.block_bytes;
+	for (uint64_t off = 0; off < len; off += piece) {
+		uint64_t n = len - off < piece ? len - off : piece;
+		loff_t in = (loff_t)off, out = (loff_t)off;
+		int rc = cache_file_ensure_pinned(src, off, n);
+
+		if (rc)
+			return rc;
+		while (!rc && (uint64_t)in < off + n) {
+			ssize_t k = copy_file_range(cache_file_fd(src), &in,
+						    dst, &out,
+						    (size_t)(off + n -
+							     (uint64_t)in), 0);
+
+			if (k < 0 && errno == EINTR)
+				continue;
+			if (k <= 0)
+				rc = k < 0 ? -errno : -EIO;
+		}
+		cache_file_unpin(src, off, n);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int cache_w_create(struct cache *c, const char *key,
+		   const struct cache_wattr *a, bool in_bucket,
+		   const char *base_etag, struct cache_file *src,
+		   struct cache_wfile **out)
+{
+	struct cache_wb *wb = c->wb;
+	struct cache_wfile *w;
+	char path[64];
+	int rc;
+
+	*out = NULL;
+	if (!key || !*key || strlen(key) > OBJ_KEY_MAX)
+		return -EINVAL;
+	w = calloc(1, sizeof(*w));
+	if (!w || !(w->key = strdup(key))) {
+		free(w);
+		return -ENOMEM;
+	}
+	w->c = c;
+	w->a = *a;
+	w->in_bucket = in_bucket;
+	snprintf(w->base_etag, sizeof(w->base_etag), "%s",
+		 base_etag ? base_etag : "");
+	w->refs = 1;
+	w->gen = 1;
+	pthread_mutex_lock(&wb->lock);
+	if (find(wb, key)) {
+		pthread_mutex_unlock(&wb->lock);
+		w->fd = -1;
+		wfile_free(w);
+		return -EEXIST;
+	}
+	w->id = wb->next_id++;
+	pthread_mutex_unlock(&wb->lock);
+
+	dirty_path(w->id, path, sizeof(path));
+	w->fd = openat(c->dirfd, path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC,
+		       0600);
+	if (w->fd < 0) {
+		rc = -errno;
+		cache_log_ratelimited("cannot create %s/%s: %s", c->cfg.dir,
+				      path, strerror(-rc));
+		wfile_free(w);
+		return rc;
+	}
+	rc = charge(c, a->size);
+	if (!rc) {
+		w->charged = a->size;
+		if (src)
+			rc = copy_from(w->fd, src, a->size);
+		else if (a->size && ftruncate(w->fd, (off_t)a->size))
+			rc = -errno;
+	}
+	pthread_mutex_lock(&wb->lock);
+	if (!rc && find(wb, key))
+		rc = -EEXIST; /* lost a race with another opener */
+	if (!rc) {
+		insert(wb, w);
+		tomb_drop(wb, key); /* the upload will overwrite it */
+		rc = db_put(wb, w, false);
+		if (rc) {
+			take_out(wb, w);
+		}
+	}
+	pthread_mutex_unlock(&wb->lock);
+	if (rc) {
+		unlinkat(c->dirfd, path, 0);
+		uncharge(c, w->charged);
+		wfile_free(w);
+		return rc;
+	}
+	*out = w;
+	return 0;
+}
+
+int cache_w_get(struct cache *c, const char *key, struct cache_wfile **out)
+{
+	struct cache_wb *wb = c->wb;
+	struct cache_wfile *w;
+
+	pthread_mutex_lock(&wb->lock);
+	w = find(wb, key);
+	if (w)
+		w->refs++;
+	pthread_mutex_unlock(&wb->lock);
+	*out = w;
+	return w ? 0 : -ENOENT;
+}
+
+void cache_w_put(struct cache_wfile *w)
+{
+	struct cache_wb *wb;
+	bool last;
+
+	if (!w)
+		return;
+	wb = w->c->wb;
+	pthread_mutex_lock(&wb->lock);
+	last = --w->refs == 0 && !w->in_table;
+	pthread_mutex_unlock(&wb->lock);
+	if (!last)
+		return;
+	uncharge(w->c, w->charged); /* deleted: its bytes are gone now */
+	wfile_free(w);
+}
+
+void cache_w_writer(struct cache_wfile *w, bool add)
+{
+	struct cache_wb *wb = w->c->wb;
+
+	pthread_mutex_lock(&wb->lock);
+	if (add)
+		w->writers++;
+	else if (w->writers && --w->writers == 0)
+		pthread_cond_broadcast(&wb->cond);
+	pthread_mutex_unlock(&wb->lock);
+}
+
+int cache_w_fd(struct cache_wfile *w)
+{
+	return w->fd;
+}
+
+void cache_w_stat(struct cache_wfile *w, struct cache_wattr *a)
+{
+	struct cache_wb *wb = w->c->wb;
+
+	pthread_mutex_lock(&wb->lock);
+	*a = w->a;
+	pthread_mutex_unlock(&wb->lock);
+}
+
+static void touch(struct cache_wfile *w)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	w->a.mtime_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+	w->gen++;
+}
+
+/* Charges the cap for the file growing to end (wb->lock held). */
+static int grow(struct cache_wfile *w, uint64_t end)
+{
+	int rc;
+
+	if (end <= w->charged)
+		return 0;
+	rc = charge(w->c, end - w->charged);
+	if (!rc)
+		w->charged = end;
+	return rc;
+}
+
+ssize_t cache_w_pwrite(struct cache_wfile *w, const void *buf, size_t len,
+		       uint64_t off)
+{
+	struct cache_wb *wb = w->c->wb;
+	uint64_t end = off + len;
+	ssize_t n;
+	int rc;
+
+	pthread_mutex_lock(&wb->lock);
+	rc = grow(w, end);
+	pthread_mutex_unlock(&wb->lock);
+	if (rc)
+		return rc;
+	for (int tries = 0;; tries++) {
+		n = pwrite(w->fd, buf, len, (off_t)off);
+		if (n >= 0 || errno != ENOSPC || tries)
+			break;
+		/* The cache disk is full: make room by evicting. */
+		cache_evict_harder(w->c, len);
+	}
+	if (n < 0) {
+		rc = -errno;
+		if (rc == -ENOSPC)
+			cache_log_ratelimited("the cache disk under %s is "
+					      "full: a write failed with "
+					      "ENOSPC", w->c->cfg.dir);
+		return rc;
+	}
+	pthread_mutex_lock(&wb->lock);
+	if (off + (uint64_t)n > w->a.size)
+		w->a.size = off + (uint64_t)n;
+	touch(w);
+	pthread_mutex_unlock(&wb->lock);
+	return n;
+}
+
+int cache_w_truncate(struct cache_wfile *w, uint64_t size)
+{
+	struct cache_wb *wb = w->c->wb;
+	uint64_t drop = 0;
+	int rc;
+
+	pthread_mutex_lock(&wb->lock);
+	rc = grow(w, size);
+	pthread_mutex_unlock(&wb->lock);
+	if (rc)
+		return rc;
+	if (ftruncate(w->fd, (off_t)size))
+		return -errno;
+	pthread_mutex_lock(&wb->lock);
+	w->a.size = size;
+	if (w->charged > size) {
+		drop = w->charged - size;
+		w->charged = size;
+	}
+	touch(w);
+	pthread_mutex_unlock(&wb->lock);
+	uncharge(w->c, drop);
+	return 0;
+}
+
+void cache_w_setattr(struct cache_wfile *w, const struct cache_wattr *a,
+		     unsigned mask)
+{
+	struct cache_wb *wb = w->c->wb;
+
+	pthread_mutex_lock(&wb->lock);
+	if (mask & CACHE_WA_MODE)
+		w->a.mode = a->mode & 07777;
+	if (mask & CACHE_WA_UID)
+		w->a.uid = a->uid;
+	if (mask & CACHE_WA_GID)
+		w->a.gid = a->gid;
+	w->gen++;
+	if (mask & CACHE_WA_MTIME)
+		w->a.mtime_ns = a->mtime_ns;
+	pthread_mutex_unlock(&wb->lock);
+}
+
+int cache_w_xattr_set(struct cache_wfile *w, const char *name,
+		      const char *value, size_t len, int flags)
+{
+	struct cache_wb *wb = w->c->wb;
+	char *v = strndup(value, len), *n = strdup(name);
+	struct obj_kv *m;
+	int rc = 0;
+
+	if (!v || !n) {
+		free(v);
+		free(n);
+		return -ENOMEM;
+	}
+	pthread_mutex_lock(&wb->lock);
+	for (size_t i = 0; i < w->nmeta; i++)
+		if (!strcmp(w->meta[i].name, name)) {
+			if (flags & 1 /* XATTR_CREATE */) {
+				rc = -EEXIST;
+			} else {
+				free(w->meta[i].value);
+				w->meta[i].value = v;
+				v = NULL;
+			}
+			goto out;
+		}
+	if (flags & 2 /* XATTR_REPLACE */) {
+		rc = -ENODATA;
+		goto out;
+	}
+	m = realloc(w->meta, (w->nmeta + 1) * sizeof(*m));
+	if (!m) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	w->meta = m;
+	m[w->nmeta].name = n;
+	m[w->nmeta].value = v;
+	w->nmeta++;
+	n = v = NULL;
+out:
+	if (!rc)
+		w->gen++;
+	pthread_mutex_unlock(&wb->lock);
+	free(v);
+	free(n);
+	return rc;
+}
+
+int cache_w_xattr_remove(struct cache_wfile *w, const char *name)
+{
+	struct cache_wb *wb = w->c->wb;
+	int rc = -ENODATA;
+
+	pthread_mutex_lock(&wb->lock);
+	for (size_t i = 0; i < w->nmeta; i++)
+		if (!strcmp(w->meta[i].name, name)) {
+			free(w->meta[i].name);
+			free(w->meta[i].value);
+			w->meta[i] = w->meta[--w->nmeta];
+			w->gen++;
+			rc = 0;
+			break;
+		}
+	pthread_mutex_unlock(&wb->lock);
+	return rc;
+}
+
+int cache_w_xattrs(struct cache_wfile *w, struct obj_kv **out, size_t *n)
+{
+	struct cache_wb *wb = w->c->wb;
+	struct obj_kv *m;
+	int rc = 0;
+
+	pthread_mutex_lock(&wb->lock);
+	m = calloc(w->nmeta + 1, sizeof(*m));
+	for (size_t i = 0; m && i < w->nmeta; i++) {
+		m[i].name = strdup(w->meta[i].name);
+		m[i].value = strdup(w->meta[i].value);
+		if (!m[i].name || !m[i].value)
+			rc = -ENOMEM;
+	}
+	*n = w->nmeta;
+	pthread_mutex_unlock(&wb->lock);
+	if (!m || rc) {
+		meta_free(m, m ? *n : 0);
+		return -ENOMEM;
+	}
+	*out = m;
+	return 0;
+}
+
+int cache_w_commit(struct cache_wfile *w, bool durable)
+{
+	struct cache_wb *wb = w->c->wb;
+	int rc = 0;
+
+	if (durable && fdatasync(w->fd))
+		return -errno;
+	pthread_mutex_lock(&wb->lock);
+	if (w->in_table && (w->gen > w->queued_gen || !w->committed)) {
+		w->queued_gen = w->gen;
+		w->not_before_ms = cache_now_ms() + wb->cfg.async_delay_ms;
+		rc = db_put(wb, w, true);
+		if (!rc) {
+			w->committed = true;
+			pthread_cond_broadcast(&wb->cond);
+		}
+	}
+	if (!rc && durable)
+		db_sync(wb);
+	pthread_mutex_unlock(&wb->lock);
+	return rc;
+}
+
+/* ---- namespace ---- */
+
+/* Drops w from the table (wb->lock held): its file goes, open handles
+ * keep the descriptor. */
+static void drop_locked(struct cache_wb *wb, struct cache_wfile *w)
+{
+	char path[64];
+
+	take_out(wb, w);
+	w->deleted = true;
+	db_del(wb, w->id);
+	dirty_path(w->id, path, sizeof(path));
+	unlinkat(wb->c->dirfd, path, 0);
+	pthread_cond_broadcast(&wb->cond);
+}
+
+static void put_locked_or_free(struct cache_wb *wb, struct cache_wfile *w,
+			       struct cache_wfile **free_me)
+{
+	if (w->refs == 0)
+		*free_me = w;
+	(void)wb;
+}
+
+int cache_w_unlink(struct cache *c, const char *key, bool in_bucket,
+		   bool held)
+{
+	struct cache_wb *wb = c->wb;
+	struct cache_wfile *w, *free_me = NULL;
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&wb->lock);
+	w = find(wb, key);
+	if (w) {
+		in_bucket |= w->in_bucket;
+		drop_locked(wb, w);
+		put_locked_or_free(wb, w, &free_me);
+		rc = 0;
+	}
+	if (in_bucket) {
+		tomb_put(wb, key, held);
+		rc = 0;
+	}
+	pthread_mutex_unlock(&wb->lock);
+	if (free_me) {
+		uncharge(c, free_me->charged);
+		wfile_free(free_me);
+	}
+	return rc;
+}
+
+int cache_w_rename(struct cache *c, const char *from, const char *to,
+		   bool from_in_bucket)
+{
+	struct cache_wb *wb = c->wb;
+	struct cache_wfile *w, *old, *free_me = NULL;
+	char *nk = strdup(to);
+	int rc = 0;
+
+	if (!nk)
+		return -ENOMEM;
+	pthread_mutex_lock(&wb->lock);
+	w = find(wb, from);
+	if (!w) {
+		rc = -ENOENT;
+		goto out;
+	}
+	old = find(wb, to);
+	if (old && old != w) {
+		drop_locked(wb, old);
+		put_locked_or_free(wb, old, &free_me);
+	}
+	take_out(wb, w);
+	if (w->in_bucket || from_in_bucket)
+		tomb_put(wb, from, false);
+	free(w->key);
+	w->key = nk;
+	nk = NULL;
+	w->in_bucket = false;
+	w->base_etag[0] = '\0';
+	insert(wb, w);
+	tomb_drop(wb, to);
+	w->gen++;
+	if (w->committed) { /* queued: restart the delay under the name */
+		w->queued_gen = w->gen;
+		w->not_before_ms = cache_now_ms() + wb->cfg.async_delay_ms;
+	}
+	rc = db_put(wb, w, w->committed);
+	pthread_cond_broadcast(&wb->cond);
+out:
+	pthread_mutex_unlock(&wb->lock);
+	free(nk);
+	if (free_me) {
+		uncharge(c, free_me->charged);
+		wfile_free(free_me);
+	}
+	return rc;
+}
+
+int cache_w_tombstone(struct cache *c, const char *key, bool held)
+{
+	struct cache_wb *wb = c->wb;
+
+	pthread_mutex_lock(&wb->lock);
+	tomb_put(wb, key, held);
+	pthread_mutex_unlock(&wb->lock);
+	return 0;
+}
+
+void cache_w_release(struct cache *c, const char *key)
+{
+	struct cache_wb *wb = c->wb;
+	struct wb_tomb *t;
+
+	pthread_mutex_lock(&wb->lock);
+	t = tomb_find(wb, key);
+	if (t && t->held) {
+		t->held--;
+		pthread_cond_broadcast(&wb->cond);
+	}
+	pthread_mutex_unlock(&wb->lock);
+}
+
+bool cache_w_tombstoned(struct cache *c, const char *key)
+{
+	struct cache_wb *wb = c->wb;
+	bool r;
+
+	pthread_mutex_lock(&wb->lock);
+	r = wb->ntombs && tomb_find(wb, key);
+	pthread_mutex_unlock(&wb->lock);
+	return r;
+}
+
+size_t cache_w_list(struct cache *c, const char *prefix,
+		    void (*fn)(void *arg, const char *key,
+			       const struct cache_wattr *a),
+		    void *arg)
+{
+	struct cache_wb *wb = c->wb;
+	size_t pl = strlen(prefix), n = 0;
+
+	pthread_mutex_lock(&wb->lock);
+	for (size_t h = 0; (wb->nfiles || wb->ntombs) && h < WB_HASH; h++) {
+		for (struct cache_wfile *w = wb->tab[h]; w; w = w->hnext)
+			if (!strncmp(w->key, prefix, pl)) {
+				if (fn)
+					fn(arg, w->key, &w->a);
+				n++;
+			}
+		for (struct wb_tomb *t = wb->tombs[h]; t; t = t->next)
+			if (!strncmp(t->key, prefix, pl)) {
+				if (fn)
+					fn(arg, t->key, NULL);
+				n++;
+			}
+	}
+	pthread_mutex_unlock(&wb->lock);
+	return n;
+}
+
+/* Pending work under prefix; failed: how much of it failed since t0. */
+static size_t pending(struct cache_wb *wb, const char *prefix, int64_t t0,
+		      size_t *failed, char *report, size_t rl)
+{
+	size_t pl = strlen(prefix), n = 0, o = 0;
+
+	*failed = 0;
+	if (rl)
+		report[0] = '\0';
+	for (size_t h = 0; h < WB_HASH; h++) {
+		for (struct cache_wfile *w = wb->tab[h]; w; w = w->hnext) {
+			if (strncmp(w->key, prefix, pl) ||
+			    (w->queued_gen <= w->uploaded_gen &&
+			     !w->uploading))
+				continue;
+			n++;
+			if (w->failed_ms >= t0 && !w->uploading) {
+				(*failed)++;
+				if (o < rl)
+					o += (size_t)snprintf(report + o,
+						rl - o, "%s: %s\n", w->key,
+						w->last_err);
+			}
+		}
+		for (struct wb_tomb *t = wb->tombs[h]; t; t = t->next) {
+			if (strncmp(t->key, prefix, pl) || t->held)
+				continue;
+			n++;
+			if (t->failed_ms >= t0 && !t->running) {
+				(*failed)++;
+				if (o < rl)
+					o += (size_t)snprintf(report + o,
+						rl - o, "%s: delete failed\n",
+						t->key);
+			}
+		}
+	}
+	return n;
+}
+
+int cache_w_flush(struct cache *c, const char *prefix, bool wait,
+		  unsigned timeout_ms, char *report, size_t rl)
+{
+	struct cache_wb *wb = c->wb;
+	size_t pl = strlen(prefix), n, failed;
+	int64_t t0 = cache_now_ms();
+	struct timespec end = cache_deadline(timeout_ms);
+	int rc = 0;
+
+	if (rl)
+		report[0] = '\0';
+	if (!wb->cfg.push) {
+		snprintf(report, rl, "mode lu: local updates are never "
+			 "uploaded\n");
+		return -EPERM;
+	}
+	pthread_mutex_lock(&wb->lock);
+	for (size_t h = 0; h < WB_HASH; h++) {
+		for (struct cache_wfile *w = wb->tab[h]; w; w = w->hnext) {
+			if (strncmp(w->key, prefix, pl))
+				continue;
+			if (w->gen > w->queued_gen) {
+				/* Written but not closed yet: what is there
+				 * now goes up, like sync(1). */
+				w->queued_gen = w->gen;
+				if (!db_put(wb, w, true))
+					w->committed = true;
+			}
+			w->not_before_ms = 0;
+		}
+		for (struct wb_tomb *t = wb->tombs[h]; t; t = t->next)
+			if (!strncmp(t->key, prefix, pl))
+				t->not_before_ms = 0;
+	}
+	pthread_cond_broadcast(&wb->cond);
+	while (wait) {
+		n = pending(wb, prefix, t0, &failed, report, rl);
+		if (!n)
+			break;
+		if (failed == n) {
+			rc = -EIO;
+			break;
+		}
+		if (pthread_cond_timedwait(&wb->cond, &wb->lock, &end) ==
+		    ETIMEDOUT) {
+			n = pending(wb, prefix, t0, &failed, report, rl);
+			rc = n ? -ETIMEDOUT : 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&wb->lock);
+	return rc;
+}
+
+void cache_wb_get_stats(struct cache *c, struct cache_wb_stats *o)
+{
+	struct cache_wb *wb = c->wb;
+
+	memset(o, 0, sizeof(*o));
+	pthread_mutex_lock(&wb->lock);
+	o->dirty_files = wb->nfiles;
+	for (size_t h = 0; h < WB_HASH && (wb->nfiles || wb->ntombs); h++) {
+		for (struct cache_wfile *w = wb->tab[h]; w; w = w->hnext)
+			o->queued += w->queued_gen > w->uploaded_gen;
+		for (struct wb_tomb *t = wb->tombs[h]; t; t = t->next)
+			o->queued++;
+	}
+	o->uploads_inflight = wb->inflight;
+	o->upload_failures = wb->failures;
+	o->uploaded_files = wb->uploaded_files;
+	o->uploaded_bytes = wb->uploaded_bytes;
+	o->deleted_keys = wb->deleted_keys;
+	o->conflicts = wb->conflicts;
+	o->lost_found = wb->lost_found;
+	memcpy(o->last_error, wb->last_error, sizeof(o->last_error));
+	pthread_mutex_unlock(&wb->lock);
+	o->dirty_bytes = atomic_load(&c->dirty_bytes);
+}

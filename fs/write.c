@@ -1,0 +1,1050 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * write.c - the FUSE operations that change bytes or names: create,
+ * write, flush, fsync, setattr, mkdir, unlink, rmdir, rename, symlink,
+ * readlink, setxattr and removexattr (mounted with a mode other than ro).
+ *
+ * Bytes go to the write-back's dirty files (cache/wb.c): a file opened
+ * for writing is copied whole into one (fetched first if need be), then
+ * every read and write of it uses that copy until it is uploaded.  close
+ * and fsync commit it to the upload queue.  Names: a dirty file is
+ * renamed or removed locally (what never reached the bucket never does);
+ * a clean object is renamed by a server-side copy and a deletion of the
+ * old key (tombstone, in the background); directories by doing that for
+ * every key below.  Semantics and their limits: docs/semantics.md.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include "fs_int.h"
+
+#ifndef RENAME_NOREPLACE
+#define RENAME_NOREPLACE (1 << 0)
+#endif
+#ifndef RENAME_EXCHANGE
+#define RENAME_EXCHANGE (1 << 1)
+#endif
+
+/* S3 allows 2 KiB of user metadata per object. */
+#define FS_XATTR_MAX 2048
+
+static struct fs *FS(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void fs_handle_put(struct fs_handle *h)
+{
+	struct fs *fs = h->fs;
+	unsigned held = 0;
+	char *key = NULL;
+
+	if (atomic_fetch_sub(&h->refs, 1) != 1)
+		return;
+	if (h->in) {
+		pthread_mutex_lock(&fs->lock);
+		if (--h->in->nopen == 0 && h->in->held_deletes) {
+			held = h->in->held_deletes;
+			h->in->held_deletes = 0;
+			key = strdup(h->in->key);
+		}
+		pthread_mutex_unlock(&fs->lock);
+	}
+	for (unsigned i = 0; key && i < held; i++)
+		cache_w_release(fs->cfg.cache, key); /* the delete may go */
+	free(key);
+	if (h->writer)
+		cache_w_writer(h->w, false);
+	cache_file_close(h->cf);
+	cache_w_put(h->w);
+	pthread_mutex_destroy(&h->lock);
+	atomic_fetch_sub(&fs->open_files, 1);
+	free(h);
+}
+
+bool fs_meta_reserved(const char *name)
+{
+	return !strcmp(name, "mode") || !strcmp(name, "uid") ||
+	       !strcmp(name, "gid") || !strcmp(name, "mtime");
+}
+
+void fs_apply_meta(struct fs_inode *in, const struct obj_kv *m, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		const char *v = m[i].value;
+		char *end;
+
+		if (!fs_meta_reserved(m[i].name))
+			continue;
+		if (!in->has_attr) {
+			in->has_attr = true;
+			in->mode = in->is_dir ? 0755 : 0644;
+			in->uid = getuid();
+			in->gid = getgid();
+			in->mtime_ns = in->mtime_s * 1000000000;
+		}
+		if (!strcmp(m[i].name, "mode")) {
+			in->mode = (uint32_t)strtoul(v, NULL, 10) & 07777;
+		} else if (!strcmp(m[i].name, "uid")) {
+			in->uid = (uint32_t)strtoul(v, NULL, 10);
+		} else if (!strcmp(m[i].name, "gid")) {
+			in->gid = (uint32_t)strtoul(v, NULL, 10);
+		} else {
+			long long sec = strtoll(v, &end, 10);
+			long long ns = 0;
+
+			if (*end == '.') {
+				int digits = 0;
+
+				for (end++; *end >= '0' && *end <= '9' &&
+				     digits < 9; end++, digits++)
+					ns = ns * 10 + (*end - '0');
+				for (; digits < 9; digits++)
+					ns *= 10;
+			}
+			in->mtime_ns = sec * 1000000000 + ns;
+		}
+	}
+}
+
+/* ---- dirty copies ---- */
+
+static void attr_of(struct fs *fs, struct fs_inode *in, struct cache_wattr *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->kind = CACHE_WK_FILE;
+	pthread_mutex_lock(&fs->lock);
+	a->mode = in->has_attr ? in->mode : 0644;
+	a->uid = in->has_attr ? in->uid : getuid();
+	a->gid = in->has_attr ? in->gid : getgid();
+	pthread_mutex_unlock(&fs->lock);
+	a->mtime_ns = now_ns();
+}
+
+/* A dirty copy of the clean object in: its bytes (fetched if needed), or
+ * none when truncate is set. */
+static int materialize(struct fs *fs, struct fs_inode *in, bool truncate,
+		       struct cache_wfile **out)
+{
+	struct cache *c = fs->cfg.cache;
+	struct cache_file *cf = NULL;
+	struct cache_wattr a;
+	char etag[80];
+	int rc;
+
+	rc = fs_revalidate(fs, in);
+	if (rc)
+		return rc;
+	attr_of(fs, in, &a);
+	pthread_mutex_lock(&fs->lock);
+	a.size = truncate ? 0 : in->size_bytes;
+	memcpy(etag, in->etag, sizeof(etag));
+	pthread_mutex_unlock(&fs->lock);
+	if (a.size) {
+		rc = cache_file_open(c, in->key, a.size, etag, &cf);
+		if (rc)
+			return rc;
+	}
+	rc = cache_w_create(c, in->key, &a, true, etag, cf, out);
+	cache_file_close(cf);
+	if (rc == -EEXIST) /* another opener was first */
+		rc = cache_w_get(c, in->key, out);
+	return rc;
+}
+
+int fs_open_w(struct fs *fs, struct fs_inode *in, int flags,
+	      struct fs_handle *h)
+{
+	bool wr = (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC);
+	struct cache_wfile *w;
+	int rc;
+
+	if (wr && fs->cfg.mode == FS_MODE_RO)
+		return -EROFS;
+	if (!cache_w_get(fs->cfg.cache, in->key, &w)) {
+		if (wr && (flags & O_TRUNC)) {
+			rc = cache_w_truncate(w, 0);
+			if (rc) {
+				cache_w_put(w);
+				return rc;
+			}
+		}
+	} else if (!wr) {
+		return 1;
+	} else {
+		rc = materialize(fs, in, flags & O_TRUNC, &w);
+		if (rc)
+			return rc;
+	}
+	h->w = w;
+	if (wr) {
+		h->writer = true;
+		cache_w_writer(w, true);
+	}
+	return 0;
+}
+
+/* ---- helpers for names ---- */
+
+static int child_key(const struct fs_inode *dir, const char *name,
+		     bool is_dir, char *key, size_t len)
+{
+	if (strlen(name) > 1024)
+		return -ENAMETOOLONG;
+	if ((size_t)snprintf(key, len, "%s%s%s", dir->key, name,
+			     is_dir ? "/" : "") >= len)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+static struct fs_inode *dir_of(struct fs *fs, fuse_ino_t ino, int *err)
+{
+	struct fs_inode *dir = fs_inode_get(fs, ino);
+
+	*err = !dir ? ENOENT : !dir->is_dir ? ENOTDIR : 0;
+	return *err ? NULL : dir;
+}
+
+/* Replies with the entry of a new dirty name under dir. */
+static struct fs_inode *new_entry(struct fs *fs, struct fs_inode *dir,
+				  const char *name,
+				  const struct cache_wattr *a)
+{
+	struct fs_entry e;
+	struct fs_inode *in;
+
+	memset(&e, 0, sizeof(e));
+	e.name = (char *)name;
+	e.is_dir = a->kind == CACHE_WK_DIR;
+	e.is_link = a->kind == CACHE_WK_SYMLINK;
+	e.pending = true;
+	e.size_bytes = a->size;
+	e.mtime_s = a->mtime_ns / 1000000000;
+	pthread_mutex_lock(&fs->lock);
+	in = fs_inode_ref(fs, dir, &e);
+	pthread_mutex_unlock(&fs->lock);
+	return in;
+}
+
+static void ctx_attr(fuse_req_t req, enum cache_wkind kind, mode_t mode,
+		     struct cache_wattr *a)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+
+	memset(a, 0, sizeof(*a));
+	a->kind = kind;
+	a->mode = mode & 07777;
+	a->uid = ctx->uid;
+	a->gid = ctx->gid;
+	a->mtime_ns = now_ns();
+}
+
+/* ---- operations ---- */
+
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
+		      mode_t mode, struct fuse_file_info *fi)
+{
+	struct fs *fs = FS(req);
+	struct cache *c = fs->cfg.cache;
+	char key[OBJ_KEY_MAX + 2];
+	struct fs_inode *dir, *in;
+	struct fuse_entry_param ep;
+	struct cache_wfile *w = NULL;
+	struct cache_wattr a;
+	struct fs_handle *h;
+	struct fs_entry e;
+	int err, rc;
+
+	dir = dir_of(fs, parent, &err);
+	if (!dir) {
+		fuse_reply_err(req, err);
+		return;
+	}
+	rc = child_key(dir, name, false, key, sizeof(key));
+	if (!rc)
+		rc = fs_find(fs, dir, name, &e);
+	if (rc == 0 && e.is_dir)
+		rc = -EISDIR;
+	else if (rc == 0 && (fi->flags & O_EXCL))
+		rc = -EEXIST;
+	else if (rc == -ENOENT)
+		e.pending = true, rc = 0; /* new: not in the bucket */
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	ctx_attr(req, CACHE_WK_FILE, mode, &a);
+	rc = cache_w_create(c, key, &a, !e.pending, e.pending ? NULL : e.etag,
+			    NULL, &w);
+	if (rc == -EEXIST && !(rc = cache_w_get(c, key, &w)))
+		rc = cache_w_truncate(w, 0);
+	h = rc ? NULL : calloc(1, sizeof(*h));
+	if (!h) {
+		cache_w_put(w);
+		fuse_reply_err(req, rc ? -rc : ENOMEM);
+		return;
+	}
+	pthread_mutex_init(&h->lock, NULL);
+	atomic_store(&h->refs, 1);
+	h->fs = fs;
+	h->w = w;
+	h->writer = true;
+	cache_w_writer(w, true);
+	in = new_entry(fs, dir, name, &a);
+	if (!in) {
+		fs_handle_put(h);
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	fs_refresh_from_w(fs, in);
+	memset(&ep, 0, sizeof(ep));
+	pthread_mutex_lock(&fs->lock);
+	h->in = in;
+	in->nopen++;
+	fs_fill_attr(fs, in, &ep.attr);
+	pthread_mutex_unlock(&fs->lock);
+	ep.ino = in->ino;
+	ep.generation = 1;
+	ep.attr_timeout = ep.entry_timeout = fs->cfg.refresh_s;
+	fi->fh = (uintptr_t)h;
+	fi->keep_cache = 0;
+	atomic_fetch_add(&fs->opens, 1);
+	atomic_fetch_add(&fs->open_files, 1);
+	if (fuse_reply_create(req, &ep, fi) == -ENOENT)
+		fs_handle_put(h);
+}
+
+static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
+		     size_t size, off_t off, struct fuse_file_info *fi)
+{
+	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
+	ssize_t n;
+
+	(void)ino;
+	if (!h->writer) {
+		fuse_reply_err(req, EBADF);
+		return;
+	}
+	n = cache_w_pwrite(h->w, buf, size, (uint64_t)off);
+	if (n < 0)
+		fuse_reply_err(req, (int)-n);
+	else
+		fuse_reply_write(req, (size_t)n);
+}
+
+static void op_flush(fuse_req_t req, fuse_ino_t ino,
+		     struct fuse_file_info *fi)
+{
+	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
+
+	(void)ino;
+	/* close(): queued for upload, safe from a crash of this daemon. */
+	fuse_reply_err(req, h->writer ? -cache_w_commit(h->w, false) : 0);
+}
+
+static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
+		     struct fuse_file_info *fi)
+{
+	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
+
+	(void)ino;
+	(void)datasync;
+	/* fsync(): on the cache disk, safe from a power cut as well. */
+	fuse_reply_err(req, h->w ? -cache_w_commit(h->w, true) : 0);
+}
+
+/* Rewrites a clean object's metadata in place (server-side copy onto
+ * itself): attributes per mask, and the xattr xname set to xval (or
+ * removed when xval is NULL). */
+static int copy_meta(struct fs *fs, struct fs_inode *in,
+		     const struct cache_wattr *a, unsigned mask,
+		     const char *xname, const char *xval, size_t xlen,
+		     int xflags)
+{
+	struct obj_kv kv[64 + 5];
+	char vals[4][32], etag[80], xv[FS_XATTR_MAX + 1];
+	struct obj_error err;
+	struct fs_inode tmp;
+	size_t n = 0;
+	bool found = false;
+	obj_status st;
+	int rc;
+
+	pthread_mutex_lock(&fs->lock);
+	in->meta_ms = 0; /* read it fresh */
+	pthread_mutex_unlock(&fs->lock);
+	rc = fs_load_meta(fs, in);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&fs->lock);
+	tmp = *in;
+	pthread_mutex_unlock(&fs->lock);
+	if (!tmp.has_attr) {
+		tmp.mode = 0644;
+		tmp.uid = getuid();
+		tmp.gid = getgid();
+		tmp.mtime_ns = tmp.mtime_s * 1000000000;
+	}
+	if (mask & CACHE_WA_MODE)
+		tmp.mode = a->mode & 07777;
+	if (mask & CACHE_WA_UID)
+		tmp.uid = a->uid;
+	if (mask & CACHE_WA_GID)
+		tmp.gid = a->gid;
+	if (mask & CACHE_WA_MTIME)
+		tmp.mtime_ns = a->mtime_ns;
+	snprintf(vals[0], 32, "%u", 0100000u | tmp.mode);
+	snprintf(vals[1], 32, "%u", tmp.uid);
+	snprintf(vals[2], 32, "%u", tmp.gid);
+	snprintf(vals[3], 32, "%lld.%09lld",
+		 (long long)(tmp.mtime_ns / 1000000000),
+		 (long long)(tmp.mtime_ns % 1000000000));
+	kv[n++] = (struct obj_kv){ "mode", vals[0] };
+	kv[n++] = (struct obj_kv){ "uid", vals[1] };
+	kv[n++] = (struct obj_kv){ "gid", vals[2] };
+	kv[n++] = (struct obj_kv){ "mtime", vals[3] };
+	if (xname) {
+		memcpy(xv, xval ? xval : "", xval ? xlen : 0);
+		xv[xval ? xlen : 0] = '\0';
+	}
+	pthread_mutex_lock(&fs->lock);
+	for (size_t i = 0; i < in->nmeta && n < 64; i++) {
+		if (fs_meta_reserved(in->meta[i].name))
+			continue;
+		if (xname && !strcmp(in->meta[i].name, xname)) {
+			found = true;
+			if (!xval)
+				continue;
+			kv[n++] = (struct obj_kv){ in->meta[i].name, xv };
+			continue;
+		}
+		kv[n++] = in->meta[i];
+	}
+	if (xname && xval && !found)
+		kv[n++] = (struct obj_kv){ (char *)xname, xv };
+	/* Copies: in->meta may be replaced once the lock is dropped. */
+	for (size_t i = 0; i < n; i++) {
+		kv[i].name = strdup(kv[i].name);
+		kv[i].value = strdup(kv[i].value);
+	}
+	pthread_mutex_unlock(&fs->lock);
+	rc = 0;
+	if (xname && found && xval && (xflags & XATTR_CREATE))
+		rc = -EEXIST;
+	else if (xname && !found && (!xval || (xflags & XATTR_REPLACE)))
+		rc = -ENODATA;
+	for (size_t i = 0; i < n; i++)
+		if (!kv[i].name || !kv[i].value)
+			rc = -ENOMEM;
+	if (!rc) {
+		st = obj_copy(fs->cfg.st, in->key, in->key, kv, n, etag, &err);
+		rc = fs_obj_errno(fs, st, &err);
+	}
+	for (size_t i = 0; i < n; i++) {
+		free(kv[i].name);
+		free(kv[i].value);
+	}
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&fs->lock);
+	in->has_attr = true;
+	in->mode = tmp.mode;
+	in->uid = tmp.uid;
+	in->gid = tmp.gid;
+	in->mtime_ns = tmp.mtime_ns;
+	in->meta_ms = 0; /* the xattrs changed: HEAD again when asked */
+	in->attr_ms = 0;
+	pthread_mutex_unlock(&fs->lock);
+	return 0;
+}
+
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
+		       int to_set, struct fuse_file_info *fi)
+{
+	struct fs *fs = FS(req);
+	struct fs_inode *in = fs_inode_get(fs, ino);
+	struct fs_handle *h = fi ? (struct fs_handle *)(uintptr_t)fi->fh : NULL;
+	struct cache_wfile *w = h ? h->w : NULL, *own = NULL;
+	struct cache_wattr a;
+	unsigned mask = 0;
+	struct stat st;
+	int rc = 0;
+
+	if (!in) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (!w && !cache_w_get(fs->cfg.cache, in->key, &own))
+		w = own;
+	memset(&a, 0, sizeof(a));
+	if (to_set & FUSE_SET_ATTR_MODE)
+		mask |= CACHE_WA_MODE, a.mode = attr->st_mode;
+	if (to_set & FUSE_SET_ATTR_UID)
+		mask |= CACHE_WA_UID, a.uid = attr->st_uid;
+	if (to_set & FUSE_SET_ATTR_GID)
+		mask |= CACHE_WA_GID, a.gid = attr->st_gid;
+	if (to_set & FUSE_SET_ATTR_MTIME_NOW)
+		mask |= CACHE_WA_MTIME, a.mtime_ns = now_ns();
+	else if (to_set & FUSE_SET_ATTR_MTIME)
+		mask |= CACHE_WA_MTIME,
+		a.mtime_ns = (int64_t)attr->st_mtim.tv_sec * 1000000000 +
+			     attr->st_mtim.tv_nsec;
+	if ((to_set & FUSE_SET_ATTR_SIZE) && in->is_dir)
+		rc = -EISDIR;
+	if (!rc && !in->is_dir && !w &&
+	    ((to_set & FUSE_SET_ATTR_SIZE) ||
+	     (mask && fs->cfg.mode == FS_MODE_LU))) {
+		/* lu never touches the bucket: attributes need a copy. */
+		rc = materialize(fs, in, (to_set & FUSE_SET_ATTR_SIZE) &&
+				 attr->st_size == 0, &own);
+		w = own;
+	}
+	if (!rc && (to_set & FUSE_SET_ATTR_SIZE))
+		rc = cache_w_truncate(w, (uint64_t)attr->st_size);
+	if (!rc && mask && w)
+		cache_w_setattr(w, &a, mask);
+	else if (!rc && mask && !in->is_dir)
+		rc = copy_meta(fs, in, &a, mask, NULL, NULL, 0, 0);
+	else if (!rc && mask) { /* directories keep it for this mount */
+		pthread_mutex_lock(&fs->lock);
+		if (!in->has_attr)
+			in->has_attr = true, in->mode = 0755,
+			in->uid = getuid(), in->gid = getgid(),
+			in->mtime_ns = (int64_t)fs->mount_time_s * 1000000000;
+		if (mask & CACHE_WA_MODE)
+			in->mode = a.mode & 07777;
+		if (mask & CACHE_WA_UID)
+			in->uid = a.uid;
+		if (mask & CACHE_WA_GID)
+			in->gid = a.gid;
+		if (mask & CACHE_WA_MTIME)
+			in->mtime_ns = a.mtime_ns;
+		pthread_mutex_unlock(&fs->lock);
+	}
+	/* Not through an open writer: nothing else will commit it. */
+	if (!rc && w && !(h && h->writer))
+		rc = cache_w_commit(w, false);
+	cache_w_put(own);
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	fs_refresh_from_w(fs, in);
+	pthread_mutex_lock(&fs->lock);
+	fs_fill_attr(fs, in, &st);
+	pthread_mutex_unlock(&fs->lock);
+	fuse_reply_attr(req, &st, fs->cfg.refresh_s);
+}
+
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
+		     mode_t mode)
+{
+	struct fs *fs = FS(req);
+	char key[OBJ_KEY_MAX + 2];
+	struct cache_wfile *w;
+	struct cache_wattr a;
+	struct fs_inode *dir, *in;
+	struct fs_entry e;
+	int err, rc;
+
+	dir = dir_of(fs, parent, &err);
+	if (!dir) {
+		fuse_reply_err(req, err);
+		return;
+	}
+	rc = child_key(dir, name, true, key, sizeof(key));
+	if (!rc) {
+		rc = fs_find(fs, dir, name, &e);
+		rc = rc == 0 ? -EEXIST : rc == -ENOENT ? 0 : rc;
+	}
+	ctx_attr(req, CACHE_WK_DIR, mode, &a);
+	if (!rc)
+		rc = cache_w_create(fs->cfg.cache, key, &a, false, NULL, NULL,
+				    &w);
+	if (!rc) {
+		rc = cache_w_commit(w, false); /* the marker goes up */
+		cache_w_put(w);
+	}
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	in = new_entry(fs, dir, name, &a);
+	if (in)
+		fs_reply_entry(req, fs, in);
+	else
+		fuse_reply_err(req, ENOMEM);
+}
+
+static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
+		       const char *name)
+{
+	struct fs *fs = FS(req);
+	char key[OBJ_KEY_MAX + 2];
+	struct cache_wfile *w;
+	struct cache_wattr a;
+	struct fs_inode *dir, *in;
+	struct fs_entry e;
+	size_t len = strlen(link);
+	int err, rc;
+
+	dir = dir_of(fs, parent, &err);
+	if (!dir) {
+		fuse_reply_err(req, err);
+		return;
+	}
+	rc = child_key(dir, name, false, key, sizeof(key));
+	if (!rc) {
+		rc = fs_find(fs, dir, name, &e);
+		rc = rc == 0 ? -EEXIST : rc == -ENOENT ? 0 : rc;
+	}
+	ctx_attr(req, CACHE_WK_SYMLINK, 0777, &a);
+	if (!rc)
+		rc = cache_w_create(fs->cfg.cache, key, &a, false, NULL, NULL,
+				    &w);
+	if (!rc) {
+		ssize_t n = cache_w_pwrite(w, link, len, 0);
+
+		rc = n < 0 ? (int)n : cache_w_commit(w, false);
+		cache_w_put(w);
+	}
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	a.size = len;
+	in = new_entry(fs, dir, name, &a);
+	if (in)
+		fs_reply_entry(req, fs, in);
+	else
+		fuse_reply_err(req, ENOMEM);
+}
+
+void fs_op_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	struct fs *fs = FS(req);
+	struct fs_inode *in = fs_inode_get(fs, ino);
+	struct cache_wfile *w;
+	struct obj_error err;
+	char buf[4097];
+	size_t got = 0;
+	int rc = 0;
+
+	if (!in || !in->is_link) {
+		fuse_reply_err(req, in ? EINVAL : ENOENT);
+		return;
+	}
+	if (!cache_w_get(fs->cfg.cache, in->key, &w)) {
+		ssize_t n = pread(cache_w_fd(w), buf, sizeof(buf) - 1, 0);
+
+		rc = n < 0 ? -errno : 0;
+		got = n < 0 ? 0 : (size_t)n;
+		cache_w_put(w);
+	} else {
+		obj_status st = obj_get(fs->cfg.st, in->key, 0,
+					sizeof(buf) - 1, buf, &got, &err);
+
+		rc = fs_obj_errno(fs, st, &err);
+	}
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	buf[got] = '\0';
+	fuse_reply_readlink(req, buf);
+}
+
+/* An open inode about to leave the namespace keeps its dirty file for
+ * its attributes (fs->lock held). */
+static void keep_dead(struct fs *fs, struct fs_inode *in, const char *key)
+{
+	if (in && !in->is_dir && in->nopen && !in->w_dead)
+		cache_w_get(fs->cfg.cache, key, &in->w_dead);
+}
+
+/* Removes name (a file: dir_entry false) and replies. */
+static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
+			bool dir_entry)
+{
+	struct fs *fs = FS(req);
+	struct cache *c = fs->cfg.cache;
+	char key[OBJ_KEY_MAX + 2];
+	struct fs_inode *dir, *in;
+	struct fs_entry e;
+	bool held = false;
+	int err, rc;
+
+	dir = dir_of(fs, parent, &err);
+	if (!dir) {
+		fuse_reply_err(req, err);
+		return;
+	}
+	rc = fs_find(fs, dir, name, &e);
+	if (!rc && e.is_dir != dir_entry)
+		rc = dir_entry ? -ENOTDIR : -EISDIR;
+	if (!rc)
+		rc = child_key(dir, name, dir_entry, key, sizeof(key));
+	if (!rc && dir_entry) {
+		struct fs_listing *l = fs_dir_view(fs, key, &rc);
+
+		if (l && l->n)
+			rc = -ENOTEMPTY;
+		fs_listing_put(l);
+	}
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	pthread_mutex_lock(&fs->lock);
+	in = fs_inode_by_key(fs, key);
+	keep_dead(fs, in, key);
+	if (in && !dir_entry && in->nopen && !e.pending) {
+		/* Open readers keep reading: the delete waits for them. */
+		held = true;
+		in->held_deletes++;
+	}
+	if (in)
+		fs_inode_unhash(fs, in);
+	pthread_mutex_unlock(&fs->lock);
+	/* A directory's marker may exist even if the listing does not say;
+	 * deleting a missing key is harmless. */
+	cache_w_unlink(c, key, dir_entry || !e.pending, held);
+	if (dir_entry)
+		fs_dir_invalidate(fs, key, true);
+	else
+		cache_evict_key(c, key);
+	fuse_reply_err(req, 0);
+}
+
+static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	remove_name(req, parent, name, false);
+}
+
+static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	remove_name(req, parent, name, true);
+}
+
+/* A clean object from -> to: server-side copy, then the old key goes. */
+static int copy_object(struct fs *fs, const char *from, const char *to)
+{
+	struct obj_error err;
+	char etag[80];
+	obj_status st;
+
+	if (fs->cfg.mode == FS_MODE_LU)
+		return -EXDEV; /* never in the bucket: mv copies instead */
+	st = obj_copy(fs->cfg.st, from, to, NULL, 0, etag, &err);
+	if (st != OBJ_OK)
+		return fs_obj_errno(fs, st, &err);
+	/* The copy replaced whatever was dirty under the new name. */
+	cache_w_unlink(fs->cfg.cache, to, false, false);
+	cache_evict_key(fs->cfg.cache, to);
+	return cache_w_tombstone(fs->cfg.cache, from, false);
+}
+
+static int rename_file(struct fs *fs, const char *from, const char *to,
+		       const struct fs_entry *se)
+{
+	int rc = cache_w_rename(fs->cfg.cache, from, to, !se->pending);
+
+	if (rc != -ENOENT) {
+		if (!rc)
+			cache_evict_key(fs->cfg.cache, to);
+		return rc;
+	}
+	return copy_object(fs, from, to);
+}
+
+struct keys {
+	char **k;
+	size_t n, cap;
+	int err;
+};
+
+static void keys_add(struct keys *ks, const char *key)
+{
+	char **k;
+
+	if (ks->err)
+		return;
+	if (ks->n == ks->cap) {
+		size_t nc = ks->cap ? ks->cap * 2 : 64;
+
+		k = realloc(ks->k, nc * sizeof(*k));
+		if (!k) {
+			ks->err = -ENOMEM;
+			return;
+		}
+		ks->k = k;
+		ks->cap = nc;
+	}
+	if (!(ks->k[ks->n] = strdup(key)))
+		ks->err = -ENOMEM;
+	else
+		ks->n++;
+}
+
+static void keys_free(struct keys *ks)
+{
+	for (size_t i = 0; i < ks->n; i++)
+		free(ks->k[i]);
+	free(ks->k);
+}
+
+static void dirty_key(void *arg, const char *key, const struct cache_wattr *a)
+{
+	if (a)
+		keys_add(arg, key);
+}
+
+/* Every key under the prefix from, in the bucket (not deleted, not
+ * dirty) and dirty, moves under to. */
+static int rename_dir(struct fs *fs, const char *from, const char *to)
+{
+	struct cache *c = fs->cfg.cache;
+	struct keys bucket = { 0 }, dirty = { 0 };
+	size_t fl = strlen(from);
+	char *token = NULL, nk[OBJ_KEY_MAX + 2];
+	int rc = 0;
+
+	do { /* the bucket's keys, all pages */
+		struct obj_list_page pg;
+		struct obj_error err;
+		obj_status st = obj_list(fs->cfg.st, from, NULL, token, 1000,
+					 &pg, &err);
+
+		free(token);
+		token = NULL;
+		if (st != OBJ_OK) {
+			rc = fs_obj_errno(fs, st, &err);
+			break;
+		}
+		for (size_t i = 0; i < pg.nentries; i++)
+			keys_add(&bucket, pg.entries[i].key);
+		if (pg.next_token && !(token = strdup(pg.next_token)))
+			rc = -ENOMEM;
+		obj_list_page_release(&pg);
+	} while (!rc && token);
+	free(token);
+	cache_w_list(c, from, dirty_key, &dirty);
+	rc = rc ? rc : bucket.err ? bucket.err : dirty.err;
+	for (size_t i = 0; !rc && i < bucket.n; i++) {
+		struct cache_wfile *w;
+		const char *k = bucket.k[i];
+
+		if (!cache_w_get(c, k, &w)) {
+			cache_w_put(w); /* dirty: moved below */
+			continue;
+		}
+		if (cache_w_tombstoned(c, k))
+			continue;
+		if ((size_t)snprintf(nk, sizeof(nk), "%s%s", to, k + fl) >=
+		    sizeof(nk))
+			rc = -ENAMETOOLONG;
+		else
+			rc = copy_object(fs, k, nk);
+	}
+	for (size_t i = 0; !rc && i < dirty.n; i++) {
+		if ((size_t)snprintf(nk, sizeof(nk), "%s%s", to,
+				     dirty.k[i] + fl) >= sizeof(nk))
+			rc = -ENAMETOOLONG;
+		else
+			rc = cache_w_rename(c, dirty.k[i], nk, false);
+		if (rc == -ENOENT) /* uploaded meanwhile: copy it */
+			rc = copy_object(fs, dirty.k[i], nk);
+	}
+	if (!rc)
+		rc = cache_w_tombstone(c, from, false); /* the marker */
+	keys_free(&bucket);
+	keys_free(&dirty);
+	return rc;
+}
+
+static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+		      fuse_ino_t newparent, const char *newname,
+		      unsigned int flags)
+{
+	struct fs *fs = FS(req);
+	char from[OBJ_KEY_MAX + 2], to[OBJ_KEY_MAX + 2];
+	struct fs_inode *sdir, *ddir, *in;
+	struct fs_entry se, de;
+	bool exists;
+	int err, rc;
+
+	sdir = dir_of(fs, parent, &err);
+	ddir = sdir ? dir_of(fs, newparent, &err) : NULL;
+	if (!ddir) {
+		fuse_reply_err(req, err);
+		return;
+	}
+	if (flags & RENAME_EXCHANGE) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	rc = fs_find(fs, sdir, name, &se);
+	if (!rc) {
+		rc = fs_find(fs, ddir, newname, &de);
+		exists = rc == 0;
+		rc = rc == -ENOENT ? 0 : rc;
+	}
+	if (!rc && exists && (flags & RENAME_NOREPLACE))
+		rc = -EEXIST;
+	if (!rc && exists && de.is_dir != se.is_dir)
+		rc = de.is_dir ? -EISDIR : -ENOTDIR;
+	if (!rc)
+		rc = child_key(sdir, name, se.is_dir, from, sizeof(from));
+	if (!rc)
+		rc = child_key(ddir, newname, se.is_dir, to, sizeof(to));
+	if (!rc && se.is_dir && !strncmp(to, from, strlen(from)))
+		rc = -EINVAL; /* into itself */
+	if (!rc && exists && de.is_dir) {
+		struct fs_listing *l = fs_dir_view(fs, to, &rc);
+
+		if (l && l->n)
+			rc = -ENOTEMPTY;
+		fs_listing_put(l);
+	}
+	if (!rc && exists && !de.is_dir) {
+		pthread_mutex_lock(&fs->lock);
+		keep_dead(fs, fs_inode_by_key(fs, to), to);
+		pthread_mutex_unlock(&fs->lock);
+	}
+	if (!rc && strcmp(from, to))
+		rc = se.is_dir ? rename_dir(fs, from, to) :
+		     rename_file(fs, from, to, &se);
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	pthread_mutex_lock(&fs->lock);
+	in = fs_inode_by_key(fs, from);
+	if (in)
+		rc = fs_inode_move(fs, in, ddir, newname);
+	else if ((in = fs_inode_by_key(fs, to)))
+		fs_inode_unhash(fs, in); /* replaced */
+	pthread_mutex_unlock(&fs->lock);
+	fs_dir_invalidate(fs, sdir->key, false);
+	fs_dir_invalidate(fs, ddir->key, false);
+	if (se.is_dir) {
+		fs_dir_invalidate(fs, from, true);
+		fs_dir_invalidate(fs, to, true);
+	}
+	fuse_reply_err(req, -rc);
+}
+
+static int xattr_check(const char *name, size_t len)
+{
+	if (strncmp(name, "user.", 5))
+		return -ENOTSUP;
+	if (fs_meta_reserved(name + 5) || !name[5])
+		return -EPERM;
+	for (const char *p = name + 5; *p; p++)
+		if (*p < 0x21 || *p > 0x7e || *p == ':')
+			return -EINVAL; /* not an HTTP header name */
+	if (len > FS_XATTR_MAX)
+		return -E2BIG;
+	return 0;
+}
+
+/* Sets (value) or removes (value NULL) a user xattr and replies. */
+static void change_xattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			 const char *value, size_t size, int flags)
+{
+	struct fs *fs = FS(req);
+	struct fs_inode *in = fs_inode_get(fs, ino);
+	struct cache_wfile *w = NULL;
+	int rc = in ? xattr_check(name, size) : -ENOENT;
+
+	for (size_t i = 0; !rc && value && i < size; i++)
+		if ((unsigned char)value[i] < 0x20 ||
+		    (unsigned char)value[i] > 0x7e)
+			rc = -EINVAL; /* S3 metadata is printable ASCII */
+	if (!rc && in->is_dir)
+		rc = -ENOTSUP;
+	if (!rc && cache_w_get(fs->cfg.cache, in->key, &w) &&
+	    fs->cfg.mode == FS_MODE_LU)
+		rc = materialize(fs, in, false, &w);
+	if (!rc && w) {
+		rc = value ? cache_w_xattr_set(w, name + 5, value, size,
+					       flags) :
+			     cache_w_xattr_remove(w, name + 5);
+		if (!rc)
+			rc = cache_w_commit(w, false);
+	} else if (!rc) {
+		rc = copy_meta(fs, in, NULL, 0, name + 5, value, size, flags);
+	}
+	cache_w_put(w);
+	fuse_reply_err(req, -rc);
+}
+
+static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			const char *value, size_t size, int flags)
+{
+	if (!value)
+		value = "";
+	change_xattr(req, ino, name, value, size, flags);
+}
+
+static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	change_xattr(req, ino, name, NULL, 0, 0);
+}
+
+void fs_on_done(void *arg, const char *key, const char *etag, uint64_t size,
+		bool deleted)
+{
+	struct fs *fs = arg;
+	char dkey[OBJ_KEY_MAX + 2];
+	size_t n = strlen(key);
+	struct fs_inode *in;
+
+	/* The parent's listing no longer matches the bucket. */
+	snprintf(dkey, sizeof(dkey), "%s", key);
+	if (n && dkey[n - 1] == '/')
+		dkey[--n] = '\0';
+	while (n && dkey[n - 1] != '/')
+		dkey[--n] = '\0';
+	fs_dir_invalidate(fs, dkey, false);
+	if (deleted)
+		return;
+	pthread_mutex_lock(&fs->lock);
+	in = fs_inode_by_key(fs, key);
+	if (in && !in->is_dir) {
+		in->size_bytes = size;
+		snprintf(in->etag, sizeof(in->etag), "%s", etag);
+		in->attr_ms = fs_now_ms();
+	}
+	pthread_mutex_unlock(&fs->lock);
+}
+
+void fs_write_ops(struct fuse_lowlevel_ops *ops)
+{
+	ops->create = op_create;
+	ops->write = op_write;
+	ops->flush = op_flush;
+	ops->fsync = op_fsync;
+	ops->setattr = op_setattr;
+	ops->mkdir = op_mkdir;
+	ops->symlink = op_symlink;
+	ops->unlink = op_unlink;
+	ops->rmdir = op_rmdir;
+	ops->rename = op_rename;
+	ops->setxattr = op_setxattr;
+	ops->removexattr = op_removexattr;
+}
