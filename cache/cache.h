@@ -215,12 +215,12 @@ int cache_w_commit(struct cache_wfile *w, bool durable);
 /* Namespace.  unlink: drops key's dirty file (open handles keep it) and,
  * if the key may be in the bucket (in_bucket, or uploaded before), adds a
  * tombstone; held: the tombstone waits for cache_w_release(key).  rename:
- * a dirty file from -> to (replacing to's dirty file); -ENOENT if from is
- * not dirty.  tombstone: deletes a clean object's key in the background. */
+ * a dirty file from -> to (replacing to's dirty file; to_in_bucket: the
+ * bucket has an object `to`); -ENOENT if from is not dirty.  tombstone: deletes a clean object's key in the background. */
 int cache_w_unlink(struct cache *c, const char *key, bool in_bucket,
 		   bool held);
 int cache_w_rename(struct cache *c, const char *from, const char *to,
-		   bool from_in_bucket);
+		   bool from_in_bucket, bool to_in_bucket);
 int cache_w_tombstone(struct cache *c, const char *key, bool held);
 void cache_w_release(struct cache *c, const char *key);
 bool cache_w_tombstoned(struct cache *c, const char *key);

@@ -729,41 +729,77 @@ static void check_conflict(struct cache_wb *wb, const char *key,
 	pthread_mutex_unlock(&wb->lock);
 }
 
-/* Computes the block CRCs of a clean file and moves it into the read
- * cache; on any failure the bytes are just dropped (they are in the
- * bucket). */
-static void adopt(struct cache_wb *wb, struct cache_wfile *w,
-		  const char *key, const char *etag)
+/* The block CRCs of a dirty file of size bytes (NULL on failure; for an
+ * empty file too). */
+static uint32_t *file_crcs(struct cache *c, int fd, uint64_t size)
 {
-	struct cache *c = wb->c;
-	uint64_t bb = c->cfg.block_bytes, size = w->a.size;
-	uint64_t nb = (size + bb - 1) / bb;
+	uint64_t bb = c->cfg.block_bytes, nb = (size + bb - 1) / bb;
 	uint32_t *crcs = nb ? calloc(nb, sizeof(*crcs)) : NULL;
-	char *buf = nb ? malloc(bb) : NULL;
-	char path[64];
-	int rc = (nb && (!crcs || !buf)) ? -ENOMEM : 0;
+	char *buf = crcs ? malloc(bb) : NULL;
+	int rc = buf ? 0 : -ENOMEM;
 
 	for (uint64_t b = 0; !rc && b < nb; b++) {
 		uint64_t len = b + 1 < nb ? bb : size - b * bb;
 
-		rc = cache_uring_pread(c->uring, w->fd, buf, len, b * bb);
+		rc = cache_uring_pread(c->uring, fd, buf, len, b * bb);
 		if (!rc)
 			crcs[b] = cache_crc32c(0, buf, len);
 	}
 	free(buf);
-	dirty_path(w->id, path, sizeof(path));
-	if (!rc && w->a.kind == CACHE_WK_FILE && size)
-		rc = cache_adopt(c, key, etag, size, path, crcs, w->charged);
-	else
-		rc = -1;
 	if (rc) {
-		unlinkat(c->dirfd, path, 0);
-		uncharge(c, w->charged);
+		free(crcs);
+		return NULL;
 	}
-	w->charged = 0;
-	free(crcs);
+	return crcs;
 }
 
+/* After an upload of generation g under key: when nothing changed and no
+ * writer has it open, the file leaves the table and its bytes become the
+ * read cache's copy of the new version.  The fs hears of the new version
+ * (on_done) before the file leaves, so that no open in between sees
+ * neither.  Called and returns with wb->lock held. */
+static void try_clean(struct cache_wb *wb, struct cache_wfile *w,
+		      const char *key, const char *etag, uint64_t g)
+{
+	struct cache *c = wb->c;
+	uint64_t size = w->a.size, charged;
+	uint32_t *crcs;
+	char path[64];
+	bool adopted;
+
+#define CLEAN_NOW (w->in_table && !w->deleted && w->gen == g && \
+		   !w->writers && !strcmp(w->key, key))
+	if (!CLEAN_NOW)
+		return;
+	w->uploading = true; /* no second uploader on it meanwhile */
+	pthread_mutex_unlock(&wb->lock);
+	crcs = w->a.kind == CACHE_WK_FILE ? file_crcs(c, w->fd, size) : NULL;
+	if (wb->cfg.on_done)
+		wb->cfg.on_done(wb->cfg.arg, key, etag, size, false);
+	pthread_mutex_lock(&wb->lock);
+	w->uploading = false;
+	if (!CLEAN_NOW) {
+		free(crcs);
+		return;
+	}
+#undef CLEAN_NOW
+	dirty_path(w->id, path, sizeof(path));
+	charged = w->charged;
+	adopted = crcs && size &&
+		  !cache_adopt(c, key, etag, size, path, crcs, charged);
+	take_out(wb, w);
+	db_del(wb, w->id);
+	w->charged = 0;
+	pthread_mutex_unlock(&wb->lock);
+	if (!adopted) { /* the bucket has it: the local copy just goes */
+		unlinkat(c->dirfd, path, 0);
+		uncharge(c, charged);
+	}
+	free(crcs);
+	pthread_mutex_lock(&wb->lock);
+}
+
+/* Uploads w; called and returns with wb->lock held (dropped meanwhile). */
 static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
 {
 	struct obj_kv kv[4 + 64];
@@ -773,13 +809,13 @@ static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
 	uint64_t g = w->gen, size = w->a.size;
 	char *key = strdup(w->key);
 	size_t nkv;
-	bool was_in_bucket = w->in_bucket, clean, meta_ok = w->nmeta <= 64;
+	bool was_in_bucket = w->in_bucket, meta_ok = w->nmeta <= 64;
 	struct obj_kv *mcopy = NULL;
 	enum cache_wkind kind = w->a.kind;
 	bool skip_put = cleanable(w);
 
 	if (!key)
-		return;
+		return; /* with the lock held, as always */
 	w->uploading = true;
 	w->in_bucket = true; /* from now on a rename must delete it */
 	w->refs++;
@@ -833,6 +869,7 @@ static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
 		pthread_mutex_unlock(&wb->lock);
 		cache_w_put(w);
 		free(key);
+		pthread_mutex_lock(&wb->lock);
 		return;
 	}
 	w->attempts = 0;
@@ -845,21 +882,12 @@ static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
 	}
 	if (strcmp(w->key, key) && !find(wb, key))
 		tomb_put(wb, key, false); /* renamed while it went up */
-	clean = w->in_table && !w->deleted && w->gen == g && !w->writers &&
-		!strcmp(w->key, key);
-	if (clean) {
-		take_out(wb, w);
-		db_del(wb, w->id);
-	}
+	try_clean(wb, w, key, etag, g);
 	pthread_cond_broadcast(&wb->cond);
 	pthread_mutex_unlock(&wb->lock);
-	if (clean) {
-		adopt(wb, w, key, etag);
-		if (wb->cfg.on_done)
-			wb->cfg.on_done(wb->cfg.arg, key, etag, size, false);
-	}
 	cache_w_put(w);
 	free(key);
+	pthread_mutex_lock(&wb->lock); /* the caller's loop holds it */
 }
 
 /* Up to WB_DELETE_BATCH due tombstones, marked running (wb->lock held). */
@@ -1472,7 +1500,7 @@ int cache_w_unlink(struct cache *c, const char *key, bool in_bucket,
 }
 
 int cache_w_rename(struct cache *c, const char *from, const char *to,
-		   bool from_in_bucket)
+		   bool from_in_bucket, bool to_in_bucket)
 {
 	struct cache_wb *wb = c->wb;
 	struct cache_wfile *w, *old, *free_me = NULL;
@@ -1489,6 +1517,7 @@ int cache_w_rename(struct cache *c, const char *from, const char *to,
 	}
 	old = find(wb, to);
 	if (old && old != w) {
+		to_in_bucket |= old->in_bucket;
 		drop_locked(wb, old);
 		put_locked_or_free(wb, old, &free_me);
 	}
@@ -1498,7 +1527,7 @@ int cache_w_rename(struct cache *c, const char *from, const char *to,
 	free(w->key);
 	w->key = nk;
 	nk = NULL;
-	w->in_bucket = false;
+	w->in_bucket = to_in_bucket; /* an unlink must delete that one */
 	w->base_etag[0] = '\0';
 	insert(wb, w);
 	tomb_drop(wb, to);

@@ -645,6 +645,7 @@ int fs_inode_move(struct fs *fs, struct fs_inode *in, struct fs_inode *dir,
 	dir->children++;
 	in->next_name = fs->by_name[hb];
 	fs->by_name[hb] = in;
+	in->unlinked = false; /* fs_inode_unhash above said so */
 	if (in->is_dir) /* every inode below follows */
 		for (size_t b = 0; b < fs->nbuckets; b++)
 			for (struct fs_inode *x = fs->by_ino[b]; x;
@@ -661,25 +662,17 @@ void fs_dir_invalidate(struct fs *fs, const char *dir_key, bool prefix)
 {
 	size_t kl = strlen(dir_key);
 
+	/* Marked old, not dropped: while the store is unreachable a stale
+	 * listing still beats none. */
 	pthread_mutex_lock(&fs->lock);
 	atomic_fetch_add(&fs->dir_gen, 1);
 	for (size_t b = 0; b < fs->nbuckets; b++) {
 		if (!prefix)
 			b = hash_key(fs, dir_key);
-		for (struct fs_dircache **pp = &fs->dirs[b]; *pp;) {
-			struct fs_dircache *d = *pp;
-
-			if (prefix ? strncmp(d->key, dir_key, kl) :
-			    strcmp(d->key, dir_key)) {
-				pp = &d->next;
-				continue;
-			}
-			*pp = d->next;
-			fs_listing_put(d->l);
-			free(d->key);
-			free(d);
-			fs->ndirs--;
-		}
+		for (struct fs_dircache *d = fs->dirs[b]; d; d = d->next)
+			if (prefix ? !strncmp(d->key, dir_key, kl) :
+			    !strcmp(d->key, dir_key))
+				d->l->fetched_ms = 0;
 		if (!prefix)
 			break;
 	}

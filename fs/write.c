@@ -340,10 +340,19 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 		return;
 	}
 	n = cache_w_pwrite(h->w, buf, size, (uint64_t)off);
-	if (n < 0)
+	if (n < 0) {
 		fuse_reply_err(req, (int)-n);
-	else
-		fuse_reply_write(req, (size_t)n);
+		return;
+	}
+	if (h->in) { /* the inode stays current without a GETATTR */
+		struct fs *fs = h->fs;
+
+		pthread_mutex_lock(&fs->lock);
+		if ((uint64_t)off + (uint64_t)n > h->in->size_bytes)
+			h->in->size_bytes = (uint64_t)off + (uint64_t)n;
+		pthread_mutex_unlock(&fs->lock);
+	}
+	fuse_reply_write(req, (size_t)n);
 }
 
 static void op_flush(fuse_req_t req, fuse_ino_t ino,
@@ -759,9 +768,10 @@ static int copy_object(struct fs *fs, const char *from, const char *to)
 }
 
 static int rename_file(struct fs *fs, const char *from, const char *to,
-		       const struct fs_entry *se)
+		       const struct fs_entry *se, const struct fs_entry *de)
 {
-	int rc = cache_w_rename(fs->cfg.cache, from, to, !se->pending);
+	int rc = cache_w_rename(fs->cfg.cache, from, to, !se->pending,
+				de && !de->pending);
 
 	if (rc != -ENOENT) {
 		if (!rc)
@@ -865,7 +875,7 @@ static int rename_dir(struct fs *fs, const char *from, const char *to)
 				     dirty.k[i] + fl) >= sizeof(nk))
 			rc = -ENAMETOOLONG;
 		else
-			rc = cache_w_rename(c, dirty.k[i], nk, false);
+			rc = cache_w_rename(c, dirty.k[i], nk, false, false);
 		if (rc == -ENOENT) /* uploaded meanwhile: copy it */
 			rc = copy_object(fs, dirty.k[i], nk);
 	}
@@ -927,7 +937,7 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	}
 	if (!rc && strcmp(from, to))
 		rc = se.is_dir ? rename_dir(fs, from, to) :
-		     rename_file(fs, from, to, &se);
+		     rename_file(fs, from, to, &se, exists ? &de : NULL);
 	if (rc) {
 		fuse_reply_err(req, -rc);
 		return;
