@@ -295,8 +295,9 @@ static obj_status px_put(struct obj_store *st, const char *key,
 			return OBJ_ERR_INVALID;
 		if (len) {
 			obj_err_set(err, OBJ_ERR_INVALID, key, "a key ending "
-				    "in '/' can only be an empty directory "
-				    "marker in a file:// store");
+				    "in '/' cannot be stored with content in a "
+				    "file:// store (only as an empty "
+				    "directory marker)");
 			return OBJ_ERR_INVALID;
 		}
 		rc = mkparents(p->rootfd, key);
