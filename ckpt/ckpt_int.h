@@ -1,0 +1,337 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ckpt_int.h - what the files of ckpt/ share and nothing outside sees:
+ * the handle, the staging chunks, the steps in flight and their queues,
+ * the on-disk formats (format.c), the store layout (store.c) and the
+ * threads (writer.c, drain.c).
+ *
+ * Locking: one mutex per handle (struct ckpt.lock) protects the free
+ * chunk list, the three queues, every struct ckpt_step field marked
+ * "lock" and the stats.  Fields marked "writer" belong to the writer
+ * thread alone; the io_uring ring too.  Long work (I/O, network, CRC)
+ * runs with the lock released.
+ */
+#ifndef FMFS_CKPT_INT_H
+#define FMFS_CKPT_INT_H
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "config.h"
+#include "ckpt.h"
+
+#define CKPT_ALIGN 64                 /* tensor data alignment in a shard */
+#define CKPT_SHARD_HEADER_BYTES 4096
+#define CKPT_MF_HEADER_BYTES 64
+#define CKPT_MF_SHARD_BYTES 64
+#define CKPT_MF_TENSOR_BYTES 104
+#define CKPT_MF_TRAILER_BYTES 16
+#define CKPT_MF_MAX_BYTES (512u << 20) /* refuse larger manifests */
+#define CKPT_MF_KIND_MANIFEST 1
+#define CKPT_MF_KIND_RANK 2            /* a "shard done" marker */
+#define CKPT_DONE_KEEP 32              /* finished steps ckpt_wait knows */
+#define CKPT_IO_PIECE (8u << 20)       /* read/verify/copy unit */
+
+#define CKPT_MANIFEST_NAME "manifest"
+#define CKPT_STEP_PREFIX "step-"
+#define CKPT_TMP_PREFIX ".tmp-step-"
+#define CKPT_STATE_DIR ".fmckpt"
+
+/* ---- format.c ---- */
+
+uint32_t ckpt_crc32c(uint32_t crc, const void *buf, size_t len);
+/* The CRC of A followed by B, from crc(A), crc(B) and len(B). */
+uint32_t ckpt_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+
+struct ckpt_mf_shard {
+	uint32_t rank;
+	uint32_t ntensors;
+	uint64_t file_bytes;
+	uint64_t data_bytes;
+	uint32_t crc32c;         /* of the whole shard file */
+	uint32_t first;          /* index of its first tensor record */
+	char run_id[CKPT_RUN_ID_MAX + 1];
+};
+
+struct ckpt_manifest {
+	uint32_t kind;           /* CKPT_MF_KIND_* */
+	uint64_t step;
+	uint32_t world_size;
+	int64_t created_ns;
+	struct ckpt_mf_shard *shards;    /* sorted by rank */
+	uint32_t nshards;
+	struct ckpt_tensor_info *tensors; /* grouped by shard, by offset */
+	uint32_t ntensors;
+};
+
+/* Encodes m (a manifest or a rank marker) into *out (malloc'd). */
+int ckpt_mf_encode(const struct ckpt_manifest *m, unsigned char **out,
+		   size_t *out_len);
+/* Decodes and checks everything: magic, version, checksums, sizes,
+ * counts, names, shapes, offsets.  what names the file in messages. */
+int ckpt_mf_decode(const void *buf, size_t len, const char *what,
+		   struct ckpt_manifest *m, char *msg, size_t msg_len);
+void ckpt_mf_release(struct ckpt_manifest *m);
+/* Merges the rank markers of one step (any order) into a manifest;
+ * checks step, world size and that every rank is there once. */
+int ckpt_mf_merge(const struct ckpt_manifest *ranks, uint32_t n,
+		  struct ckpt_manifest *out, char *msg, size_t msg_len);
+
+struct ckpt_shard_header {
+	uint64_t step;
+	uint32_t rank;
+	uint32_t world_size;
+	uint32_t ntensors;
+	uint64_t file_bytes;
+	char run_id[CKPT_RUN_ID_MAX + 1];
+};
+void ckpt_shard_header_encode(const struct ckpt_shard_header *h,
+			      unsigned char *buf /* 4096 bytes */);
+int ckpt_shard_header_decode(const unsigned char *buf, size_t len,
+			     const char *what, struct ckpt_shard_header *h,
+			     char *msg, size_t msg_len);
+/* Checks a tensor's name, dtype, shape and size; -EINVAL with a
+ * message naming the tensor otherwise. */
+int ckpt_tensor_check(const char *name, enum ckpt_dtype dtype,
+		      unsigned ndim, const int64_t *shape,
+		      uint64_t size_bytes, char *msg, size_t msg_len);
+
+/* ---- store.c: layout, files, listing, retention ---- */
+
+void ckpt_step_name(uint64_t step, char *buf, size_t len); /* step-NNN */
+void ckpt_shard_name(uint32_t rank, char *buf, size_t len);
+void ckpt_marker_name(uint32_t rank, char *buf, size_t len);
+/* Parses "step-<digits>" after prefix; -1 if name is not one. */
+int ckpt_parse_step(const char *name, const char *prefix, uint64_t *step);
+
+int ckpt_fsync_path(const char *path);  /* a directory or a file */
+/* Writes buf to dir/name through dir/name.tmp: write, fsync, rename,
+ * fsync dir. */
+int ckpt_write_atomic(const char *dir, const char *name, const void *buf,
+		      size_t len, char *msg, size_t msg_len);
+int ckpt_read_whole(const char *path, size_t max_bytes, unsigned char **out,
+		    size_t *len, char *msg, size_t msg_len);
+int ckpt_rm_rf(const char *path);
+int ckpt_mkdir_p(const char *path, char *msg, size_t msg_len);
+
+/* obj_status to a negative errno; and the message for a failed call. */
+int ckpt_obj_errno(obj_status st);
+int ckpt_obj_fail(const struct obj_error *err, obj_status st,
+		  const char *what, char *msg, size_t msg_len);
+
+struct ckpt_found {
+	uint64_t step;
+	bool complete;
+};
+/* Steps in dir (complete step-N with a manifest; incomplete: .tmp-step-N
+ * and step-N without one), sorted newest first. */
+int ckpt_local_scan(const char *dir, struct ckpt_found **out, size_t *n,
+		    char *msg, size_t msg_len);
+/* The same for a store (keys step-N/...). */
+int ckpt_remote_scan(struct obj_store *st, struct ckpt_found **out,
+		     size_t *n, char *msg, size_t msg_len);
+int ckpt_local_remove(const char *dir, uint64_t step, bool complete);
+int ckpt_remote_remove(struct obj_store *st, uint64_t step, char *msg,
+		       size_t msg_len);
+/* Retention in one place: keep the newest keep complete steps (0: all if
+ * keep_all, else none), remove incomplete ones older than the newest
+ * complete (all if remove_all_incomplete). */
+int ckpt_retain_local(const char *dir, unsigned keep, bool keep_all,
+		      bool remove_all_incomplete, size_t *removed, char *msg,
+		      size_t msg_len);
+int ckpt_retain_remote(struct obj_store *st, unsigned keep, bool keep_all,
+		       bool remove_all_incomplete, size_t *removed,
+		       char *msg, size_t msg_len);
+
+/* Reads a whole object of at most max_bytes. */
+int ckpt_remote_read_whole(struct obj_store *st, const char *key,
+			   size_t max_bytes, unsigned char **out, size_t *len,
+			   char *msg, size_t msg_len);
+/* Ranged read of [off, off+len) into buf, in parallel parts. */
+int ckpt_remote_read(struct obj_store *st, const char *key, uint64_t off,
+		     void *buf, uint64_t len, unsigned parallel, char *msg,
+		     size_t msg_len);
+
+/* ---- the handle ---- */
+
+struct ckpt_step;
+
+struct ckpt_chunk {
+	unsigned char *buf;
+	struct ckpt_chunk *next;      /* free list or writer queue (lock) */
+	struct ckpt_step *step;
+	uint64_t off;                 /* where it goes in the shard file */
+	uint32_t len;
+	uint32_t done;                /* bytes written so far (writer) */
+	unsigned index;               /* chunk number = part number - 1 */
+};
+
+struct ckpt_tensor {
+	char *name;
+	enum ckpt_dtype dtype;
+	unsigned ndim;
+	int64_t shape[CKPT_NDIM_MAX];
+	uint64_t size;
+	uint64_t off;                 /* in the shard file */
+	uint32_t crc;                 /* writer */
+	const void *src;              /* borrowed until commit returns */
+	unsigned flags;
+};
+
+/* One part of the upload of a shard: chunk index, and where its bytes
+ * are (the chunk while it is held, else the local shard file). */
+struct ckpt_job {
+	struct ckpt_step *step;
+	struct ckpt_chunk *chunk;     /* NULL: read from step->fd */
+	struct ckpt_job *next;        /* upload queue (lock) */
+	unsigned index;
+};
+
+enum ckpt_remote_state {
+	REMOTE_IDLE = 0, REMOTE_STARTING, REMOTE_STARTED, REMOTE_FAILED
+};
+
+struct ckpt_step {
+	uint64_t step;
+	struct ckpt_step *next;       /* c->steps or c->done (lock) */
+
+	/* built by begin/add, read-only after commit */
+	struct ckpt_tensor *t;
+	size_t nt, cap;
+	uint32_t *hash;               /* names: tensor index + 1, 0 empty */
+	size_t hash_cap;
+	uint64_t file_bytes;
+	unsigned nchunks;
+	struct ckpt_job *jobs;        /* nchunks, when remote */
+	struct obj_part *parts;       /* nchunks, when remote */
+
+	/* writer */
+	size_t crc_t;                 /* first tensor not fully summed */
+	uint32_t file_crc;
+	bool opened;
+	int fd;                       /* shard file; -1 (closed at retire) */
+	unsigned char *marker;        /* encoded rank marker; immutable once
+	                               * marker_ready */
+	size_t marker_len;
+
+	/* lock */
+	bool committed;               /* commit finished copying */
+	unsigned local_pending;       /* chunks not yet written */
+	unsigned remote_pending;      /* parts not yet uploaded */
+	enum ckpt_remote_state remote_state;
+	char upload_id[OBJ_UPLOAD_ID_MAX];
+	bool marker_ready;            /* marker encoded (or failed to be) */
+	bool local_ready, remote_ready;      /* events for the committer */
+	bool local_handled, remote_handled;  /* done, well or not */
+	int local_rc, remote_rc;
+	bool reported;                /* an error returned by ckpt_wait */
+	char local_err[512], remote_err[512];
+	uint64_t bytes_written, bytes_uploaded;
+	uint64_t t_commit_ns, t_local_ns, t_remote_ns;
+};
+
+struct ckpt_io;  /* writer.c: io_uring or pwrite */
+
+struct ckpt {
+	char *dir;
+	char *remote;
+	bool cfg_remote;              /* a remote was configured */
+	struct obj_store *st;
+	struct ckpt_config cfg;       /* defaults applied; strings not owned */
+	uint32_t rank, world;
+	char run_id[CKPT_RUN_ID_MAX + 1];
+	char status_dir[PATH_MAX];
+	const char *crash_at;         /* FMCKPT_CRASH_AT, for tests */
+	uint64_t crash_step;          /* FMCKPT_CRASH_STEP; LATEST: any */
+
+	/* staging */
+	unsigned char *staging;
+	size_t staging_len;
+	bool staging_pinned;
+	struct ckpt_chunk *chunks;
+	unsigned nchunks;
+
+	pthread_mutex_t lock;
+	pthread_cond_t chunk_cond;    /* a chunk was freed */
+	pthread_cond_t writer_cond;   /* work for the writer */
+	pthread_cond_t upload_cond;   /* work for uploaders; remote started */
+	pthread_cond_t commit_cond;   /* work for the committer */
+	pthread_cond_t step_cond;     /* a step moved on */
+
+	/* lock */
+	struct ckpt_chunk *free_chunks;
+	unsigned nfree;
+	struct ckpt_chunk *wq_head, *wq_tail;
+	struct ckpt_job *uq_head, *uq_tail;
+	struct ckpt_step *building;   /* begun, not committed */
+	bool copying;                 /* a commit is copying into staging */
+	struct ckpt_step *steps;      /* committed, in flight, oldest first */
+	struct ckpt_step *done;       /* finished, newest first, at most
+	                               * CKPT_DONE_KEEP */
+	unsigned in_flight;
+	bool stopping;
+	struct ckpt_stats stats;
+
+	struct ckpt_io *io;           /* writer */
+	pthread_t writer;
+	pthread_t committer;
+	pthread_t *uploaders;
+	unsigned nuploaders;
+	bool threads_started;
+	pthread_mutex_t status_lock;  /* serialises status file writes */
+	void *cuda;                   /* cuda.c state; NULL without CUDA */
+};
+
+/* Kills the process at a named point when FMCKPT_CRASH_AT names it: the
+ * crash tests' way to stop a writer exactly between two steps of a
+ * commit.  A test hook; costs one comparison. */
+void ckpt_crash_point(const struct ckpt *c, const char *point,
+		      uint64_t step);
+
+uint64_t ckpt_now_ns(void);       /* CLOCK_MONOTONIC */
+void ckpt_msg(char *msg, size_t len, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Fails step at levels (CKPT_LOCAL, CKPT_REMOTE or both: a local write
+ * error fails the upload that reads the file too): the first error of
+ * each level wins; also the handle's last error.  c->lock held. */
+void ckpt_step_fail(struct ckpt *c, struct ckpt_step *s, int rc,
+		    unsigned levels, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+/* Returns a chunk to the free list; c->lock held. */
+void ckpt_chunk_release(struct ckpt *c, struct ckpt_chunk *ch);
+void ckpt_status_write(struct ckpt *c);
+/* The shard's path in the temporary directory of its step. */
+void ckpt_tmp_path(const struct ckpt *c, uint64_t step, const char *name,
+		   char *buf, size_t len);
+/* Encodes this rank's marker (rank index) from the step's tensors. */
+int ckpt_marker_encode(struct ckpt *c, struct ckpt_step *s);
+
+/* While a commit copies, the writer keeps off the memory bus and the
+ * CPU (the caller is waiting) until free chunks fall to this many. */
+static inline unsigned ckpt_low_water(const struct ckpt *c)
+{
+	return c->nchunks / 8;
+}
+
+/* writer.c */
+int ckpt_io_init(struct ckpt *c, unsigned depth);
+void ckpt_io_free(struct ckpt_io *io);
+bool ckpt_io_uring(const struct ckpt_io *io);
+void *ckpt_writer_main(void *arg);
+
+/* drain.c */
+void *ckpt_upload_main(void *arg);
+void *ckpt_committer_main(void *arg);
+
+/* cuda.c: all of it fails with -ENOTSUP when built without CUDA. */
+int ckpt_cuda_init(struct ckpt *c, char *msg, size_t msg_len);
+void ckpt_cuda_free(struct ckpt *c);
+/* Staging memory: pinned when CUDA and a GPU are there, else NULL. */
+void *ckpt_cuda_host_alloc(struct ckpt *c, size_t len);
+void ckpt_cuda_host_free(struct ckpt *c, void *p);
+int ckpt_cuda_copy_async(struct ckpt *c, void *dst, const void *src,
+			 size_t len, char *msg, size_t msg_len);
+int ckpt_cuda_sync(struct ckpt *c, char *msg, size_t msg_len);
+
+#endif /* FMFS_CKPT_INT_H */

@@ -1,0 +1,638 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * drain.c - what happens to a step after its bytes are staged: the upload
+ * threads send its shard to the remote store as a parallel multipart
+ * upload (part i+1 is chunk i, read from the local shard file once it is
+ * written there, else straight from the staging chunk), and the committer
+ * thread finishes each step in order:
+ *
+ *   locally (rank 0)  wait for every rank's marker in .tmp-step-N/, merge
+ *                     them into the manifest, write it (fsync), rename
+ *                     .tmp-step-N to step-N, fsync the directory, apply
+ *                     retention.  Other ranks only leave their marker.
+ *   remotely          complete the upload, store this rank's marker; rank
+ *                     0 then waits for every rank's marker object, merges
+ *                     them and stores the manifest last, then applies
+ *                     retention.
+ *
+ * Rank 0 ignores a marker whose run id is not its own (left by an earlier
+ * job) and gives up after barrier_timeout_ms, naming the ranks missing.
+ * A step that fails is never committed; its leftovers are removed by
+ * retention once a newer step commits.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt_int.h"
+
+static void key_of(uint64_t step, const char *name, char *buf, size_t len)
+{
+	char sn[64];
+
+	ckpt_step_name(step, sn, sizeof(sn));
+	snprintf(buf, len, "%s/%s", sn, name);
+}
+
+static void shard_key(const struct ckpt *c, uint64_t step, char *buf,
+		      size_t len)
+{
+	char name[64];
+
+	ckpt_shard_name(c->rank, name, sizeof(name));
+	key_of(step, name, buf, len);
+}
+
+/* ---- uploads ---- */
+
+/* Before the first part: refuse to overwrite a committed step, and open
+ * the multipart upload. */
+static int remote_start(struct ckpt *c, struct ckpt_step *s, char *why,
+			size_t why_len)
+{
+	struct obj_error err;
+	struct obj_meta m;
+	char key[128];
+	obj_status os;
+
+	key_of(s->step, CKPT_MANIFEST_NAME, key, sizeof(key));
+	os = obj_head(c->st, key, &m, &err);
+	if (os == OBJ_OK) {
+		obj_meta_release(&m);
+		ckpt_msg(why, why_len, "step %llu is already committed in %s "
+			 "(save another step, or remove it first)",
+			 (unsigned long long)s->step, c->remote);
+		return -EEXIST;
+	}
+	if (os != OBJ_ERR_NOT_FOUND)
+		return ckpt_obj_fail(&err, os, key, why, why_len);
+	if (s->nchunks == 1)
+		return 0;
+	shard_key(c, s->step, key, sizeof(key));
+	os = obj_mpu_create(c->st, key, NULL, 0, s->upload_id, &err);
+	if (os != OBJ_OK)
+		return ckpt_obj_fail(&err, os, key, why, why_len);
+	return 0;
+}
+
+static int upload_part(struct ckpt *c, struct ckpt_step *s,
+		       const struct ckpt_job *j, uint64_t *len_out, char *why,
+		       size_t why_len)
+{
+	uint64_t off = (uint64_t)j->index * c->cfg.chunk_bytes;
+	uint64_t len = s->file_bytes - off < c->cfg.chunk_bytes ?
+		       s->file_bytes - off : c->cfg.chunk_bytes;
+	struct obj_part *p = &s->parts[j->index];
+	struct obj_error err;
+	char key[128];
+	obj_status os;
+
+	shard_key(c, s->step, key, sizeof(key));
+	*len_out = len;
+	if (s->nchunks == 1 && j->chunk)
+		os = obj_put(c->st, key, j->chunk->buf, (size_t)len, NULL, 0,
+			     NULL, &err);
+	else if (s->nchunks == 1)
+		os = obj_put_fd(c->st, key, s->fd, len, NULL, 0, NULL, &err);
+	else if (j->chunk)
+		os = obj_mpu_part(c->st, key, s->upload_id, j->index + 1,
+				  j->chunk->buf, (size_t)len, p->etag, &err);
+	else
+		os = obj_mpu_part_fd(c->st, key, s->upload_id, j->index + 1,
+				     s->fd, (off_t)off, (size_t)len, p->etag,
+				     &err);
+	p->number = j->index + 1;
+	if (os != OBJ_OK)
+		return ckpt_obj_fail(&err, os, key, why, why_len);
+	return 0;
+}
+
+static struct ckpt_job *upload_next(struct ckpt *c)
+{
+	struct ckpt_job *j;
+
+	while (!c->uq_head && !c->stopping)
+		pthread_cond_wait(&c->upload_cond, &c->lock);
+	j = c->uq_head;
+	if (j) {
+		c->uq_head = j->next;
+		if (!c->uq_head)
+			c->uq_tail = NULL;
+	}
+	return j;
+}
+
+void *ckpt_upload_main(void *arg)
+{
+	struct ckpt *c = arg;
+
+	pthread_mutex_lock(&c->lock);
+	for (;;) {
+		struct ckpt_job *j = upload_next(c);
+		struct ckpt_step *s;
+		char why[512] = "";
+		uint64_t len = 0;
+		bool skip;
+		int rc = 0;
+
+		if (!j)
+			break;
+		s = j->step;
+		while (s->remote_state == REMOTE_STARTING)
+			pthread_cond_wait(&c->upload_cond, &c->lock);
+		if (s->remote_state == REMOTE_IDLE && !s->remote_rc) {
+			s->remote_state = REMOTE_STARTING;
+			pthread_mutex_unlock(&c->lock);
+			rc = remote_start(c, s, why, sizeof(why));
+			pthread_mutex_lock(&c->lock);
+			s->remote_state = rc ? REMOTE_FAILED : REMOTE_STARTED;
+			if (rc)
+				ckpt_step_fail(c, s, rc, CKPT_REMOTE, "step %llu:"
+					       " %s", (unsigned long long)s->step,
+					       why);
+			pthread_cond_broadcast(&c->upload_cond);
+		}
+		skip = s->remote_rc != 0;
+		pthread_mutex_unlock(&c->lock);
+		if (!skip)
+			rc = upload_part(c, s, j, &len, why, sizeof(why));
+		pthread_mutex_lock(&c->lock);
+		if (rc) {
+			ckpt_step_fail(c, s, rc, CKPT_REMOTE, "step %llu: "
+				       "uploading the shard failed: %s",
+				       (unsigned long long)s->step, why);
+		} else if (!skip) {
+			s->bytes_uploaded += len;
+			c->stats.bytes_uploaded += len;
+		}
+		if (j->chunk)
+			ckpt_chunk_release(c, j->chunk);
+		j->chunk = NULL;
+		if (--s->remote_pending == 0) {
+			s->remote_ready = true;
+			pthread_cond_broadcast(&c->commit_cond);
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
+}
+
+/* ---- the barrier: every rank's marker ---- */
+
+struct barrier {
+	struct ckpt_manifest *m;  /* world entries; kind 0 while missing */
+	uint32_t have;
+};
+
+static void barrier_release(struct barrier *b, uint32_t world)
+{
+	for (uint32_t i = 0; b->m && i < world; i++)
+		ckpt_mf_release(&b->m[i]);
+	free(b->m);
+	b->m = NULL;
+}
+
+/* Takes a marker's bytes for rank r if they belong to this run and step. */
+static void barrier_offer(struct ckpt *c, struct barrier *b, uint64_t step,
+			  uint32_t r, const void *buf, size_t len,
+			  const char *what)
+{
+	struct ckpt_manifest m;
+
+	if (b->m[r].kind)
+		return;
+	if (ckpt_mf_decode(buf, len, what, &m, NULL, 0))
+		return;   /* half written or foreign: wait for a good one */
+	if (m.kind != CKPT_MF_KIND_RANK || m.nshards != 1 ||
+	    m.step != step || m.world_size != c->world ||
+	    m.shards[0].rank != r ||
+	    strncmp(m.shards[0].run_id, c->run_id, CKPT_RUN_ID_MAX)) {
+		ckpt_mf_release(&m);
+		return;
+	}
+	b->m[r] = m;
+	b->have++;
+}
+
+static void barrier_poll_local(struct ckpt *c, struct barrier *b,
+			       struct ckpt_step *s)
+{
+	char name[64], path[PATH_MAX + 64];
+
+	for (uint32_t r = 0; r < c->world; r++) {
+		unsigned char *buf;
+		size_t len;
+
+		if (b->m[r].kind)
+			continue;
+		ckpt_marker_name(r, name, sizeof(name));
+		ckpt_tmp_path(c, s->step, name, path, sizeof(path));
+		if (ckpt_read_whole(path, CKPT_MF_MAX_BYTES, &buf, &len, NULL,
+				    0))
+			continue;
+		barrier_offer(c, b, s->step, r, buf, len, path);
+		free(buf);
+	}
+}
+
+static int barrier_poll_remote(struct ckpt *c, struct barrier *b,
+			       struct ckpt_step *s, char *why, size_t why_len)
+{
+	struct obj_list_page pg;
+	struct obj_error err;
+	char prefix[96], sn[64];
+	obj_status os;
+
+	ckpt_step_name(s->step, sn, sizeof(sn));
+	snprintf(prefix, sizeof(prefix), "%s/rank-", sn);
+	os = obj_list(c->st, prefix, NULL, NULL, 1000, &pg, &err);
+	if (os != OBJ_OK)
+		return ckpt_obj_fail(&err, os, prefix, why, why_len);
+	for (size_t i = 0; i < pg.nentries; i++) {
+		const char *name = strrchr(pg.entries[i].key, '/');
+		unsigned r;
+		unsigned char *buf;
+		size_t len;
+		char tail;
+
+		if (!name || sscanf(name, "/rank-%u.don%c", &r, &tail) != 2 ||
+		    tail != 'e' || r >= c->world || b->m[r].kind)
+			continue;
+		if (ckpt_remote_read_whole(c->st, pg.entries[i].key,
+					   CKPT_MF_MAX_BYTES, &buf, &len, NULL,
+					   0))
+			continue;
+		barrier_offer(c, b, s->step, r, buf, len, pg.entries[i].key);
+		free(buf);
+	}
+	obj_list_page_release(&pg);
+	return 0;
+}
+
+static void missing_ranks(const struct ckpt *c, const struct barrier *b,
+			  char *buf, size_t len)
+{
+	size_t at = 0;
+	unsigned shown = 0;
+
+	buf[0] = '\0';
+	for (uint32_t r = 0; r < c->world && at < len; r++) {
+		if (b->m[r].kind)
+			continue;
+		if (shown++ == 8) {
+			snprintf(buf + at, len - at, ", ...");
+			break;
+		}
+		at += (size_t)snprintf(buf + at, len - at, "%s%u",
+				       at ? ", " : "", r);
+	}
+}
+
+/* Waits for every rank's marker (locally or remotely), then merges them. */
+static int barrier_wait(struct ckpt *c, struct ckpt_step *s, bool remote,
+			struct ckpt_manifest *out, char *why, size_t why_len)
+{
+	struct barrier b = { 0 };
+	uint64_t t0 = ckpt_now_ns();
+	uint64_t limit = (uint64_t)c->cfg.barrier_timeout_ms * 1000000ull;
+	unsigned sleep_ms = 2;
+	int rc = 0;
+
+	b.m = calloc(c->world, sizeof(*b.m));
+	if (!b.m)
+		return -ENOMEM;
+	for (;;) {
+		if (remote)
+			rc = barrier_poll_remote(c, &b, s, why, why_len);
+		else
+			barrier_poll_local(c, &b, s);
+		if (rc || b.have == c->world)
+			break;
+		if (ckpt_now_ns() - t0 >= limit) {
+			char miss[128], where[PATH_MAX];
+
+			missing_ranks(c, &b, miss, sizeof(miss));
+			if (remote)
+				snprintf(where, sizeof(where), "%s", c->remote);
+			else
+				ckpt_tmp_path(c, s->step, NULL, where,
+					      sizeof(where));
+			ckpt_msg(why, why_len, "rank 0 waited %u s for the "
+				 "shards of rank(s) %s (no rank-NNNNN.done from "
+				 "them in %s); are all %u ranks running, saving "
+				 "this step to the same place with the same run "
+				 "id?", c->cfg.barrier_timeout_ms / 1000, miss,
+				 where, c->world);
+			rc = -ETIMEDOUT;
+			break;
+		}
+		usleep(sleep_ms * 1000);
+		if (sleep_ms < (remote ? 500u : 100u))
+			sleep_ms *= 2;
+	}
+	if (!rc)
+		rc = ckpt_mf_merge(b.m, c->world, out, why, why_len);
+	barrier_release(&b, c->world);
+	return rc;
+}
+
+/* ---- the committer ---- */
+
+/* Every shard the manifest names is there with its size. */
+static int check_local_shards(struct ckpt *c, const struct ckpt_manifest *m,
+			      char *why, size_t why_len)
+{
+	char name[64], path[PATH_MAX + 64];
+	struct stat sb;
+
+	for (uint32_t i = 0; i < m->nshards; i++) {
+		ckpt_shard_name(m->shards[i].rank, name, sizeof(name));
+		ckpt_tmp_path(c, m->step, name, path, sizeof(path));
+		if (stat(path, &sb) ||
+		    (uint64_t)sb.st_size != m->shards[i].file_bytes) {
+			ckpt_msg(why, why_len, "%s is missing or not the size "
+				 "its marker says (%llu bytes)", path,
+				 (unsigned long long)m->shards[i].file_bytes);
+			return -EBADMSG;
+		}
+	}
+	return 0;
+}
+
+static int local_commit(struct ckpt *c, struct ckpt_step *s, char *why,
+			size_t why_len)
+{
+	char tmp[PATH_MAX], dst[PATH_MAX], name[64];
+	struct ckpt_manifest m;
+	unsigned char *buf = NULL;
+	size_t len;
+	int rc;
+
+	rc = barrier_wait(c, s, false, &m, why, why_len);
+	if (rc)
+		return rc;
+	rc = check_local_shards(c, &m, why, why_len);
+	if (!rc && (rc = ckpt_mf_encode(&m, &buf, &len)))
+		ckpt_msg(why, why_len, "cannot encode the manifest: %s",
+			 strerror(-rc));
+	ckpt_mf_release(&m);
+	ckpt_tmp_path(c, s->step, NULL, tmp, sizeof(tmp));
+	if (!rc)
+		rc = ckpt_write_atomic(tmp, CKPT_MANIFEST_NAME, buf, len, why,
+				       why_len);
+	free(buf);
+	if (rc)
+		return rc;
+	ckpt_crash_point(c, "manifest-written", s->step);
+	ckpt_step_name(s->step, name, sizeof(name));
+	snprintf(dst, sizeof(dst), "%s/%s", c->dir, name);
+	if (rename(tmp, dst)) {
+		rc = -errno;
+		ckpt_msg(why, why_len, "cannot rename %s to %s: %s%s", tmp, dst,
+			 strerror(-rc), rc == -EEXIST || rc == -ENOTEMPTY ?
+			 " (the step is already committed)" : "");
+		return rc;
+	}
+	ckpt_crash_point(c, "renamed", s->step);
+	rc = ckpt_fsync_path(c->dir);
+	if (rc) {
+		ckpt_msg(why, why_len, "fsync of %s failed: %s", c->dir,
+			 strerror(-rc));
+		return rc;
+	}
+	/* Retention: what is left is tidied; its failure fails nothing. */
+	ckpt_retain_local(c->dir, c->cfg.keep_local, !c->cfg.keep_local,
+			  false, NULL, NULL, 0);
+	return 0;
+}
+
+static int remote_finish_shard(struct ckpt *c, struct ckpt_step *s,
+			       char *why, size_t why_len)
+{
+	struct obj_error err;
+	char key[128], name[64];
+	obj_status os = OBJ_OK;
+
+	shard_key(c, s->step, key, sizeof(key));
+	if (s->nchunks > 1)
+		os = obj_mpu_complete(c->st, key, s->upload_id, s->parts,
+				      s->nchunks, NULL, &err);
+	if (os != OBJ_OK)
+		return ckpt_obj_fail(&err, os, key, why, why_len);
+	ckpt_crash_point(c, "remote-shard", s->step);
+	if (!s->marker) {
+		ckpt_msg(why, why_len, "no marker to store");
+		return -EIO;
+	}
+	ckpt_marker_name(c->rank, name, sizeof(name));
+	key_of(s->step, name, key, sizeof(key));
+	os = obj_put(c->st, key, s->marker, s->marker_len, NULL, 0, NULL,
+		     &err);
+	if (os != OBJ_OK)
+		return ckpt_obj_fail(&err, os, key, why, why_len);
+	ckpt_crash_point(c, "remote-marker", s->step);
+	return 0;
+}
+
+static int remote_commit(struct ckpt *c, struct ckpt_step *s, char *why,
+			 size_t why_len)
+{
+	struct ckpt_manifest m;
+	struct obj_error err;
+	unsigned char *buf;
+	char key[128];
+	obj_status os;
+	size_t len;
+	int rc;
+
+	rc = remote_finish_shard(c, s, why, why_len);
+	if (rc || c->rank != 0)
+		return rc;
+	rc = barrier_wait(c, s, true, &m, why, why_len);
+	if (rc)
+		return rc;
+	rc = ckpt_mf_encode(&m, &buf, &len);
+	ckpt_mf_release(&m);
+	if (rc)
+		return rc;
+	key_of(s->step, CKPT_MANIFEST_NAME, key, sizeof(key));
+	os = obj_put(c->st, key, buf, len, NULL, 0, NULL, &err);
+	free(buf);
+	if (os != OBJ_OK)
+		return ckpt_obj_fail(&err, os, key, why, why_len);
+	ckpt_crash_point(c, "remote-manifest", s->step);
+	ckpt_retain_remote(c->st, c->cfg.keep_remote, !c->cfg.keep_remote,
+			   false, NULL, NULL, 0);
+	return 0;
+}
+
+static void handle_local(struct ckpt *c, struct ckpt_step *s)
+{
+	char why[768] = "";
+	int rc;
+
+	pthread_mutex_lock(&c->lock);
+	rc = s->local_rc;
+	pthread_mutex_unlock(&c->lock);
+	if (!rc && c->rank == 0)
+		rc = local_commit(c, s, why, sizeof(why));
+	pthread_mutex_lock(&c->lock);
+	if (rc && why[0])
+		ckpt_step_fail(c, s, rc, CKPT_LOCAL, "step %llu: %s",
+			       (unsigned long long)s->step, why);
+	if (!s->local_rc) {
+		c->stats.last_local_step = s->step;
+		s->t_local_ns = ckpt_now_ns();
+	}
+	s->local_handled = true;
+	pthread_mutex_unlock(&c->lock);
+}
+
+static void handle_remote(struct ckpt *c, struct ckpt_step *s)
+{
+	char why[768] = "";
+	int rc;
+
+	pthread_mutex_lock(&c->lock);
+	rc = s->remote_rc;
+	pthread_mutex_unlock(&c->lock);
+	if (!rc)
+		rc = remote_commit(c, s, why, sizeof(why));
+	if (rc && s->upload_id[0]) {
+		struct obj_error err;
+		char key[128];
+
+		/* Leave no parts behind; the bucket keeps no half shard. */
+		shard_key(c, s->step, key, sizeof(key));
+		obj_mpu_abort(c->st, key, s->upload_id, &err);
+	}
+	pthread_mutex_lock(&c->lock);
+	if (rc && why[0])
+		ckpt_step_fail(c, s, rc, CKPT_REMOTE, "step %llu: %s",
+			       (unsigned long long)s->step, why);
+	else if (rc)
+		ckpt_step_fail(c, s, rc, CKPT_REMOTE, "step %llu: %s",
+			       (unsigned long long)s->step, strerror(-rc));
+	if (!s->remote_rc) {
+		c->stats.last_remote_step = s->step;
+		s->t_remote_ns = ckpt_now_ns();
+	}
+	s->remote_handled = true;
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* Moves a finished step to the done list; frees what it no longer needs.
+ * c->lock held. */
+static void retire(struct ckpt *c, struct ckpt_step *s)
+{
+	struct ckpt_step **pp, *old;
+	unsigned n = 0;
+
+	for (pp = &c->steps; *pp != s; pp = &(*pp)->next)
+		;
+	*pp = s->next;
+	for (size_t i = 0; i < s->nt; i++)
+		free(s->t[i].name);
+	free(s->t);
+	free(s->hash);
+	free(s->jobs);
+	free(s->parts);
+	free(s->marker);
+	s->t = NULL;
+	s->hash = NULL;
+	s->jobs = NULL;
+	s->parts = NULL;
+	s->marker = NULL;
+	s->nt = 0;
+	if (s->fd >= 0)
+		close(s->fd);
+	s->fd = -1;
+	if (s->local_rc || s->remote_rc)
+		c->stats.steps_failed++;
+	s->next = c->done;
+	c->done = s;
+	c->in_flight--;
+	for (pp = &c->done; *pp; pp = &(*pp)->next) {
+		if (++n > CKPT_DONE_KEEP) {
+			old = *pp;
+			*pp = NULL;
+			while (old) {
+				struct ckpt_step *next = old->next;
+
+				free(old);
+				old = next;
+			}
+			break;
+		}
+	}
+}
+
+static bool finished(const struct ckpt *c, const struct ckpt_step *s)
+{
+	return (!c->dir || s->local_handled) && (!c->st || s->remote_handled);
+}
+
+/* The next event, oldest step first; c->lock held.  Both commits use
+ * the marker the writer encodes once every byte is summed. */
+static struct ckpt_step *next_event(struct ckpt *c, bool *remote)
+{
+	for (struct ckpt_step *s = c->steps; s; s = s->next) {
+		if (!s->committed || !s->marker_ready)
+			continue;
+		if (s->local_ready && !s->local_handled) {
+			*remote = false;
+			return s;
+		}
+		if (s->remote_ready && !s->remote_handled) {
+			*remote = true;
+			return s;
+		}
+	}
+	return NULL;
+}
+
+void *ckpt_committer_main(void *arg)
+{
+	struct ckpt *c = arg;
+
+	for (;;) {
+		struct ckpt_step *s;
+		bool remote = false;
+
+		pthread_mutex_lock(&c->lock);
+		while (!(s = next_event(c, &remote))) {
+			struct timespec ts;
+
+			if (c->stopping && !c->steps) {
+				pthread_mutex_unlock(&c->lock);
+				return NULL;
+			}
+			/* Refresh the status file once a second while busy. */
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			ts.tv_sec += 1;
+			if (pthread_cond_timedwait(&c->commit_cond, &c->lock,
+						   &ts) == ETIMEDOUT &&
+			    c->steps) {
+				pthread_mutex_unlock(&c->lock);
+				ckpt_status_write(c);
+				pthread_mutex_lock(&c->lock);
+			}
+		}
+		pthread_mutex_unlock(&c->lock);
+		if (remote)
+			handle_remote(c, s);
+		else
+			handle_local(c, s);
+		pthread_mutex_lock(&c->lock);
+		if (finished(c, s))
+			retire(c, s);
+		pthread_cond_broadcast(&c->step_cond);
+		pthread_mutex_unlock(&c->lock);
+		ckpt_status_write(c);
+	}
+}
