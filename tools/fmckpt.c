@@ -80,35 +80,6 @@ static void usage(FILE *f)
 "See fmckpt(1) and docs/checkpoint-format.md.\n");
 }
 
-/* Same syntax as tools_parse_size in fmfs.c (not linked here). */
-static int parse_size(const char *s, uint64_t *out)
-{
-	char *end;
-	double v, mul = 1;
-
-	if (!s || !*s)
-		return -1;
-	errno = 0;
-	v = strtod(s, &end);
-	if (errno || end == s || v < 0 || !isfinite(v))
-		return -1;
-	switch (*end) {
-	case 'k': case 'K': mul = 1024.0; end++; break;
-	case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
-	case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
-	case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
-	default: break;
-	}
-	if (*end == 'i' && mul > 1)
-		end++;
-	if ((*end == 'B' || *end == 'b') && end[1] == '\0')
-		end++;
-	if (*end || v * mul > 1.8e19)
-		return -1;
-	*out = (uint64_t)(v * mul);
-	return 0;
-}
-
 static int parse_double(const char *opt, const char *v, double *out)
 {
 	char *end;
@@ -343,7 +314,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			break;
 		case OPT_SIZE:
 		case OPT_STAGING:
-			if (parse_size(optarg, ch == OPT_SIZE ? &o->size :
+			if (tools_parse_size(optarg, ch == OPT_SIZE ? &o->size :
 				       &o->staging)) {
 				fprintf(stderr, PROG ": %s '%s': give a size "
 					"like 1G, 512M or 4096\n", ch == OPT_SIZE ?
