@@ -155,6 +155,12 @@ struct cache_wattr {
 	uint64_t size;
 };
 
+/* The attributes as object metadata, the names s3fs uses: "mode" (with
+ * the file type bits), "uid", "gid", "mtime" (seconds.nanoseconds).
+ * Fills kv (pointing into vals); returns 4. */
+size_t cache_wattr_meta(const struct cache_wattr *a, struct obj_kv kv[4],
+			char vals[4][32]);
+
 struct cache_wb_config {
 	unsigned async_delay_ms;  /* upload this long after close/fsync */
 	unsigned uploaders;       /* files uploaded at once; 0: 4 */

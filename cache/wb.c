@@ -685,23 +685,30 @@ static struct cache_wfile *next_upload(struct cache_wb *wb, int64_t now,
 	return best;
 }
 
-static size_t user_meta(const struct cache_wfile *w, struct obj_kv *kv,
-			char (*vals)[32])
+size_t cache_wattr_meta(const struct cache_wattr *a, struct obj_kv kv[4],
+			char vals[4][32])
 {
-	size_t n = 0;
-
-	snprintf(vals[0], 32, "%u", w->a.mode | (w->a.kind ==
-		 CACHE_WK_SYMLINK ? 0120000u : w->a.kind == CACHE_WK_DIR ?
+	snprintf(vals[0], 32, "%u", (a->mode & 07777) | (a->kind ==
+		 CACHE_WK_SYMLINK ? 0120000u : a->kind == CACHE_WK_DIR ?
 		 0040000u : 0100000u));
-	snprintf(vals[1], 32, "%u", w->a.uid);
-	snprintf(vals[2], 32, "%u", w->a.gid);
+	snprintf(vals[1], 32, "%u", a->uid);
+	snprintf(vals[2], 32, "%u", a->gid);
 	snprintf(vals[3], 32, "%lld.%09lld",
-		 (long long)(w->a.mtime_ns / 1000000000),
-		 (long long)(w->a.mtime_ns % 1000000000));
-	kv[n++] = (struct obj_kv){ "mode", vals[0] };
-	kv[n++] = (struct obj_kv){ "uid", vals[1] };
-	kv[n++] = (struct obj_kv){ "gid", vals[2] };
-	kv[n++] = (struct obj_kv){ "mtime", vals[3] };
+		 (long long)(a->mtime_ns / 1000000000),
+		 (long long)(a->mtime_ns % 1000000000));
+	kv[0] = (struct obj_kv){ "mode", vals[0] };
+	kv[1] = (struct obj_kv){ "uid", vals[1] };
+	kv[2] = (struct obj_kv){ "gid", vals[2] };
+	kv[3] = (struct obj_kv){ "mtime", vals[3] };
+	return 4;
+}
+
+/* The object metadata of w: attributes, then user xattrs. */
+static size_t user_meta(const struct cache_wfile *w, struct obj_kv *kv,
+			char vals[4][32])
+{
+	size_t n = cache_wattr_meta(&w->a, kv, vals);
+
 	for (size_t i = 0; i < w->nmeta; i++)
 		kv[n++] = w->meta[i];
 	return n;
@@ -1451,8 +1458,10 @@ int cache_w_commit(struct cache_wfile *w, bool durable)
 /* ---- namespace ---- */
 
 /* Drops w from the table (wb->lock held): its file goes, open handles
- * keep the descriptor. */
-static void drop_locked(struct cache_wb *wb, struct cache_wfile *w)
+ * keep the descriptor.  Returns w when nothing references it any more:
+ * the caller frees it once the lock is dropped. */
+static struct cache_wfile *drop_locked(struct cache_wb *wb,
+				       struct cache_wfile *w)
 {
 	char path[64];
 
@@ -1462,14 +1471,7 @@ static void drop_locked(struct cache_wb *wb, struct cache_wfile *w)
 	dirty_path(w->id, path, sizeof(path));
 	unlinkat(wb->c->dirfd, path, 0);
 	pthread_cond_broadcast(&wb->cond);
-}
-
-static void put_locked_or_free(struct cache_wb *wb, struct cache_wfile *w,
-			       struct cache_wfile **free_me)
-{
-	if (w->refs == 0)
-		*free_me = w;
-	(void)wb;
+	return w->refs ? NULL : w;
 }
 
 int cache_w_unlink(struct cache *c, const char *key, bool in_bucket,
@@ -1483,8 +1485,7 @@ int cache_w_unlink(struct cache *c, const char *key, bool in_bucket,
 	w = find(wb, key);
 	if (w) {
 		in_bucket |= w->in_bucket;
-		drop_locked(wb, w);
-		put_locked_or_free(wb, w, &free_me);
+		free_me = drop_locked(wb, w);
 		rc = 0;
 	}
 	if (in_bucket) {
@@ -1518,8 +1519,7 @@ int cache_w_rename(struct cache *c, const char *from, const char *to,
 	old = find(wb, to);
 	if (old && old != w) {
 		to_in_bucket |= old->in_bucket;
-		drop_locked(wb, old);
-		put_locked_or_free(wb, old, &free_me);
+		free_me = drop_locked(wb, old);
 	}
 	take_out(wb, w);
 	if (w->in_bucket || from_in_bucket)

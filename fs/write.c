@@ -123,7 +123,10 @@ void fs_apply_meta(struct fs_inode *in, const struct obj_kv *m, size_t n)
 
 /* ---- dirty copies ---- */
 
-static void attr_of(struct fs *fs, struct fs_inode *in, struct cache_wattr *a)
+/* A clean file's attributes: from its metadata, else the defaults; and
+ * its version (etag, may be NULL) as of the same moment. */
+static void attr_of(struct fs *fs, struct fs_inode *in, struct cache_wattr *a,
+		    char etag[80])
 {
 	memset(a, 0, sizeof(*a));
 	a->kind = CACHE_WK_FILE;
@@ -131,8 +134,12 @@ static void attr_of(struct fs *fs, struct fs_inode *in, struct cache_wattr *a)
 	a->mode = in->has_attr ? in->mode : 0644;
 	a->uid = in->has_attr ? in->uid : getuid();
 	a->gid = in->has_attr ? in->gid : getgid();
+	a->mtime_ns = in->has_attr ? in->mtime_ns :
+		      in->mtime_s * 1000000000;
+	a->size = in->size_bytes;
+	if (etag)
+		memcpy(etag, in->etag, 80);
 	pthread_mutex_unlock(&fs->lock);
-	a->mtime_ns = now_ns();
 }
 
 /* A dirty copy of the clean object in: its bytes (fetched if needed), or
@@ -149,11 +156,9 @@ static int materialize(struct fs *fs, struct fs_inode *in, bool truncate,
 	rc = fs_revalidate(fs, in);
 	if (rc)
 		return rc;
-	attr_of(fs, in, &a);
-	pthread_mutex_lock(&fs->lock);
-	a.size = truncate ? 0 : in->size_bytes;
-	memcpy(etag, in->etag, sizeof(etag));
-	pthread_mutex_unlock(&fs->lock);
+	attr_of(fs, in, &a, etag);
+	if (truncate)
+		a.size = 0;
 	if (a.size) {
 		rc = cache_file_open(c, in->key, a.size, etag, &cf);
 		if (rc)
@@ -387,7 +392,7 @@ static int copy_meta(struct fs *fs, struct fs_inode *in,
 	struct obj_kv kv[64 + 5];
 	char vals[4][32], etag[80], xv[FS_XATTR_MAX + 1];
 	struct obj_error err;
-	struct fs_inode tmp;
+	struct cache_wattr na;
 	size_t n = 0;
 	bool found = false;
 	obj_status st;
@@ -399,33 +404,16 @@ static int copy_meta(struct fs *fs, struct fs_inode *in,
 	rc = fs_load_meta(fs, in);
 	if (rc)
 		return rc;
-	pthread_mutex_lock(&fs->lock);
-	tmp = *in;
-	pthread_mutex_unlock(&fs->lock);
-	if (!tmp.has_attr) {
-		tmp.mode = 0644;
-		tmp.uid = getuid();
-		tmp.gid = getgid();
-		tmp.mtime_ns = tmp.mtime_s * 1000000000;
-	}
+	attr_of(fs, in, &na, NULL);
 	if (mask & CACHE_WA_MODE)
-		tmp.mode = a->mode & 07777;
+		na.mode = a->mode & 07777;
 	if (mask & CACHE_WA_UID)
-		tmp.uid = a->uid;
+		na.uid = a->uid;
 	if (mask & CACHE_WA_GID)
-		tmp.gid = a->gid;
+		na.gid = a->gid;
 	if (mask & CACHE_WA_MTIME)
-		tmp.mtime_ns = a->mtime_ns;
-	snprintf(vals[0], 32, "%u", 0100000u | tmp.mode);
-	snprintf(vals[1], 32, "%u", tmp.uid);
-	snprintf(vals[2], 32, "%u", tmp.gid);
-	snprintf(vals[3], 32, "%lld.%09lld",
-		 (long long)(tmp.mtime_ns / 1000000000),
-		 (long long)(tmp.mtime_ns % 1000000000));
-	kv[n++] = (struct obj_kv){ "mode", vals[0] };
-	kv[n++] = (struct obj_kv){ "uid", vals[1] };
-	kv[n++] = (struct obj_kv){ "gid", vals[2] };
-	kv[n++] = (struct obj_kv){ "mtime", vals[3] };
+		na.mtime_ns = a->mtime_ns;
+	n = cache_wattr_meta(&na, kv, vals);
 	if (xname) {
 		memcpy(xv, xval ? xval : "", xval ? xlen : 0);
 		xv[xval ? xlen : 0] = '\0';
@@ -471,10 +459,10 @@ static int copy_meta(struct fs *fs, struct fs_inode *in,
 		return rc;
 	pthread_mutex_lock(&fs->lock);
 	in->has_attr = true;
-	in->mode = tmp.mode;
-	in->uid = tmp.uid;
-	in->gid = tmp.gid;
-	in->mtime_ns = tmp.mtime_ns;
+	in->mode = na.mode;
+	in->uid = na.uid;
+	in->gid = na.gid;
+	in->mtime_ns = na.mtime_ns;
 	in->meta_ms = 0; /* the xattrs changed: HEAD again when asked */
 	in->attr_ms = 0;
 	pthread_mutex_unlock(&fs->lock);
