@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * wb.c - write-back: dirty files, the persistent upload queue and the
- * uploader threads (the API and its contract are in cache.h).
+ * wb.c - write-back: dirty files, tombstones and the persistent upload
+ * queue (the API and its contract are in cache.h; the uploader threads
+ * that drain the queue are in wb_upload.c).
  *
  * State: a table of dirty files by key and a set of tombstones (keys to
  * DELETE), in memory under wb->lock, mirrored in DIR/writeback.sqlite:
@@ -38,64 +39,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cache_int.h"
-
-#define WB_HASH 4096u             /* buckets; chains grow past that */
-#define WB_BACKOFF_MAX_MS 30000
-#define WB_DELETE_BATCH 1000
-
-struct cache_wfile {
-	struct cache *c;
-	struct cache_wfile *hnext;
-	uint64_t id;
-	int fd;
-	/* Protected by wb->lock. */
-	char *key;
-	struct cache_wattr a;
-	uint64_t charged;         /* bytes charged to the cap */
-	uint64_t gen, queued_gen, uploaded_gen;
-	bool committed;           /* a row with queued 1 exists */
-	bool uploading, deleted, in_table, in_bucket;
-	char base_etag[CACHE_ETAG_MAX];
-	struct obj_kv *meta;
-	size_t nmeta;
-	unsigned refs, writers;
-	int64_t not_before_ms;
-	int64_t failed_ms;        /* latest failed upload */
-	unsigned attempts;
-	char last_err[512];
-};
-
-struct wb_tomb {
-	struct wb_tomb *next;
-	unsigned held;
-	bool running;
-	int64_t not_before_ms;
-	int64_t failed_ms;
-	char key[];
-};
-
-struct cache_wb {
-	struct cache *c;
-	struct cache_wb_config cfg;
-	sqlite3 *db;
-	sqlite3_stmt *upsert, *del, *tomb_add, *tomb_del;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;       /* work queued, an upload ended */
-	struct cache_wfile *tab[WB_HASH];
-	struct wb_tomb *tombs[WB_HASH];
-	uint64_t nfiles, ntombs;
-	uint64_t next_id;
-	char **busy_keys;          /* keys being uploaded (tombstones wait) */
-	size_t nbusy, busy_cap;
-	pthread_t *threads;
-	unsigned nthreads;
-	bool stop;
-	/* statistics */
-	uint64_t inflight, failures, uploaded_files, uploaded_bytes;
-	uint64_t deleted_keys, conflicts, lost_found;
-	char last_error[256];
-};
+#include "wb_int.h"
 
 static uint32_t wb_hash(const char *key)
 {
@@ -106,11 +50,8 @@ static uint32_t wb_hash(const char *key)
 	return h % WB_HASH;
 }
 
-static void wb_log_err(struct cache_wb *wb, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-
 /* Logs and remembers the latest error (wb->lock held). */
-static void wb_log_err(struct cache_wb *wb, const char *fmt, ...)
+void wb_log_err(struct cache_wb *wb, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -122,7 +63,7 @@ static void wb_log_err(struct cache_wb *wb, const char *fmt, ...)
 
 /* ---- the table ---- */
 
-static struct cache_wfile *find(struct cache_wb *wb, const char *key)
+struct cache_wfile *wb_find(struct cache_wb *wb, const char *key)
 {
 	for (struct cache_wfile *w = wb->tab[wb_hash(key)]; w; w = w->hnext)
 		if (!strcmp(w->key, key))
@@ -140,7 +81,7 @@ static void insert(struct cache_wb *wb, struct cache_wfile *w)
 	wb->nfiles++;
 }
 
-static void take_out(struct cache_wb *wb, struct cache_wfile *w)
+void wb_take_out(struct cache_wb *wb, struct cache_wfile *w)
 {
 	for (struct cache_wfile **pp = &wb->tab[wb_hash(w->key)]; *pp;
 	     pp = &(*pp)->hnext)
@@ -161,7 +102,7 @@ static struct wb_tomb *tomb_find(struct cache_wb *wb, const char *key)
 	return NULL;
 }
 
-static void meta_free(struct obj_kv *m, size_t n)
+void wb_meta_free(struct obj_kv *m, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		free(m[i].name);
@@ -174,12 +115,12 @@ static void wfile_free(struct cache_wfile *w)
 {
 	if (w->fd >= 0)
 		close(w->fd);
-	meta_free(w->meta, w->nmeta);
+	wb_meta_free(w->meta, w->nmeta);
 	free(w->key);
 	free(w);
 }
 
-static void dirty_path(uint64_t id, char *buf, size_t len)
+void wb_dirty_path(uint64_t id, char *buf, size_t len)
 {
 	snprintf(buf, len, "dirty/%016" PRIx64, id);
 }
@@ -213,7 +154,7 @@ static int charge(struct cache *c, uint64_t need)
 	return rc;
 }
 
-static void uncharge(struct cache *c, uint64_t n)
+void wb_uncharge(struct cache *c, uint64_t n)
 {
 	if (!n)
 		return;
@@ -279,7 +220,7 @@ static int meta_unpack(const char *b, size_t len, struct obj_kv **out,
 		m[i].value = strdup(b + o);
 		o += strlen(b + o) + 1;
 		if (!m[i].name || !m[i].value) {
-			meta_free(m, i + 1);
+			wb_meta_free(m, i + 1);
 			return -ENOMEM;
 		}
 	}
@@ -289,7 +230,7 @@ static int meta_unpack(const char *b, size_t len, struct obj_kv **out,
 }
 
 /* Writes w's row (wb->lock held). */
-static int db_put(struct cache_wb *wb, const struct cache_wfile *w,
+int wb_db_put(struct cache_wb *wb, const struct cache_wfile *w,
 		  bool queued)
 {
 	sqlite3_stmt *s = wb->upsert;
@@ -316,7 +257,7 @@ static int db_put(struct cache_wb *wb, const struct cache_wfile *w,
 	return rc;
 }
 
-static int db_del(struct cache_wb *wb, uint64_t id)
+int wb_db_del(struct cache_wb *wb, uint64_t id)
 {
 	sqlite3_bind_int64(wb->del, 1, (sqlite3_int64)id);
 	return db_step(wb, wb->del, "removing a dirty file");
@@ -396,7 +337,7 @@ static void lost_found(struct cache_wb *wb, uint64_t id, const char *key)
 	char from[64], to[1200];
 
 	mkdirat(wb->c->dirfd, "lost+found", 0700);
-	dirty_path(id, from, sizeof(from));
+	wb_dirty_path(id, from, sizeof(from));
 	snprintf(to, sizeof(to), "lost+found/%016" PRIx64 "-", id);
 	for (size_t i = strlen(to), k = 0; key[k] && i < sizeof(to) - 1;
 	     i++, k++)
@@ -432,10 +373,10 @@ static int load_rows(struct cache_wb *wb)
 
 		if (id >= wb->next_id)
 			wb->next_id = id + 1;
-		dirty_path(id, path, sizeof(path));
+		wb_dirty_path(id, path, sizeof(path));
 		if (!sqlite3_column_int(s, 10)) {
 			lost_found(wb, id, key ? key : "?");
-			db_del(wb, id);
+			wb_db_del(wb, id);
 			continue;
 		}
 		fd = openat(c->dirfd, path, O_RDWR | O_CLOEXEC);
@@ -448,7 +389,7 @@ static int load_rows(struct cache_wb *wb)
 			if (fd >= 0)
 				close(fd);
 			free(w);
-			db_del(wb, id);
+			wb_db_del(wb, id);
 			continue;
 		}
 		w->c = c;
@@ -573,47 +514,9 @@ int cache_wb_open(struct cache *c, char *msg, size_t ml)
 	return rc;
 }
 
-/* ---- uploads ---- */
+/* ---- tombstones ---- */
 
-static int64_t backoff_ms(unsigned attempts)
-{
-	int64_t ms = 500ll << (attempts < 6 ? attempts : 6);
-
-	return ms < WB_BACKOFF_MAX_MS ? ms : WB_BACKOFF_MAX_MS;
-}
-
-static void busy_add(struct cache_wb *wb, char *key)
-{
-	if (wb->nbusy == wb->busy_cap) {
-		size_t n = wb->busy_cap ? wb->busy_cap * 2 : 16;
-		char **b = realloc(wb->busy_keys, n * sizeof(*b));
-
-		if (!b)
-			return; /* tombstones of key may run early: rare */
-		wb->busy_keys = b;
-		wb->busy_cap = n;
-	}
-	wb->busy_keys[wb->nbusy++] = key;
-}
-
-static void busy_del(struct cache_wb *wb, const char *key)
-{
-	for (size_t i = 0; i < wb->nbusy; i++)
-		if (wb->busy_keys[i] == key) {
-			wb->busy_keys[i] = wb->busy_keys[--wb->nbusy];
-			return;
-		}
-}
-
-static bool busy(struct cache_wb *wb, const char *key)
-{
-	for (size_t i = 0; i < wb->nbusy; i++)
-		if (!strcmp(wb->busy_keys[i], key))
-			return true;
-	return false;
-}
-
-static void tomb_put(struct cache_wb *wb, const char *key, bool held)
+void wb_tomb_put(struct cache_wb *wb, const char *key, bool held)
 {
 	struct wb_tomb *t = tomb_find(wb, key);
 	uint32_t h;
@@ -638,7 +541,7 @@ static void tomb_put(struct cache_wb *wb, const char *key, bool held)
 	pthread_cond_broadcast(&wb->cond);
 }
 
-static void tomb_drop(struct cache_wb *wb, const char *key)
+void wb_tomb_drop(struct cache_wb *wb, const char *key)
 {
 	for (struct wb_tomb **pp = &wb->tombs[wb_hash(key)]; *pp;
 	     pp = &(*pp)->next)
@@ -655,389 +558,7 @@ static void tomb_drop(struct cache_wb *wb, const char *key)
 		}
 }
 
-/* Uploaded as it stands and no writer left: only the move to the read
- * cache is missing. */
-static bool cleanable(const struct cache_wfile *w)
-{
-	return w->uploaded_gen && w->uploaded_gen == w->gen && !w->writers &&
-	       w->in_table;
-}
-
-/* The next file to upload (or to clean): queued, due, not uploading. */
-static struct cache_wfile *next_upload(struct cache_wb *wb, int64_t now,
-				       int64_t *wake)
-{
-	struct cache_wfile *best = NULL;
-
-	for (size_t h = 0; h < WB_HASH; h++)
-		for (struct cache_wfile *w = wb->tab[h]; w; w = w->hnext) {
-			if (w->uploading || (w->queued_gen <= w->uploaded_gen &&
-					     !cleanable(w)))
-				continue;
-			if (w->not_before_ms > now) {
-				if (w->not_before_ms < *wake)
-					*wake = w->not_before_ms;
-				continue;
-			}
-			if (!best || w->not_before_ms < best->not_before_ms)
-				best = w;
-		}
-	return best;
-}
-
-size_t cache_wattr_meta(const struct cache_wattr *a, struct obj_kv kv[4],
-			char vals[4][32])
-{
-	snprintf(vals[0], 32, "%u", (a->mode & 07777) | (a->kind ==
-		 CACHE_WK_SYMLINK ? 0120000u : a->kind == CACHE_WK_DIR ?
-		 0040000u : 0100000u));
-	snprintf(vals[1], 32, "%u", a->uid);
-	snprintf(vals[2], 32, "%u", a->gid);
-	snprintf(vals[3], 32, "%lld.%09lld",
-		 (long long)(a->mtime_ns / 1000000000),
-		 (long long)(a->mtime_ns % 1000000000));
-	kv[0] = (struct obj_kv){ "mode", vals[0] };
-	kv[1] = (struct obj_kv){ "uid", vals[1] };
-	kv[2] = (struct obj_kv){ "gid", vals[2] };
-	kv[3] = (struct obj_kv){ "mtime", vals[3] };
-	return 4;
-}
-
-/* The object metadata of w: attributes, then user xattrs. */
-static size_t user_meta(const struct cache_wfile *w, struct obj_kv *kv,
-			char vals[4][32])
-{
-	size_t n = cache_wattr_meta(&w->a, kv, vals);
-
-	for (size_t i = 0; i < w->nmeta; i++)
-		kv[n++] = w->meta[i];
-	return n;
-}
-
-/* iw: the bucket's version changed since we based our copy on it. */
-static void check_conflict(struct cache_wb *wb, const char *key,
-			   const char *base, bool was_in_bucket)
-{
-	struct obj_meta m;
-	struct obj_error err;
-	obj_status st = obj_head(wb->c->st, key, &m, &err);
-	bool changed = st == OBJ_OK ? strcmp(m.etag, base) != 0 :
-		       st == OBJ_ERR_NOT_FOUND && was_in_bucket;
-
-	if (st == OBJ_OK)
-		obj_meta_release(&m);
-	if (!changed)
-		return;
-	pthread_mutex_lock(&wb->lock);
-	wb->conflicts++;
-	wb_log_err(wb, "conflict on %s: the bucket's copy changed since "
-		   "this cache read it; the local version is uploaded over "
-		   "it (mode iw: last close wins)", key);
-	pthread_mutex_unlock(&wb->lock);
-}
-
-/* The block CRCs of a dirty file of size bytes (NULL on failure; for an
- * empty file too). */
-static uint32_t *file_crcs(struct cache *c, int fd, uint64_t size)
-{
-	uint64_t bb = c->cfg.block_bytes, nb = (size + bb - 1) / bb;
-	uint32_t *crcs = nb ? calloc(nb, sizeof(*crcs)) : NULL;
-	char *buf = crcs ? malloc(bb) : NULL;
-	int rc = buf ? 0 : -ENOMEM;
-
-	for (uint64_t b = 0; !rc && b < nb; b++) {
-		uint64_t len = b + 1 < nb ? bb : size - b * bb;
-
-		rc = cache_uring_pread(c->uring, fd, buf, len, b * bb);
-		if (!rc)
-			crcs[b] = cache_crc32c(0, buf, len);
-	}
-	free(buf);
-	if (rc) {
-		free(crcs);
-		return NULL;
-	}
-	return crcs;
-}
-
-/* After an upload of generation g under key: when nothing changed and no
- * writer has it open, the file leaves the table and its bytes become the
- * read cache's copy of the new version.  The fs hears of the new version
- * (on_done) before the file leaves, so that no open in between sees
- * neither.  Called and returns with wb->lock held. */
-static void try_clean(struct cache_wb *wb, struct cache_wfile *w,
-		      const char *key, const char *etag, uint64_t g)
-{
-	struct cache *c = wb->c;
-	uint64_t size = w->a.size, charged;
-	uint32_t *crcs;
-	char path[64];
-	bool adopted;
-
-#define CLEAN_NOW (w->in_table && !w->deleted && w->gen == g && \
-		   !w->writers && !strcmp(w->key, key))
-	if (!CLEAN_NOW)
-		return;
-	w->uploading = true; /* no second uploader on it meanwhile */
-	pthread_mutex_unlock(&wb->lock);
-	crcs = w->a.kind == CACHE_WK_FILE ? file_crcs(c, w->fd, size) : NULL;
-	if (wb->cfg.on_done)
-		wb->cfg.on_done(wb->cfg.arg, key, etag, size, false);
-	pthread_mutex_lock(&wb->lock);
-	w->uploading = false;
-	if (!CLEAN_NOW) {
-		free(crcs);
-		return;
-	}
-#undef CLEAN_NOW
-	dirty_path(w->id, path, sizeof(path));
-	charged = w->charged;
-	adopted = crcs && size &&
-		  !cache_adopt(c, key, etag, size, path, crcs, charged);
-	take_out(wb, w);
-	db_del(wb, w->id);
-	w->charged = 0;
-	pthread_mutex_unlock(&wb->lock);
-	if (!adopted) { /* the bucket has it: the local copy just goes */
-		unlinkat(c->dirfd, path, 0);
-		uncharge(c, charged);
-	}
-	free(crcs);
-	pthread_mutex_lock(&wb->lock);
-}
-
-/* Uploads w; called and returns with wb->lock held (dropped meanwhile). */
-static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
-{
-	struct obj_kv kv[4 + 64];
-	char vals[4][32], etag[80] = "", base[CACHE_ETAG_MAX];
-	struct obj_error err;
-	obj_status st;
-	uint64_t g = w->gen, size = w->a.size;
-	char *key = strdup(w->key);
-	size_t nkv;
-	bool was_in_bucket = w->in_bucket, meta_ok = w->nmeta <= 64;
-	struct obj_kv *mcopy = NULL;
-	enum cache_wkind kind = w->a.kind;
-	bool skip_put = cleanable(w);
-
-	if (!key)
-		return; /* with the lock held, as always */
-	w->uploading = true;
-	w->in_bucket = true; /* from now on a rename must delete it */
-	w->refs++;
-	wb->inflight++;
-	busy_add(wb, key);
-	memcpy(base, w->base_etag, sizeof(base));
-	nkv = user_meta(w, kv, vals);
-	if (!meta_ok)
-		nkv = 4;
-	/* The values of w->meta may change while we upload: copy. */
-	mcopy = calloc(nkv, sizeof(*mcopy));
-	for (size_t i = 0; mcopy && i < nkv; i++) {
-		mcopy[i].name = strdup(kv[i].name);
-		mcopy[i].value = strdup(kv[i].value);
-	}
-	pthread_mutex_unlock(&wb->lock);
-
-	if (skip_put)
-		st = OBJ_OK, snprintf(etag, sizeof(etag), "%s", base);
-	else if (wb->cfg.check_conflicts && base[0])
-		check_conflict(wb, key, base, was_in_bucket);
-	if (skip_put)
-		;
-	else if (!mcopy)
-		st = OBJ_ERR_NOMEM, err.status = OBJ_ERR_NOMEM,
-		snprintf(err.message, sizeof(err.message), "out of memory");
-	else if (kind == CACHE_WK_DIR)
-		st = obj_put(wb->c->st, key, "", 0, mcopy, nkv, etag, &err);
-	else
-		st = obj_put_fd(wb->c->st, key, w->fd, size, mcopy, nkv, etag,
-				&err);
-	meta_free(mcopy, mcopy ? nkv : 0);
-
-	pthread_mutex_lock(&wb->lock);
-	w->uploading = false;
-	wb->inflight--;
-	busy_del(wb, key);
-	if (st != OBJ_OK) {
-		char line[512];
-
-		obj_error_format(&err, line, sizeof(line));
-		w->attempts++;
-		w->failed_ms = cache_now_ms();
-		w->not_before_ms = w->failed_ms + backoff_ms(w->attempts);
-		snprintf(w->last_err, sizeof(w->last_err), "%s", line);
-		wb->failures++;
-		wb_log_err(wb, "upload of %s failed (attempt %u, retried in "
-			   "%lld ms): %s", key, w->attempts,
-			   (long long)backoff_ms(w->attempts), line);
-		pthread_cond_broadcast(&wb->cond);
-		pthread_mutex_unlock(&wb->lock);
-		cache_w_put(w);
-		free(key);
-		pthread_mutex_lock(&wb->lock);
-		return;
-	}
-	w->attempts = 0;
-	w->last_err[0] = '\0';
-	w->uploaded_gen = g;
-	snprintf(w->base_etag, sizeof(w->base_etag), "%s", etag);
-	if (!skip_put) {
-		wb->uploaded_files++;
-		wb->uploaded_bytes += size;
-	}
-	if (strcmp(w->key, key) && !find(wb, key))
-		tomb_put(wb, key, false); /* renamed while it went up */
-	try_clean(wb, w, key, etag, g);
-	pthread_cond_broadcast(&wb->cond);
-	pthread_mutex_unlock(&wb->lock);
-	cache_w_put(w);
-	free(key);
-	pthread_mutex_lock(&wb->lock); /* the caller's loop holds it */
-}
-
-/* Up to WB_DELETE_BATCH due tombstones, marked running (wb->lock held). */
-static size_t next_deletes(struct cache_wb *wb, int64_t now, int64_t *wake,
-			   struct wb_tomb **out)
-{
-	size_t n = 0;
-
-	for (size_t h = 0; h < WB_HASH && n < WB_DELETE_BATCH; h++)
-		for (struct wb_tomb *t = wb->tombs[h];
-		     t && n < WB_DELETE_BATCH; t = t->next) {
-			if (t->running || t->held || busy(wb, t->key))
-				continue;
-			if (t->not_before_ms > now) {
-				if (t->not_before_ms < *wake)
-					*wake = t->not_before_ms;
-				continue;
-			}
-			t->running = true;
-			out[n++] = t;
-		}
-	return n;
-}
-
-static void delete_batch(struct cache_wb *wb, struct wb_tomb **ts, size_t n)
-{
-	const char **keys = calloc(n, sizeof(*keys));
-	struct obj_error err;
-	obj_status st = OBJ_ERR_NOMEM;
-	size_t failed = n;
-
-	pthread_mutex_unlock(&wb->lock);
-	if (keys) {
-		for (size_t i = 0; i < n; i++)
-			keys[i] = ts[i]->key;
-		st = obj_delete_many(wb->c->st, keys, n, &failed, &err);
-	}
-	pthread_mutex_lock(&wb->lock);
-	for (size_t i = 0; i < n; i++)
-		ts[i]->running = false;
-	if (st != OBJ_OK) {
-		char line[512] = "out of memory";
-
-		if (keys)
-			obj_error_format(&err, line, sizeof(line));
-		wb->failures++;
-		wb_log_err(wb, "deleting %zu keys in the bucket failed: %s",
-			   n, line);
-		for (size_t i = 0; i < n; i++) {
-			ts[i]->failed_ms = cache_now_ms();
-			ts[i]->not_before_ms = ts[i]->failed_ms + 2000;
-		}
-		free(keys);
-		return;
-	}
-	wb->deleted_keys += n;
-	for (size_t i = 0; i < n; i++) {
-		char *k = strdup(ts[i]->key);
-
-		if (!ts[i]->held)
-			tomb_drop(wb, ts[i]->key);
-		if (k && wb->cfg.on_done) {
-			pthread_mutex_unlock(&wb->lock);
-			wb->cfg.on_done(wb->cfg.arg, k, NULL, 0, true);
-			pthread_mutex_lock(&wb->lock);
-		}
-		free(k);
-	}
-	free(keys);
-	pthread_cond_broadcast(&wb->cond);
-}
-
-static void *uploader(void *arg)
-{
-	struct cache_wb *wb = arg;
-	struct wb_tomb **batch = calloc(WB_DELETE_BATCH, sizeof(*batch));
-
-	pthread_mutex_lock(&wb->lock);
-	while (!wb->stop) {
-		int64_t now = cache_now_ms(), wake = now + 1000;
-		struct cache_wfile *w = next_upload(wb, now, &wake);
-		size_t n;
-
-		if (w) {
-			upload_one(wb, w); /* unlocks and relocks */
-			continue;
-		}
-		n = batch ? next_deletes(wb, now, &wake, batch) : 0;
-		if (n) {
-			delete_batch(wb, batch, n);
-			continue;
-		}
-		{
-			struct timespec ts = cache_deadline(
-				(unsigned)(wake > now ? wake - now : 1));
-
-			pthread_cond_timedwait(&wb->cond, &wb->lock, &ts);
-		}
-	}
-	pthread_mutex_unlock(&wb->lock);
-	free(batch);
-	return NULL;
-}
-
-int cache_wb_start(struct cache *c, const struct cache_wb_config *cfg)
-{
-	struct cache_wb *wb = c->wb;
-	unsigned n = cfg->uploaders ? cfg->uploaders : 4;
-
-	wb->cfg = *cfg;
-	if (!cfg->push)
-		return 0;
-	wb->threads = calloc(n, sizeof(*wb->threads));
-	if (!wb->threads)
-		return -ENOMEM;
-	for (unsigned i = 0; i < n; i++) {
-		int rc = pthread_create(&wb->threads[i], NULL, uploader, wb);
-
-		if (rc)
-			return -rc;
-		wb->nthreads++;
-	}
-	return 0;
-}
-
-void cache_wb_stop(struct cache *c)
-{
-	struct cache_wb *wb = c->wb;
-
-	if (!wb)
-		return;
-	pthread_mutex_lock(&wb->lock);
-	wb->stop = true;
-	pthread_cond_broadcast(&wb->cond);
-	pthread_mutex_unlock(&wb->lock);
-	for (unsigned i = 0; i < wb->nthreads; i++)
-		pthread_join(wb->threads[i], NULL);
-	free(wb->threads);
-	wb->threads = NULL;
-	wb->nthreads = 0;
-	wb->cfg.on_done = NULL;
-	wb->stop = false;
-}
+/* ---- close ---- */
 
 void cache_wb_close(struct cache *c)
 {
@@ -1134,7 +655,7 @@ int cache_w_create(struct cache *c, const char *key,
 	w->refs = 1;
 	w->gen = 1;
 	pthread_mutex_lock(&wb->lock);
-	if (find(wb, key)) {
+	if (wb_find(wb, key)) {
 		pthread_mutex_unlock(&wb->lock);
 		w->fd = -1;
 		wfile_free(w);
@@ -1143,7 +664,7 @@ int cache_w_create(struct cache *c, const char *key,
 	w->id = wb->next_id++;
 	pthread_mutex_unlock(&wb->lock);
 
-	dirty_path(w->id, path, sizeof(path));
+	wb_dirty_path(w->id, path, sizeof(path));
 	w->fd = openat(c->dirfd, path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC,
 		       0600);
 	if (w->fd < 0) {
@@ -1162,20 +683,20 @@ int cache_w_create(struct cache *c, const char *key,
 			rc = -errno;
 	}
 	pthread_mutex_lock(&wb->lock);
-	if (!rc && find(wb, key))
+	if (!rc && wb_find(wb, key))
 		rc = -EEXIST; /* lost a race with another opener */
 	if (!rc) {
 		insert(wb, w);
-		tomb_drop(wb, key); /* the upload will overwrite it */
-		rc = db_put(wb, w, false);
+		wb_tomb_drop(wb, key); /* the upload will overwrite it */
+		rc = wb_db_put(wb, w, false);
 		if (rc) {
-			take_out(wb, w);
+			wb_take_out(wb, w);
 		}
 	}
 	pthread_mutex_unlock(&wb->lock);
 	if (rc) {
 		unlinkat(c->dirfd, path, 0);
-		uncharge(c, w->charged);
+		wb_uncharge(c, w->charged);
 		wfile_free(w);
 		return rc;
 	}
@@ -1189,7 +710,7 @@ int cache_w_get(struct cache *c, const char *key, struct cache_wfile **out)
 	struct cache_wfile *w;
 
 	pthread_mutex_lock(&wb->lock);
-	w = find(wb, key);
+	w = wb_find(wb, key);
 	if (w)
 		w->refs++;
 	pthread_mutex_unlock(&wb->lock);
@@ -1210,7 +731,7 @@ void cache_w_put(struct cache_wfile *w)
 	pthread_mutex_unlock(&wb->lock);
 	if (!last)
 		return;
-	uncharge(w->c, w->charged); /* deleted: its bytes are gone now */
+	wb_uncharge(w->c, w->charged); /* deleted: its bytes are gone now */
 	wfile_free(w);
 }
 
@@ -1319,7 +840,7 @@ int cache_w_truncate(struct cache_wfile *w, uint64_t size)
 	}
 	touch(w);
 	pthread_mutex_unlock(&wb->lock);
-	uncharge(w->c, drop);
+	wb_uncharge(w->c, drop);
 	return 0;
 }
 
@@ -1425,7 +946,7 @@ int cache_w_xattrs(struct cache_wfile *w, struct obj_kv **out, size_t *n)
 	*n = w->nmeta;
 	pthread_mutex_unlock(&wb->lock);
 	if (!m || rc) {
-		meta_free(m, m ? *n : 0);
+		wb_meta_free(m, m ? *n : 0);
 		return -ENOMEM;
 	}
 	*out = m;
@@ -1443,7 +964,7 @@ int cache_w_commit(struct cache_wfile *w, bool durable)
 	if (w->in_table && (w->gen > w->queued_gen || !w->committed)) {
 		w->queued_gen = w->gen;
 		w->not_before_ms = cache_now_ms() + wb->cfg.async_delay_ms;
-		rc = db_put(wb, w, true);
+		rc = wb_db_put(wb, w, true);
 		if (!rc) {
 			w->committed = true;
 			pthread_cond_broadcast(&wb->cond);
@@ -1465,10 +986,10 @@ static struct cache_wfile *drop_locked(struct cache_wb *wb,
 {
 	char path[64];
 
-	take_out(wb, w);
+	wb_take_out(wb, w);
 	w->deleted = true;
-	db_del(wb, w->id);
-	dirty_path(w->id, path, sizeof(path));
+	wb_db_del(wb, w->id);
+	wb_dirty_path(w->id, path, sizeof(path));
 	unlinkat(wb->c->dirfd, path, 0);
 	pthread_cond_broadcast(&wb->cond);
 	return w->refs ? NULL : w;
@@ -1482,19 +1003,19 @@ int cache_w_unlink(struct cache *c, const char *key, bool in_bucket,
 	int rc = -ENOENT;
 
 	pthread_mutex_lock(&wb->lock);
-	w = find(wb, key);
+	w = wb_find(wb, key);
 	if (w) {
 		in_bucket |= w->in_bucket;
 		free_me = drop_locked(wb, w);
 		rc = 0;
 	}
 	if (in_bucket) {
-		tomb_put(wb, key, held);
+		wb_tomb_put(wb, key, held);
 		rc = 0;
 	}
 	pthread_mutex_unlock(&wb->lock);
 	if (free_me) {
-		uncharge(c, free_me->charged);
+		wb_uncharge(c, free_me->charged);
 		wfile_free(free_me);
 	}
 	return rc;
@@ -1511,38 +1032,38 @@ int cache_w_rename(struct cache *c, const char *from, const char *to,
 	if (!nk)
 		return -ENOMEM;
 	pthread_mutex_lock(&wb->lock);
-	w = find(wb, from);
+	w = wb_find(wb, from);
 	if (!w) {
 		rc = -ENOENT;
 		goto out;
 	}
-	old = find(wb, to);
+	old = wb_find(wb, to);
 	if (old && old != w) {
 		to_in_bucket |= old->in_bucket;
 		free_me = drop_locked(wb, old);
 	}
-	take_out(wb, w);
+	wb_take_out(wb, w);
 	if (w->in_bucket || from_in_bucket)
-		tomb_put(wb, from, false);
+		wb_tomb_put(wb, from, false);
 	free(w->key);
 	w->key = nk;
 	nk = NULL;
 	w->in_bucket = to_in_bucket; /* an unlink must delete that one */
 	w->base_etag[0] = '\0';
 	insert(wb, w);
-	tomb_drop(wb, to);
+	wb_tomb_drop(wb, to);
 	w->gen++;
 	if (w->committed) { /* queued: restart the delay under the name */
 		w->queued_gen = w->gen;
 		w->not_before_ms = cache_now_ms() + wb->cfg.async_delay_ms;
 	}
-	rc = db_put(wb, w, w->committed);
+	rc = wb_db_put(wb, w, w->committed);
 	pthread_cond_broadcast(&wb->cond);
 out:
 	pthread_mutex_unlock(&wb->lock);
 	free(nk);
 	if (free_me) {
-		uncharge(c, free_me->charged);
+		wb_uncharge(c, free_me->charged);
 		wfile_free(free_me);
 	}
 	return rc;
@@ -1553,7 +1074,7 @@ int cache_w_tombstone(struct cache *c, const char *key, bool held)
 	struct cache_wb *wb = c->wb;
 
 	pthread_mutex_lock(&wb->lock);
-	tomb_put(wb, key, held);
+	wb_tomb_put(wb, key, held);
 	pthread_mutex_unlock(&wb->lock);
 	return 0;
 }
@@ -1608,123 +1129,4 @@ size_t cache_w_list(struct cache *c, const char *prefix,
 	}
 	pthread_mutex_unlock(&wb->lock);
 	return n;
-}
-
-/* Pending work under prefix; failed: how much of it failed since t0. */
-static size_t pending(struct cache_wb *wb, const char *prefix, int64_t t0,
-		      size_t *failed, char *report, size_t rl)
-{
-	size_t pl = strlen(prefix), n = 0, o = 0;
-
-	*failed = 0;
-	if (rl)
-		report[0] = '\0';
-	for (size_t h = 0; h < WB_HASH; h++) {
-		for (struct cache_wfile *w = wb->tab[h]; w; w = w->hnext) {
-			if (strncmp(w->key, prefix, pl) ||
-			    (w->queued_gen <= w->uploaded_gen &&
-			     !w->uploading))
-				continue;
-			n++;
-			if (w->failed_ms >= t0 && !w->uploading) {
-				(*failed)++;
-				if (o < rl)
-					o += (size_t)snprintf(report + o,
-						rl - o, "%s: %s\n", w->key,
-						w->last_err);
-			}
-		}
-		for (struct wb_tomb *t = wb->tombs[h]; t; t = t->next) {
-			if (strncmp(t->key, prefix, pl) || t->held)
-				continue;
-			n++;
-			if (t->failed_ms >= t0 && !t->running) {
-				(*failed)++;
-				if (o < rl)
-					o += (size_t)snprintf(report + o,
-						rl - o, "%s: delete failed\n",
-						t->key);
-			}
-		}
-	}
-	return n;
-}
-
-int cache_w_flush(struct cache *c, const char *prefix, bool wait,
-		  unsigned timeout_ms, char *report, size_t rl)
-{
-	struct cache_wb *wb = c->wb;
-	size_t pl = strlen(prefix), n, failed;
-	int64_t t0 = cache_now_ms();
-	struct timespec end = cache_deadline(timeout_ms);
-	int rc = 0;
-
-	if (rl)
-		report[0] = '\0';
-	if (!wb->cfg.push) {
-		snprintf(report, rl, "mode lu: local updates are never "
-			 "uploaded\n");
-		return -EPERM;
-	}
-	pthread_mutex_lock(&wb->lock);
-	for (size_t h = 0; h < WB_HASH; h++) {
-		for (struct cache_wfile *w = wb->tab[h]; w; w = w->hnext) {
-			if (strncmp(w->key, prefix, pl))
-				continue;
-			if (w->gen > w->queued_gen) {
-				/* Written but not closed yet: what is there
-				 * now goes up, like sync(1). */
-				w->queued_gen = w->gen;
-				if (!db_put(wb, w, true))
-					w->committed = true;
-			}
-			w->not_before_ms = 0;
-		}
-		for (struct wb_tomb *t = wb->tombs[h]; t; t = t->next)
-			if (!strncmp(t->key, prefix, pl))
-				t->not_before_ms = 0;
-	}
-	pthread_cond_broadcast(&wb->cond);
-	while (wait) {
-		n = pending(wb, prefix, t0, &failed, report, rl);
-		if (!n)
-			break;
-		if (failed == n) {
-			rc = -EIO;
-			break;
-		}
-		if (pthread_cond_timedwait(&wb->cond, &wb->lock, &end) ==
-		    ETIMEDOUT) {
-			n = pending(wb, prefix, t0, &failed, report, rl);
-			rc = n ? -ETIMEDOUT : 0;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&wb->lock);
-	return rc;
-}
-
-void cache_wb_get_stats(struct cache *c, struct cache_wb_stats *o)
-{
-	struct cache_wb *wb = c->wb;
-
-	memset(o, 0, sizeof(*o));
-	pthread_mutex_lock(&wb->lock);
-	o->dirty_files = wb->nfiles;
-	for (size_t h = 0; h < WB_HASH && (wb->nfiles || wb->ntombs); h++) {
-		for (struct cache_wfile *w = wb->tab[h]; w; w = w->hnext)
-			o->queued += w->queued_gen > w->uploaded_gen;
-		for (struct wb_tomb *t = wb->tombs[h]; t; t = t->next)
-			o->queued++;
-	}
-	o->uploads_inflight = wb->inflight;
-	o->upload_failures = wb->failures;
-	o->uploaded_files = wb->uploaded_files;
-	o->uploaded_bytes = wb->uploaded_bytes;
-	o->deleted_keys = wb->deleted_keys;
-	o->conflicts = wb->conflicts;
-	o->lost_found = wb->lost_found;
-	memcpy(o->last_error, wb->last_error, sizeof(o->last_error));
-	pthread_mutex_unlock(&wb->lock);
-	o->dirty_bytes = atomic_load(&c->dirty_bytes);
 }

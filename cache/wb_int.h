@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * wb_int.h - what the two halves of the write-back share: wb.c (dirty
+ * files, tombstones, the SQLite mirror, replay) and wb_upload.c (the
+ * uploader threads, flush and statistics).  Inside the cache module only.
+ * The design and lock order are described at the top of wb.c.
+ */
+#ifndef FMFS_WB_INT_H
+#define FMFS_WB_INT_H
+
+#include <sqlite3.h>
+
+#include "cache_int.h"
+
+#define WB_HASH 4096u             /* buckets; chains grow past that */
+#define WB_BACKOFF_MAX_MS 30000
+#define WB_DELETE_BATCH 1000
+
+struct cache_wfile {
+	struct cache *c;
+	struct cache_wfile *hnext;
+	uint64_t id;
+	int fd;
+	/* Protected by wb->lock. */
+	char *key;
+	struct cache_wattr a;
+	uint64_t charged;         /* bytes charged to the cap */
+	uint64_t gen, queued_gen, uploaded_gen;
+	bool committed;           /* a row with queued 1 exists */
+	bool uploading, deleted, in_table, in_bucket;
+	char base_etag[CACHE_ETAG_MAX];
+	struct obj_kv *meta;
+	size_t nmeta;
+	unsigned refs, writers;
+	int64_t not_before_ms;
+	int64_t failed_ms;        /* latest failed upload */
+	unsigned attempts;
+	char last_err[512];
+};
+
+struct wb_tomb {
+	struct wb_tomb *next;
+	unsigned held;
+	bool running;
+	int64_t not_before_ms;
+	int64_t failed_ms;
+	char key[];
+};
+
+struct cache_wb {
+	struct cache *c;
+	struct cache_wb_config cfg;
+	sqlite3 *db;
+	sqlite3_stmt *upsert, *del, *tomb_add, *tomb_del;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;       /* work queued, an upload ended */
+	struct cache_wfile *tab[WB_HASH];
+	struct wb_tomb *tombs[WB_HASH];
+	uint64_t nfiles, ntombs;
+	uint64_t next_id;
+	char **busy_keys;          /* keys being uploaded (tombstones wait) */
+	size_t nbusy, busy_cap;
+	pthread_t *threads;
+	unsigned nthreads;
+	bool stop;
+	/* statistics */
+	uint64_t inflight, failures, uploaded_files, uploaded_bytes;
+	uint64_t deleted_keys, conflicts, lost_found;
+	char last_error[256];
+};
+
+/* wb.c, shared with wb_upload.c; wb->lock held unless said otherwise. */
+void wb_log_err(struct cache_wb *wb, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+struct cache_wfile *wb_find(struct cache_wb *wb, const char *key);
+void wb_take_out(struct cache_wb *wb, struct cache_wfile *w);
+void wb_tomb_put(struct cache_wb *wb, const char *key, bool held);
+void wb_tomb_drop(struct cache_wb *wb, const char *key);
+void wb_meta_free(struct obj_kv *m, size_t n);
+void wb_dirty_path(uint64_t id, char *buf, size_t len);
+/* Gives n dirty bytes back to the cap (c->lock; not wb->lock). */
+void wb_uncharge(struct cache *c, uint64_t n);
+int wb_db_put(struct cache_wb *wb, const struct cache_wfile *w, bool queued);
+int wb_db_del(struct cache_wb *wb, uint64_t id);
+
+#endif /* FMFS_WB_INT_H */

@@ -1,0 +1,556 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * wb_upload.c - the write-back's uploader threads: they PUT queued dirty
+ * files (multipart when large) and DELETE tombstones in batches, retry
+ * with backoff, move a file that became clean into the read cache, and
+ * answer flush and statistics.  See wb.c for the state they work on.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "wb_int.h"
+
+/* ---- uploads ---- */
+
+static int64_t backoff_ms(unsigned attempts)
+{
+	int64_t ms = 500ll << (attempts < 6 ? attempts : 6);
+
+	return ms < WB_BACKOFF_MAX_MS ? ms : WB_BACKOFF_MAX_MS;
+}
+
+static void busy_add(struct cache_wb *wb, char *key)
+{
+	if (wb->nbusy == wb->busy_cap) {
+		size_t n = wb->busy_cap ? wb->busy_cap * 2 : 16;
+		char **b = realloc(wb->busy_keys, n * sizeof(*b));
+
+		if (!b)
+			return; /* tombstones of key may run early: rare */
+		wb->busy_keys = b;
+		wb->busy_cap = n;
+	}
+	wb->busy_keys[wb->nbusy++] = key;
+}
+
+static void busy_del(struct cache_wb *wb, const char *key)
+{
+	for (size_t i = 0; i < wb->nbusy; i++)
+		if (wb->busy_keys[i] == key) {
+			wb->busy_keys[i] = wb->busy_keys[--wb->nbusy];
+			return;
+		}
+}
+
+static bool busy(struct cache_wb *wb, const char *key)
+{
+	for (size_t i = 0; i < wb->nbusy; i++)
+		if (!strcmp(wb->busy_keys[i], key))
+			return true;
+	return false;
+}
+
+/* Uploaded as it stands and no writer left: only the move to the read
+ * cache is missing. */
+static bool cleanable(const struct cache_wfile *w)
+{
+	return w->uploaded_gen && w->uploaded_gen == w->gen && !w->writers &&
+	       w->in_table;
+}
+
+/* The next file to upload (or to clean): queued, due, not uploading. */
+static struct cache_wfile *next_upload(struct cache_wb *wb, int64_t now,
+				       int64_t *wake)
+{
+	struct cache_wfile *best = NULL;
+
+	for (size_t h = 0; h < WB_HASH; h++)
+		for (struct cache_wfile *w = wb->tab[h]; w; w = w->hnext) {
+			if (w->uploading || (w->queued_gen <= w->uploaded_gen &&
+					     !cleanable(w)))
+				continue;
+			if (w->not_before_ms > now) {
+				if (w->not_before_ms < *wake)
+					*wake = w->not_before_ms;
+				continue;
+			}
+			if (!best || w->not_before_ms < best->not_before_ms)
+				best = w;
+		}
+	return best;
+}
+
+size_t cache_wattr_meta(const struct cache_wattr *a, struct obj_kv kv[4],
+			char vals[4][32])
+{
+	snprintf(vals[0], 32, "%u", (a->mode & 07777) | (a->kind ==
+		 CACHE_WK_SYMLINK ? 0120000u : a->kind == CACHE_WK_DIR ?
+		 0040000u : 0100000u));
+	snprintf(vals[1], 32, "%u", a->uid);
+	snprintf(vals[2], 32, "%u", a->gid);
+	snprintf(vals[3], 32, "%lld.%09lld",
+		 (long long)(a->mtime_ns / 1000000000),
+		 (long long)(a->mtime_ns % 1000000000));
+	kv[0] = (struct obj_kv){ "mode", vals[0] };
+	kv[1] = (struct obj_kv){ "uid", vals[1] };
+	kv[2] = (struct obj_kv){ "gid", vals[2] };
+	kv[3] = (struct obj_kv){ "mtime", vals[3] };
+	return 4;
+}
+
+/* The object metadata of w: attributes, then user xattrs. */
+static size_t user_meta(const struct cache_wfile *w, struct obj_kv *kv,
+			char vals[4][32])
+{
+	size_t n = cache_wattr_meta(&w->a, kv, vals);
+
+	for (size_t i = 0; i < w->nmeta; i++)
+		kv[n++] = w->meta[i];
+	return n;
+}
+
+/* iw: the bucket's version changed since we based our copy on it. */
+static void check_conflict(struct cache_wb *wb, const char *key,
+			   const char *base, bool was_in_bucket)
+{
+	struct obj_meta m;
+	struct obj_error err;
+	obj_status st = obj_head(wb->c->st, key, &m, &err);
+	bool changed = st == OBJ_OK ? strcmp(m.etag, base) != 0 :
+		       st == OBJ_ERR_NOT_FOUND && was_in_bucket;
+
+	if (st == OBJ_OK)
+		obj_meta_release(&m);
+	if (!changed)
+		return;
+	pthread_mutex_lock(&wb->lock);
+	wb->conflicts++;
+	wb_log_err(wb, "conflict on %s: the bucket's copy changed since "
+		   "this cache read it; the local version is uploaded over "
+		   "it (mode iw: last close wins)", key);
+	pthread_mutex_unlock(&wb->lock);
+}
+
+/* The block CRCs of a dirty file of size bytes (NULL on failure; for an
+ * empty file too). */
+static uint32_t *file_crcs(struct cache *c, int fd, uint64_t size)
+{
+	uint64_t bb = c->cfg.block_bytes, nb = (size + bb - 1) / bb;
+	uint32_t *crcs = nb ? calloc(nb, sizeof(*crcs)) : NULL;
+	char *buf = crcs ? malloc(bb) : NULL;
+	int rc = buf ? 0 : -ENOMEM;
+
+	for (uint64_t b = 0; !rc && b < nb; b++) {
+		uint64_t len = b + 1 < nb ? bb : size - b * bb;
+
+		rc = cache_uring_pread(c->uring, fd, buf, len, b * bb);
+		if (!rc)
+			crcs[b] = cache_crc32c(0, buf, len);
+	}
+	free(buf);
+	if (rc) {
+		free(crcs);
+		return NULL;
+	}
+	return crcs;
+}
+
+/* After an upload of generation g under key: when nothing changed and no
+ * writer has it open, the file leaves the table and its bytes become the
+ * read cache's copy of the new version.  The fs hears of the new version
+ * (on_done) before the file leaves, so that no open in between sees
+ * neither.  Called and returns with wb->lock held. */
+static void try_clean(struct cache_wb *wb, struct cache_wfile *w,
+		      const char *key, const char *etag, uint64_t g)
+{
+	struct cache *c = wb->c;
+	uint64_t size = w->a.size, charged;
+	uint32_t *crcs;
+	char path[64];
+	bool adopted;
+
+#define CLEAN_NOW (w->in_table && !w->deleted && w->gen == g && \
+		   !w->writers && !strcmp(w->key, key))
+	if (!CLEAN_NOW)
+		return;
+	w->uploading = true; /* no second uploader on it meanwhile */
+	pthread_mutex_unlock(&wb->lock);
+	crcs = w->a.kind == CACHE_WK_FILE ? file_crcs(c, w->fd, size) : NULL;
+	if (wb->cfg.on_done)
+		wb->cfg.on_done(wb->cfg.arg, key, etag, size, false);
+	pthread_mutex_lock(&wb->lock);
+	w->uploading = false;
+	if (!CLEAN_NOW) {
+		free(crcs);
+		return;
+	}
+#undef CLEAN_NOW
+	wb_dirty_path(w->id, path, sizeof(path));
+	charged = w->charged;
+	adopted = crcs && size &&
+		  !cache_adopt(c, key, etag, size, path, crcs, charged);
+	wb_take_out(wb, w);
+	wb_db_del(wb, w->id);
+	w->charged = 0;
+	pthread_mutex_unlock(&wb->lock);
+	if (!adopted) { /* the bucket has it: the local copy just goes */
+		unlinkat(c->dirfd, path, 0);
+		wb_uncharge(c, charged);
+	}
+	free(crcs);
+	pthread_mutex_lock(&wb->lock);
+}
+
+/* Uploads w; called and returns with wb->lock held (dropped meanwhile). */
+static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
+{
+	struct obj_kv kv[4 + 64];
+	char vals[4][32], etag[80] = "", base[CACHE_ETAG_MAX];
+	struct obj_error err;
+	obj_status st;
+	uint64_t g = w->gen, size = w->a.size;
+	char *key = strdup(w->key);
+	size_t nkv;
+	bool was_in_bucket = w->in_bucket, meta_ok = w->nmeta <= 64;
+	struct obj_kv *mcopy = NULL;
+	enum cache_wkind kind = w->a.kind;
+	bool skip_put = cleanable(w);
+
+	if (!key)
+		return; /* with the lock held, as always */
+	w->uploading = true;
+	w->in_bucket = true; /* from now on a rename must delete it */
+	w->refs++;
+	wb->inflight++;
+	busy_add(wb, key);
+	memcpy(base, w->base_etag, sizeof(base));
+	nkv = user_meta(w, kv, vals);
+	if (!meta_ok)
+		nkv = 4;
+	/* The values of w->meta may change while we upload: copy. */
+	mcopy = calloc(nkv, sizeof(*mcopy));
+	for (size_t i = 0; mcopy && i < nkv; i++) {
+		mcopy[i].name = strdup(kv[i].name);
+		mcopy[i].value = strdup(kv[i].value);
+	}
+	pthread_mutex_unlock(&wb->lock);
+
+	if (skip_put)
+		st = OBJ_OK, snprintf(etag, sizeof(etag), "%s", base);
+	else if (wb->cfg.check_conflicts && base[0])
+		check_conflict(wb, key, base, was_in_bucket);
+	if (skip_put)
+		;
+	else if (!mcopy)
+		st = OBJ_ERR_NOMEM, err.status = OBJ_ERR_NOMEM,
+		snprintf(err.message, sizeof(err.message), "out of memory");
+	else if (kind == CACHE_WK_DIR)
+		st = obj_put(wb->c->st, key, "", 0, mcopy, nkv, etag, &err);
+	else
+		st = obj_put_fd(wb->c->st, key, w->fd, size, mcopy, nkv, etag,
+				&err);
+	wb_meta_free(mcopy, mcopy ? nkv : 0);
+
+	pthread_mutex_lock(&wb->lock);
+	w->uploading = false;
+	wb->inflight--;
+	busy_del(wb, key);
+	if (st != OBJ_OK) {
+		char line[512];
+
+		obj_error_format(&err, line, sizeof(line));
+		w->attempts++;
+		w->failed_ms = cache_now_ms();
+		w->not_before_ms = w->failed_ms + backoff_ms(w->attempts);
+		snprintf(w->last_err, sizeof(w->last_err), "%s", line);
+		wb->failures++;
+		wb_log_err(wb, "upload of %s failed (attempt %u, retried in "
+			   "%lld ms): %s", key, w->attempts,
+			   (long long)backoff_ms(w->attempts), line);
+		pthread_cond_broadcast(&wb->cond);
+		pthread_mutex_unlock(&wb->lock);
+		cache_w_put(w);
+		free(key);
+		pthread_mutex_lock(&wb->lock);
+		return;
+	}
+	w->attempts = 0;
+	w->last_err[0] = '\0';
+	w->uploaded_gen = g;
+	snprintf(w->base_etag, sizeof(w->base_etag), "%s", etag);
+	if (!skip_put) {
+		wb->uploaded_files++;
+		wb->uploaded_bytes += size;
+	}
+	if (strcmp(w->key, key) && !wb_find(wb, key))
+		wb_tomb_put(wb, key, false); /* renamed while it went up */
+	try_clean(wb, w, key, etag, g);
+	pthread_cond_broadcast(&wb->cond);
+	pthread_mutex_unlock(&wb->lock);
+	cache_w_put(w);
+	free(key);
+	pthread_mutex_lock(&wb->lock); /* the caller's loop holds it */
+}
+
+/* Up to WB_DELETE_BATCH due tombstones, marked running (wb->lock held). */
+static size_t next_deletes(struct cache_wb *wb, int64_t now, int64_t *wake,
+			   struct wb_tomb **out)
+{
+	size_t n = 0;
+
+	for (size_t h = 0; h < WB_HASH && n < WB_DELETE_BATCH; h++)
+		for (struct wb_tomb *t = wb->tombs[h];
+		     t && n < WB_DELETE_BATCH; t = t->next) {
+			if (t->running || t->held || busy(wb, t->key))
+				continue;
+			if (t->not_before_ms > now) {
+				if (t->not_before_ms < *wake)
+					*wake = t->not_before_ms;
+				continue;
+			}
+			t->running = true;
+			out[n++] = t;
+		}
+	return n;
+}
+
+static void delete_batch(struct cache_wb *wb, struct wb_tomb **ts, size_t n)
+{
+	const char **keys = calloc(n, sizeof(*keys));
+	struct obj_error err;
+	obj_status st = OBJ_ERR_NOMEM;
+	size_t failed = n;
+
+	pthread_mutex_unlock(&wb->lock);
+	if (keys) {
+		for (size_t i = 0; i < n; i++)
+			keys[i] = ts[i]->key;
+		st = obj_delete_many(wb->c->st, keys, n, &failed, &err);
+	}
+	pthread_mutex_lock(&wb->lock);
+	for (size_t i = 0; i < n; i++)
+		ts[i]->running = false;
+	if (st != OBJ_OK) {
+		char line[512] = "out of memory";
+
+		if (keys)
+			obj_error_format(&err, line, sizeof(line));
+		wb->failures++;
+		wb_log_err(wb, "deleting %zu keys in the bucket failed: %s",
+			   n, line);
+		for (size_t i = 0; i < n; i++) {
+			ts[i]->failed_ms = cache_now_ms();
+			ts[i]->not_before_ms = ts[i]->failed_ms + 2000;
+		}
+		free(keys);
+		return;
+	}
+	wb->deleted_keys += n;
+	for (size_t i = 0; i < n; i++) {
+		char *k = strdup(ts[i]->key);
+
+		if (!ts[i]->held)
+			wb_tomb_drop(wb, ts[i]->key);
+		if (k && wb->cfg.on_done) {
+			pthread_mutex_unlock(&wb->lock);
+			wb->cfg.on_done(wb->cfg.arg, k, NULL, 0, true);
+			pthread_mutex_lock(&wb->lock);
+		}
+		free(k);
+	}
+	free(keys);
+	pthread_cond_broadcast(&wb->cond);
+}
+
+static void *uploader(void *arg)
+{
+	struct cache_wb *wb = arg;
+	struct wb_tomb **batch = calloc(WB_DELETE_BATCH, sizeof(*batch));
+
+	pthread_mutex_lock(&wb->lock);
+	while (!wb->stop) {
+		int64_t now = cache_now_ms(), wake = now + 1000;
+		struct cache_wfile *w = next_upload(wb, now, &wake);
+		size_t n;
+
+		if (w) {
+			upload_one(wb, w); /* unlocks and relocks */
+			continue;
+		}
+		n = batch ? next_deletes(wb, now, &wake, batch) : 0;
+		if (n) {
+			delete_batch(wb, batch, n);
+			continue;
+		}
+		{
+			struct timespec ts = cache_deadline(
+				(unsigned)(wake > now ? wake - now : 1));
+
+			pthread_cond_timedwait(&wb->cond, &wb->lock, &ts);
+		}
+	}
+	pthread_mutex_unlock(&wb->lock);
+	free(batch);
+	return NULL;
+}
+
+int cache_wb_start(struct cache *c, const struct cache_wb_config *cfg)
+{
+	struct cache_wb *wb = c->wb;
+	unsigned n = cfg->uploaders ? cfg->uploaders : 4;
+
+	wb->cfg = *cfg;
+	if (!cfg->push)
+		return 0;
+	wb->threads = calloc(n, sizeof(*wb->threads));
+	if (!wb->threads)
+		return -ENOMEM;
+	for (unsigned i = 0; i < n; i++) {
+		int rc = pthread_create(&wb->threads[i], NULL, uploader, wb);
+
+		if (rc)
+			return -rc;
+		wb->nthreads++;
+	}
+	return 0;
+}
+
+void cache_wb_stop(struct cache *c)
+{
+	struct cache_wb *wb = c->wb;
+
+	if (!wb)
+		return;
+	pthread_mutex_lock(&wb->lock);
+	wb->stop = true;
+	pthread_cond_broadcast(&wb->cond);
+	pthread_mutex_unlock(&wb->lock);
+	for (unsigned i = 0; i < wb->nthreads; i++)
+		pthread_join(wb->threads[i], NULL);
+	free(wb->threads);
+	wb->threads = NULL;
+	wb->nthreads = 0;
+	wb->cfg.on_done = NULL;
+	wb->stop = false;
+}
+
+/* Pending work under prefix; failed: how much of it failed since t0. */
+static size_t pending(struct cache_wb *wb, const char *prefix, int64_t t0,
+		      size_t *failed, char *report, size_t rl)
+{
+	size_t pl = strlen(prefix), n = 0, o = 0;
+
+	*failed = 0;
+	if (rl)
+		report[0] = '\0';
+	for (size_t h = 0; h < WB_HASH; h++) {
+		for (struct cache_wfile *w = wb->tab[h]; w; w = w->hnext) {
+			if (strncmp(w->key, prefix, pl) ||
+			    (w->queued_gen <= w->uploaded_gen &&
+			     !w->uploading))
+				continue;
+			n++;
+			if (w->failed_ms >= t0 && !w->uploading) {
+				(*failed)++;
+				if (o < rl)
+					o += (size_t)snprintf(report + o,
+						rl - o, "%s: %s\n", w->key,
+						w->last_err);
+			}
+		}
+		for (struct wb_tomb *t = wb->tombs[h]; t; t = t->next) {
+			if (strncmp(t->key, prefix, pl) || t->held)
+				continue;
+			n++;
+			if (t->failed_ms >= t0 && !t->running) {
+				(*failed)++;
+				if (o < rl)
+					o += (size_t)snprintf(report + o,
+						rl - o, "%s: delete failed\n",
+						t->key);
+			}
+		}
+	}
+	return n;
+}
+
+int cache_w_flush(struct cache *c, const char *prefix, bool wait,
+		  unsigned timeout_ms, char *report, size_t rl)
+{
+	struct cache_wb *wb = c->wb;
+	size_t pl = strlen(prefix), n, failed;
+	int64_t t0 = cache_now_ms();
+	struct timespec end = cache_deadline(timeout_ms);
+	int rc = 0;
+
+	if (rl)
+		report[0] = '\0';
+	if (!wb->cfg.push) {
+		snprintf(report, rl, "mode lu: local updates are never "
+			 "uploaded\n");
+		return -EPERM;
+	}
+	pthread_mutex_lock(&wb->lock);
+	for (size_t h = 0; h < WB_HASH; h++) {
+		for (struct cache_wfile *w = wb->tab[h]; w; w = w->hnext) {
+			if (strncmp(w->key, prefix, pl))
+				continue;
+			if (w->gen > w->queued_gen) {
+				/* Written but not closed yet: what is there
+				 * now goes up, like sync(1). */
+				w->queued_gen = w->gen;
+				if (!wb_db_put(wb, w, true))
+					w->committed = true;
+			}
+			w->not_before_ms = 0;
+		}
+		for (struct wb_tomb *t = wb->tombs[h]; t; t = t->next)
+			if (!strncmp(t->key, prefix, pl))
+				t->not_before_ms = 0;
+	}
+	pthread_cond_broadcast(&wb->cond);
+	while (wait) {
+		n = pending(wb, prefix, t0, &failed, report, rl);
+		if (!n)
+			break;
+		if (failed == n) {
+			rc = -EIO;
+			break;
+		}
+		if (pthread_cond_timedwait(&wb->cond, &wb->lock, &end) ==
+		    ETIMEDOUT) {
+			n = pending(wb, prefix, t0, &failed, report, rl);
+			rc = n ? -ETIMEDOUT : 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&wb->lock);
+	return rc;
+}
+
+void cache_wb_get_stats(struct cache *c, struct cache_wb_stats *o)
+{
+	struct cache_wb *wb = c->wb;
+
+	memset(o, 0, sizeof(*o));
+	pthread_mutex_lock(&wb->lock);
+	o->dirty_files = wb->nfiles;
+	for (size_t h = 0; h < WB_HASH && (wb->nfiles || wb->ntombs); h++) {
+		for (struct cache_wfile *w = wb->tab[h]; w; w = w->hnext)
+			o->queued += w->queued_gen > w->uploaded_gen;
+		for (struct wb_tomb *t = wb->tombs[h]; t; t = t->next)
+			o->queued++;
+	}
+	o->uploads_inflight = wb->inflight;
+	o->upload_failures = wb->failures;
+	o->uploaded_files = wb->uploaded_files;
+	o->uploaded_bytes = wb->uploaded_bytes;
+	o->deleted_keys = wb->deleted_keys;
+	o->conflicts = wb->conflicts;
+	o->lost_found = wb->lost_found;
+	memcpy(o->last_error, wb->last_error, sizeof(o->last_error));
+	pthread_mutex_unlock(&wb->lock);
+	o->dirty_bytes = atomic_load(&c->dirty_bytes);
+}
