@@ -507,6 +507,18 @@ static bool retain_drop(const struct ckpt_found *v, size_t i,
 	return all_incomplete || (have_newest && v[i].step < newest);
 }
 
+/* The newest complete step of a scan (sorted newest first), if any. */
+static bool newest_complete(const struct ckpt_found *v, size_t n,
+			    uint64_t *step)
+{
+	for (size_t i = 0; i < n; i++)
+		if (v[i].complete) {
+			*step = v[i].step;
+			return true;
+		}
+	return false;
+}
+
 int ckpt_retain_local(const char *dir, unsigned keep, bool keep_all,
 		      bool remove_all_incomplete, size_t *removed, char *msg,
 		      size_t msg_len)
@@ -521,12 +533,7 @@ int ckpt_retain_local(const char *dir, unsigned keep, bool keep_all,
 	rc = ckpt_local_scan(dir, &v, &n, msg, msg_len);
 	if (rc)
 		return rc;
-	for (size_t i = 0; i < n && !have; i++) {
-		if (v[i].complete) {
-			newest = v[i].step;
-			have = true;
-		}
-	}
+	have = newest_complete(v, n, &newest);
 	for (size_t i = 0; i < n; i++) {
 		if (!retain_drop(v, i, &kept, keep, keep_all, newest, have,
 				 remove_all_incomplete))
@@ -562,12 +569,7 @@ int ckpt_retain_remote(struct obj_store *st, unsigned keep, bool keep_all,
 	rc = ckpt_remote_scan(st, &v, &n, msg, msg_len);
 	if (rc)
 		return rc;
-	for (size_t i = 0; i < n && !have; i++) {
-		if (v[i].complete) {
-			newest = v[i].step;
-			have = true;
-		}
-	}
+	have = newest_complete(v, n, &newest);
 	for (size_t i = 0; i < n; i++) {
 		if (!retain_drop(v, i, &kept, keep, keep_all, newest, have,
 				 remove_all_incomplete))
