@@ -180,4 +180,6 @@ note "bad options"
 expect_exit 2 "--upload-parallel '0'" $FMFS mount "s3://$B" "$MNT" --upload-parallel 0
 expect_exit 2 "usage: fmfs flush" $FMFS flush
 expect_exit 2 "not an fmfs mount" $FMFS flush "$TEST_DIR"
+expect_exit 2 "--timeout 'x'" $FMFS flush "$MNT" --timeout x
+expect_exit 2 "--timeout 'x'" $FMFS umount "$MNT" --timeout x
 echo "write path ok"
