@@ -194,8 +194,14 @@ int cache_w_create(struct cache *c, const char *key,
 /* The dirty file of key, with a reference; -ENOENT if key is not dirty. */
 int cache_w_get(struct cache *c, const char *key, struct cache_wfile **out);
 void cache_w_put(struct cache_wfile *w);
+void cache_w_ref(struct cache_wfile *w); /* one more, for a holder of one */
 /* Writers: while one is registered the file is not considered clean. */
 void cache_w_writer(struct cache_wfile *w, bool add);
+/* cache_w_get and cache_w_writer(add) in one step, for a caller about to
+ * change the file: a file got with cache_w_get may be uploaded and leave
+ * the table before a later cache_w_writer, and a change made to it then
+ * would be lost.  Undo with cache_w_writer(w, false), then cache_w_put. */
+int cache_w_hold(struct cache *c, const char *key, struct cache_wfile **out);
 int cache_w_fd(struct cache_wfile *w);
 void cache_w_stat(struct cache_wfile *w, struct cache_wattr *a);
 /* Writes, charging growth to the cap (-ENOSPC when full of dirty data). */
@@ -228,6 +234,14 @@ int cache_w_unlink(struct cache *c, const char *key, bool in_bucket,
 int cache_w_rename(struct cache *c, const char *from, const char *to,
 		   bool from_in_bucket, bool to_in_bucket);
 int cache_w_tombstone(struct cache *c, const char *key, bool held);
+/* The caller is about to write key in the bucket itself (a server-side
+ * copy).  cache_w_key_begin drops a pending DELETE of key, waits until no
+ * upload or DELETE of key is out, and keeps new ones from starting until
+ * cache_w_key_end, so none lands after the caller's request.  done: that
+ * request succeeded, so key's dirty file (if any) is dropped without a
+ * DELETE; otherwise it stays and goes up as before. */
+void cache_w_key_begin(struct cache *c, const char *key);
+void cache_w_key_end(struct cache *c, const char *key, bool done);
 void cache_w_release(struct cache *c, const char *key);
 bool cache_w_tombstoned(struct cache *c, const char *key);
 /* Calls fn for every dirty file and tombstone whose key starts with

@@ -94,7 +94,7 @@ void wb_take_out(struct cache_wb *wb, struct cache_wfile *w)
 		}
 }
 
-static struct wb_tomb *tomb_find(struct cache_wb *wb, const char *key)
+struct wb_tomb *wb_tomb_find(struct cache_wb *wb, const char *key)
 {
 	for (struct wb_tomb *t = wb->tombs[wb_hash(key)]; t; t = t->next)
 		if (!strcmp(t->key, key))
@@ -518,7 +518,7 @@ int cache_wb_open(struct cache *c, char *msg, size_t ml)
 
 void wb_tomb_put(struct cache_wb *wb, const char *key, bool held)
 {
-	struct wb_tomb *t = tomb_find(wb, key);
+	struct wb_tomb *t = wb_tomb_find(wb, key);
 	uint32_t h;
 
 	if (t) {
@@ -687,7 +687,11 @@ int cache_w_create(struct cache *c, const char *key,
 		rc = -EEXIST; /* lost a race with another opener */
 	if (!rc) {
 		insert(wb, w);
-		wb_tomb_drop(wb, key); /* the upload will overwrite it */
+		/* The upload will overwrite the old object; until then the
+		 * bucket has it, so an unlink or rename must delete it. */
+		if (wb->ntombs && wb_tomb_find(wb, key))
+			w->in_bucket = true;
+		wb_tomb_drop(wb, key);
 		rc = wb_db_put(wb, w, false);
 		if (rc) {
 			wb_take_out(wb, w);
@@ -716,6 +720,29 @@ int cache_w_get(struct cache *c, const char *key, struct cache_wfile **out)
 	pthread_mutex_unlock(&wb->lock);
 	*out = w;
 	return w ? 0 : -ENOENT;
+}
+
+int cache_w_hold(struct cache *c, const char *key, struct cache_wfile **out)
+{
+	struct cache_wb *wb = c->wb;
+	struct cache_wfile *w;
+
+	pthread_mutex_lock(&wb->lock);
+	w = wb_find(wb, key);
+	if (w)
+		w->refs++, w->writers++;
+	pthread_mutex_unlock(&wb->lock);
+	*out = w;
+	return w ? 0 : -ENOENT;
+}
+
+void cache_w_ref(struct cache_wfile *w)
+{
+	struct cache_wb *wb = w->c->wb;
+
+	pthread_mutex_lock(&wb->lock);
+	w->refs++;
+	pthread_mutex_unlock(&wb->lock);
 }
 
 void cache_w_put(struct cache_wfile *w)
@@ -827,6 +854,8 @@ int cache_w_truncate(struct cache_wfile *w, uint64_t size)
 
 	pthread_mutex_lock(&wb->lock);
 	rc = grow(w, size);
+	if (!rc) /* before the bytes go: an upload reading them is stale */
+		w->gen++;
 	pthread_mutex_unlock(&wb->lock);
 	if (rc)
 		return rc;
@@ -1021,6 +1050,24 @@ int cache_w_unlink(struct cache *c, const char *key, bool in_bucket,
 	return rc;
 }
 
+/* Drops key's dirty file without a DELETE: the bucket has what replaces
+ * it (wb->lock not held). */
+void wb_forget(struct cache *c, const char *key)
+{
+	struct cache_wb *wb = c->wb;
+	struct cache_wfile *w, *free_me = NULL;
+
+	pthread_mutex_lock(&wb->lock);
+	w = wb_find(wb, key);
+	if (w)
+		free_me = drop_locked(wb, w);
+	pthread_mutex_unlock(&wb->lock);
+	if (free_me) {
+		wb_uncharge(c, free_me->charged);
+		wfile_free(free_me);
+	}
+}
+
 int cache_w_rename(struct cache *c, const char *from, const char *to,
 		   bool from_in_bucket, bool to_in_bucket)
 {
@@ -1085,7 +1132,7 @@ void cache_w_release(struct cache *c, const char *key)
 	struct wb_tomb *t;
 
 	pthread_mutex_lock(&wb->lock);
-	t = tomb_find(wb, key);
+	t = wb_tomb_find(wb, key);
 	if (t && t->held) {
 		t->held--;
 		pthread_cond_broadcast(&wb->cond);
@@ -1099,7 +1146,7 @@ bool cache_w_tombstoned(struct cache *c, const char *key)
 	bool r;
 
 	pthread_mutex_lock(&wb->lock);
-	r = wb->ntombs && tomb_find(wb, key);
+	r = wb->ntombs && wb_tomb_find(wb, key);
 	pthread_mutex_unlock(&wb->lock);
 	return r;
 }

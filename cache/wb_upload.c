@@ -52,6 +52,49 @@ static bool busy(struct cache_wb *wb, const char *key)
 	return false;
 }
 
+/* An upload of key is out, or its DELETE is, or a caller's own request
+ * (cache_w_key_begin). */
+bool wb_key_busy(struct cache_wb *wb, const char *key)
+{
+	struct wb_tomb *t = wb->ntombs ? wb_tomb_find(wb, key) : NULL;
+
+	return busy(wb, key) || (t && t->running);
+}
+
+void cache_w_key_begin(struct cache *c, const char *key)
+{
+	struct cache_wb *wb = c->wb;
+	char *mine = strdup(key);
+
+	pthread_mutex_lock(&wb->lock);
+	wb_tomb_drop(wb, key);
+	while (wb_key_busy(wb, key))
+		pthread_cond_wait(&wb->cond, &wb->lock);
+	wb_tomb_drop(wb, key); /* one that was out and failed */
+	if (mine)
+		busy_add(wb, mine);
+	pthread_mutex_unlock(&wb->lock);
+}
+
+void cache_w_key_end(struct cache *c, const char *key, bool done)
+{
+	struct cache_wb *wb = c->wb;
+
+	pthread_mutex_lock(&wb->lock);
+	for (size_t i = 0; i < wb->nbusy; i++)
+		if (!strcmp(wb->busy_keys[i], key)) {
+			char *mine = wb->busy_keys[i];
+
+			busy_del(wb, mine);
+			free(mine);
+			break;
+		}
+	pthread_cond_broadcast(&wb->cond);
+	pthread_mutex_unlock(&wb->lock);
+	if (done)
+		wb_forget(c, key);
+}
+
 /* Uploaded as it stands and no writer left: only the move to the read
  * cache is missing. */
 static bool cleanable(const struct cache_wfile *w)
@@ -70,6 +113,11 @@ static struct cache_wfile *next_upload(struct cache_wb *wb, int64_t now,
 		for (struct cache_wfile *w = wb->tab[h]; w; w = w->hnext) {
 			if (w->uploading || (w->queued_gen <= w->uploaded_gen &&
 					     !cleanable(w)))
+				continue;
+			/* One request per key at a time, in order: an older
+			 * version's PUT or a DELETE of the name still out
+			 * must land before this one starts. */
+			if (wb_key_busy(wb, w->key))
 				continue;
 			if (w->not_before_ms > now) {
 				if (w->not_before_ms < *wake)
@@ -257,6 +305,17 @@ static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
 	w->uploading = false;
 	wb->inflight--;
 	busy_del(wb, key);
+	if (st != OBJ_OK && w->gen != g) {
+		/* Changed under the upload (a truncate makes the source
+		 * short): not a failure; the new version goes up next. */
+		w->not_before_ms = cache_now_ms() + wb->cfg.async_delay_ms;
+		pthread_cond_broadcast(&wb->cond);
+		pthread_mutex_unlock(&wb->lock);
+		cache_w_put(w);
+		free(key);
+		pthread_mutex_lock(&wb->lock);
+		return;
+	}
 	if (st != OBJ_OK) {
 		char line[512];
 
@@ -330,8 +389,9 @@ static void delete_batch(struct cache_wb *wb, struct wb_tomb **ts, size_t n)
 		st = obj_delete_many(wb->c->st, keys, n, &failed, &err);
 	}
 	pthread_mutex_lock(&wb->lock);
-	for (size_t i = 0; i < n; i++)
-		ts[i]->running = false;
+	if (st != OBJ_OK)
+		for (size_t i = 0; i < n; i++)
+			ts[i]->running = false;
 	if (st != OBJ_OK) {
 		char line[512] = "out of memory";
 
@@ -348,20 +408,24 @@ static void delete_batch(struct cache_wb *wb, struct wb_tomb **ts, size_t n)
 		return;
 	}
 	wb->deleted_keys += n;
+	/* Copies of the keys: once a tombstone is no longer running another
+	 * thread may drop it, and on_done runs without the lock. */
 	for (size_t i = 0; i < n; i++) {
-		char *k = strdup(ts[i]->key);
-
+		keys[i] = strdup(ts[i]->key);
+		ts[i]->running = false;
 		if (!ts[i]->held)
 			wb_tomb_drop(wb, ts[i]->key);
-		if (k && wb->cfg.on_done) {
+	}
+	pthread_cond_broadcast(&wb->cond);
+	for (size_t i = 0; i < n; i++) {
+		if (keys[i] && wb->cfg.on_done) {
 			pthread_mutex_unlock(&wb->lock);
-			wb->cfg.on_done(wb->cfg.arg, k, NULL, 0, true);
+			wb->cfg.on_done(wb->cfg.arg, keys[i], NULL, 0, true);
 			pthread_mutex_lock(&wb->lock);
 		}
-		free(k);
+		free((char *)keys[i]);
 	}
 	free(keys);
-	pthread_cond_broadcast(&wb->cond);
 }
 
 static void *uploader(void *arg)

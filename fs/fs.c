@@ -391,6 +391,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	pthread_mutex_init(&h->lock, NULL);
 	atomic_store(&h->refs, 1);
 	h->fs = fs;
+	atomic_store(&h->wgen, atomic_load(&in->wgen)); /* before the look */
 	/* A dirty file, or opening for writing: the write-back's copy. */
 	rc = fs_open_w(fs, in, fi->flags, h);
 	if (rc < 0)
@@ -430,13 +431,52 @@ fail:
 	fuse_reply_err(req, -rc);
 }
 
-static void read_w(fuse_req_t req, struct fs_handle *h, size_t size,
+/* The dirty file a read through h is served from (with a reference), or
+ * NULL for the clean copy h->cf.  A reader opened on one version follows
+ * the file when another descriptor makes a new dirty copy of it (after
+ * the one it had was uploaded and left): reads see the latest write, as
+ * on a local file system. */
+static struct cache_wfile *fs_handle_w(struct fs *fs, struct fs_handle *h)
+{
+	struct cache_wfile *w, *nw = NULL, *old = NULL;
+	struct fs_inode *in = h->in;
+	char key[OBJ_KEY_MAX + 2];
+	uint64_t g;
+	bool dead;
+
+	if (!in || (!h->w && atomic_load(&in->wgen) == atomic_load(&h->wgen)))
+		return NULL; /* the fast path of clean reads: no lock */
+	pthread_mutex_lock(&h->lock);
+	g = atomic_load(&in->wgen);
+	if (!h->writer && g != atomic_load(&h->wgen)) {
+		pthread_mutex_lock(&fs->lock);
+		dead = in->unlinked;
+		snprintf(key, sizeof(key), "%s", in->key);
+		pthread_mutex_unlock(&fs->lock);
+		if (!dead && !cache_w_get(fs->cfg.cache, key, &nw) &&
+		    nw != h->w) {
+			old = h->w;
+			h->w = nw;
+			nw = NULL;
+		}
+		atomic_store(&h->wgen, g);
+	}
+	w = h->w;
+	if (w)
+		cache_w_ref(w);
+	pthread_mutex_unlock(&h->lock);
+	cache_w_put(nw);
+	cache_w_put(old);
+	return w;
+}
+
+static void read_w(fuse_req_t req, struct cache_wfile *w, size_t size,
 		   off_t off)
 {
 	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(0);
 	struct cache_wattr a;
 
-	cache_w_stat(h->w, &a);
+	cache_w_stat(w, &a);
 	if ((uint64_t)off >= a.size) {
 		fuse_reply_buf(req, NULL, 0);
 		return;
@@ -445,7 +485,7 @@ static void read_w(fuse_req_t req, struct fs_handle *h, size_t size,
 		size = (size_t)(a.size - (uint64_t)off);
 	bv.buf[0].size = size;
 	bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
-	bv.buf[0].fd = cache_w_fd(h->w);
+	bv.buf[0].fd = cache_w_fd(w);
 	bv.buf[0].pos = off;
 	fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
 }
@@ -456,12 +496,15 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct fs *fs = FS(req);
 	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
 	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(0);
+	struct cache_wfile *w;
 	int rc;
 
 	(void)ino;
 	atomic_fetch_add(&fs->reads, 1);
-	if (h->w) {
-		read_w(req, h, size, off);
+	w = fs_handle_w(fs, h);
+	if (w) {
+		read_w(req, w, size, off);
+		cache_w_put(w);
 		return;
 	}
 	if ((uint64_t)off >= h->size_bytes) {

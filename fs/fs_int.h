@@ -62,6 +62,8 @@ struct fs_inode {
 	unsigned held_deletes;     /* tombstones waiting for the last close */
 	bool unlinked;             /* out of the namespace (unlink, replaced) */
 	struct cache_wfile *w_dead; /* its dirty file then, for attributes */
+	atomic_uint_fast64_t wgen; /* bumped when a new dirty file is made:
+	                            * read handles look for it (fs_handle_w) */
 	uint64_t nlookup;          /* kernel references; protected by lock */
 	unsigned children;         /* inodes naming us as parent */
 	/* user metadata (xattrs), fetched by HEAD, protected by fs->lock */
@@ -116,9 +118,10 @@ struct fs_handle {
 	struct fs *fs;
 	struct fs_inode *in;    /* for the open count (fs->lock) */
 	struct cache_file *cf;
-	struct cache_wfile *w;
+	struct cache_wfile *w;  /* a reader's may change: see fs_handle_w */
 	bool writer;            /* opened for writing: w is set */
-	pthread_mutex_t lock;   /* protects rd */
+	atomic_uint_fast64_t wgen; /* in->wgen when w was last looked up */
+	pthread_mutex_t lock;   /* protects rd, and w of a reader */
 	struct cache_reader rd;
 	uint64_t size_bytes;
 };

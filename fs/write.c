@@ -143,7 +143,8 @@ static void attr_of(struct fs *fs, struct fs_inode *in, struct cache_wattr *a,
 }
 
 /* A dirty copy of the clean object in: its bytes (fetched if needed), or
- * none when truncate is set. */
+ * none when truncate is set.  Returned held (a writer registered, see
+ * cache_w_hold): the caller undoes it once its change is committed. */
 static int materialize(struct fs *fs, struct fs_inode *in, bool truncate,
 		       struct cache_wfile **out)
 {
@@ -166,8 +167,12 @@ static int materialize(struct fs *fs, struct fs_inode *in, bool truncate,
 	}
 	rc = cache_w_create(c, in->key, &a, true, etag, cf, out);
 	cache_file_close(cf);
-	if (rc == -EEXIST) /* another opener was first */
-		rc = cache_w_get(c, in->key, out);
+	if (!rc) { /* not queued yet: it cannot turn clean meanwhile */
+		cache_w_writer(*out, true);
+		atomic_fetch_add(&in->wgen, 1); /* readers: a new copy */
+	}
+	else if (rc == -EEXIST) /* another opener was first */
+		rc = cache_w_hold(c, in->key, out);
 	return rc;
 }
 
@@ -180,26 +185,24 @@ int fs_open_w(struct fs *fs, struct fs_inode *in, int flags,
 
 	if (wr && fs->cfg.mode == FS_MODE_RO)
 		return -EROFS;
-	if (!cache_w_get(fs->cfg.cache, in->key, &w)) {
-		if (wr && (flags & O_TRUNC)) {
+	if (!wr)
+		return cache_w_get(fs->cfg.cache, in->key, &h->w) ? 1 : 0;
+	if (!cache_w_hold(fs->cfg.cache, in->key, &w)) {
+		if (flags & O_TRUNC) {
 			rc = cache_w_truncate(w, 0);
 			if (rc) {
+				cache_w_writer(w, false);
 				cache_w_put(w);
 				return rc;
 			}
 		}
-	} else if (!wr) {
-		return 1;
 	} else {
 		rc = materialize(fs, in, flags & O_TRUNC, &w);
 		if (rc)
 			return rc;
 	}
 	h->w = w;
-	if (wr) {
-		h->writer = true;
-		cache_w_writer(w, true);
-	}
+	h->writer = true; /* registered by cache_w_hold or materialize */
 	return 0;
 }
 
@@ -295,10 +298,14 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	ctx_attr(req, CACHE_WK_FILE, mode, &a);
 	rc = cache_w_create(c, key, &a, !e.pending, e.pending ? NULL : e.etag,
 			    NULL, &w);
-	if (rc == -EEXIST && !(rc = cache_w_get(c, key, &w)))
+	if (!rc)
+		cache_w_writer(w, true); /* new: not queued, cannot go clean */
+	else if (rc == -EEXIST && !(rc = cache_w_hold(c, key, &w)))
 		rc = cache_w_truncate(w, 0);
 	h = rc ? NULL : calloc(1, sizeof(*h));
 	if (!h) {
+		if (w)
+			cache_w_writer(w, false);
 		cache_w_put(w);
 		fuse_reply_err(req, rc ? -rc : ENOMEM);
 		return;
@@ -308,13 +315,13 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	h->fs = fs;
 	h->w = w;
 	h->writer = true;
-	cache_w_writer(w, true);
 	in = new_entry(fs, dir, name, &a);
 	if (!in) {
 		fs_handle_put(h);
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
+	atomic_fetch_add(&in->wgen, 1); /* readers: a new copy */
 	fs_refresh_from_w(fs, in);
 	memset(&ep, 0, sizeof(ep));
 	pthread_mutex_lock(&fs->lock);
@@ -485,7 +492,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
-	if (!w && !cache_w_get(fs->cfg.cache, in->key, &own))
+	if (!w && !cache_w_hold(fs->cfg.cache, in->key, &own))
 		w = own;
 	memset(&a, 0, sizeof(a));
 	if (to_set & FUSE_SET_ATTR_MODE)
@@ -535,6 +542,8 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 	/* Not through an open writer: nothing else will commit it. */
 	if (!rc && w && !(h && h->writer))
 		rc = cache_w_commit(w, false);
+	if (own)
+		cache_w_writer(own, false);
 	cache_w_put(own);
 	if (rc) {
 		fuse_reply_err(req, -rc);
@@ -746,11 +755,13 @@ static int copy_object(struct fs *fs, const char *from, const char *to)
 
 	if (fs->cfg.mode == FS_MODE_LU)
 		return -EXDEV; /* never in the bucket: mv copies instead */
+	/* The copy replaces whatever was dirty under the new name; an
+	 * upload or a DELETE of it still out must not land after it. */
+	cache_w_key_begin(fs->cfg.cache, to);
 	st = obj_copy(fs->cfg.st, from, to, NULL, 0, etag, &err);
+	cache_w_key_end(fs->cfg.cache, to, st == OBJ_OK);
 	if (st != OBJ_OK)
 		return fs_obj_errno(fs, st, &err);
-	/* The copy replaced whatever was dirty under the new name. */
-	cache_w_unlink(fs->cfg.cache, to, false, false);
 	cache_evict_key(fs->cfg.cache, to);
 	return cache_w_tombstone(fs->cfg.cache, from, false);
 }
@@ -975,7 +986,7 @@ static void change_xattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			rc = -EINVAL; /* S3 metadata is printable ASCII */
 	if (!rc && in->is_dir)
 		rc = -ENOTSUP;
-	if (!rc && cache_w_get(fs->cfg.cache, in->key, &w) &&
+	if (!rc && cache_w_hold(fs->cfg.cache, in->key, &w) &&
 	    fs->cfg.mode == FS_MODE_LU)
 		rc = materialize(fs, in, false, &w);
 	if (!rc && w) {
@@ -987,6 +998,8 @@ static void change_xattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	} else if (!rc) {
 		rc = copy_meta(fs, in, NULL, 0, name + 5, value, size, flags);
 	}
+	if (w)
+		cache_w_writer(w, false);
 	cache_w_put(w);
 	fuse_reply_err(req, -rc);
 }
