@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "wb_int.h"
@@ -251,6 +252,13 @@ static void try_clean(struct cache_wb *wb, struct cache_wfile *w,
 	pthread_mutex_lock(&wb->lock);
 }
 
+static bool shrunk(int fd, uint64_t size)
+{
+	struct stat sb;
+
+	return !fstat(fd, &sb) && (uint64_t)sb.st_size < size;
+}
+
 /* Uploads w; called and returns with wb->lock held (dropped meanwhile). */
 static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
 {
@@ -305,9 +313,10 @@ static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
 	w->uploading = false;
 	wb->inflight--;
 	busy_del(wb, key);
-	if (st != OBJ_OK && w->gen != g) {
+	if (st != OBJ_OK && (w->gen != g || shrunk(w->fd, size))) {
 		/* Changed under the upload (a truncate makes the source
-		 * short): not a failure; the new version goes up next. */
+		 * short, and may not have said so yet): not a failure; the
+		 * new version goes up after its commit. */
 		w->not_before_ms = cache_now_ms() + wb->cfg.async_delay_ms;
 		pthread_cond_broadcast(&wb->cond);
 		pthread_mutex_unlock(&wb->lock);
@@ -408,23 +417,21 @@ static void delete_batch(struct cache_wb *wb, struct wb_tomb **ts, size_t n)
 		return;
 	}
 	wb->deleted_keys += n;
-	/* Copies of the keys: once a tombstone is no longer running another
-	 * thread may drop it, and on_done runs without the lock. */
+	/* The fs hears of each delete (and forgets its listing) while the
+	 * tombstone still hides the name: a listing fetched before the
+	 * DELETE must not show it in between.  Running tombstones stay put
+	 * meanwhile (wb_tomb_drop leaves them). */
+	for (size_t i = 0; wb->cfg.on_done && i < n; i++) {
+		pthread_mutex_unlock(&wb->lock);
+		wb->cfg.on_done(wb->cfg.arg, ts[i]->key, NULL, 0, true);
+		pthread_mutex_lock(&wb->lock);
+	}
 	for (size_t i = 0; i < n; i++) {
-		keys[i] = strdup(ts[i]->key);
 		ts[i]->running = false;
 		if (!ts[i]->held)
 			wb_tomb_drop(wb, ts[i]->key);
 	}
 	pthread_cond_broadcast(&wb->cond);
-	for (size_t i = 0; i < n; i++) {
-		if (keys[i] && wb->cfg.on_done) {
-			pthread_mutex_unlock(&wb->lock);
-			wb->cfg.on_done(wb->cfg.arg, keys[i], NULL, 0, true);
-			pthread_mutex_lock(&wb->lock);
-		}
-		free((char *)keys[i]);
-	}
 	free(keys);
 }
 

@@ -450,10 +450,12 @@ static struct cache_wfile *fs_handle_w(struct fs *fs, struct fs_handle *h)
 	g = atomic_load(&in->wgen);
 	if (!h->writer && g != atomic_load(&h->wgen)) {
 		pthread_mutex_lock(&fs->lock);
-		dead = in->unlinked;
+		dead = in->unlinked; /* then its own last copy, if any */
+		if (dead && (nw = in->w_dead))
+			cache_w_ref(nw);
 		snprintf(key, sizeof(key), "%s", in->key);
 		pthread_mutex_unlock(&fs->lock);
-		if (!dead && !cache_w_get(fs->cfg.cache, key, &nw) &&
+		if ((nw || (!dead && !cache_w_get(fs->cfg.cache, key, &nw))) &&
 		    nw != h->w) {
 			old = h->w;
 			h->w = nw;

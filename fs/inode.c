@@ -433,6 +433,7 @@ struct fs_listing *fs_dir_listing(struct fs *fs, const char *dir_key,
 				  int *err)
 {
 	struct fs_listing *l, *nl;
+	uint64_t gen;
 
 	*err = 0;
 	pthread_mutex_lock(&fs->lock);
@@ -445,8 +446,7 @@ struct fs_listing *fs_dir_listing(struct fs *fs, const char *dir_key,
 	 * directory key.  A change (fs_dir_invalidate) while the LIST was
 	 * out may have been missed by it: then it is fetched again. */
 	for (int tries = 0;; tries++) {
-		uint64_t gen = atomic_load(&fs->dir_gen);
-
+		gen = atomic_load(&fs->dir_gen);
 		*err = fetch_listing(fs, dir_key, &nl);
 		if (*err || gen == atomic_load(&fs->dir_gen) || tries == 3)
 			break;
@@ -456,6 +456,8 @@ struct fs_listing *fs_dir_listing(struct fs *fs, const char *dir_key,
 		fs_listing_put(l);
 		atomic_fetch_add(&nl->refs, 1);
 		pthread_mutex_lock(&fs->lock);
+		if (gen != atomic_load(&fs->dir_gen))
+			nl->fetched_ms = 0; /* unsettled: not kept as fresh */
 		dircache_put(fs, dir_key, nl);
 		pthread_mutex_unlock(&fs->lock);
 		return nl;

@@ -674,6 +674,24 @@ void fs_op_readlink(fuse_req_t req, fuse_ino_t ino)
 	fuse_reply_readlink(req, buf);
 }
 
+/* A dirty file seen as never uploaded (pending) may have been uploaded
+ * and left the table since: pinned, it cannot; gone, it is in the bucket
+ * now.  Returns whether the bucket may have key. */
+static bool pin_pending(struct fs *fs, const char *key, bool pending,
+			struct cache_wfile **pin)
+{
+	*pin = NULL;
+	return !pending || cache_w_hold(fs->cfg.cache, key, pin);
+}
+
+static void unpin(struct cache_wfile *pin)
+{
+	if (pin) {
+		cache_w_writer(pin, false);
+		cache_w_put(pin);
+	}
+}
+
 /* An open inode about to leave the namespace keeps its dirty file for
  * its attributes (fs->lock held). */
 static void keep_dead(struct fs *fs, struct fs_inode *in, const char *key)
@@ -691,7 +709,8 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 	char key[OBJ_KEY_MAX + 2];
 	struct fs_inode *dir, *in;
 	struct fs_entry e;
-	bool held = false;
+	struct cache_wfile *pin = NULL;
+	bool held = false, in_bucket;
 	int err, rc;
 
 	dir = dir_of(fs, parent, &err);
@@ -728,7 +747,9 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 	pthread_mutex_unlock(&fs->lock);
 	/* A directory's marker may exist even if the listing does not say;
 	 * deleting a missing key is harmless. */
-	cache_w_unlink(c, key, dir_entry || !e.pending, held);
+	in_bucket = dir_entry || pin_pending(fs, key, e.pending, &pin);
+	cache_w_unlink(c, key, in_bucket, held);
+	unpin(pin);
 	if (dir_entry)
 		fs_dir_invalidate(fs, key, true);
 	else
@@ -769,9 +790,13 @@ static int copy_object(struct fs *fs, const char *from, const char *to)
 static int rename_file(struct fs *fs, const char *from, const char *to,
 		       const struct fs_entry *se, const struct fs_entry *de)
 {
-	int rc = cache_w_rename(fs->cfg.cache, from, to, !se->pending,
-				de && !de->pending);
+	struct cache_wfile *pf, *pt = NULL;
+	bool from_in = pin_pending(fs, from, se->pending, &pf);
+	bool to_in = de && pin_pending(fs, to, de->pending, &pt);
+	int rc = cache_w_rename(fs->cfg.cache, from, to, from_in, to_in);
 
+	unpin(pf);
+	unpin(pt);
 	if (rc != -ENOENT) {
 		if (!rc)
 			cache_evict_key(fs->cfg.cache, to);
