@@ -338,7 +338,8 @@ static int load_blocks(struct cache_index *x, struct loaded *l,
 		int64_t k = sqlite3_column_int64(st, 1);
 		struct cache_file **fp;
 
-		fp = bsearch(&id, l->v, l->n, sizeof(*l->v), id_find_cmp);
+		fp = l->n ? bsearch(&id, l->v, l->n, sizeof(*l->v),
+				    id_find_cmp) : NULL;
 		if (!fp || k < 0 || k > UINT32_MAX ||
 		    !load_chunk(*fp, (uint32_t)k,
 				sqlite3_column_blob(st, 2),
@@ -641,7 +642,8 @@ static bool dead_push_locked(struct cache *c, const uint64_t *ids, size_t n)
 		c->dead_ids = v;
 		c->dead_cap = cap;
 	}
-	memcpy(c->dead_ids + c->ndead, ids, n * sizeof(*ids));
+	if (n)
+		memcpy(c->dead_ids + c->ndead, ids, n * sizeof(*ids));
 	c->ndead += n;
 	return true;
 }

@@ -551,9 +551,9 @@ void wb_tomb_drop(struct cache_wb *wb, const char *key)
 			if (t->running)
 				return; /* the DELETE is out: let it land */
 			*pp = t->next;
-			free(t);
 			wb->ntombs--;
-			db_tomb(wb, key, false);
+			db_tomb(wb, key, false); /* key may be t->key */
+			free(t);
 			return;
 		}
 }

@@ -344,7 +344,8 @@ static int fetch_listing(struct fs *fs, const char *dir_key,
 		return rc;
 	}
 	/* Sort, then keep one entry per name (the directory if both). */
-	qsort(l->e, l->n, sizeof(*l->e), cmp_entry);
+	if (l->n) /* l->e may be NULL, and qsort's is declared nonnull */
+		qsort(l->e, l->n, sizeof(*l->e), cmp_entry);
 	for (size_t r = w = 0; r < l->n; r++) {
 		if (w && !strcmp(l->e[w - 1].name, l->e[r].name)) {
 			free(l->e[r].name);
@@ -827,7 +828,8 @@ static void dedup(struct fs_listing *l)
 {
 	size_t w = 0;
 
-	qsort(l->e, l->n, sizeof(*l->e), cmp_entry);
+	if (l->n) /* l->e may be NULL */
+		qsort(l->e, l->n, sizeof(*l->e), cmp_entry);
 	for (size_t r = 0; r < l->n; r++) {
 		if (w && !strcmp(l->e[w - 1].name, l->e[r].name)) {
 			free(l->e[r].name);
