@@ -17,7 +17,9 @@
 # >= 0.8 x the gateway's parallel PUT rate (aws s3 cp) in the same run.
 # Round by round, each method once, ratios taken within a round, medians
 # over rounds. A benchmark, not a test: it fails only when something does
-# not work.
+# not work. "In the bucket": a HEAD every 0.1 s until the object's size is
+# the file's. The gateway, mounts, polling and the summary's common part
+# are in lib.sh, shared with bench-write.sh.
 #
 #   tools/bench/bench-ckpt.sh             (or: make bench)
 #
@@ -47,62 +49,14 @@ export LC_ALL=C
 PROG=bench-ckpt.sh
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-RGW_SH=$ROOT/tests/lib/rgw.sh
 FMCKPT=${BENCH_FMCKPT:-$ROOT/tools/fmckpt}
-ROUNDS=${BENCH_ROUNDS:-3}
-SIZE=${BENCH_SIZE:-1G}
-SYSTEMS=${BENCH_SYSTEMS-s3fs rclone}
-MOUNT_TIMEOUT=30
+# shellcheck source=tools/bench/lib.sh
+source "$HERE/lib.sh"
 
-msg() { echo "$PROG: $*" >&2; }
-die() { msg "$*"; exit 1; }
-
-[ $# -eq 0 ] || { echo "usage: [BENCH_ROUNDS=N] [BENCH_SIZE=1G] $PROG" >&2; exit 2; }
-case $ROUNDS in
-'' | *[!0-9]* | 0) msg "BENCH_ROUNDS must be a positive integer"; exit 2 ;;
-esac
-for tool in aws python3 radosgw radosgw-admin ceph-mon ceph-osd; do
-	command -v "$tool" >/dev/null || die "needs $tool on PATH"
-done
+bench_args "$@"
 [ -x "$FMCKPT" ] || die "$FMCKPT missing: run ./configure && make"
 
-TMP=
-CLEANED=0
-MOUNTS=()
-DAEMONS=()
-cleanup() {
-	local rc=$? m p
-	[ "$CLEANED" = 1 ] && return
-	CLEANED=1
-	trap '' INT TERM
-	for m in "${MOUNTS[@]}"; do
-		fusermount3 -u "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
-	done
-	for p in "${DAEMONS[@]}"; do
-		kill "$p" 2>/dev/null || true
-		wait "$p" 2>/dev/null || true
-	done
-	if [ -n "$TMP" ] && [ -d "$TMP" ]; then
-		if [ -d "$TMP/rgw" ] &&
-		   ! "$RGW_SH" stop "$TMP/rgw" >/dev/null 2>&1; then
-			msg "could not stop the gateway in $TMP/rgw"
-		fi
-		if grep -qF " $TMP/" /proc/self/mounts; then
-			msg "something is still mounted under $TMP; leaving it"
-		else
-			rm -rf "$TMP"
-		fi
-	fi
-	exit $rc
-}
-trap cleanup EXIT
-trap 'msg interrupted; exit 130' INT
-trap 'msg terminated; exit 143' TERM
-
-TMP=$(mktemp -d "${BENCH_TMPDIR:-/tmp}/fmfs-bench-ckpt.XXXXXX")
-mkdir -p "$TMP/log" "$TMP/mnt" "$TMP/cache"
-RESULTS=$TMP/results.tsv      # ROUND METHOD KEY VALUE
-: >"$RESULTS"
+bench_init ckpt
 
 # A sanitizer build spends CPU per byte that a release build does not;
 # measure an optimized copy of the same sources instead.
@@ -121,119 +75,9 @@ if [ -z "${BENCH_FMCKPT:-}" ] &&
 	FMCKPT=$TMP/fmckpt
 fi
 
-msg "starting the gateway"
-"$RGW_SH" start "$TMP/rgw" >/dev/null 2>"$TMP/log/rgw.err" || {
-	cat "$TMP/log/rgw.err" >&2
-	die "could not start the gateway"
-}
-# shellcheck disable=SC1091
-source "$TMP/rgw/env"
-BUCKET=$RGW_BUCKET
-export AWS_CONFIG_FILE=$TMP/aws-config
-export AWS_SHARED_CREDENTIALS_FILE=$TMP/aws-credentials
-unset AWS_PROFILE AWS_DEFAULT_PROFILE AWS_ENDPOINT_URL
-cat >"$AWS_CONFIG_FILE" <<EOF
-[default]
-region = $AWS_REGION
-s3 =
-    max_concurrent_requests = 10
-    multipart_threshold = 8MB
-    multipart_chunksize = 8MB
-    addressing_style = path
-EOF
-: >"$AWS_SHARED_CREDENTIALS_FILE"
-awsx() { aws --endpoint-url "$RGW_ENDPOINT" "$@"; }
-
-# Deleted objects stay in the gateway's RAM until garbage collection.
-reclaim() { # PREFIX
-	awsx s3 rm --quiet --recursive "s3://$BUCKET/$1" >/dev/null 2>&1 || true
-	timeout 120 radosgw-admin -c "$CEPH_CONF" gc process --include-all \
-		>/dev/null 2>&1 || msg "radosgw-admin gc process failed"
-}
-
-BYTES=$(numfmt --from=iec "${SIZE%B}" 2>/dev/null) ||
-	die "BENCH_SIZE '$SIZE' is not a size (1G, 512M, ...)"
-head -c "$BYTES" /dev/urandom >"$TMP/data.bin"
-
-now() { echo "$EPOCHREALTIME"; }
-elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.6f", b - a }'; }
-record() { echo "$ROUND $1 $2 $3" >>"$RESULTS"; }
-
-# Seconds until KEY is in the bucket with BYTES bytes (polled), from T0.
-durable_at() { # KEY T0
-	local i sz
-	for ((i = 0; i < 6000; i++)); do
-		sz=$(awsx s3api head-object --bucket "$BUCKET" --key "$1" \
-			--query ContentLength --output text 2>/dev/null) || sz=
-		if [ "$sz" = "$BYTES" ]; then
-			elapsed "$2" "$(now)"
-			return 0
-		fi
-		sleep 0.1
-	done
-	return 1
-}
-
-wait_mounted() { # MNT PID
-	local i
-	for ((i = 0; i < MOUNT_TIMEOUT * 10; i++)); do
-		mountpoint -q "$1" && return 0
-		kill -0 "$2" 2>/dev/null || return 1
-		sleep 0.1
-	done
-	return 1
-}
-
-printf '%s:%s\n' "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY" >"$TMP/s3fs.passwd"
-chmod 600 "$TMP/s3fs.passwd"
-cat >"$TMP/rclone.conf" <<EOF
-[bench]
-type = s3
-provider = Ceph
-endpoint = $RGW_ENDPOINT
-force_path_style = true
-access_key_id = $AWS_ACCESS_KEY_ID
-secret_access_key = $AWS_SECRET_ACCESS_KEY
-region = $AWS_REGION
-EOF
-chmod 600 "$TMP/rclone.conf"
-
-mount_sys() { # SYS MNT CACHE
-	case $1 in
-	s3fs)
-		s3fs "$BUCKET" "$2" -f -o url="$RGW_ENDPOINT" \
-			-o use_path_request_style -o passwd_file="$TMP/s3fs.passwd" \
-			-o use_cache="$3" -o parallel_count=8 -o multipart_size=32 \
-			>>"$TMP/log/s3fs.log" 2>&1 & ;;
-	rclone)
-		env -u AWS_CA_BUNDLE rclone --config "$TMP/rclone.conf" mount \
-			"bench:$BUCKET" "$2" --vfs-cache-mode full --cache-dir "$3" \
-			>>"$TMP/log/rclone.log" 2>&1 & ;;
-	esac
-	DAEMONS+=($!)
-	MOUNTS+=("$2")
-	wait_mounted "$2" "$!"
-}
-
-unmount_sys() { # MNT
-	fusermount3 -u "$1" 2>/dev/null || umount -l "$1" 2>/dev/null || true
-	for p in "${DAEMONS[@]}"; do
-		wait "$p" 2>/dev/null || true
-	done
-	DAEMONS=()
-	MOUNTS=()
-}
-
-RUN_SYSTEMS=()
-for s in $SYSTEMS; do
-	if ! command -v "$s" >/dev/null; then
-		msg "$s not installed: skipped (apt-get install -y $s)"
-	elif [ ! -e /dev/fuse ] || [ "$(id -u)" != 0 ]; then
-		msg "$s needs root and /dev/fuse: skipped"
-	else
-		RUN_SYSTEMS+=("$s")
-	fi
-done
+bench_gateway
+bench_data
+bench_systems
 
 for ROUND in $(seq 1 "$ROUNDS"); do
 	msg "round $ROUND of $ROUNDS"
@@ -255,67 +99,19 @@ EOF
 	sync
 
 	# aws s3 cp of the same bytes, from the page cache.
-	cat "$TMP/data.bin" >/dev/null
-	t0=$(now)
-	awsx s3 cp --only-show-errors "$TMP/data.bin" "s3://$BUCKET/aws/data.bin" ||
-		die "aws s3 cp failed"
-	record aws put_s "$(elapsed "$t0" "$(now)")"
-	reclaim aws/
+	measure_aws
 
 	for s in "${RUN_SYSTEMS[@]}"; do
-		m=$TMP/mnt/$s
-		c=$TMP/cache/$s
-		rm -rf "$c"
-		mkdir -p "$m" "$c"
-		if ! mount_sys "$s" "$m" "$c"; then
-			msg "$s did not mount; skipped (log in $TMP/log)"
-			unmount_sys "$m"
-			continue
-		fi
-		cat "$TMP/data.bin" >/dev/null
-		t0=$(now)
-		if cp "$TMP/data.bin" "$m/$s.bin"; then
-			record "$s" cp_blocking_s "$(elapsed "$t0" "$(now)")"
-			if d=$(durable_at "$s.bin" "$t0"); then
-				record "$s" durable_s "$d"
-			else
-				msg "$s: object not complete in the bucket after 10 min"
-			fi
-		else
-			msg "$s: cp onto the mount failed"
-		fi
-		unmount_sys "$m"
-		rm -rf "$c"
-		reclaim "$s.bin"
+		measure_peer "$s" "$s.bin"
 	done
 done
 
-python3 - "$RESULTS" "$BYTES" "${BENCH_JSON:-}" "${RUN_SYSTEMS[*]:-}" <<'EOF'
-import json, statistics, sys
-
-res, nbytes, json_out, systems = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4].split()
-rows = {}
-for line in open(res):
-    rnd, meth, key, val = line.split()
-    rows.setdefault((meth, key), {})[int(rnd)] = float(val)
-
-def med(meth, key):
-    v = rows.get((meth, key))
-    return statistics.median(v.values()) if v else None
-
-def ratio(a, b):
-    ra, rb = rows.get(a, {}), rows.get(b, {})
-    v = [ra[r] / rb[r] for r in ra if r in rb and rb[r] > 0]
-    return statistics.median(v) if v else None
-
-gib = nbytes / 2**30
-mib = nbytes / 2**20
-def rate(s):
-    return mib / s if s else 0
+summarize "$RESULTS" "$BYTES" "${BENCH_JSON:-}" "${RUN_SYSTEMS[*]:-}" <<'EOF'
+systems = sys.argv[4].split()
 
 print()
 print("checkpoint benchmark (issue 5): %.2f GiB, 16 tensors, %d round(s), "
-      "private RGW on loopback, medians over rounds" % (gib, len(rows.get(("fmckpt", "memcpy_s"), {}))))
+      "private RGW on loopback, medians over rounds" % (gib, nrounds))
 print()
 m, cb = med("fmckpt", "memcpy_s"), med("fmckpt", "commit_blocking_s")
 lo, re = med("fmckpt", "local_durable_s"), med("fmckpt", "remote_durable_s")
@@ -339,17 +135,8 @@ goals = {
     "commit blocking <= 1.2 x memcpy": (r_block, r_block is not None and r_block <= 1.2),
     "remote durability rate >= 0.8 x aws s3 cp rate": (r_remote, r_remote is not None and r_remote >= 0.8),
 }
-for name, (v, ok) in goals.items():
-    print("goal %-48s %s" % (name + ":", "%.2f  %s" % (v, "MET" if ok else "NOT MET") if v is not None else "n/a"))
+show_goals(goals)
 print("(ratios within each round, median over rounds; remote: aws time / fmckpt time)")
-if json_out:
-    doc = {"benchmark": "checkpoint-issue-5", "bytes": nbytes,
-           "medians": {"%s.%s" % k: med(*k) for k in rows},
-           "ratios": {"blocking_over_memcpy": r_block,
-                      "remote_rate_over_aws": r_remote},
-           "goals": {k: v[1] for k, v in goals.items()},
-           "runs": [{"round": r, "method": k[0], "measure": k[1], "value": v}
-                    for k, per in rows.items() for r, v in per.items()]}
-    with open(json_out, "w") as f:
-        json.dump(doc, f, indent=1)
+write_json("checkpoint-issue-5", {"blocking_over_memcpy": r_block,
+                                  "remote_rate_over_aws": r_remote}, goals)
 EOF

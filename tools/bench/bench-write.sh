@@ -1,0 +1,280 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+#
+# bench-write.sh - the write benchmark of issue 4: on one private Ceph
+# RADOS Gateway, in one run, a 1 GiB file in the page cache written with
+# `dd bs=1M` (no fsync) and closed, onto
+#
+#   local disk  a directory next to the cache dirs: how long dd takes to
+#               return (the reference for close), and the same with
+#               conv=fsync (for reference only: on the disk, not in RAM)
+#   fmfs        a fresh mount with default options (--async-delay 1),
+#               twice a round:
+#               pass 1: how long dd takes to return (close), then when
+#                 the object is complete in the bucket (polled with HEAD
+#                 every 0.1 s until its size is the file's), from the
+#                 start of the write; then how long `fmfs umount` takes
+#               pass 2: close again, then `fmfs flush MNT --wait` at once
+#                 (uploads without waiting for --async-delay; returns when
+#                 the object is in the bucket): its time, and the time
+#                 from the start of the write until it returns
+#   s3fs, rclone  the same dd: close, and when the object is complete in
+#               the bucket (only if installed; mounted as bench-ckpt.sh
+#               does: s3fs parallel_count=8 multipart_size=32, rclone
+#               --vfs-cache-mode full, whose write-back waits 5 s)
+#   aws s3 cp   the same file uploaded by the aws CLI (10 requests in
+#               flight, 8 MiB parts): the gateway's parallel PUT rate
+#
+# Goals (issue 4): close returns within 1.2 x the local disk (fmfs pass 1
+# dd time / local dd time); draining reaches >= 0.8 x the parallel PUT
+# rate of the gateway: aws s3 cp time / fmfs drain time, where the drain
+# is from close returning to the object complete in the bucket (pass 1:
+# in-the-bucket time - close time; it includes the 1 s --async-delay).
+# Also printed: the same from the start of the write (aws time / fmfs
+# in-the-bucket time), with flush --wait (aws time / flush time, pass 2),
+# and close and in-the-bucket ratios for s3fs and rclone.
+# Round by round, each method once, ratios taken within a round, medians
+# over rounds. A benchmark, not a test: it fails only when something does
+# not work. The gateway, mounts, polling and the summary's common part
+# are in lib.sh, shared with bench-ckpt.sh.
+#
+#   tools/bench/bench-write.sh            (or: make bench)
+#
+# Environment:
+#   BENCH_ROUNDS=3        rounds
+#   BENCH_SIZE=1G         file size
+#   BENCH_SYSTEMS="s3fs rclone"   other mounts to compare (skipped if
+#                         missing: apt-get install -y s3fs rclone)
+#   BENCH_JSON=PATH       also write every figure as JSON
+#   BENCH_TMPDIR=DIR      where the temporary directory goes (/tmp); the
+#                         local-disk reference and every cache dir are in it
+#   BENCH_FMFS=PATH       the fmfs to run (default tools/fmfs; a sanitizer
+#                         build is refused with exit 2)
+#   BENCH_FMFS_OPTS="..." extra options for `fmfs mount`
+#
+# The gateway keeps objects in RAM (memstore, 4 GiB cap) and frees
+# deleted ones only at garbage collection, so every method's object is
+# deleted and `radosgw-admin gc process --include-all` run before the
+# next. Cost: 1 GiB of data plus one 1 GiB copy at a time on the disk
+# under BENCH_TMPDIR, ~1.5 GiB of RAM in the gateway; ~3-5 minutes with
+# 3 rounds on the 2-core test machine. Everything goes away at the end,
+# on failure and on Ctrl-C. Mounting needs root and /dev/fuse.
+#
+# Exit status: 0 when the benchmark ran (goals met or not), 1 when the
+# set-up or a measurement failed, 2 on a usage error or a sanitizer build.
+
+set -euo pipefail
+export LC_ALL=C
+
+PROG=bench-write.sh
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+FMFS=${BENCH_FMFS:-$ROOT/tools/fmfs}
+FMFS_OPTS=${BENCH_FMFS_OPTS:-}
+COPY="dd"                     # copy_onto: dd bs=1M
+# shellcheck source=tools/bench/lib.sh
+source "$HERE/lib.sh"
+
+bench_args "$@"
+bench_need fusermount3
+[ -x "$FMFS" ] || die "$FMFS missing: run ./configure && make"
+if grep -qa -e __asan_init -e __tsan_init -e __ubsan_handle "$FMFS"; then
+	msg "$FMFS is a sanitizer build: it spends CPU per byte that a release" \
+		"build does not, so its figures would say nothing. Build without" \
+		"sanitizers (./configure && make clean && make) and run again."
+	exit 2
+fi
+if [ ! -e /dev/fuse ] || [ "$(id -u)" != 0 ]; then
+	die "needs root and /dev/fuse"
+fi
+
+bench_init write
+FMFS_MNT=
+
+# On failure or Ctrl-C: an fmfs mount still up is unmounted (the lib
+# then stops whatever still names TMP, the daemon included).
+cleanup_hook() {
+	[ -n "$FMFS_MNT" ] || return 0
+	if grep -qF " $FMFS_MNT " /proc/self/mounts; then
+		timeout 30 "$FMFS" umount "$FMFS_MNT" --timeout 10 >/dev/null 2>&1 ||
+			fusermount3 -u "$FMFS_MNT" 2>/dev/null ||
+			umount -l "$FMFS_MNT" 2>/dev/null || true
+	fi
+}
+
+# The last lines of the fmfs commands' output and of the daemon's log.
+fmfs_log() {
+	tail -q -n 3 "$TMP/log/fmfs.log" "$TMP/cache/fmfs/fmfs.log" 2>/dev/null |
+		tr '\n' ' '
+}
+
+mount_fmfs() { # MNT CACHE
+	# shellcheck disable=SC2086 # options are words
+	timeout 60 "$FMFS" mount "s3://$BUCKET" "$1" --cache-dir "$2" \
+		--endpoint "$RGW_ENDPOINT" $FMFS_OPTS >>"$TMP/log/fmfs.log" 2>&1 ||
+		die "fmfs mount failed: $(fmfs_log)"
+	FMFS_MNT=$1
+	mountpoint -q "$1" || die "fmfs mount returned but $1 is not mounted"
+}
+
+unmount_fmfs() { # METHOD MNT: records METHOD umount_s
+	local t0
+	t0=$(now)
+	timeout 600 "$FMFS" umount "$2" >>"$TMP/log/fmfs.log" 2>&1 ||
+		die "fmfs umount $2 failed: $(fmfs_log)"
+	record "$1" umount_s "$(elapsed "$t0" "$(now)")"
+	! grep -qF " $2 " /proc/self/mounts || die "$2 still mounted after fmfs umount"
+	FMFS_MNT=
+}
+
+# The local-disk reference: dd into TMP/local, no fsync and with fsync.
+measure_local() {
+	local conv key t0
+	mkdir -p "$TMP/local"
+	for conv in none fsync; do
+		sync
+		cat "$TMP/data.bin" >/dev/null
+		t0=$(now)
+		if [ $conv = fsync ]; then
+			key=fsync_s
+			dd if="$TMP/data.bin" of="$TMP/local/x" bs=1M conv=fsync status=none
+		else
+			key=blocking_s
+			dd if="$TMP/data.bin" of="$TMP/local/x" bs=1M status=none
+		fi || die "dd to the local disk failed"
+		record local $key "$(elapsed "$t0" "$(now)")"
+		rm -f "$TMP/local/x"
+	done
+	sync
+}
+
+# One fmfs pass on a fresh mount and cache dir. poll: method fmfs,
+# cp_blocking_s and durable_s (HEAD polled), umount_s. flush: method
+# fmfs_flush, cp_blocking_s, flush_s (flush --wait run at once after
+# close), durable_s (start of the write to flush returning), umount_s.
+measure_fmfs() { # poll|flush
+	local m=$TMP/mnt/fmfs c=$TMP/cache/fmfs key=fmfs.bin meth=fmfs
+	local t0 t1 t2 d sz
+	[ "$1" = flush ] && meth=fmfs_flush
+	rm -rf "$c"
+	mkdir -p "$m" "$c"
+	mount_fmfs "$m" "$c"
+	sync
+	cat "$TMP/data.bin" >/dev/null
+	t0=$(now)
+	dd if="$TMP/data.bin" of="$m/$key" bs=1M status=none ||
+		die "fmfs: dd onto the mount failed: $(fmfs_log)"
+	t1=$(now)
+	record $meth cp_blocking_s "$(elapsed "$t0" "$t1")"
+	if [ "$1" = poll ]; then
+		d=$(durable_at "$key" "$t0") ||
+			die "fmfs: object not complete in the bucket after 10 min"
+		record $meth durable_s "$d"
+	else
+		timeout 600 "$FMFS" flush "$m" --wait >>"$TMP/log/fmfs.log" 2>&1 ||
+			die "fmfs flush --wait failed: $(fmfs_log)"
+		t2=$(now)
+		record $meth flush_s "$(elapsed "$t1" "$t2")"
+		record $meth durable_s "$(elapsed "$t0" "$t2")"
+		sz=$(head_size "$key") || sz=
+		[ "$sz" = "$BYTES" ] ||
+			die "fmfs flush --wait returned, but the object is '$sz' bytes, not $BYTES"
+	fi
+	unmount_fmfs $meth "$m"
+	rm -rf "$c"
+	reclaim "$key"
+}
+
+bench_gateway
+bench_data
+bench_systems
+
+for ROUND in $(seq 1 "$ROUNDS"); do
+	msg "round $ROUND of $ROUNDS"
+	measure_local
+	measure_aws
+	measure_fmfs poll
+	measure_fmfs flush
+	for s in "${RUN_SYSTEMS[@]}"; do
+		measure_peer "$s" "$s.bin"
+	done
+done
+
+summarize "$RESULTS" "$BYTES" "${BENCH_JSON:-}" "${RUN_SYSTEMS[*]:-}" <<'EOF'
+systems = sys.argv[4].split()
+
+# The drain: from close returning to the object complete in the bucket.
+for meth in ["fmfs"] + systems:
+    b, d = rows.get((meth, "cp_blocking_s"), {}), rows.get((meth, "durable_s"), {})
+    dr = {r: d[r] - b[r] for r in d if r in b}
+    if dr:
+        rows[(meth, "drain_s")] = dr
+
+def line(label, meth, key, mibs=True):
+    per = rows.get((meth, key))
+    if not per:
+        print("  %-44s        -" % label)
+        return
+    v = med(meth, key)
+    print("  %-44s %8.3f  %8s   [%s]" % (label, v, "%.0f" % rate(v) if mibs else "",
+          " ".join("%.3f" % per[r] for r in sorted(per))))
+
+print()
+print("write benchmark (issue 4): %.2f GiB from the page cache, dd bs=1M, "
+      "%d round(s), private RGW on loopback, medians over rounds" % (gib, nrounds))
+print()
+print("  %-44s %8s  %8s   %s" % ("", "s", "MiB/s", "[per round, s]"))
+line("local disk: dd returns (no fsync)", "local", "blocking_s")
+line("local disk: dd conv=fsync returns", "local", "fsync_s")
+line("aws s3 cp (parallel multipart PUT)", "aws", "put_s")
+line("fmfs: dd returns (close)", "fmfs", "cp_blocking_s")
+line("fmfs: in the bucket, from the start", "fmfs", "durable_s")
+line("fmfs: drain, close to in the bucket", "fmfs", "drain_s")
+line("fmfs: umount after that", "fmfs", "umount_s", False)
+line("fmfs pass 2: dd returns (close)", "fmfs_flush", "cp_blocking_s")
+line("fmfs pass 2: flush --wait right after close", "fmfs_flush", "flush_s")
+line("fmfs pass 2: flush returns, from the start", "fmfs_flush", "durable_s")
+for s in systems:
+    if not rows.get((s, "cp_blocking_s")):
+        print("  %-44s no figures (see the messages above)" % (s + ":"))
+        continue
+    line("%s: dd returns (close)" % s, s, "cp_blocking_s")
+    line("%s: in the bucket, from the start" % s, s, "durable_s")
+print()
+
+r_block = ratio(("fmfs", "cp_blocking_s"), ("local", "blocking_s"))
+r_drain = ratio(("aws", "put_s"), ("fmfs", "drain_s"))
+r_start = ratio(("aws", "put_s"), ("fmfs", "durable_s"))
+r_flush = ratio(("aws", "put_s"), ("fmfs_flush", "flush_s"))
+r_flush_start = ratio(("aws", "put_s"), ("fmfs_flush", "durable_s"))
+r_block2 = ratio(("fmfs_flush", "cp_blocking_s"), ("local", "blocking_s"))
+goals = {
+    "close returns <= 1.2 x local disk": (r_block, r_block is not None and r_block <= 1.2),
+    "drain rate >= 0.8 x aws s3 cp rate": (r_drain, r_drain is not None and r_drain >= 0.8),
+}
+show_goals(goals, 40)
+print("(ratios within each round, median over rounds. close: fmfs dd time /")
+print(" local dd time. drain: aws s3 cp time / (fmfs in the bucket - fmfs dd")
+print(" time), i.e. from close returning; it includes --async-delay 1)")
+print()
+def fmt(v):
+    return "%.2f" % v if v is not None else "-"
+print("  fmfs rate / aws rate from the start of the write:     %s" % fmt(r_start))
+print("  fmfs rate / aws rate, flush --wait after close:        %s" % fmt(r_flush))
+print("  fmfs rate / aws rate, flush --wait, from the start:    %s" % fmt(r_flush_start))
+print("  fmfs pass 2 close / local disk:                        %s" % fmt(r_block2))
+peer = {}
+for s in systems:
+    pb = ratio((s, "cp_blocking_s"), ("local", "blocking_s"))
+    pd = ratio(("aws", "put_s"), (s, "durable_s"))
+    peer[s] = {"close_over_local": pb, "rate_from_start_over_aws": pd}
+    print("  %-6s close / local disk: %s; rate from the start / aws rate: %s" %
+          (s, fmt(pb), fmt(pd)))
+write_json("write-issue-4", {"close_over_local": r_block,
+                             "drain_rate_over_aws": r_drain,
+                             "rate_from_start_over_aws": r_start,
+                             "flush_rate_over_aws": r_flush,
+                             "flush_rate_from_start_over_aws": r_flush_start,
+                             "pass2_close_over_local": r_block2,
+                             "peers": peer}, goals)
+EOF
