@@ -205,6 +205,15 @@ int cache_w_hold(struct cache *c, const char *key, struct cache_wfile **out);
 int cache_w_fd(struct cache_wfile *w);
 void cache_w_stat(struct cache_wfile *w, struct cache_wattr *a);
 /* Writes, charging growth to the cap (-ENOSPC when full of dirty data). */
+/* The same with the bytes from a caller's source (a pipe, for a spliced
+ * FUSE write): fn writes at most len bytes at off into fd and returns how
+ * many, or a negative errno; it is called again for the rest, and once
+ * more after an -ENOSPC has made room, so it must resume where it left
+ * off. */
+typedef ssize_t cache_w_write_fn(void *arg, int fd, uint64_t off,
+				 size_t len);
+ssize_t cache_w_write_with(struct cache_wfile *w, uint64_t off, size_t len,
+			   cache_w_write_fn *fn, void *arg);
 ssize_t cache_w_pwrite(struct cache_wfile *w, const void *buf, size_t len,
 		       uint64_t off);
 int cache_w_truncate(struct cache_wfile *w, uint64_t size);

@@ -810,40 +810,69 @@ static int grow(struct cache_wfile *w, uint64_t end)
 	return rc;
 }
 
-ssize_t cache_w_pwrite(struct cache_wfile *w, const void *buf, size_t len,
-		       uint64_t off)
+ssize_t cache_w_write_with(struct cache_wfile *w, uint64_t off, size_t len,
+			   cache_w_write_fn *fn, void *arg)
 {
 	struct cache_wb *wb = w->c->wb;
-	uint64_t end = off + len;
-	ssize_t n;
+	size_t done = 0;
+	ssize_t n = 0;
 	int rc;
 
 	pthread_mutex_lock(&wb->lock);
-	rc = grow(w, end);
+	rc = grow(w, off + len);
 	pthread_mutex_unlock(&wb->lock);
 	if (rc)
 		return rc;
-	for (int tries = 0;; tries++) {
-		n = pwrite(w->fd, buf, len, (off_t)off);
-		if (n >= 0 || errno != ENOSPC || tries)
-			break;
-		/* The cache disk is full: make room by evicting. */
-		cache_evict_harder(w->c, len);
+	for (int tries = 0; done < len;) {
+		n = fn(arg, w->fd, off + done, len - done);
+		if (n > 0) {
+			done += (size_t)n;
+			continue;
+		}
+		if (n == -ENOSPC && !tries++) {
+			/* The cache disk is full: make room by evicting. */
+			cache_evict_harder(w->c, len - done);
+			continue;
+		}
+		break;
 	}
-	if (n < 0) {
-		rc = -errno;
-		if (rc == -ENOSPC)
+	if (!done) {
+		if (n == -ENOSPC)
 			cache_log_ratelimited("the cache disk under %s is "
 					      "full: a write failed with "
 					      "ENOSPC", w->c->cfg.dir);
-		return rc;
+		return n < 0 ? n : -EIO;
 	}
 	pthread_mutex_lock(&wb->lock);
-	if (off + (uint64_t)n > w->a.size)
-		w->a.size = off + (uint64_t)n;
+	if (off + done > w->a.size)
+		w->a.size = off + done;
 	touch(w);
 	pthread_mutex_unlock(&wb->lock);
-	return n;
+	return (ssize_t)done;
+}
+
+struct mem_src {
+	const char *buf;
+	uint64_t off;
+};
+
+static ssize_t write_mem(void *arg, int fd, uint64_t off, size_t len)
+{
+	const struct mem_src *m = arg;
+	ssize_t n;
+
+	do
+		n = pwrite(fd, m->buf + (off - m->off), len, (off_t)off);
+	while (n < 0 && errno == EINTR);
+	return n < 0 ? -errno : n;
+}
+
+ssize_t cache_w_pwrite(struct cache_wfile *w, const void *buf, size_t len,
+		       uint64_t off)
+{
+	struct mem_src m = { buf, off };
+
+	return cache_w_write_with(w, off, len, write_mem, &m);
 }
 
 int cache_w_truncate(struct cache_wfile *w, uint64_t size)

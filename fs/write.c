@@ -340,10 +340,25 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 		fs_handle_put(h);
 }
 
-static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
-		     size_t size, off_t off, struct fuse_file_info *fi)
+/* Moves the request's bytes into the dirty file: with the request in a
+ * pipe (FUSE_CAP_SPLICE_READ) by splice, without copying them through
+ * our memory.  fuse_buf_copy advances src, so a call resumes. */
+static ssize_t write_bufv(void *arg, int fd, uint64_t off, size_t len)
+{
+	struct fuse_bufvec dst = FUSE_BUFVEC_INIT(len);
+
+	dst.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+	dst.buf[0].fd = fd;
+	dst.buf[0].pos = (off_t)off;
+	return fuse_buf_copy(&dst, arg, 0);
+}
+
+static void op_write_buf(fuse_req_t req, fuse_ino_t ino,
+			 struct fuse_bufvec *bufv, off_t off,
+			 struct fuse_file_info *fi)
 {
 	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
+	size_t size = fuse_buf_size(bufv);
 	ssize_t n;
 
 	(void)ino;
@@ -351,7 +366,7 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 		fuse_reply_err(req, EBADF);
 		return;
 	}
-	n = cache_w_pwrite(h->w, buf, size, (uint64_t)off);
+	n = cache_w_write_with(h->w, (uint64_t)off, size, write_bufv, bufv);
 	if (n < 0) {
 		fuse_reply_err(req, (int)-n);
 		return;
@@ -1072,7 +1087,7 @@ void fs_on_done(void *arg, const char *key, const char *etag, uint64_t size,
 void fs_write_ops(struct fuse_lowlevel_ops *ops)
 {
 	ops->create = op_create;
-	ops->write = op_write;
+	ops->write_buf = op_write_buf;
 	ops->flush = op_flush;
 	ops->fsync = op_fsync;
 	ops->setattr = op_setattr;
