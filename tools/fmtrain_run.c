@@ -9,7 +9,8 @@
  * AdamW update, and when a checkpoint is due, a save through libfmckpt:
  * the parameters, moments, run record and loader position are copied into
  * staging memory and training goes on while they are written and drained
- * (the copy, with any wait for an older checkpoint still in flight, is
+ * (ckpt_begin, the adds and ckpt_commit: the copy, any wait for an
+ * older checkpoint still in flight and the library's bookkeeping, are
  * the step's checkpoint blocking).  Step N is the N-th update; a
  * checkpoint of step N holds the state after it and a resume from it
  * goes on with step N + 1.
