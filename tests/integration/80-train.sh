@@ -75,14 +75,17 @@ rm -f fifo b1.out
 mkfifo fifo
 $FT train "${OPTS[@]}" --threads 1 --ckpt "s3://$B/ckpt-b" >fifo 2>b1.err &
 pid=$!
-exec 3<fifo
-while read -r line <&3; do
-	echo "$line" >>b1.out
-	case $line in "step 25 "*) kill -9 $pid ;; esac
-done
-exec 3<&-
 rc=0
-wait $pid 2>/dev/null || rc=$?
+# The shell reports the kill on its stderr; keep that quiet.
+{
+	exec 3<fifo
+	while read -r line <&3; do
+		echo "$line" >>b1.out
+		case $line in "step 25 "*) kill -9 $pid ;; esac
+	done
+	exec 3<&-
+	wait $pid
+} 2>/dev/null || rc=$?
 [ $rc = 137 ] || fail "run (b) was not killed (exit $rc): $(cat b1.err)"
 last=$(losses b1.out | tail -1 | cut -d' ' -f1)
 [ "$last" -ge 25 ] && [ "$last" -lt 30 ] || fail "killed after step $last"
@@ -101,8 +104,8 @@ if [ "$(losses b2.out)" != "$(losses a.out "$from")" ]; then
 fi
 grep -q "^checkpoint step 40 durable: manifest stored in s3://$B/ckpt-b" b2.out ||
 	fail "no durability line: $(tail -2 b2.out)"
-awsx s3 ls --recursive "s3://$B/ckpt-b/" | grep -q 'step-0000000040/manifest$' ||
-	fail "step 40 not in the bucket"
+awsx s3 ls --recursive "s3://$B/ckpt-b/" >ckb.txt
+grep -q 'step-0000000040/manifest$' ckb.txt || fail "step 40 not in the bucket: $(cat ckb.txt)"
 note "killed after step $last, resumed from step $from: steps $((from + 1))-40 bit-identical"
 note "$(grep summary b2.out)"
 
