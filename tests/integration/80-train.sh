@@ -9,7 +9,9 @@
 # directory on the mount, (b) the same run checkpointing to s3:// directly,
 # killed with kill -9 after step 25 and resumed: every loss line after the
 # checkpoint it resumed from must equal (a)'s bit for bit (printed with
-# %.9g, at another thread count); (c) the loss falls; (d) bad input: a
+# %.9g, at another thread count); SIGTERM stopping a run with a final
+# checkpoint, and --ckpt-mtbf's Young interval; (c) the loss falls; (d)
+# bad input: a
 # corrupt and a short shard, a --vocab too small for the data, a
 # corrupted checkpoint shard and manifest on --resume, bad options.
 . "$TOP/tests/lib/common.sh"
@@ -114,6 +116,36 @@ $FT train "${OPTS[@]}" --steps 3 --ckpt fresh --resume >c.out 2>c.err ||
 	fail "fresh --resume: $(cat c.err)"
 grep -q "no checkpoint in fresh; starting from step 0" c.err || fail "no note: $(cat c.err)"
 [ "$(losses c.out)" = "$(losses a.out | head -3)" ] || fail "fresh run differs from (a)"
+
+note "SIGTERM: the run stops after the step with a checkpoint, exit 143"
+$FT train "${OPTS[@]}" --steps 1000 --ckpt-every 1000 --ckpt term >t.out 2>t.err &
+pid=$!
+for _ in $(seq 600); do
+	grep -q '^step 5 ' t.out 2>/dev/null && break
+	sleep 0.05
+done
+kill -TERM $pid
+rc=0
+wait $pid || rc=$?
+[ $rc = 143 ] || fail "SIGTERM: exit $rc: $(cat t.err)"
+grep -q "stopped by signal 15 (Terminated) after step [0-9]*, checkpoint saved" t.err ||
+	fail "SIGTERM: $(cat t.err)"
+last=$(losses t.out | tail -1 | cut -d' ' -f1)
+[ "$last" -lt 38 ] || fail "SIGTERM came too late (step $last)"
+grep -q "^checkpoint step $last durable" t.out || fail "SIGTERM: $(tail -2 t.out)"
+$FT train "${OPTS[@]}" --steps $((last + 2)) --ckpt term --resume >t2.out 2>t2.err ||
+	fail "resume after SIGTERM: $(cat t2.err)"
+[ "$(losses t2.out)" = "$(losses a.out "$last" | head -2)" ] ||
+	fail "resume after SIGTERM differs from (a)"
+
+note "--ckpt-mtbf: Young's interval from the measured blocking"
+$FT train "${OPTS[@]}" --steps 30 --ckpt-mtbf 0.0002 --ckpt young >y.out 2>y.err ||
+	fail "--ckpt-mtbf: $(cat y.err)"
+grep -q "checkpoint interval (Young): sqrt(2 x .* ms x 0.0002 h) = .* step(s)" y.err ||
+	fail "no Young interval: $(cat y.err)"
+[ "$(losses y.out)" = "$(losses a.out | head -30)" ] || fail "--ckpt-mtbf changed the losses"
+[ "$(field y.out checkpoints)" -ge 2 ] || fail "one checkpoint only: $(grep summary y.out)"
+note "$(grep 'interval (Young)' y.err | tail -1)"
 
 note "(c) the loss falls"
 first=$(losses a.out | head -1 | cut -d' ' -f2)
