@@ -240,11 +240,12 @@ static void banner(const struct run *r)
 
 /* ---- checkpoints ---- */
 
-static bool save_due(const struct run *r, uint64_t step, double now)
+static bool save_due(const struct run *r, uint64_t step, double now,
+		     bool stopping)
 {
 	const struct fmtrain_opts *o = r->o;
 
-	if (step == o->steps || stop_signal)
+	if (step == o->steps || stopping)
 		return true;
 	if (o->ckpt_every && step % o->ckpt_every == 0)
 		return true;
@@ -370,7 +371,7 @@ static int train_loop(struct run *r)
 	for (uint64_t step = r->first_step + 1; step <= r->o->steps; step++) {
 		struct train_batch b;
 		double t0 = now_ms(), block = 0, ms;
-		bool saved = false;
+		bool saved = false, stopping;
 		float loss;
 
 		rc = train_loader_next(r->l, &b, msg, sizeof(msg));
@@ -386,7 +387,9 @@ static int train_loop(struct run *r)
 		}
 		r->steps++;
 		r->since_save++;
-		if (r->c && save_due(r, step, now_ms())) {
+		/* Read once: a signal that comes later is the next step's. */
+		stopping = stop_signal != 0;
+		if (r->c && save_due(r, step, now_ms(), stopping)) {
 			uint64_t before = r->ckpts;
 
 			rc = save(r, step, &block);
@@ -405,7 +408,7 @@ static int train_loop(struct run *r)
 			if (r->o->ckpt_mtbf_h > 0 && saved)
 				young_update(r);
 		}
-		if (stop_signal) {
+		if (stopping) {
 			fprintf(stderr, PROG ": stopped by signal %d (%s) "
 				"after step %" PRIu64 "%s\n", (int)stop_signal,
 				strsignal(stop_signal), step, r->c ?

@@ -11,9 +11,9 @@
 # checkpoint it resumed from must equal (a)'s bit for bit (printed with
 # %.9g, at another thread count); SIGTERM stopping a run with a final
 # checkpoint, and --ckpt-mtbf's Young interval; (c) the loss falls; (d)
-# bad input: a
-# corrupt and a short shard, a --vocab too small for the data, a
-# corrupted checkpoint shard and manifest on --resume, bad options.
+# bad input: a corrupt and a short shard, a --vocab too small for the
+# data, a corrupted checkpoint shard and manifest on --resume, bad
+# options.
 . "$TOP/tests/lib/common.sh"
 
 [ -e /dev/fuse ] || { echo "SKIP: no /dev/fuse"; exit 77; }
