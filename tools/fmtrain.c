@@ -1,0 +1,499 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fmtrain.c - the fmtrain command: tokenizes text into token shards and
+ * trains a GPT-2-style model on the CPU, reading the shards (through an
+ * fmfs mount or any directory) and checkpointing asynchronously through
+ * libfmckpt, with a bit-exact --resume.  One cmd_<verb>() per
+ * subcommand; the run itself is in fmtrain_run.c, what a checkpoint
+ * holds in fmtrain_ckpt.c (why they are here and not in train/:
+ * fmtrain.h).  Exit codes as in tools.h (and docs/fmtrain.1).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "config.h"
+#include "fmtrain.h"
+
+/* The defaults: a model that trains in seconds on a 2-core CPU. */
+#define DEF_LAYERS 2
+#define DEF_HEADS 2
+#define DEF_CHANNELS 64
+#define DEF_SEQ_LEN 64
+#define DEF_BATCH 4
+#define DEF_STEPS 100
+#define DEF_LR 1e-3f
+#define DEF_SEED 1337
+#define DEF_PREFIX "shard"
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+"usage: fmtrain <command> [options] [args]\n"
+"\n"
+"  tokenize [--shard-tokens N] [--prefix P] OUT_DIR FILE...\n"
+"      byte-level tokens (vocabulary 257: bytes and an end-of-text token\n"
+"      between files) into shards OUT_DIR/P_000000.bin, ... (P: shard;\n"
+"      N tokens a shard, default 100M; suffixes K, M, G)\n"
+"\n"
+"  train --data PATH [--data PATH...] [options]\n"
+"      trains a GPT-2-style model on the CPU; PATH is a shard or a\n"
+"      directory of *.bin shards (an fmfs mount works best)\n"
+"  model (defaults: a tiny model for a small CPU):\n"
+"    --layers L (2)  --heads H (2)  --channels C (64)  --seq-len T (64)\n"
+"    --batch B (4)   --vocab V (257, the byte tokenizer's)\n"
+"  run:\n"
+"    --steps N       train until step N (100); step N is the N-th update\n"
+"    --lr X          AdamW learning rate, constant (0.001)\n"
+"    --seed S        parameter init and data shuffle (1337)\n"
+"    --threads N     OpenMP threads (default: OMP_NUM_THREADS, else all\n"
+"                    cores); results do not depend on it\n"
+"    --csv FILE      the per-step figures as CSV too (appended on a\n"
+"                    --resume that found a checkpoint)\n"
+"  checkpoints (libfmckpt, asynchronous; training waits only for the copy):\n"
+"    --ckpt DIR|URL  a directory (one on an fmfs mount drains to the\n"
+"                    bucket), s3://BUCKET/PREFIX or file:///DIR; twice\n"
+"                    for a directory and a remote copy\n"
+"    --ckpt-every N  every N steps\n"
+"    --ckpt-secs S   when S seconds have passed since the last one\n"
+"    --ckpt-mtbf H   at Young's interval sqrt(2 x cost x MTBF) for an\n"
+"                    MTBF of H hours, the cost being the measured\n"
+"                    blocking time (the first one after step 1)\n"
+"                    (several: whichever comes first; a checkpoint is\n"
+"                    also saved after the last step, and when SIGINT or\n"
+"                    SIGTERM stops the run)\n"
+"    --keep N        keep the newest N (default: all)\n"
+"    --ckpt-staging SIZE  staging memory (default: room for two)\n"
+"    --resume[=STEP] continue from the newest complete checkpoint (or\n"
+"                    STEP), bit-exactly; with none, start at step 0\n"
+"    --endpoint URL, --region R, --profile P, --path-style: the object\n"
+"                    store, as for fmckpt and the aws CLI\n"
+"\n"
+"Output: one line a step on stdout,\n"
+"  step N loss X tok/s Y data-wait-ms Z ckpt-block-ms W\n"
+"then a summary line and, with --ckpt, when the last checkpoint became\n"
+"durable; notes and errors on stderr.  RANK/WORLD_SIZE: one process only\n"
+"(WORLD_SIZE > 1 needs the CUDA/NCCL back end).\n"
+"\n"
+"Exit status: 0 ok, 1 failed (data, checkpoint, I/O), 2 usage (also\n"
+"options that do not match the checkpoint resumed), 128+N stopped by\n"
+"signal N after a final checkpoint.  See fmtrain(1).\n");
+}
+
+static int bad_opt(const char *opt, const char *v, const char *want)
+{
+	fprintf(stderr, PROG ": %s '%s': give %s\n", opt, v, want);
+	return -1;
+}
+
+static int parse_u64(const char *opt, const char *v, uint64_t min,
+		     uint64_t max, uint64_t *out)
+{
+	char *end;
+	char want[96];
+
+	errno = 0;
+	*out = strtoull(v, &end, 10);
+	if (errno || end == v || *end || *v == '-' || *out < min ||
+	    *out > max) {
+		snprintf(want, sizeof(want), "a whole number from %" PRIu64
+			 " to %" PRIu64, min, max);
+		return bad_opt(opt, v, want);
+	}
+	return 0;
+}
+
+static int parse_uns(const char *opt, const char *v, unsigned min,
+		     unsigned max, unsigned *out)
+{
+	uint64_t x;
+
+	if (parse_u64(opt, v, min, max, &x))
+		return -1;
+	*out = (unsigned)x;
+	return 0;
+}
+
+static int parse_pos_double(const char *opt, const char *v, double *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtod(v, &end);
+	if (errno || end == v || *end || !isfinite(*out) || *out <= 0)
+		return bad_opt(opt, v, "a number above 0");
+	return 0;
+}
+
+/* mkdir -p */
+static int make_dirs(const char *path)
+{
+	char buf[PATH_MAX];
+	size_t len = strlen(path);
+
+	if (len >= sizeof(buf))
+		return -ENAMETOOLONG;
+	memcpy(buf, path, len + 1);
+	for (char *p = buf + 1; ; p++) {
+		char c = *p;
+
+		if (c != '/' && c)
+			continue;
+		*p = '\0';
+		if (mkdir(buf, 0777) && errno != EEXIST)
+			return -errno;
+		*p = c;
+		if (!c)
+			return 0;
+	}
+}
+
+/* ---- tokenize ---- */
+
+static int cmd_tokenize(int argc, char **argv)
+{
+	enum { OPT_SHARD = 256, OPT_PREFIX };
+	static const struct option lo[] = {
+		{ "shard-tokens", required_argument, 0, OPT_SHARD },
+		{ "prefix", required_argument, 0, OPT_PREFIX },
+		{ "help", no_argument, 0, 'h' },
+		{ NULL, 0, NULL, 0 }
+	};
+	const char *prefix = DEF_PREFIX;
+	uint64_t shard_tokens = 0, tokens = 0;
+	char msg[1024] = "", path[PATH_MAX + 300];
+	size_t nshards = 0;
+	int ch, rc;
+
+	argv[0] = (char *)PROG " tokenize";   /* getopt's messages */
+	optind = 1;
+	while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		switch (ch) {
+		case OPT_SHARD:
+			if (tools_parse_size(optarg, &shard_tokens) ||
+			    !shard_tokens || shard_tokens > (1ull << 40)) {
+				bad_opt("--shard-tokens", optarg, "a number of "
+					"tokens from 1 to 1T (suffixes K, M, G)");
+				return EXIT_USAGE;
+			}
+			break;
+		case OPT_PREFIX:
+			if (!*optarg || strchr(optarg, '/')) {
+				bad_opt("--prefix", optarg, "a name without "
+					"'/'");
+				return EXIT_USAGE;
+			}
+			prefix = optarg;
+			break;
+		case 'h': usage(stdout); return EXIT_OK;
+		default:
+			fprintf(stderr, PROG " tokenize: see fmtrain --help\n");
+			return EXIT_USAGE;
+		}
+	}
+	argc -= optind;
+	argv += optind;
+	if (argc < 2) {
+		fprintf(stderr, PROG " tokenize: give OUT_DIR and at least one "
+			"FILE to tokenize\n");
+		return EXIT_USAGE;
+	}
+	rc = make_dirs(argv[0]);
+	if (rc) {
+		fprintf(stderr, PROG " tokenize: cannot create %s: %s\n",
+			argv[0], strerror(-rc));
+		return EXIT_FAIL;
+	}
+	rc = train_tokenize_files((const char *const *)argv + 1,
+				  (size_t)argc - 1, argv[0], prefix,
+				  shard_tokens, &nshards, msg, sizeof(msg));
+	if (rc) {
+		fprintf(stderr, PROG " tokenize: %s\n", msg[0] ? msg :
+			strerror(-rc));
+		return rc == -EINVAL ? EXIT_USAGE : EXIT_FAIL;
+	}
+	for (size_t i = 0; i < nshards; i++) {
+		struct train_shard_info in;
+
+		snprintf(path, sizeof(path), "%s/%s_%06zu.bin", argv[0], prefix,
+			 i);
+		if (!train_shard_info(path, &in, NULL, 0))
+			tokens += in.ntokens;
+	}
+	printf("tokenized %d file(s): %" PRIu64 " tokens in %zu shard(s) %s/"
+	       "%s_*.bin (vocabulary %u)\n", argc - 1, tokens, nshards,
+	       argv[0], prefix, TRAIN_BYTE_VOCAB);
+	return EXIT_OK;
+}
+
+/* ---- train ---- */
+
+/* RANK and WORLD_SIZE: this CPU trainer is one process. */
+static int check_world(void)
+{
+	const char *w = getenv("WORLD_SIZE"), *r = getenv("RANK");
+	uint64_t n;
+
+	if (w && *w) {
+		if (parse_u64("WORLD_SIZE", w, 1, TRAIN_WORLD_MAX, &n))
+			return -1;
+		if (n > 1) {
+			fprintf(stderr, PROG ": WORLD_SIZE=%s: the CPU trainer "
+				"runs as one process; several would need a "
+				"gradient all-reduce (the CUDA/NCCL back end, "
+				"not built yet).  Unset WORLD_SIZE or set it "
+				"to 1\n", w);
+			return -1;
+		}
+	}
+	if (r && *r && strcmp(r, "0")) {
+		fprintf(stderr, PROG ": RANK=%s with a world of one process: "
+			"unset RANK or set it to 0\n", r);
+		return -1;
+	}
+	return 0;
+}
+
+static int add_ckpt(struct fmtrain_opts *o, const char *t)
+{
+	if (!strncmp(t, "s3://", 5) || !strncmp(t, "file://", 7)) {
+		if (o->ckpt_remote) {
+			fprintf(stderr, PROG ": two remote --ckpt targets "
+				"('%s', '%s'): give one\n", o->ckpt_remote, t);
+			return -1;
+		}
+		o->ckpt_remote = t;
+	} else if (strstr(t, "://") || !*t) {
+		return bad_opt("--ckpt", t, "a directory, s3://BUCKET/PREFIX "
+			       "or file:///DIR");
+	} else {
+		if (o->ckpt_dir) {
+			fprintf(stderr, PROG ": two --ckpt directories ('%s', "
+				"'%s'): give one\n", o->ckpt_dir, t);
+			return -1;
+		}
+		o->ckpt_dir = t;
+	}
+	return 0;
+}
+
+enum {
+	OPT_DATA = 256, OPT_LAYERS, OPT_HEADS, OPT_CHANNELS, OPT_SEQ,
+	OPT_BATCH, OPT_VOCAB, OPT_STEPS, OPT_LR, OPT_SEED, OPT_THREADS,
+	OPT_CKPT, OPT_EVERY, OPT_SECS, OPT_MTBF, OPT_KEEP, OPT_STAGING,
+	OPT_RESUME, OPT_CSV, OPT_ENDPOINT, OPT_REGION, OPT_PROFILE, OPT_PATH,
+};
+
+static int train_opt(struct fmtrain_opts *o, int ch, const char *v)
+{
+	struct train_config *m = &o->model;
+	double d;
+	uint64_t x;
+
+	switch (ch) {
+	case OPT_DATA:
+		if (o->ndata == FMTRAIN_DATA_MAX) {
+			fprintf(stderr, PROG ": more than %d --data paths: give "
+				"directories of shards\n", FMTRAIN_DATA_MAX);
+			return -1;
+		}
+		o->data[o->ndata++] = v;
+		return 0;
+	case OPT_LAYERS:
+		return parse_uns("--layers", v, 1, TRAIN_LAYERS_MAX, &m->layers);
+	case OPT_HEADS:
+		return parse_uns("--heads", v, 1, TRAIN_CHANNELS_MAX, &m->heads);
+	case OPT_CHANNELS:
+		return parse_uns("--channels", v, 1, TRAIN_CHANNELS_MAX,
+				 &m->channels);
+	case OPT_SEQ:
+		return parse_uns("--seq-len", v, 1, TRAIN_SEQ_LEN_MAX,
+				 &m->seq_len);
+	case OPT_BATCH:
+		return parse_uns("--batch", v, 1, TRAIN_POSITIONS_MAX, &m->batch);
+	case OPT_VOCAB:
+		return parse_uns("--vocab", v, 1, TRAIN_VOCAB_MAX,
+				 &m->vocab_size);
+	case OPT_STEPS:
+		return parse_u64("--steps", v, 0, UINT64_MAX - 1, &o->steps);
+	case OPT_LR:
+		if (parse_pos_double("--lr", v, &d))
+			return -1;
+		if (d > 10)
+			return bad_opt("--lr", v, "a learning rate above 0 and "
+				       "at most 10");
+		m->learning_rate = (float)d;
+		return 0;
+	case OPT_SEED:
+		return parse_u64("--seed", v, 0, UINT64_MAX, &m->seed);
+	case OPT_THREADS:
+		return parse_uns("--threads", v, 1, 4096, &o->threads);
+	case OPT_CKPT:
+		return add_ckpt(o, v);
+	case OPT_EVERY:
+		return parse_u64("--ckpt-every", v, 1, UINT64_MAX - 1,
+				 &o->ckpt_every);
+	case OPT_SECS:
+		return parse_pos_double("--ckpt-secs", v, &o->ckpt_secs);
+	case OPT_MTBF:
+		return parse_pos_double("--ckpt-mtbf", v, &o->ckpt_mtbf_h);
+	case OPT_KEEP:
+		return parse_uns("--keep", v, 1, 1000000, &o->keep);
+	case OPT_STAGING:
+		if (tools_parse_size(v, &o->staging_bytes) || !o->staging_bytes)
+			return bad_opt("--ckpt-staging", v, "a size like 64M "
+				       "or 1G");
+		return 0;
+	case OPT_RESUME:
+		o->resume = true;
+		o->resume_step = CKPT_STEP_LATEST;
+		if (v && parse_u64("--resume", v, 0, UINT64_MAX - 1, &x))
+			return -1;
+		if (v)
+			o->resume_step = x;
+		return 0;
+	case OPT_CSV: o->csv = v; return 0;
+	case OPT_ENDPOINT: o->obj.endpoint = v; return 0;
+	case OPT_REGION: o->obj.region = v; return 0;
+	case OPT_PROFILE: o->obj.profile = v; return 0;
+	case OPT_PATH: o->obj.path_style = 1; return 0;
+	default:
+		return -1;
+	}
+}
+
+/* What no single option can check. */
+static int train_check(const struct fmtrain_opts *o)
+{
+	const struct train_config *m = &o->model;
+	bool ckpt = o->ckpt_dir || o->ckpt_remote;
+
+	if (!o->ndata) {
+		fprintf(stderr, PROG " train: give --data PATH (a shard or a "
+			"directory of shards; make them with `fmtrain "
+			"tokenize`)\n");
+		return -1;
+	}
+	if (m->channels % m->heads) {
+		fprintf(stderr, PROG ": --heads %u does not divide --channels "
+			"%u: each head gets channels / heads of them; give "
+			"e.g. --heads %u\n", m->heads, m->channels,
+			m->channels % 2 ? 1 : 2);
+		return -1;
+	}
+	if (!ckpt && (o->resume || o->ckpt_every || o->ckpt_secs > 0 ||
+		      o->ckpt_mtbf_h > 0 || o->keep || o->staging_bytes)) {
+		fprintf(stderr, PROG ": %s needs --ckpt DIR|URL (where the "
+			"checkpoints are)\n", o->resume ? "--resume" :
+			"a checkpoint option");
+		return -1;
+	}
+	return check_world();
+}
+
+static int cmd_train(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "data", required_argument, 0, OPT_DATA },
+		{ "layers", required_argument, 0, OPT_LAYERS },
+		{ "heads", required_argument, 0, OPT_HEADS },
+		{ "channels", required_argument, 0, OPT_CHANNELS },
+		{ "seq-len", required_argument, 0, OPT_SEQ },
+		{ "batch", required_argument, 0, OPT_BATCH },
+		{ "vocab", required_argument, 0, OPT_VOCAB },
+		{ "steps", required_argument, 0, OPT_STEPS },
+		{ "lr", required_argument, 0, OPT_LR },
+		{ "seed", required_argument, 0, OPT_SEED },
+		{ "threads", required_argument, 0, OPT_THREADS },
+		{ "ckpt", required_argument, 0, OPT_CKPT },
+		{ "ckpt-every", required_argument, 0, OPT_EVERY },
+		{ "ckpt-secs", required_argument, 0, OPT_SECS },
+		{ "ckpt-mtbf", required_argument, 0, OPT_MTBF },
+		{ "keep", required_argument, 0, OPT_KEEP },
+		{ "ckpt-staging", required_argument, 0, OPT_STAGING },
+		{ "resume", optional_argument, 0, OPT_RESUME },
+		{ "csv", required_argument, 0, OPT_CSV },
+		{ "endpoint", required_argument, 0, OPT_ENDPOINT },
+		{ "region", required_argument, 0, OPT_REGION },
+		{ "profile", required_argument, 0, OPT_PROFILE },
+		{ "path-style", no_argument, 0, OPT_PATH },
+		{ "help", no_argument, 0, 'h' },
+		{ NULL, 0, NULL, 0 }
+	};
+	static struct fmtrain_opts o;   /* FMTRAIN_DATA_MAX pointers */
+	int ch;
+
+	train_config_init(&o.model);
+	o.model.layers = DEF_LAYERS;
+	o.model.heads = DEF_HEADS;
+	o.model.channels = DEF_CHANNELS;
+	o.model.seq_len = DEF_SEQ_LEN;
+	o.model.batch = DEF_BATCH;
+	o.model.vocab_size = TRAIN_BYTE_VOCAB;
+	o.model.padded_vocab_size = 0;
+	o.model.learning_rate = DEF_LR;
+	o.model.seed = DEF_SEED;
+	o.steps = DEF_STEPS;
+	obj_config_init(&o.obj);
+	argv[0] = (char *)PROG " train";   /* getopt's messages */
+	optind = 1;
+	while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		if (ch == 'h') {
+			usage(stdout);
+			return EXIT_OK;
+		}
+		if (ch == '?') {
+			fprintf(stderr, PROG " train: see fmtrain --help\n");
+			return EXIT_USAGE;
+		}
+		if (train_opt(&o, ch, optarg))
+			return EXIT_USAGE;
+	}
+	if (optind < argc) {
+		fprintf(stderr, PROG " train: unexpected argument '%s' (%s)\n",
+			argv[optind], o.resume ? "a step to resume is given "
+			"as --resume=STEP" : "data is given with --data PATH");
+		return EXIT_USAGE;
+	}
+	o.model.max_seq_len = o.model.seq_len;
+	if (train_check(&o))
+		return EXIT_USAGE;
+	return fmtrain_run(&o);
+}
+
+/* ---- main ---- */
+
+int main(int argc, char **argv)
+{
+	const char *verb;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);   /* each step line as it comes */
+	if (argc < 2) {
+		usage(stderr);
+		return EXIT_USAGE;
+	}
+	verb = argv[1];
+	if (!strcmp(verb, "-h") || !strcmp(verb, "--help") ||
+	    !strcmp(verb, "help")) {
+		usage(stdout);
+		return EXIT_OK;
+	}
+	if (!strcmp(verb, "--version") || !strcmp(verb, "version")) {
+		printf("fmtrain %s (checkpoint format %d, run record %d)\n",
+		       FMFS_VERSION, CKPT_FORMAT_VERSION, FMTRAIN_RUN_VERSION);
+		return EXIT_OK;
+	}
+	if (!strcmp(verb, "tokenize"))
+		return cmd_tokenize(argc - 1, argv + 1);
+	if (!strcmp(verb, "train"))
+		return cmd_train(argc - 1, argv + 1);
+	fprintf(stderr, PROG ": unknown command '%s'\n", verb);
+	usage(stderr);
+	return EXIT_USAGE;
+}

@@ -1,0 +1,439 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fmtrain_ckpt.c - what fmtrain puts in a checkpoint and how --resume
+ * takes it back.
+ *
+ * A checkpoint of step N (N updates done) holds, in rank 0's shard:
+ *   param.*, adam_m.*, adam_v.*   f32, the model's tensors as
+ *                                 train_model_tensors names and shapes
+ *                                 them (gradients are not saved: the next
+ *                                 step recomputes them from zero)
+ *   loader.pos                    bytes: struct train_pos of this rank,
+ *                                 where its next batch starts
+ *   fmtrain.run                   bytes: the run record below (shape,
+ *                                 hyperparameters, seeds, step)
+ * The learning rate is constant, so the record's copy of it is the whole
+ * schedule state; the model has no dropout and no other randomness, so
+ * that is everything a bit-exact continuation needs (model.h,
+ * "Reproducibility").
+ *
+ * The run record, 128 bytes, little-endian (docs/training.md):
+ *   offset size  field
+ *        0    8  magic "FMTRAIN\0"
+ *        8    4  version (1)
+ *       12    4  layers          16  4  heads         20  4  channels
+ *       24    4  max_seq_len     28  4  vocab_size    32  4  padded_vocab
+ *       36    4  batch           40  4  seq_len       44  4  world_size
+ *       48    4  learning_rate   52  4  beta1         56  4  beta2
+ *       60    4  eps             64  4  weight_decay  68  4  grad_clip
+ *                (f32 bit patterns)
+ *       72    8  seed (parameters)   80  8  data_seed (loader shuffles)
+ *       88    8  step            96 32  zero
+ * libfmckpt's per-tensor CRC32C covers it like any tensor.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fmtrain.h"
+
+#define RUN_MAGIC "FMTRAIN\0"
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void put32(unsigned char *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void put64(unsigned char *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t get32(const unsigned char *p)
+{
+	uint32_t v = 0;
+
+	for (int i = 3; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static uint64_t get64(const unsigned char *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static uint32_t fbits(float f)
+{
+	uint32_t v;
+
+	memcpy(&v, &f, sizeof(v));
+	return v;
+}
+
+static float bitsf(uint32_t v)
+{
+	float f;
+
+	memcpy(&f, &v, sizeof(f));
+	return f;
+}
+
+static void rec_encode(const struct fmtrain_run_rec *r,
+		       unsigned char b[FMTRAIN_RUN_BYTES])
+{
+	const struct train_config *c = &r->cfg;
+
+	memset(b, 0, FMTRAIN_RUN_BYTES);
+	memcpy(b, RUN_MAGIC, 8);
+	put32(b + 8, FMTRAIN_RUN_VERSION);
+	put32(b + 12, c->layers);
+	put32(b + 16, c->heads);
+	put32(b + 20, c->channels);
+	put32(b + 24, c->max_seq_len);
+	put32(b + 28, c->vocab_size);
+	put32(b + 32, c->padded_vocab_size);
+	put32(b + 36, c->batch);
+	put32(b + 40, c->seq_len);
+	put32(b + 44, r->world_size);
+	put32(b + 48, fbits(c->learning_rate));
+	put32(b + 52, fbits(c->beta1));
+	put32(b + 56, fbits(c->beta2));
+	put32(b + 60, fbits(c->eps));
+	put32(b + 64, fbits(c->weight_decay));
+	put32(b + 68, fbits(c->grad_clip));
+	put64(b + 72, c->seed);
+	put64(b + 80, r->data_seed);
+	put64(b + 88, r->step);
+}
+
+static int rec_decode(const unsigned char b[FMTRAIN_RUN_BYTES],
+		      struct fmtrain_run_rec *r)
+{
+	struct train_config *c = &r->cfg;
+
+	if (memcmp(b, RUN_MAGIC, 8))
+		return -EBADMSG;
+	r->version = get32(b + 8);
+	if (r->version != FMTRAIN_RUN_VERSION)
+		return -EPROTONOSUPPORT;
+	memset(c, 0, sizeof(*c));
+	c->layers = get32(b + 12);
+	c->heads = get32(b + 16);
+	c->channels = get32(b + 20);
+	c->max_seq_len = get32(b + 24);
+	c->vocab_size = get32(b + 28);
+	c->padded_vocab_size = get32(b + 32);
+	c->batch = get32(b + 36);
+	c->seq_len = get32(b + 40);
+	r->world_size = get32(b + 44);
+	c->learning_rate = bitsf(get32(b + 48));
+	c->beta1 = bitsf(get32(b + 52));
+	c->beta2 = bitsf(get32(b + 56));
+	c->eps = bitsf(get32(b + 60));
+	c->weight_decay = bitsf(get32(b + 64));
+	c->grad_clip = bitsf(get32(b + 68));
+	c->seed = get64(b + 72);
+	r->data_seed = get64(b + 80);
+	r->step = get64(b + 88);
+	return 0;
+}
+
+/* ---- saving ---- */
+
+int fmtrain_ckpt_save(struct ckpt *c, struct train_model *m,
+		      const struct train_pos *pos, uint64_t data_seed,
+		      uint64_t step, uint64_t *block_ns, char *msg,
+		      size_t msg_len)
+{
+	struct train_tensor t[TRAIN_TENSORS];
+	struct fmtrain_run_rec rec = { 0 };
+	unsigned char b[FMTRAIN_RUN_BYTES];
+	uint64_t t0 = now_ns();
+	int64_t shape[1];
+	size_t n;
+	int rc;
+
+	rec.version = FMTRAIN_RUN_VERSION;
+	rec.cfg = *train_model_config(m);
+	rec.world_size = pos->world_size;
+	rec.data_seed = data_seed;
+	rec.step = step;
+	rec_encode(&rec, b);
+	n = train_model_tensors(m, t, TRAIN_TENSORS);
+	rc = ckpt_begin(c, step, msg, msg_len);
+	for (size_t i = 0; i < n && !rc; i++) {
+		if (t[i].kind == TRAIN_GRADS)
+			continue;
+		rc = ckpt_add(c, t[i].name, CKPT_F32, t[i].ndim, t[i].shape,
+			      t[i].data, t[i].count * sizeof(float), 0, msg,
+			      msg_len);
+	}
+	shape[0] = sizeof(*pos);
+	if (!rc)
+		rc = ckpt_add(c, FMTRAIN_POS_NAME, CKPT_BYTES, 1, shape, pos,
+			      sizeof(*pos), 0, msg, msg_len);
+	shape[0] = FMTRAIN_RUN_BYTES;
+	if (!rc)
+		rc = ckpt_add(c, FMTRAIN_RUN_NAME, CKPT_BYTES, 1, shape, b,
+			      sizeof(b), 0, msg, msg_len);
+	if (!rc)
+		rc = ckpt_commit(c, msg, msg_len);
+	else if (rc != -EEXIST && rc != -EBUSY)
+		ckpt_abort(c);
+	*block_ns = now_ns() - t0;
+	return rc;
+}
+
+/* ---- resume ---- */
+
+/* "Not starting over": what to do about a checkpoint that cannot be
+ * used. */
+static int unusable(const struct fmtrain_resume *r, const char *what,
+		    const char *why)
+{
+	fprintf(stderr, PROG ": --resume: checkpoint step %" PRIu64 " in %s "
+		"%s: %s\n", r->step, r->where, what, why);
+	fprintf(stderr, PROG ": not starting over.  Check it with `fmckpt "
+		"verify %" PRIu64 " -t %s`; resume an older one with "
+		"--resume=STEP (`fmckpt list -t %s`), or remove this one and "
+		"resume again\n", r->step, r->target, r->target);
+	return EXIT_FAIL;
+}
+
+static int read_bytes(struct fmtrain_resume *r, const char *name,
+		      void *buf, uint64_t len)
+{
+	const struct ckpt_tensor_info *t;
+	char msg[1024], why[1200];
+	int rc;
+
+	t = ckpt_reader_find(r->reader, 0, name);
+	if (!t) {
+		snprintf(why, sizeof(why), "it has no tensor '%s': not written "
+			 "by fmtrain, or by another version", name);
+		return unusable(r, "cannot be resumed", why);
+	}
+	if (t->size_bytes != len) {
+		snprintf(why, sizeof(why), "tensor '%s' is %" PRIu64 " bytes, "
+			 "not %" PRIu64, name, t->size_bytes, len);
+		return unusable(r, "cannot be resumed", why);
+	}
+	rc = ckpt_reader_read(r->reader, t, buf, len, msg, sizeof(msg));
+	if (rc)
+		return unusable(r, rc == -EBADMSG ? "is corrupt" :
+				"cannot be read", msg);
+	return EXIT_OK;
+}
+
+/* The options that must be those of the run that saved the checkpoint. */
+static int check_compat(const struct fmtrain_resume *r,
+			const struct fmtrain_opts *o)
+{
+	const struct train_config *a = &r->rec.cfg, *b = &o->model;
+	const char *opt = NULL;
+	char was[64] = "", now[64] = "";
+
+#define CMP_U(field, name) \
+	if (!opt && a->field != b->field) { \
+		opt = name; \
+		snprintf(was, sizeof(was), "%u", a->field); \
+		snprintf(now, sizeof(now), "%u", b->field); \
+	}
+#define CMP_F(field, name) \
+	if (!opt && fbits(a->field) != fbits(b->field)) { \
+		opt = name; \
+		snprintf(was, sizeof(was), "%.9g", (double)a->field); \
+		snprintf(now, sizeof(now), "%.9g", (double)b->field); \
+	}
+	CMP_U(layers, "--layers")
+	CMP_U(heads, "--heads")
+	CMP_U(channels, "--channels")
+	CMP_U(seq_len, "--seq-len")
+	CMP_U(max_seq_len, "--seq-len")
+	CMP_U(vocab_size, "--vocab")
+	CMP_U(padded_vocab_size, "the padded vocabulary")
+	CMP_U(batch, "--batch")
+	CMP_F(learning_rate, "--lr")
+	CMP_F(beta1, "beta1")
+	CMP_F(beta2, "beta2")
+	CMP_F(eps, "eps")
+	CMP_F(weight_decay, "the weight decay")
+	CMP_F(grad_clip, "the gradient clip")
+#undef CMP_U
+#undef CMP_F
+	if (!opt && (a->seed != b->seed || r->rec.data_seed != b->seed)) {
+		opt = "--seed";
+		snprintf(was, sizeof(was), "%" PRIu64, a->seed);
+		snprintf(now, sizeof(now), "%" PRIu64, b->seed);
+	}
+	if (!opt && r->rec.world_size != 1) {
+		opt = "WORLD_SIZE";
+		snprintf(was, sizeof(was), "%u", r->rec.world_size);
+		snprintf(now, sizeof(now), "1");
+	}
+	if (!opt)
+		return EXIT_OK;
+	fprintf(stderr, PROG ": --resume: checkpoint step %" PRIu64 " in %s "
+		"was saved with %s %s; this run has %s.  Resume with the "
+		"options it was saved with, or give another --ckpt to start a "
+		"new run\n", r->step, r->where, opt, was, now);
+	return EXIT_USAGE;
+}
+
+static const char *ckpt_target(const struct fmtrain_opts *o)
+{
+	return o->ckpt_dir ? o->ckpt_dir : o->ckpt_remote;
+}
+
+/* The step to resume: the newest complete checkpoint, or none. */
+static int newest(struct ckpt *c, const struct fmtrain_opts *o,
+		  struct fmtrain_resume *r)
+{
+	struct ckpt_step_info *v;
+	char msg[1024];
+	size_t n;
+	int rc;
+
+	rc = ckpt_list(c, &v, &n, &r->incomplete, msg, sizeof(msg));
+	if (rc) {
+		fprintf(stderr, PROG ": --resume: cannot list the checkpoints "
+			"in %s: %s\n", ckpt_target(o), msg[0] ? msg :
+			strerror(-rc));
+		return EXIT_FAIL;
+	}
+	if (!n) {
+		free(v);
+		return EXIT_OK;
+	}
+	r->found = true;
+	r->step = v[0].step;
+	rc = v[0].error;
+	free(v);
+	if (rc)
+		return unusable(r, "has an unreadable manifest",
+				rc == -EBADMSG ? "corrupt (bad checksum or "
+				"structure)" : strerror(-rc));
+	return EXIT_OK;
+}
+
+int fmtrain_resume_open(struct ckpt *c, const struct fmtrain_opts *o,
+			struct fmtrain_resume *r)
+{
+	unsigned char b[FMTRAIN_RUN_BYTES];
+	char msg[1024];
+	int rc;
+
+	memset(r, 0, sizeof(*r));
+	r->target = ckpt_target(o);
+	snprintf(r->where, sizeof(r->where), "%s", r->target);
+	if (o->resume_step == CKPT_STEP_LATEST) {
+		rc = newest(c, o, r);
+		if (rc || !r->found)
+			return rc;
+	} else {
+		r->found = true;
+		r->step = o->resume_step;
+	}
+	rc = ckpt_reader_open(c, r->step, &r->reader, msg, sizeof(msg));
+	if (rc == -ENOENT && o->resume_step != CKPT_STEP_LATEST) {
+		fprintf(stderr, PROG ": --resume=%" PRIu64 ": %s\n", r->step,
+			msg);
+		return EXIT_FAIL;
+	}
+	if (rc)
+		return unusable(r, rc == -EBADMSG ? "is corrupt" :
+				"cannot be opened", msg);
+	snprintf(r->where, sizeof(r->where), "%s",
+		 ckpt_reader_where(r->reader));
+	if (ckpt_reader_world_size(r->reader) != 1) {
+		snprintf(msg, sizeof(msg), "it was saved by %u ranks; this CPU "
+			 "run has one", ckpt_reader_world_size(r->reader));
+		return unusable(r, "cannot be resumed", msg);
+	}
+	if ((rc = read_bytes(r, FMTRAIN_RUN_NAME, b, sizeof(b))))
+		return rc;
+	rc = rec_decode(b, &r->rec);
+	if (rc)
+		return unusable(r, "cannot be resumed", rc == -EBADMSG ?
+				"its run record is not fmtrain's" :
+				"its run record is of a version this fmtrain "
+				"does not read");
+	if (r->rec.step != r->step) {
+		snprintf(msg, sizeof(msg), "its run record says step %" PRIu64,
+			 r->rec.step);
+		return unusable(r, "is inconsistent", msg);
+	}
+	if ((rc = check_compat(r, o)))
+		return rc;
+	if ((rc = read_bytes(r, FMTRAIN_POS_NAME, &r->pos, sizeof(r->pos))))
+		return rc;
+	if (r->pos.version != TRAIN_POS_VERSION || r->pos.rank != 0 ||
+	    r->pos.world_size != 1)
+		return unusable(r, "cannot be resumed", "its loader position "
+				"is of another version or rank");
+	return EXIT_OK;
+}
+
+int fmtrain_resume_finish(struct fmtrain_resume *r, struct train_model *m)
+{
+	struct train_tensor t[TRAIN_TENSORS];
+	size_t n = train_model_tensors(m, t, TRAIN_TENSORS);
+	char msg[1024], why[1400];
+	int rc;
+
+	for (size_t i = 0; i < n; i++) {
+		const struct ckpt_tensor_info *ti;
+
+		if (t[i].kind == TRAIN_GRADS)
+			continue;
+		ti = ckpt_reader_find(r->reader, 0, t[i].name);
+		if (!ti || ti->dtype != CKPT_F32 || ti->ndim != t[i].ndim ||
+		    memcmp(ti->shape, t[i].shape,
+			   t[i].ndim * sizeof(int64_t))) {
+			ckpt_shape_format(t[i].ndim, t[i].shape, msg,
+					  sizeof(msg));
+			snprintf(why, sizeof(why), "it has no f32 tensor '%s' "
+				 "of shape %s", t[i].name, msg);
+			rc = unusable(r, "cannot be resumed", why);
+			goto out_close;
+		}
+		rc = ckpt_reader_read(r->reader, ti, t[i].data,
+				      t[i].count * sizeof(float), msg,
+				      sizeof(msg));
+		if (rc) {
+			rc = unusable(r, rc == -EBADMSG ? "is corrupt" :
+				      "cannot be read", msg);
+			goto out_close;
+		}
+	}
+	train_model_set_step(m, r->step);
+	rc = train_set_learning_rate(m, r->rec.cfg.learning_rate) ?
+	     EXIT_FAIL : EXIT_OK;
+out_close:
+	fmtrain_resume_release(r);
+	return rc;
+}
+
+void fmtrain_resume_release(struct fmtrain_resume *r)
+{
+	ckpt_reader_close(r->reader);
+	r->reader = NULL;
+}

@@ -1,0 +1,564 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fmtrain_run.c - the training run of `fmtrain train`: model, loader and
+ * checkpoint store set up from the options, the step loop with its
+ * checkpoint hook, and the figures it prints.
+ *
+ * A step: the loader's next batch (the time it waited for the reader
+ * thread is the step's data wait), zero_grad + forward + backward +
+ * AdamW update, and when a checkpoint is due, a save through libfmckpt:
+ * the parameters, moments, run record and loader position are copied into
+ * staging memory and training goes on while they are written and drained
+ * (ckpt_begin, the adds and ckpt_commit: the copy, any wait for an
+ * older checkpoint still in flight and the library's bookkeeping, are
+ * the step's checkpoint blocking).  Step N is the N-th update; a
+ * checkpoint of step N holds the state after it and a resume from it
+ * goes on with step N + 1.
+ *
+ * When a checkpoint is due: every --ckpt-every steps, when --ckpt-secs
+ * have passed since the last one, at the Young interval for
+ * --ckpt-mtbf (sqrt(2 x cost x MTBF), the cost being the mean blocking
+ * time measured so far, turned into steps by the mean step time without
+ * checkpoints; the first checkpoint comes after the first step, to
+ * measure it), whichever comes first; and always after the last step,
+ * or the step during which SIGINT or SIGTERM came.  The run then waits
+ * for that last checkpoint to be durable and says so.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "fmtrain.h"
+
+#define CHUNK_BYTES (8ull << 20)   /* libfmckpt's default, stated */
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig)
+{
+	stop_signal = sig;
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+struct run {
+	const struct fmtrain_opts *o;
+	struct train_config cfg;       /* as the model uses it */
+	struct train_model *m;
+	struct train_loader *l;
+	struct ckpt *c;
+	FILE *csv;
+	uint64_t first_step;           /* the model's step at the start */
+	/* this process's steps, together */
+	uint64_t steps;
+	double step_ms, wait_ms, block_ms;
+	/* checkpoints */
+	uint64_t ckpts;
+	bool saved;
+	uint64_t last_saved;
+	double last_save_ms;           /* when (now_ms), or the start */
+	uint64_t since_save;           /* steps */
+	uint64_t young_steps;          /* --ckpt-mtbf: the interval */
+	uint64_t failed_seen;          /* ckpt_stats.steps_failed told */
+};
+
+static const char *ckpt_target(const struct fmtrain_opts *o)
+{
+	return o->ckpt_dir ? o->ckpt_dir : o->ckpt_remote;
+}
+
+/* ---- set up ---- */
+
+static int open_csv(struct run *r, bool append)
+{
+	const char *path = r->o->csv;
+	struct stat st;
+
+	if (!path)
+		return EXIT_OK;
+	append = append && !stat(path, &st) && st.st_size > 0;
+	r->csv = fopen(path, append ? "a" : "w");
+	if (!r->csv) {
+		fprintf(stderr, PROG ": --csv %s: %s\n", path, strerror(errno));
+		return EXIT_FAIL;
+	}
+	if (!append)
+		fprintf(r->csv, "step,loss,tok_per_s,data_wait_ms,"
+			"ckpt_block_ms,step_ms\n");
+	return EXIT_OK;
+}
+
+static int open_store(struct run *r)
+{
+	const struct fmtrain_opts *o = r->o;
+	uint64_t state = 3 * (uint64_t)train_model_num_params(r->m) *
+			 sizeof(float) + (1u << 20);
+	struct ckpt_config cc;
+	char msg[1024];
+	int rc;
+
+	ckpt_config_init(&cc);
+	cc.dir = o->ckpt_dir;
+	cc.remote = o->ckpt_remote;
+	cc.obj = o->obj;
+	cc.rank = 0;
+	cc.world_size = 1;
+	cc.keep_local = cc.keep_remote = o->keep;
+	cc.chunk_bytes = CHUNK_BYTES;
+	/* Room for two checkpoints: a save does not wait for the previous
+	 * one's writer to free staging unless the store is slower than
+	 * one checkpoint interval. */
+	cc.staging_bytes = o->staging_bytes ? o->staging_bytes :
+		2 * ((state + CHUNK_BYTES - 1) / CHUNK_BYTES) * CHUNK_BYTES;
+	rc = ckpt_open(&cc, &r->c, msg, sizeof(msg));
+	if (rc) {
+		fprintf(stderr, PROG ": --ckpt %s: %s\n", ckpt_target(o),
+			msg[0] ? msg : strerror(-rc));
+		return rc == -EINVAL ? EXIT_USAGE : EXIT_FAIL;
+	}
+	return EXIT_OK;
+}
+
+/* Without --resume a store that holds checkpoints is another run's:
+ * refuse to mix the two. */
+static int check_empty(struct run *r)
+{
+	struct ckpt_step_info *v;
+	char msg[1024];
+	size_t n;
+	int rc;
+
+	rc = ckpt_list(r->c, &v, &n, NULL, msg, sizeof(msg));
+	if (rc) {
+		fprintf(stderr, PROG ": --ckpt %s: cannot list checkpoints: "
+			"%s\n", ckpt_target(r->o), msg[0] ? msg :
+			strerror(-rc));
+		return EXIT_FAIL;
+	}
+	if (n) {
+		fprintf(stderr, PROG ": --ckpt %s holds checkpoints already "
+			"(newest: step %" PRIu64 "): give --resume to continue "
+			"that run, or another --ckpt to start a new one\n",
+			ckpt_target(r->o), v[0].step);
+		rc = EXIT_USAGE;
+	}
+	free(v);
+	return rc;
+}
+
+static int data_error(int rc, const char *msg, const struct run *r,
+		      const struct train_pos *resumed)
+{
+	fprintf(stderr, PROG ": data: %s\n", msg[0] ? msg : strerror(-rc));
+	if (rc == -ERANGE)
+		fprintf(stderr, PROG ": give --vocab at least the "
+			"vocabulary the data was tokenized with (%u for "
+			"`fmtrain tokenize`; this run has --vocab %u)\n",
+			TRAIN_BYTE_VOCAB, r->cfg.vocab_size);
+	if (rc == -EINVAL && resumed) {
+		fprintf(stderr, PROG ": resume with the --data, --seq-len "
+			"and --seed of the run that saved the checkpoint\n");
+		return EXIT_USAGE;
+	}
+	return EXIT_FAIL;
+}
+
+static int open_loader(struct run *r, const struct train_pos *resume)
+{
+	struct train_loader_config lc;
+	char msg[1024] = "";
+	int rc;
+
+	train_loader_config_init(&lc);
+	lc.batch = r->cfg.batch;
+	lc.seq_len = r->cfg.seq_len;
+	lc.vocab_size = r->cfg.vocab_size;
+	lc.seed = r->cfg.seed;
+	lc.rank = 0;
+	lc.world_size = 1;
+	lc.resume = resume;
+	rc = train_loader_open(&lc, r->o->data, r->o->ndata, &r->l, msg,
+			       sizeof(msg));
+	return rc ? data_error(rc, msg, r, resume) : EXIT_OK;
+}
+
+static void banner(const struct run *r)
+{
+	const struct fmtrain_opts *o = r->o;
+	const struct train_config *c = &r->cfg;
+	struct train_loader_info li;
+	int threads = 1;
+
+#ifdef _OPENMP
+	threads = omp_get_max_threads();
+#endif
+	train_loader_info(r->l, &li);
+	fprintf(stderr, PROG ": model: %u layers, %u heads, %u channels, "
+		"vocab %u, T %u, B %u: %zu parameters, %.1f MiB; lr %g, "
+		"seed %" PRIu64 ", %d thread(s)\n", c->layers, c->heads,
+		c->channels, c->vocab_size, c->seq_len, c->batch,
+		train_model_num_params(r->m),
+		(double)train_model_bytes(r->m) / (1 << 20),
+		(double)c->learning_rate, c->seed, threads);
+	fprintf(stderr, PROG ": data: %zu shard(s), %" PRIu64 " tokens, %"
+		PRIu64 " sequences an epoch (%" PRIu64 " steps)\n", li.shards,
+		li.tokens, li.sequences, li.sequences / c->batch);
+	if (!r->c)
+		return;
+	fprintf(stderr, PROG ": checkpoints: %s%s%s", o->ckpt_dir ?
+		o->ckpt_dir : "", o->ckpt_dir && o->ckpt_remote ? " and " : "",
+		o->ckpt_remote ? o->ckpt_remote : "");
+	if (o->ckpt_every)
+		fprintf(stderr, ", every %" PRIu64 " steps", o->ckpt_every);
+	if (o->ckpt_secs > 0)
+		fprintf(stderr, ", every %g s", o->ckpt_secs);
+	if (o->ckpt_mtbf_h > 0)
+		fprintf(stderr, ", Young interval for an MTBF of %g h",
+			o->ckpt_mtbf_h);
+	fprintf(stderr, ", after the last step");
+	if (o->keep)
+		fprintf(stderr, "; the newest %u kept", o->keep);
+	fprintf(stderr, "\n");
+}
+
+/* ---- checkpoints ---- */
+
+static bool save_due(const struct run *r, uint64_t step, double now,
+		     bool stopping)
+{
+	const struct fmtrain_opts *o = r->o;
+
+	if (step == o->steps || stopping)
+		return true;
+	if (o->ckpt_every && step % o->ckpt_every == 0)
+		return true;
+	if (o->ckpt_secs > 0 && now - r->last_save_ms >= o->ckpt_secs * 1e3)
+		return true;
+	if (o->ckpt_mtbf_h > 0 && (!r->ckpts || r->since_save >= r->young_steps))
+		return true;
+	return false;
+}
+
+/* Young's interval from what checkpoints and steps cost so far. */
+static void young_update(struct run *r)
+{
+	double cost_s = r->block_ms / (double)r->ckpts / 1e3;
+	double mtbf_s = r->o->ckpt_mtbf_h * 3600.0;
+	double step_s = (r->step_ms - r->block_ms) / (double)r->steps / 1e3;
+	double t_s = sqrt(2.0 * cost_s * mtbf_s);
+	uint64_t n = step_s > 0 ? (uint64_t)ceil(t_s / step_s) : 1;
+
+	if (n < 1)
+		n = 1;
+	if (!r->young_steps || n * 5 < r->young_steps * 4 ||
+	    n * 4 > r->young_steps * 5)
+		fprintf(stderr, PROG ": checkpoint interval (Young): sqrt(2 x "
+			"%.3f ms x %g h) = %.3f s = %" PRIu64 " step(s) of "
+			"%.3f ms\n", cost_s * 1e3, r->o->ckpt_mtbf_h, t_s, n,
+			step_s * 1e3);
+	r->young_steps = n;
+}
+
+static int save(struct run *r, uint64_t step, double *block_ms)
+{
+	struct train_pos pos;
+	uint64_t ns = 0;
+	char msg[1024] = "";
+	int rc;
+
+	train_loader_position(r->l, &pos);
+	rc = fmtrain_ckpt_save(r->c, r->m, &pos, r->cfg.seed, step, &ns, msg,
+			       sizeof(msg));
+	*block_ms = (double)ns / 1e6;
+	if (rc == -EEXIST) {
+		/* resumed from an older step than the newest (--resume=N) */
+		fprintf(stderr, PROG ": step %" PRIu64 ": not saved: %s\n",
+			step, msg);
+		return EXIT_OK;
+	}
+	if (rc) {
+		fprintf(stderr, PROG ": checkpoint of step %" PRIu64 " to %s "
+			"failed: %s\n", step, ckpt_target(r->o), msg[0] ? msg :
+			strerror(-rc));
+		return EXIT_FAIL;
+	}
+	r->ckpts++;
+	r->saved = true;
+	r->last_saved = step;
+	r->since_save = 0;
+	return EXIT_OK;
+}
+
+/* A save fails behind the training thread's back (a write, an upload):
+ * say so when it is seen; the final wait fails the run if the last one
+ * is lost. */
+static void check_failed(struct run *r)
+{
+	struct ckpt_stats st;
+
+	ckpt_get_stats(r->c, &st);
+	if (st.steps_failed > r->failed_seen) {
+		fprintf(stderr, PROG ": warning: %" PRIu64 " checkpoint(s) "
+			"failed in the background: %s\n",
+			st.steps_failed - r->failed_seen, st.last_error);
+		r->failed_seen = st.steps_failed;
+	}
+}
+
+static int wait_durable(struct run *r)
+{
+	const struct fmtrain_opts *o = r->o;
+	double t0 = now_ms();
+	char msg[1024] = "";
+	int rc;
+
+	rc = ckpt_wait(r->c, r->last_saved, CKPT_DURABLE, 0, msg, sizeof(msg));
+	if (rc) {
+		fprintf(stderr, PROG ": checkpoint of step %" PRIu64 " did not "
+			"become durable in %s: %s\n", r->last_saved,
+			o->ckpt_remote ? o->ckpt_remote : o->ckpt_dir,
+			msg[0] ? msg : strerror(-rc));
+		return EXIT_FAIL;
+	}
+	printf("checkpoint step %" PRIu64 " durable: %s %s (waited %.3f ms "
+	       "after the last step)\n", r->last_saved, o->ckpt_remote ?
+	       "manifest stored in" : "committed and fsynced in",
+	       o->ckpt_remote ? o->ckpt_remote : o->ckpt_dir,
+	       now_ms() - t0);
+	return EXIT_OK;
+}
+
+/* ---- the loop ---- */
+
+static void report(struct run *r, uint64_t step, float loss, double wait,
+		   double block, double ms)
+{
+	double tps = ms > 0 ? (double)r->cfg.batch * r->cfg.seq_len * 1e3 /
+			      ms : 0;
+
+	printf("step %" PRIu64 " loss %.9g tok/s %.0f data-wait-ms %.3f "
+	       "ckpt-block-ms %.3f\n", step, (double)loss, tps, wait, block);
+	if (r->csv) {
+		fprintf(r->csv, "%" PRIu64 ",%.9g,%.1f,%.3f,%.3f,%.3f\n", step,
+			(double)loss, tps, wait, block, ms);
+		fflush(r->csv);
+	}
+}
+
+static int train_loop(struct run *r)
+{
+	char msg[1024] = "";
+	int rc;
+
+	r->last_save_ms = now_ms();
+	for (uint64_t step = r->first_step + 1; step <= r->o->steps; step++) {
+		struct train_batch b;
+		double t0 = now_ms(), block = 0, ms;
+		bool saved = false, stopping;
+		float loss;
+
+		rc = train_loader_next(r->l, &b, msg, sizeof(msg));
+		if (rc)
+			return data_error(rc, msg, r, NULL);
+		rc = train_step(r->m, b.inputs, b.targets, &loss, msg,
+				sizeof(msg));
+		if (rc) {
+			fprintf(stderr, PROG ": step %" PRIu64 ": %s%s\n", step,
+				msg, rc == -ERANGE ? " (the run diverged: "
+				"lower --lr)" : "");
+			return EXIT_FAIL;
+		}
+		r->steps++;
+		r->since_save++;
+		/* Read once: a signal that comes later is the next step's. */
+		stopping = stop_signal != 0;
+		if (r->c && save_due(r, step, now_ms(), stopping)) {
+			uint64_t before = r->ckpts;
+
+			rc = save(r, step, &block);
+			if (rc)
+				return rc;
+			saved = r->ckpts > before;
+			r->last_save_ms = now_ms();
+		}
+		ms = now_ms() - t0;
+		r->step_ms += ms;
+		r->wait_ms += b.wait_ms;
+		r->block_ms += block;
+		report(r, step, loss, b.wait_ms, block, ms);
+		if (r->c) {
+			check_failed(r);
+			if (r->o->ckpt_mtbf_h > 0 && saved)
+				young_update(r);
+		}
+		if (stopping) {
+			fprintf(stderr, PROG ": stopped by signal %d (%s) "
+				"after step %" PRIu64 "%s\n", (int)stop_signal,
+				strsignal(stop_signal), step, r->c ?
+				", checkpoint saved" : "");
+			break;
+		}
+	}
+	return EXIT_OK;
+}
+
+static void summary(const struct run *r)
+{
+	uint64_t tokens = r->steps * r->cfg.batch * r->cfg.seq_len;
+	double share = r->step_ms > 0 ? 100.0 / r->step_ms : 0;
+
+	printf("summary steps %" PRIu64 " (%" PRIu64 "-%" PRIu64 ") mean-tok/s "
+	       "%.0f mean-step-ms %.3f data-wait-ms %.3f (%.2f%% of step time) "
+	       "checkpoints %" PRIu64 " ckpt-block-ms %.3f (%.2f%% of step "
+	       "time)\n", r->steps, r->first_step + (r->steps ? 1 : 0),
+	       r->first_step + r->steps,
+	       r->step_ms > 0 ? (double)tokens * 1e3 / r->step_ms : 0,
+	       r->steps ? r->step_ms / (double)r->steps : 0, r->wait_ms,
+	       r->wait_ms * share, r->ckpts, r->block_ms,
+	       r->block_ms * share);
+}
+
+/* Where the blocking went: libfmckpt's copy into staging is the floor;
+ * the rest is begin and commit bookkeeping (on an fmfs mount, metadata
+ * round trips: a stat of the step, the status file). */
+static void ckpt_breakdown(const struct run *r)
+{
+	struct ckpt_stats st;
+
+	ckpt_get_stats(r->c, &st);
+	fprintf(stderr, PROG ": checkpoints: %" PRIu64 " saved, blocking "
+		"%.3f ms in all, of which copying into staging %.3f ms (%"
+		PRIu64 " waited for staging, %" PRIu64 " for older "
+		"checkpoints); staging %.1f MiB, peak %.1f MiB\n", r->ckpts,
+		r->block_ms, (double)st.commit_total_ns / 1e6,
+		st.staging_waits, st.pending_waits,
+		(double)st.staging_bytes / (1 << 20),
+		(double)st.staging_peak_bytes / (1 << 20));
+}
+
+/* ---- the run ---- */
+
+static int resume_state(struct run *r, struct fmtrain_resume *res)
+{
+	const struct fmtrain_opts *o = r->o;
+	struct fmtrain_opts eff = *o;
+	int rc;
+
+	eff.model = r->cfg;   /* the padded vocabulary as the model has it */
+	rc = fmtrain_resume_open(r->c, &eff, res);
+	if (rc)
+		return rc;
+	if (!res->found) {
+		fprintf(stderr, PROG ": --resume: no checkpoint in %s%s; "
+			"starting from step 0\n", ckpt_target(o),
+			res->incomplete ? " (only incomplete ones, ignored)" :
+			"");
+		return EXIT_OK;
+	}
+	rc = fmtrain_resume_finish(res, r->m);
+	if (rc)
+		return rc;
+	r->first_step = res->step;
+	fprintf(stderr, PROG ": resumed from checkpoint step %" PRIu64 " in "
+		"%s; continuing with step %" PRIu64 "\n", res->step, res->where,
+		res->step + 1);
+	return EXIT_OK;
+}
+
+static int setup(struct run *r, struct fmtrain_resume *res)
+{
+	const struct fmtrain_opts *o = r->o;
+	char msg[1024] = "";
+	int rc;
+
+	rc = train_config_check(&r->cfg, NULL, msg, sizeof(msg));
+	if (!rc)
+		rc = train_model_init(&r->cfg, &r->m, msg, sizeof(msg));
+	if (rc) {
+		fprintf(stderr, PROG ": %s\n", msg[0] ? msg : strerror(-rc));
+		return rc == -EINVAL ? EXIT_USAGE : EXIT_FAIL;
+	}
+	r->cfg = *train_model_config(r->m);
+	if (o->ckpt_dir || o->ckpt_remote) {
+		if ((rc = open_store(r)))
+			return rc;
+		rc = o->resume ? resume_state(r, res) : check_empty(r);
+		if (rc)
+			return rc;
+	}
+	if ((rc = open_csv(r, res->found)))
+		return rc;
+	return open_loader(r, res->found ? &res->pos : NULL);
+}
+
+int fmtrain_run(const struct fmtrain_opts *o)
+{
+	struct run r = { .o = o, .cfg = o->model };
+	struct fmtrain_resume res = { 0 };
+	struct sigaction sa;
+	int rc, rc2;
+
+#ifdef _OPENMP
+	if (o->threads)
+		omp_set_num_threads((int)o->threads);
+#endif
+	rc = setup(&r, &res);
+	if (rc)
+		goto out;
+	banner(&r);
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sa.sa_flags = SA_RESETHAND;   /* a second one kills at once */
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	if (r.first_step >= o->steps)
+		fprintf(stderr, PROG ": the model is at step %" PRIu64 ", "
+			"--steps is %" PRIu64 ": nothing to do\n", r.first_step,
+			o->steps);
+	rc = train_loop(&r);
+	summary(&r);
+	if (r.c && r.ckpts)
+		ckpt_breakdown(&r);
+	if (r.c && r.saved) {
+		rc2 = wait_durable(&r);
+		if (!rc)
+			rc = rc2;
+	}
+	if (!rc && stop_signal)
+		rc = 128 + stop_signal;
+out:
+	fmtrain_resume_release(&res);
+	train_loader_close(r.l);
+	if (r.c) {
+		char msg[1024] = "";
+
+		if (ckpt_close(r.c, msg, sizeof(msg)) && !rc) {
+			fprintf(stderr, PROG ": checkpoints: %s\n", msg);
+			rc = EXIT_FAIL;
+		}
+	}
+	if (r.csv && fclose(r.csv) && !rc) {
+		fprintf(stderr, PROG ": --csv %s: %s\n", o->csv,
+			strerror(errno));
+		rc = EXIT_FAIL;
+	}
+	train_model_free(r.m);
+	return rc;
+}
