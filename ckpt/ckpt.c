@@ -754,25 +754,40 @@ struct stream {
 	bool device;          /* async device copies into ch not yet synced */
 	bool waited;
 	uint64_t wait_ns;
-	int rc;
-	char *msg;
-	size_t msg_len;
+	int rc;               /* the first copy error */
+	char why[256];        /* its cause (the caller's msg may be NULL) */
 };
+
+/* The first copy error fails the step at once, before the chunk it hit
+ * (or any later one) reaches the writer: the writer checks the step's
+ * error before it leaves the marker that lets rank 0 commit, and it must
+ * not find it clear while staging holds garbage.  c->lock held. */
+static void stream_fail(struct stream *w, int rc)
+{
+	if (w->rc)
+		return;
+	w->rc = rc;
+	ckpt_step_fail(w->c, w->s, rc, CKPT_LOCAL | CKPT_REMOTE,
+		       "step %llu: copying into staging failed: %s",
+		       (unsigned long long)w->s->step,
+		       w->why[0] ? w->why : strerror(-rc));
+}
 
 static void stream_flush(struct stream *w)
 {
 	struct ckpt *c = w->c;
 	struct ckpt_chunk *ch = w->ch;
+	int rc = 0;
 
 	if (w->device) {
-		int rc = ckpt_cuda_sync(c, w->msg, w->msg_len);
-
-		if (rc && !w->rc)
-			w->rc = rc;
+		rc = ckpt_cuda_sync(c, w->rc ? NULL : w->why,
+				    w->rc ? 0 : sizeof(w->why));
 		w->device = false;
 	}
 	ch->next = NULL;
 	pthread_mutex_lock(&c->lock);
+	if (rc)
+		stream_fail(w, rc);
 	if (c->wq_tail)
 		c->wq_tail->next = ch;
 	else
@@ -834,10 +849,16 @@ static void stream_put(struct stream *w, const void *src, uint64_t len,
 		if (!p) {
 			memset(w->ch->buf + w->ch->len, 0, n);
 		} else if (device && !w->rc) {
-			w->rc = ckpt_cuda_copy_async(w->c, w->ch->buf +
-						     w->ch->len, p, n, w->msg,
-						     w->msg_len);
+			int rc = ckpt_cuda_copy_async(w->c, w->ch->buf +
+						      w->ch->len, p, n, w->why,
+						      sizeof(w->why));
+
 			w->device = true;
+			if (rc) {
+				pthread_mutex_lock(&w->c->lock);
+				stream_fail(w, rc);
+				pthread_mutex_unlock(&w->c->lock);
+			}
 		} else if (!w->rc) {
 			memcpy(w->ch->buf + w->ch->len, p, n);
 		}
@@ -914,7 +935,7 @@ static void stream_tensors(struct stream *w)
 int ckpt_commit(struct ckpt *c, char *msg, size_t msg_len)
 {
 	struct ckpt_step *s = c->building, **pp;
-	struct stream w = { .c = c, .msg = msg, .msg_len = msg_len };
+	struct stream w = { .c = c };
 	uint64_t t0 = ckpt_now_ns(), dt;
 	int rc;
 
@@ -944,10 +965,10 @@ int ckpt_commit(struct ckpt *c, char *msg, size_t msg_len)
 	pthread_mutex_lock(&c->lock);
 	c->copying = false;
 	pthread_cond_signal(&c->writer_cond);
-	if (w.rc)
-		ckpt_step_fail(c, s, w.rc, CKPT_LOCAL | CKPT_REMOTE,
-			       "step %llu: copying into staging failed: %s",
-			       (unsigned long long)s->step, msg);
+	if (w.rc)   /* the step failed when the copy did (stream_fail) */
+		ckpt_msg(msg, msg_len, "step %llu: copying into staging "
+			 "failed: %s", (unsigned long long)s->step,
+			 w.why[0] ? w.why : strerror(-w.rc));
 	s->committed = true;
 	s->t_commit_ns = ckpt_now_ns();
 	for (size_t i = 0; i < s->nt; i++)

@@ -1064,6 +1064,56 @@ static void test_restore(void **state)
 	tset_free(&t);
 }
 
+/* A device copy that fails during ckpt_commit (no GPU here: the CUDA
+ * state is faked, so cudaMemcpyAsync, or the stub without CUDA, fails).
+ * The step must fail with the copy's own message even when commit was
+ * given no message buffer, and this rank must not leave the "shard done"
+ * marker that would let rank 0 commit the garbage in its staging. */
+static void test_device_copy_error(void **state)
+{
+	struct env *e = *state;
+	struct ckpt_config cfg = cfg_of(e, true, false);
+	static unsigned char host[4096];
+	int64_t shape[1] = { 4096 };
+	long fake_cuda[16] = { 0 };   /* stands for cuda.c's state */
+	char path[PATH_MAX + 64];
+	struct ckpt_stats st;
+	struct ckpt *c;
+	int rc;
+
+	cfg.world_size = 2;
+	cfg.rank = 1;
+	c = open_cfg(e, &cfg);
+	if (c->cuda) {
+		/* A real GPU: a failing copy cannot be faked this way. */
+		ckpt_close(c, NULL, 0);
+		skip();
+	}
+	c->cuda = fake_cuda;
+	assert_ok(ckpt_begin(c, 1, e->msg, sizeof(e->msg)), e->msg);
+	assert_ok(ckpt_add(c, "h", CKPT_U8, 1, shape, host, sizeof(host), 0,
+			   e->msg, sizeof(e->msg)), e->msg);
+	assert_ok(ckpt_add(c, "d", CKPT_U8, 1, shape,
+			   (const void *)(uintptr_t)4096, 4096,
+			   CKPT_ADD_DEVICE, e->msg, sizeof(e->msg)), e->msg);
+	rc = ckpt_commit(c, NULL, 0);
+	assert_true(rc < 0);
+	assert_int_equal(ckpt_wait(c, 1, CKPT_LOCAL, 10000, e->msg,
+				   sizeof(e->msg)), rc);
+	assert_contains(e->msg, "copying into staging failed");
+	assert_contains(e->msg, HAVE_CUDA ? "cudaMemcpyAsync" :
+			"without CUDA");
+	if (strstr(e->msg, "(null)"))
+		fail_msg("the cause was lost: %s", e->msg);
+	snprintf(path, sizeof(path), "%s/.tmp-step-0000000001/"
+		 "rank-00001.done", e->dir);
+	assert_false(exists(path));
+	ckpt_get_stats(c, &st);
+	assert_int_equal(st.steps_failed, 1);
+	c->cuda = NULL;
+	ckpt_close(c, NULL, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1085,6 +1135,7 @@ int main(void)
 		T(test_crash_points),
 		T(test_rss_stable),
 		T(test_restore),
+		T(test_device_copy_error),
 #undef T
 	};
 	const char *base = getenv("TMPDIR");
