@@ -577,21 +577,38 @@ static bool finished(const struct ckpt *c, const struct ckpt_step *s)
 	return (!c->dir || s->local_handled) && (!c->st || s->remote_handled);
 }
 
-/* The next event, oldest step first; c->lock held.  Both commits use
- * the marker the writer encodes once every byte is summed. */
+/* The next event; c->lock held.  Both commits use the marker the writer
+ * encodes once every byte is summed.  Steps commit in order at each
+ * level: a step's remote commit waits for every older step's, even when
+ * its upload finished first (a small step behind a large one), because
+ * retention after a commit removes the incomplete steps older than it
+ * (the shards and markers another rank already stored for a step still
+ * in flight here) and ckpt_wait and last_remote_step promise order.
+ * Local events come in order anyway: one writer writes the steps in
+ * turn. */
 static struct ckpt_step *next_event(struct ckpt *c, bool *remote)
 {
+	bool local_next = c->dir != NULL, remote_next = c->st != NULL;
+
 	for (struct ckpt_step *s = c->steps; s; s = s->next) {
-		if (!s->committed || !s->marker_ready)
-			continue;
-		if (s->local_ready && !s->local_handled) {
-			*remote = false;
-			return s;
+		bool ready = s->committed && s->marker_ready;
+
+		if (local_next && !s->local_handled) {
+			if (ready && s->local_ready) {
+				*remote = false;
+				return s;
+			}
+			local_next = false;  /* the oldest goes first */
 		}
-		if (s->remote_ready && !s->remote_handled) {
-			*remote = true;
-			return s;
+		if (remote_next && !s->remote_handled) {
+			if (ready && s->remote_ready) {
+				*remote = true;
+				return s;
+			}
+			remote_next = false;
 		}
+		if (!local_next && !remote_next)
+			break;
 	}
 	return NULL;
 }

@@ -1114,6 +1114,52 @@ static void test_device_copy_error(void **state)
 	ckpt_close(c, NULL, 0);
 }
 
+/* The remote commit of step 2 must wait for step 1's, however their
+ * uploads finish: retention after step 2 removes what is left of older
+ * incomplete steps (another rank's shard and marker of step 1, say),
+ * and ckpt_wait and last_remote_step promise order.  Step 1's upload is
+ * held up by a FIFO where its manifest would be: the HEAD that refuses
+ * to overwrite a committed step blocks opening it until we open the
+ * other end. */
+static void test_remote_commits_in_order(void **state)
+{
+	struct env *e = *state;
+	struct ckpt_config cfg = cfg_of(e, false, true);
+	char fifo[PATH_MAX + 64], fdpath[64];
+	struct ckpt_stats st;
+	struct tset t;
+	struct ckpt *c;
+	int rfd, wfd, rc;
+
+	snprintf(fifo, sizeof(fifo), "%s/step-0000000001", e->store);
+	assert_int_equal(mkdir(fifo, 0755), 0);
+	strcat(fifo, "/manifest");
+	assert_int_equal(mkfifo(fifo, 0644), 0);
+	rfd = open(fifo, O_RDONLY | O_NONBLOCK);  /* not a writer */
+	assert_true(rfd >= 0);
+	tset_init(&t, 3, 1 * KIB);
+	cfg.upload_parallel = 4;
+	c = open_cfg(e, &cfg);
+	save(e, c, &t, 1, 0);
+	save(e, c, &t, 2, 0);
+	rc = ckpt_wait(c, 2, CKPT_REMOTE, 1500, e->msg, sizeof(e->msg));
+	/* Let step 1 go on before judging, so no thread stays stuck. */
+	snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", rfd);
+	wfd = open(fdpath, O_WRONLY);
+	assert_true(wfd >= 0);
+	if (rc != -ETIMEDOUT)
+		fail_msg("step 2 was committed remotely (%d: %s) while step "
+			 "1's upload had not started", rc, e->msg);
+	wait_ok(e, c, 1, CKPT_REMOTE);
+	wait_ok(e, c, 2, CKPT_REMOTE);
+	ckpt_get_stats(c, &st);
+	assert_int_equal(st.last_remote_step, 2);
+	assert_ok(ckpt_close(c, e->msg, sizeof(e->msg)), e->msg);
+	close(wfd);
+	close(rfd);
+	tset_free(&t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1136,6 +1182,7 @@ int main(void)
 		T(test_rss_stable),
 		T(test_restore),
 		T(test_device_copy_error),
+		T(test_remote_commits_in_order),
 #undef T
 	};
 	const char *base = getenv("TMPDIR");
