@@ -245,32 +245,46 @@ static int barrier_poll_remote(struct ckpt *c, struct barrier *b,
 {
 	struct obj_list_page pg;
 	struct obj_error err;
-	char prefix[96], sn[64];
+	char prefix[96], sn[64], *token = NULL;
 	obj_status os;
 
 	ckpt_step_name(s->step, sn, sizeof(sn));
 	snprintf(prefix, sizeof(prefix), "%s/rank-", sn);
-	os = obj_list(c->st, prefix, NULL, NULL, 1000, &pg, &err);
-	if (os != OBJ_OK)
-		return ckpt_obj_fail(&err, os, prefix, why, why_len);
-	for (size_t i = 0; i < pg.nentries; i++) {
-		const char *name = strrchr(pg.entries[i].key, '/');
-		unsigned r;
-		unsigned char *buf;
-		size_t len;
-		char tail;
+	/* Every page: a listing returns at most 1000 keys, and a world of
+	 * more ranks than that has more markers. */
+	do {
+		os = obj_list(c->st, prefix, NULL, token, 1000, &pg, &err);
+		free(token);
+		token = NULL;
+		if (os != OBJ_OK)
+			return ckpt_obj_fail(&err, os, prefix, why, why_len);
+		for (size_t i = 0; i < pg.nentries; i++) {
+			const char *name = strrchr(pg.entries[i].key, '/');
+			unsigned r;
+			unsigned char *buf;
+			size_t len;
+			char tail;
 
-		if (!name || sscanf(name, "/rank-%u.don%c", &r, &tail) != 2 ||
-		    tail != 'e' || r >= c->world || b->m[r].kind)
-			continue;
-		if (ckpt_remote_read_whole(c->st, pg.entries[i].key,
-					   CKPT_MF_MAX_BYTES, &buf, &len, NULL,
-					   0))
-			continue;
-		barrier_offer(c, b, s->step, r, buf, len, pg.entries[i].key);
-		free(buf);
-	}
-	obj_list_page_release(&pg);
+			if (!name || sscanf(name, "/rank-%u.don%c", &r,
+					    &tail) != 2 || tail != 'e' ||
+			    r >= c->world || b->m[r].kind)
+				continue;
+			if (ckpt_remote_read_whole(c->st, pg.entries[i].key,
+						   CKPT_MF_MAX_BYTES, &buf,
+						   &len, NULL, 0))
+				continue;
+			barrier_offer(c, b, s->step, r, buf, len,
+				      pg.entries[i].key);
+			free(buf);
+		}
+		if (pg.next_token && !(token = strdup(pg.next_token))) {
+			obj_list_page_release(&pg);
+			ckpt_msg(why, why_len, "out of memory listing %s",
+				 prefix);
+			return -ENOMEM;
+		}
+		obj_list_page_release(&pg);
+	} while (token);
 	return 0;
 }
 

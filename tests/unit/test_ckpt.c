@@ -1160,6 +1160,59 @@ static void test_remote_commits_in_order(void **state)
 	tset_free(&t);
 }
 
+/* Rank 0 of 1001 ranks, the others' markers put in the store by hand:
+ * the remote barrier must see every one of them, not the first page of
+ * 1000 keys of a listing. */
+static void test_remote_barrier_many_ranks(void **state)
+{
+	struct env *e = *state;
+	struct ckpt_config cfg = cfg_of(e, false, true);
+	char path[PATH_MAX + 64];
+	struct ckpt_manifest mf;
+	unsigned char *buf;
+	size_t len;
+	struct tset t;
+	struct ckpt *c;
+
+	snprintf(path, sizeof(path), "%s/step-0000000001", e->store);
+	assert_int_equal(mkdir(path, 0755), 0);
+	for (uint32_t r = 1; r <= 1000; r++) {
+		struct ckpt_mf_shard sh = {
+			.rank = r, .file_bytes = CKPT_SHARD_HEADER_BYTES,
+		};
+		struct ckpt_manifest m = {
+			.kind = CKPT_MF_KIND_RANK, .step = 1,
+			.world_size = 1001, .shards = &sh, .nshards = 1,
+		};
+		int fd;
+
+		assert_ok(ckpt_mf_encode(&m, &buf, &len), "encode");
+		snprintf(path, sizeof(path), "%s/step-0000000001/"
+			 "rank-%05u.done", e->store, r);
+		fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		assert_true(fd >= 0);
+		assert_int_equal(write(fd, buf, len), (ssize_t)len);
+		close(fd);
+		free(buf);
+	}
+	tset_init(&t, 2, 1 * KIB);
+	cfg.world_size = 1001;
+	cfg.barrier_timeout_ms = 5000;
+	c = open_cfg(e, &cfg);
+	save(e, c, &t, 1, 0);
+	wait_ok(e, c, 1, CKPT_REMOTE);
+	assert_ok(ckpt_close(c, e->msg, sizeof(e->msg)), e->msg);
+	snprintf(path, sizeof(path), "%s/step-0000000001/manifest", e->store);
+	assert_ok(ckpt_read_whole(path, 1 << 20, &buf, &len, e->msg,
+				  sizeof(e->msg)), e->msg);
+	assert_ok(ckpt_mf_decode(buf, len, path, &mf, e->msg, sizeof(e->msg)),
+		  e->msg);
+	assert_int_equal(mf.nshards, 1001);
+	ckpt_mf_release(&mf);
+	free(buf);
+	tset_free(&t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1183,6 +1236,7 @@ int main(void)
 		T(test_restore),
 		T(test_device_copy_error),
 		T(test_remote_commits_in_order),
+		T(test_remote_barrier_many_ranks),
 #undef T
 	};
 	const char *base = getenv("TMPDIR");
