@@ -485,20 +485,32 @@ static int remote_commit(struct ckpt *c, struct ckpt_step *s, char *why,
 	return 0;
 }
 
+/* Records an error of the commit itself.  Only a new one: a step that
+ * failed before keeps its first message, in the stats too.  Every new
+ * error counts, said or not (out of memory in the barrier or the merge
+ * says nothing): one dropped here would read as committed.  c->lock
+ * held. */
+static void commit_fail(struct ckpt *c, struct ckpt_step *s, int rc,
+			unsigned level, const char *why)
+{
+	ckpt_step_fail(c, s, rc, level, "step %llu: %s",
+		       (unsigned long long)s->step,
+		       why[0] ? why : strerror(-rc));
+}
+
 static void handle_local(struct ckpt *c, struct ckpt_step *s)
 {
 	char why[768] = "";
-	int rc;
+	int rc, commit_rc = 0;
 
 	pthread_mutex_lock(&c->lock);
 	rc = s->local_rc;
 	pthread_mutex_unlock(&c->lock);
 	if (!rc && c->rank == 0)
-		rc = local_commit(c, s, why, sizeof(why));
+		rc = commit_rc = local_commit(c, s, why, sizeof(why));
 	pthread_mutex_lock(&c->lock);
-	if (rc && why[0])
-		ckpt_step_fail(c, s, rc, CKPT_LOCAL, "step %llu: %s",
-			       (unsigned long long)s->step, why);
+	if (commit_rc)
+		commit_fail(c, s, commit_rc, CKPT_LOCAL, why);
 	if (!s->local_rc) {
 		c->stats.last_local_step = s->step;
 		s->t_local_ns = ckpt_now_ns();
@@ -510,13 +522,13 @@ static void handle_local(struct ckpt *c, struct ckpt_step *s)
 static void handle_remote(struct ckpt *c, struct ckpt_step *s)
 {
 	char why[768] = "";
-	int rc;
+	int rc, commit_rc = 0;
 
 	pthread_mutex_lock(&c->lock);
 	rc = s->remote_rc;
 	pthread_mutex_unlock(&c->lock);
 	if (!rc)
-		rc = remote_commit(c, s, why, sizeof(why));
+		rc = commit_rc = remote_commit(c, s, why, sizeof(why));
 	if (rc && s->upload_id[0]) {
 		struct obj_error err;
 		char key[128];
@@ -526,12 +538,8 @@ static void handle_remote(struct ckpt *c, struct ckpt_step *s)
 		obj_mpu_abort(c->st, key, s->upload_id, &err);
 	}
 	pthread_mutex_lock(&c->lock);
-	if (rc && why[0])
-		ckpt_step_fail(c, s, rc, CKPT_REMOTE, "step %llu: %s",
-			       (unsigned long long)s->step, why);
-	else if (rc)
-		ckpt_step_fail(c, s, rc, CKPT_REMOTE, "step %llu: %s",
-			       (unsigned long long)s->step, strerror(-rc));
+	if (commit_rc)
+		commit_fail(c, s, commit_rc, CKPT_REMOTE, why);
 	if (!s->remote_rc) {
 		c->stats.last_remote_step = s->step;
 		s->t_remote_ns = ckpt_now_ns();

@@ -1213,6 +1213,36 @@ static void test_remote_barrier_many_ranks(void **state)
 	tset_free(&t);
 }
 
+/* A step that fails remotely (its manifest is there already) must keep
+ * the first, clear error in the stats and the status file `fmckpt
+ * status` shows, not have it replaced by a bare strerror when the
+ * committer later finishes the step. */
+static void test_remote_error_kept(void **state)
+{
+	struct env *e = *state;
+	struct ckpt_config cfg = cfg_of(e, false, true);
+	char path[PATH_MAX + 64];
+	struct ckpt_stats st;
+	struct tset t;
+	struct ckpt *c;
+
+	snprintf(path, sizeof(path), "%s/step-0000000001", e->store);
+	assert_int_equal(mkdir(path, 0755), 0);
+	strcat(path, "/manifest");
+	close(open(path, O_CREAT | O_WRONLY, 0644));
+	tset_init(&t, 2, 1 * KIB);
+	c = open_cfg(e, &cfg);
+	save(e, c, &t, 1, 0);
+	assert_int_equal(ckpt_wait(c, 1, CKPT_REMOTE, 10000, e->msg,
+				   sizeof(e->msg)), -EEXIST);
+	assert_contains(e->msg, "already committed");
+	ckpt_get_stats(c, &st);
+	assert_int_equal(st.steps_failed, 1);
+	assert_contains(st.last_error, "already committed");
+	ckpt_close(c, NULL, 0);
+	tset_free(&t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1237,6 +1267,7 @@ int main(void)
 		T(test_device_copy_error),
 		T(test_remote_commits_in_order),
 		T(test_remote_barrier_many_ranks),
+		T(test_remote_error_kept),
 #undef T
 	};
 	const char *base = getenv("TMPDIR");
