@@ -187,6 +187,7 @@ void *ckpt_upload_main(void *arg)
 struct barrier {
 	struct ckpt_manifest *m;  /* world entries; kind 0 while missing */
 	uint32_t have;
+	char refused[512];        /* why the last marker not taken was not */
 };
 
 static void barrier_release(struct barrier *b, uint32_t world)
@@ -206,12 +207,25 @@ static void barrier_offer(struct ckpt *c, struct barrier *b, uint64_t step,
 
 	if (b->m[r].kind)
 		return;
-	if (ckpt_mf_decode(buf, len, what, &m, NULL, 0))
-		return;   /* half written or foreign: wait for a good one */
+	/* Not taken, but remembered: a marker of a newer format version or
+	 * of another run is why the barrier times out, and says so then.
+	 * Meanwhile wait for a good one (it may be replaced). */
+	if (ckpt_mf_decode(buf, len, what, &m, b->refused,
+			   sizeof(b->refused)))
+		return;
 	if (m.kind != CKPT_MF_KIND_RANK || m.nshards != 1 ||
 	    m.step != step || m.world_size != c->world ||
-	    m.shards[0].rank != r ||
-	    strncmp(m.shards[0].run_id, c->run_id, CKPT_RUN_ID_MAX)) {
+	    m.shards[0].rank != r) {
+		ckpt_msg(b->refused, sizeof(b->refused), "%s is not rank %u's "
+			 "marker of step %llu with %u ranks", what, r,
+			 (unsigned long long)step, c->world);
+		ckpt_mf_release(&m);
+		return;
+	}
+	if (strncmp(m.shards[0].run_id, c->run_id, CKPT_RUN_ID_MAX)) {
+		ckpt_msg(b->refused, sizeof(b->refused), "%s is of run id "
+			 "'%.*s', this job's is '%s'", what, CKPT_RUN_ID_MAX,
+			 m.shards[0].run_id, c->run_id);
 		ckpt_mf_release(&m);
 		return;
 	}
@@ -336,12 +350,20 @@ static int barrier_wait(struct ckpt *c, struct ckpt_step *s, bool remote,
 			else
 				ckpt_tmp_path(c, s->step, NULL, where,
 					      sizeof(where));
-			ckpt_msg(why, why_len, "rank 0 waited %u s for the "
-				 "shards of rank(s) %s (no rank-NNNNN.done from "
-				 "them in %s); are all %u ranks running, saving "
-				 "this step to the same place with the same run "
-				 "id?", c->cfg.barrier_timeout_ms / 1000, miss,
-				 where, c->world);
+			if (b.refused[0])
+				ckpt_msg(why, why_len, "rank 0 waited %.1f s for "
+					 "the shards of rank(s) %s in %s and "
+					 "refused what it found: %s",
+					 c->cfg.barrier_timeout_ms / 1000.0,
+					 miss, where, b.refused);
+			else
+				ckpt_msg(why, why_len, "rank 0 waited %.1f s for "
+					 "the shards of rank(s) %s (no "
+					 "rank-NNNNN.done from them in %s); are "
+					 "all %u ranks running, saving this step "
+					 "to the same place with the same run "
+					 "id?", c->cfg.barrier_timeout_ms /
+					 1000.0, miss, where, c->world);
 			rc = -ETIMEDOUT;
 			break;
 		}

@@ -1243,6 +1243,70 @@ static void test_remote_error_kept(void **state)
 	tset_free(&t);
 }
 
+/* Rank 1's marker is there but rank 0 cannot take it: written by a
+ * newer fmckpt (format version 2), or by another run.  The barrier's
+ * timeout must say so, not that no marker came. */
+static void test_barrier_refused_marker(void **state)
+{
+	struct env *e = *state;
+	struct ckpt_config cfg = cfg_of(e, true, false);
+	struct ckpt_mf_shard sh = {
+		.rank = 1, .file_bytes = CKPT_SHARD_HEADER_BYTES,
+	};
+	struct ckpt_manifest m = {
+		.kind = CKPT_MF_KIND_RANK, .step = 1, .world_size = 2,
+		.shards = &sh, .nshards = 1,
+	};
+	char path[PATH_MAX + 64];
+	unsigned char *buf;
+	size_t len;
+	struct tset t;
+	struct ckpt *c;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/.tmp-step-0000000001", e->dir);
+	assert_int_equal(mkdir(e->dir, 0755), 0);
+	assert_int_equal(mkdir(path, 0755), 0);
+	strcat(path, "/rank-00001.done");
+	assert_ok(ckpt_mf_encode(&m, &buf, &len), "encode");
+	put32(buf + 8, 2);
+	put32(buf + 60, ckpt_crc32c(0, buf, 60));
+	put32(buf + len - 16, ckpt_crc32c(0, buf, len - 16));
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, buf, len), (ssize_t)len);
+	close(fd);
+	free(buf);
+	tset_init(&t, 2, 1 * KIB);
+	cfg.world_size = 2;
+	cfg.barrier_timeout_ms = 300;
+	c = open_cfg(e, &cfg);
+	save(e, c, &t, 1, 0);
+	assert_int_equal(ckpt_wait(c, 1, CKPT_LOCAL, 0, e->msg,
+				   sizeof(e->msg)), -ETIMEDOUT);
+	assert_contains(e->msg, "rank(s) 1");
+	assert_contains(e->msg, "rank-00001.done");
+	assert_contains(e->msg, "format version 2");
+	/* The same marker of another run. */
+	snprintf(sh.run_id, sizeof(sh.run_id), "other-run");
+	m.step = 2;
+	assert_ok(ckpt_mf_encode(&m, &buf, &len), "encode");
+	snprintf(path, sizeof(path), "%s/.tmp-step-0000000002", e->dir);
+	assert_int_equal(mkdir(path, 0755), 0);
+	strcat(path, "/rank-00001.done");
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, buf, len), (ssize_t)len);
+	close(fd);
+	free(buf);
+	save(e, c, &t, 2, 0);
+	assert_int_equal(ckpt_wait(c, 2, CKPT_LOCAL, 0, e->msg,
+				   sizeof(e->msg)), -ETIMEDOUT);
+	assert_contains(e->msg, "other-run");
+	ckpt_close(c, NULL, 0);
+	tset_free(&t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1268,6 +1332,7 @@ int main(void)
 		T(test_remote_commits_in_order),
 		T(test_remote_barrier_many_ranks),
 		T(test_remote_error_kept),
+		T(test_barrier_refused_marker),
 #undef T
 	};
 	const char *base = getenv("TMPDIR");
