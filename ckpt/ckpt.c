@@ -17,7 +17,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,13 +59,7 @@ static int64_t realtime_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
 }
 
-void ckpt_crash_point(const struct ckpt *c, const char *point,
-		      uint64_t step)
-{
-	if (c->crash_at && !strcmp(c->crash_at, point) &&
-	    (c->crash_step == CKPT_STEP_LATEST || c->crash_step == step))
-		raise(SIGKILL);
-}
+void (*ckpt_crash_hook)(const char *point, uint64_t step);
 
 void ckpt_step_fail(struct ckpt *c, struct ckpt_step *s, int rc,
 		    unsigned levels, const char *fmt, ...)
@@ -325,7 +318,6 @@ int ckpt_open(const struct ckpt_config *cfg, struct ckpt **out, char *msg,
 {
 	struct ckpt *c;
 	pthread_condattr_t ca;
-	const char *crash_step;
 	int rc;
 
 	*out = NULL;
@@ -356,11 +348,6 @@ int ckpt_open(const struct ckpt_config *cfg, struct ckpt **out, char *msg,
 	pthread_condattr_destroy(&ca);
 	c->stats.last_local_step = CKPT_STEP_NONE;
 	c->stats.last_remote_step = CKPT_STEP_NONE;
-	c->crash_at = getenv("FMCKPT_CRASH_AT");
-	crash_step = getenv("FMCKPT_CRASH_STEP");
-	c->crash_step = CKPT_STEP_LATEST;
-	if (crash_step && *crash_step)
-		c->crash_step = strtoull(crash_step, NULL, 10);
 	rc = config_apply(c, cfg, msg, msg_len);
 	c->cfg_remote = cfg->remote != NULL;
 	if (!rc && cfg->dir)

@@ -424,7 +424,7 @@ static int local_commit(struct ckpt *c, struct ckpt_step *s, char *why,
 	free(buf);
 	if (rc)
 		return rc;
-	ckpt_crash_point(c, "manifest-written", s->step);
+	ckpt_crash_point("manifest-written", s->step);
 	ckpt_step_name(s->step, name, sizeof(name));
 	snprintf(dst, sizeof(dst), "%s/%s", c->dir, name);
 	if (rename(tmp, dst)) {
@@ -434,7 +434,7 @@ static int local_commit(struct ckpt *c, struct ckpt_step *s, char *why,
 			 " (the step is already committed)" : "");
 		return rc;
 	}
-	ckpt_crash_point(c, "renamed", s->step);
+	ckpt_crash_point("renamed", s->step);
 	rc = ckpt_fsync_path(c->dir);
 	if (rc) {
 		ckpt_msg(why, why_len, "fsync of %s failed: %s", c->dir,
@@ -460,7 +460,7 @@ static int remote_finish_shard(struct ckpt *c, struct ckpt_step *s,
 				      s->nchunks, NULL, &err);
 	if (os != OBJ_OK)
 		return ckpt_obj_fail(&err, os, key, why, why_len);
-	ckpt_crash_point(c, "remote-shard", s->step);
+	ckpt_crash_point("remote-shard", s->step);
 	if (!s->marker) {
 		ckpt_msg(why, why_len, "no marker to store");
 		return -EIO;
@@ -471,7 +471,7 @@ static int remote_finish_shard(struct ckpt *c, struct ckpt_step *s,
 		     &err);
 	if (os != OBJ_OK)
 		return ckpt_obj_fail(&err, os, key, why, why_len);
-	ckpt_crash_point(c, "remote-marker", s->step);
+	ckpt_crash_point("remote-marker", s->step);
 	return 0;
 }
 
@@ -501,7 +501,7 @@ static int remote_commit(struct ckpt *c, struct ckpt_step *s, char *why,
 	free(buf);
 	if (os != OBJ_OK)
 		return ckpt_obj_fail(&err, os, key, why, why_len);
-	ckpt_crash_point(c, "remote-manifest", s->step);
+	ckpt_crash_point("remote-manifest", s->step);
 	ckpt_retain_remote(c->st, c->cfg.keep_remote, !c->cfg.keep_remote,
 			   false, NULL, NULL, 0);
 	return 0;

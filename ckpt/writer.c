@@ -169,14 +169,14 @@ static void writer_finish_local(struct ckpt *c, struct ckpt_step *s)
 		snprintf(why, sizeof(why), "fsync of the shard failed: %s",
 			 strerror(-rc));
 	}
-	ckpt_crash_point(c, "shard-synced", s->step);
+	ckpt_crash_point("shard-synced", s->step);
 	if (!rc) {
 		ckpt_tmp_path(c, s->step, NULL, dir, sizeof(dir));
 		ckpt_marker_name(c->rank, name, sizeof(name));
 		rc = ckpt_write_atomic(dir, name, s->marker, s->marker_len,
 				       why, sizeof(why));
 	}
-	ckpt_crash_point(c, "marker-written", s->step);
+	ckpt_crash_point("marker-written", s->step);
 	pthread_mutex_lock(&c->lock);
 	if (rc)
 		ckpt_step_fail(c, s, rc, CKPT_LOCAL | CKPT_REMOTE,

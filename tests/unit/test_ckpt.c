@@ -6,8 +6,8 @@
  * chunks), corruption of shards and manifests (bit flips, truncation,
  * an unknown version, a missing shard), each detected and reported;
  * retention; several ranks in one process; a rank that never comes;
- * crashes at each named point of a commit (a forked child killed by
- * FMCKPT_CRASH_AT); bad input; resident memory across 100 saves.
+ * crashes at each named point of a commit (a forked child killed there
+ * by ckpt_crash_hook); bad input; resident memory across 100 saves.
  *
  * Everything runs in a private temporary directory removed at the end.
  */
@@ -928,7 +928,17 @@ static void test_rank_missing(void **state)
 	tset_free(&t);
 }
 
-/* A child saves steps 1..3 with FMCKPT_CRASH_AT=point at step 3 and is
+/* The crash point the child of crash_at() dies at (ckpt_crash_hook). */
+static const char *g_crash_point;
+static uint64_t g_crash_step;
+
+static void crash_hook(const char *point, uint64_t step)
+{
+	if (!strcmp(point, g_crash_point) && step == g_crash_step)
+		raise(SIGKILL);
+}
+
+/* A child saves steps 1..3 with a crash hook for point at step 3 and is
  * killed there; the parent must then load want (2 or 3), whole. */
 static void crash_at(struct env *e, const char *point, bool remote_only,
 		     uint64_t want)
@@ -947,8 +957,9 @@ static void crash_at(struct env *e, const char *point, bool remote_only,
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
-		setenv("FMCKPT_CRASH_AT", point, 1);
-		setenv("FMCKPT_CRASH_STEP", "3", 1);
+		g_crash_point = point;
+		g_crash_step = 3;
+		ckpt_crash_hook = crash_hook;
 		c = open_cfg(e, &cfg);
 		for (uint64_t s = 1; s <= 3; s++) {
 			save(e, c, &t, s, 0);
