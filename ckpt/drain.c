@@ -379,6 +379,22 @@ static int barrier_wait(struct ckpt *c, struct ckpt_step *s, bool remote,
 
 /* ---- the committer ---- */
 
+/* Retention after a commit fails nothing (the step is committed), but
+ * is not silent either: old checkpoints that stay fill the disk or the
+ * bucket, so the reason goes where ckpt_get_stats and `fmckpt status`
+ * show it. */
+static void retention_report(struct ckpt *c, int rc, const char *where,
+			     const char *why)
+{
+	if (!rc)
+		return;
+	pthread_mutex_lock(&c->lock);
+	snprintf(c->stats.last_error, sizeof(c->stats.last_error),
+		 "retention in %s failed, older checkpoints stay: %s", where,
+		 why[0] ? why : strerror(-rc));
+	pthread_mutex_unlock(&c->lock);
+}
+
 /* Every shard the manifest names is there with its size. */
 static int check_local_shards(struct ckpt *c, const struct ckpt_manifest *m,
 			      char *why, size_t why_len)
@@ -442,8 +458,11 @@ static int local_commit(struct ckpt *c, struct ckpt_step *s, char *why,
 		return rc;
 	}
 	/* Retention: what is left is tidied; its failure fails nothing. */
-	ckpt_retain_local(c->dir, c->cfg.keep_local, !c->cfg.keep_local,
-			  false, NULL, NULL, 0);
+	why[0] = '\0';
+	rc = ckpt_retain_local(c->dir, c->cfg.keep_local, !c->cfg.keep_local,
+			       false, NULL, why, why_len);
+	retention_report(c, rc, c->dir, why);
+	why[0] = '\0';
 	return 0;
 }
 
@@ -502,8 +521,11 @@ static int remote_commit(struct ckpt *c, struct ckpt_step *s, char *why,
 	if (os != OBJ_OK)
 		return ckpt_obj_fail(&err, os, key, why, why_len);
 	ckpt_crash_point("remote-manifest", s->step);
-	ckpt_retain_remote(c->st, c->cfg.keep_remote, !c->cfg.keep_remote,
-			   false, NULL, NULL, 0);
+	why[0] = '\0';
+	rc = ckpt_retain_remote(c->st, c->cfg.keep_remote, !c->cfg.keep_remote,
+				false, NULL, why, why_len);
+	retention_report(c, rc, c->remote, why);
+	why[0] = '\0';
 	return 0;
 }
 
