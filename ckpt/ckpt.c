@@ -17,7 +17,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,13 +59,7 @@ static int64_t realtime_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
 }
 
-void ckpt_crash_point(const struct ckpt *c, const char *point,
-		      uint64_t step)
-{
-	if (c->crash_at && !strcmp(c->crash_at, point) &&
-	    (c->crash_step == CKPT_STEP_LATEST || c->crash_step == step))
-		raise(SIGKILL);
-}
+void (*ckpt_crash_hook)(const char *point, uint64_t step);
 
 void ckpt_step_fail(struct ckpt *c, struct ckpt_step *s, int rc,
 		    unsigned levels, const char *fmt, ...)
@@ -325,7 +318,6 @@ int ckpt_open(const struct ckpt_config *cfg, struct ckpt **out, char *msg,
 {
 	struct ckpt *c;
 	pthread_condattr_t ca;
-	const char *crash_step;
 	int rc;
 
 	*out = NULL;
@@ -356,11 +348,6 @@ int ckpt_open(const struct ckpt_config *cfg, struct ckpt **out, char *msg,
 	pthread_condattr_destroy(&ca);
 	c->stats.last_local_step = CKPT_STEP_NONE;
 	c->stats.last_remote_step = CKPT_STEP_NONE;
-	c->crash_at = getenv("FMCKPT_CRASH_AT");
-	crash_step = getenv("FMCKPT_CRASH_STEP");
-	c->crash_step = CKPT_STEP_LATEST;
-	if (crash_step && *crash_step)
-		c->crash_step = strtoull(crash_step, NULL, 10);
 	rc = config_apply(c, cfg, msg, msg_len);
 	c->cfg_remote = cfg->remote != NULL;
 	if (!rc && cfg->dir)
@@ -754,25 +741,40 @@ struct stream {
 	bool device;          /* async device copies into ch not yet synced */
 	bool waited;
 	uint64_t wait_ns;
-	int rc;
-	char *msg;
-	size_t msg_len;
+	int rc;               /* the first copy error */
+	char why[256];        /* its cause (the caller's msg may be NULL) */
 };
+
+/* The first copy error fails the step at once, before the chunk it hit
+ * (or any later one) reaches the writer: the writer checks the step's
+ * error before it leaves the marker that lets rank 0 commit, and it must
+ * not find it clear while staging holds garbage.  c->lock held. */
+static void stream_fail(struct stream *w, int rc)
+{
+	if (w->rc)
+		return;
+	w->rc = rc;
+	ckpt_step_fail(w->c, w->s, rc, CKPT_LOCAL | CKPT_REMOTE,
+		       "step %llu: copying into staging failed: %s",
+		       (unsigned long long)w->s->step,
+		       w->why[0] ? w->why : strerror(-rc));
+}
 
 static void stream_flush(struct stream *w)
 {
 	struct ckpt *c = w->c;
 	struct ckpt_chunk *ch = w->ch;
+	int rc = 0;
 
 	if (w->device) {
-		int rc = ckpt_cuda_sync(c, w->msg, w->msg_len);
-
-		if (rc && !w->rc)
-			w->rc = rc;
+		rc = ckpt_cuda_sync(c, w->rc ? NULL : w->why,
+				    w->rc ? 0 : sizeof(w->why));
 		w->device = false;
 	}
 	ch->next = NULL;
 	pthread_mutex_lock(&c->lock);
+	if (rc)
+		stream_fail(w, rc);
 	if (c->wq_tail)
 		c->wq_tail->next = ch;
 	else
@@ -834,10 +836,16 @@ static void stream_put(struct stream *w, const void *src, uint64_t len,
 		if (!p) {
 			memset(w->ch->buf + w->ch->len, 0, n);
 		} else if (device && !w->rc) {
-			w->rc = ckpt_cuda_copy_async(w->c, w->ch->buf +
-						     w->ch->len, p, n, w->msg,
-						     w->msg_len);
+			int rc = ckpt_cuda_copy_async(w->c, w->ch->buf +
+						      w->ch->len, p, n, w->why,
+						      sizeof(w->why));
+
 			w->device = true;
+			if (rc) {
+				pthread_mutex_lock(&w->c->lock);
+				stream_fail(w, rc);
+				pthread_mutex_unlock(&w->c->lock);
+			}
 		} else if (!w->rc) {
 			memcpy(w->ch->buf + w->ch->len, p, n);
 		}
@@ -914,7 +922,7 @@ static void stream_tensors(struct stream *w)
 int ckpt_commit(struct ckpt *c, char *msg, size_t msg_len)
 {
 	struct ckpt_step *s = c->building, **pp;
-	struct stream w = { .c = c, .msg = msg, .msg_len = msg_len };
+	struct stream w = { .c = c };
 	uint64_t t0 = ckpt_now_ns(), dt;
 	int rc;
 
@@ -944,10 +952,10 @@ int ckpt_commit(struct ckpt *c, char *msg, size_t msg_len)
 	pthread_mutex_lock(&c->lock);
 	c->copying = false;
 	pthread_cond_signal(&c->writer_cond);
-	if (w.rc)
-		ckpt_step_fail(c, s, w.rc, CKPT_LOCAL | CKPT_REMOTE,
-			       "step %llu: copying into staging failed: %s",
-			       (unsigned long long)s->step, msg);
+	if (w.rc)   /* the step failed when the copy did (stream_fail) */
+		ckpt_msg(msg, msg_len, "step %llu: copying into staging "
+			 "failed: %s", (unsigned long long)s->step,
+			 w.why[0] ? w.why : strerror(-w.rc));
 	s->committed = true;
 	s->t_commit_ns = ckpt_now_ns();
 	for (size_t i = 0; i < s->nt; i++)

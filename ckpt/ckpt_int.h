@@ -242,8 +242,6 @@ struct ckpt {
 	uint32_t rank, world;
 	char run_id[CKPT_RUN_ID_MAX + 1];
 	char status_dir[PATH_MAX];
-	const char *crash_at;         /* FMCKPT_CRASH_AT, for tests */
-	uint64_t crash_step;          /* FMCKPT_CRASH_STEP; LATEST: any */
 
 	/* staging */
 	unsigned char *staging;
@@ -283,11 +281,21 @@ struct ckpt {
 	void *cuda;                   /* cuda.c state; NULL without CUDA */
 };
 
-/* Kills the process at a named point when FMCKPT_CRASH_AT names it: the
- * crash tests' way to stop a writer exactly between two steps of a
- * commit.  A test hook; costs one comparison. */
-void ckpt_crash_point(const struct ckpt *c, const char *point,
-		      uint64_t step);
+/* Crash points: the named places between two steps of a commit
+ * ("shard-synced", "marker-written", "manifest-written", "renamed",
+ * "remote-shard", "remote-marker", "remote-manifest") call
+ * ckpt_crash_hook when it is set.  NULL, and so nothing, in a real job:
+ * no variable in its environment can kill it.  Test programs set it
+ * (tests/unit/test_ckpt.c, tests/ckpt-writer.c with FMCKPT_CRASH_AT)
+ * before ckpt_open, to a function that kills the process there.  Set
+ * it only while no handle is open. */
+extern void (*ckpt_crash_hook)(const char *point, uint64_t step);
+
+static inline void ckpt_crash_point(const char *point, uint64_t step)
+{
+	if (ckpt_crash_hook)
+		ckpt_crash_hook(point, step);
+}
 
 uint64_t ckpt_now_ns(void);       /* CLOCK_MONOTONIC */
 void ckpt_msg(char *msg, size_t len, const char *fmt, ...)

@@ -187,6 +187,7 @@ void *ckpt_upload_main(void *arg)
 struct barrier {
 	struct ckpt_manifest *m;  /* world entries; kind 0 while missing */
 	uint32_t have;
+	char refused[512];        /* why the last marker not taken was not */
 };
 
 static void barrier_release(struct barrier *b, uint32_t world)
@@ -206,12 +207,25 @@ static void barrier_offer(struct ckpt *c, struct barrier *b, uint64_t step,
 
 	if (b->m[r].kind)
 		return;
-	if (ckpt_mf_decode(buf, len, what, &m, NULL, 0))
-		return;   /* half written or foreign: wait for a good one */
+	/* Not taken, but remembered: a marker of a newer format version or
+	 * of another run is why the barrier times out, and says so then.
+	 * Meanwhile wait for a good one (it may be replaced). */
+	if (ckpt_mf_decode(buf, len, what, &m, b->refused,
+			   sizeof(b->refused)))
+		return;
 	if (m.kind != CKPT_MF_KIND_RANK || m.nshards != 1 ||
 	    m.step != step || m.world_size != c->world ||
-	    m.shards[0].rank != r ||
-	    strncmp(m.shards[0].run_id, c->run_id, CKPT_RUN_ID_MAX)) {
+	    m.shards[0].rank != r) {
+		ckpt_msg(b->refused, sizeof(b->refused), "%s is not rank %u's "
+			 "marker of step %llu with %u ranks", what, r,
+			 (unsigned long long)step, c->world);
+		ckpt_mf_release(&m);
+		return;
+	}
+	if (strncmp(m.shards[0].run_id, c->run_id, CKPT_RUN_ID_MAX)) {
+		ckpt_msg(b->refused, sizeof(b->refused), "%s is of run id "
+			 "'%.*s', this job's is '%s'", what, CKPT_RUN_ID_MAX,
+			 m.shards[0].run_id, c->run_id);
 		ckpt_mf_release(&m);
 		return;
 	}
@@ -245,32 +259,46 @@ static int barrier_poll_remote(struct ckpt *c, struct barrier *b,
 {
 	struct obj_list_page pg;
 	struct obj_error err;
-	char prefix[96], sn[64];
+	char prefix[96], sn[64], *token = NULL;
 	obj_status os;
 
 	ckpt_step_name(s->step, sn, sizeof(sn));
 	snprintf(prefix, sizeof(prefix), "%s/rank-", sn);
-	os = obj_list(c->st, prefix, NULL, NULL, 1000, &pg, &err);
-	if (os != OBJ_OK)
-		return ckpt_obj_fail(&err, os, prefix, why, why_len);
-	for (size_t i = 0; i < pg.nentries; i++) {
-		const char *name = strrchr(pg.entries[i].key, '/');
-		unsigned r;
-		unsigned char *buf;
-		size_t len;
-		char tail;
+	/* Every page: a listing returns at most 1000 keys, and a world of
+	 * more ranks than that has more markers. */
+	do {
+		os = obj_list(c->st, prefix, NULL, token, 1000, &pg, &err);
+		free(token);
+		token = NULL;
+		if (os != OBJ_OK)
+			return ckpt_obj_fail(&err, os, prefix, why, why_len);
+		for (size_t i = 0; i < pg.nentries; i++) {
+			const char *name = strrchr(pg.entries[i].key, '/');
+			unsigned r;
+			unsigned char *buf;
+			size_t len;
+			char tail;
 
-		if (!name || sscanf(name, "/rank-%u.don%c", &r, &tail) != 2 ||
-		    tail != 'e' || r >= c->world || b->m[r].kind)
-			continue;
-		if (ckpt_remote_read_whole(c->st, pg.entries[i].key,
-					   CKPT_MF_MAX_BYTES, &buf, &len, NULL,
-					   0))
-			continue;
-		barrier_offer(c, b, s->step, r, buf, len, pg.entries[i].key);
-		free(buf);
-	}
-	obj_list_page_release(&pg);
+			if (!name || sscanf(name, "/rank-%u.don%c", &r,
+					    &tail) != 2 || tail != 'e' ||
+			    r >= c->world || b->m[r].kind)
+				continue;
+			if (ckpt_remote_read_whole(c->st, pg.entries[i].key,
+						   CKPT_MF_MAX_BYTES, &buf,
+						   &len, NULL, 0))
+				continue;
+			barrier_offer(c, b, s->step, r, buf, len,
+				      pg.entries[i].key);
+			free(buf);
+		}
+		if (pg.next_token && !(token = strdup(pg.next_token))) {
+			obj_list_page_release(&pg);
+			ckpt_msg(why, why_len, "out of memory listing %s",
+				 prefix);
+			return -ENOMEM;
+		}
+		obj_list_page_release(&pg);
+	} while (token);
 	return 0;
 }
 
@@ -322,12 +350,20 @@ static int barrier_wait(struct ckpt *c, struct ckpt_step *s, bool remote,
 			else
 				ckpt_tmp_path(c, s->step, NULL, where,
 					      sizeof(where));
-			ckpt_msg(why, why_len, "rank 0 waited %u s for the "
-				 "shards of rank(s) %s (no rank-NNNNN.done from "
-				 "them in %s); are all %u ranks running, saving "
-				 "this step to the same place with the same run "
-				 "id?", c->cfg.barrier_timeout_ms / 1000, miss,
-				 where, c->world);
+			if (b.refused[0])
+				ckpt_msg(why, why_len, "rank 0 waited %.1f s for "
+					 "the shards of rank(s) %s in %s and "
+					 "refused what it found: %s",
+					 c->cfg.barrier_timeout_ms / 1000.0,
+					 miss, where, b.refused);
+			else
+				ckpt_msg(why, why_len, "rank 0 waited %.1f s for "
+					 "the shards of rank(s) %s (no "
+					 "rank-NNNNN.done from them in %s); are "
+					 "all %u ranks running, saving this step "
+					 "to the same place with the same run "
+					 "id?", c->cfg.barrier_timeout_ms /
+					 1000.0, miss, where, c->world);
 			rc = -ETIMEDOUT;
 			break;
 		}
@@ -342,6 +378,22 @@ static int barrier_wait(struct ckpt *c, struct ckpt_step *s, bool remote,
 }
 
 /* ---- the committer ---- */
+
+/* Retention after a commit fails nothing (the step is committed), but
+ * is not silent either: old checkpoints that stay fill the disk or the
+ * bucket, so the reason goes where ckpt_get_stats and `fmckpt status`
+ * show it. */
+static void retention_report(struct ckpt *c, int rc, const char *where,
+			     const char *why)
+{
+	if (!rc)
+		return;
+	pthread_mutex_lock(&c->lock);
+	snprintf(c->stats.last_error, sizeof(c->stats.last_error),
+		 "retention in %s failed, older checkpoints stay: %s", where,
+		 why[0] ? why : strerror(-rc));
+	pthread_mutex_unlock(&c->lock);
+}
 
 /* Every shard the manifest names is there with its size. */
 static int check_local_shards(struct ckpt *c, const struct ckpt_manifest *m,
@@ -388,7 +440,7 @@ static int local_commit(struct ckpt *c, struct ckpt_step *s, char *why,
 	free(buf);
 	if (rc)
 		return rc;
-	ckpt_crash_point(c, "manifest-written", s->step);
+	ckpt_crash_point("manifest-written", s->step);
 	ckpt_step_name(s->step, name, sizeof(name));
 	snprintf(dst, sizeof(dst), "%s/%s", c->dir, name);
 	if (rename(tmp, dst)) {
@@ -398,7 +450,7 @@ static int local_commit(struct ckpt *c, struct ckpt_step *s, char *why,
 			 " (the step is already committed)" : "");
 		return rc;
 	}
-	ckpt_crash_point(c, "renamed", s->step);
+	ckpt_crash_point("renamed", s->step);
 	rc = ckpt_fsync_path(c->dir);
 	if (rc) {
 		ckpt_msg(why, why_len, "fsync of %s failed: %s", c->dir,
@@ -406,8 +458,11 @@ static int local_commit(struct ckpt *c, struct ckpt_step *s, char *why,
 		return rc;
 	}
 	/* Retention: what is left is tidied; its failure fails nothing. */
-	ckpt_retain_local(c->dir, c->cfg.keep_local, !c->cfg.keep_local,
-			  false, NULL, NULL, 0);
+	why[0] = '\0';
+	rc = ckpt_retain_local(c->dir, c->cfg.keep_local, !c->cfg.keep_local,
+			       false, NULL, why, why_len);
+	retention_report(c, rc, c->dir, why);
+	why[0] = '\0';
 	return 0;
 }
 
@@ -424,7 +479,7 @@ static int remote_finish_shard(struct ckpt *c, struct ckpt_step *s,
 				      s->nchunks, NULL, &err);
 	if (os != OBJ_OK)
 		return ckpt_obj_fail(&err, os, key, why, why_len);
-	ckpt_crash_point(c, "remote-shard", s->step);
+	ckpt_crash_point("remote-shard", s->step);
 	if (!s->marker) {
 		ckpt_msg(why, why_len, "no marker to store");
 		return -EIO;
@@ -435,7 +490,7 @@ static int remote_finish_shard(struct ckpt *c, struct ckpt_step *s,
 		     &err);
 	if (os != OBJ_OK)
 		return ckpt_obj_fail(&err, os, key, why, why_len);
-	ckpt_crash_point(c, "remote-marker", s->step);
+	ckpt_crash_point("remote-marker", s->step);
 	return 0;
 }
 
@@ -465,26 +520,41 @@ static int remote_commit(struct ckpt *c, struct ckpt_step *s, char *why,
 	free(buf);
 	if (os != OBJ_OK)
 		return ckpt_obj_fail(&err, os, key, why, why_len);
-	ckpt_crash_point(c, "remote-manifest", s->step);
-	ckpt_retain_remote(c->st, c->cfg.keep_remote, !c->cfg.keep_remote,
-			   false, NULL, NULL, 0);
+	ckpt_crash_point("remote-manifest", s->step);
+	why[0] = '\0';
+	rc = ckpt_retain_remote(c->st, c->cfg.keep_remote, !c->cfg.keep_remote,
+				false, NULL, why, why_len);
+	retention_report(c, rc, c->remote, why);
+	why[0] = '\0';
 	return 0;
+}
+
+/* Records an error of the commit itself.  Only a new one: a step that
+ * failed before keeps its first message, in the stats too.  Every new
+ * error counts, said or not (out of memory in the barrier or the merge
+ * says nothing): one dropped here would read as committed.  c->lock
+ * held. */
+static void commit_fail(struct ckpt *c, struct ckpt_step *s, int rc,
+			unsigned level, const char *why)
+{
+	ckpt_step_fail(c, s, rc, level, "step %llu: %s",
+		       (unsigned long long)s->step,
+		       why[0] ? why : strerror(-rc));
 }
 
 static void handle_local(struct ckpt *c, struct ckpt_step *s)
 {
 	char why[768] = "";
-	int rc;
+	int rc, commit_rc = 0;
 
 	pthread_mutex_lock(&c->lock);
 	rc = s->local_rc;
 	pthread_mutex_unlock(&c->lock);
 	if (!rc && c->rank == 0)
-		rc = local_commit(c, s, why, sizeof(why));
+		rc = commit_rc = local_commit(c, s, why, sizeof(why));
 	pthread_mutex_lock(&c->lock);
-	if (rc && why[0])
-		ckpt_step_fail(c, s, rc, CKPT_LOCAL, "step %llu: %s",
-			       (unsigned long long)s->step, why);
+	if (commit_rc)
+		commit_fail(c, s, commit_rc, CKPT_LOCAL, why);
 	if (!s->local_rc) {
 		c->stats.last_local_step = s->step;
 		s->t_local_ns = ckpt_now_ns();
@@ -496,13 +566,13 @@ static void handle_local(struct ckpt *c, struct ckpt_step *s)
 static void handle_remote(struct ckpt *c, struct ckpt_step *s)
 {
 	char why[768] = "";
-	int rc;
+	int rc, commit_rc = 0;
 
 	pthread_mutex_lock(&c->lock);
 	rc = s->remote_rc;
 	pthread_mutex_unlock(&c->lock);
 	if (!rc)
-		rc = remote_commit(c, s, why, sizeof(why));
+		rc = commit_rc = remote_commit(c, s, why, sizeof(why));
 	if (rc && s->upload_id[0]) {
 		struct obj_error err;
 		char key[128];
@@ -512,12 +582,8 @@ static void handle_remote(struct ckpt *c, struct ckpt_step *s)
 		obj_mpu_abort(c->st, key, s->upload_id, &err);
 	}
 	pthread_mutex_lock(&c->lock);
-	if (rc && why[0])
-		ckpt_step_fail(c, s, rc, CKPT_REMOTE, "step %llu: %s",
-			       (unsigned long long)s->step, why);
-	else if (rc)
-		ckpt_step_fail(c, s, rc, CKPT_REMOTE, "step %llu: %s",
-			       (unsigned long long)s->step, strerror(-rc));
+	if (commit_rc)
+		commit_fail(c, s, commit_rc, CKPT_REMOTE, why);
 	if (!s->remote_rc) {
 		c->stats.last_remote_step = s->step;
 		s->t_remote_ns = ckpt_now_ns();
@@ -577,21 +643,38 @@ static bool finished(const struct ckpt *c, const struct ckpt_step *s)
 	return (!c->dir || s->local_handled) && (!c->st || s->remote_handled);
 }
 
-/* The next event, oldest step first; c->lock held.  Both commits use
- * the marker the writer encodes once every byte is summed. */
+/* The next event; c->lock held.  Both commits use the marker the writer
+ * encodes once every byte is summed.  Steps commit in order at each
+ * level: a step's remote commit waits for every older step's, even when
+ * its upload finished first (a small step behind a large one), because
+ * retention after a commit removes the incomplete steps older than it
+ * (the shards and markers another rank already stored for a step still
+ * in flight here) and ckpt_wait and last_remote_step promise order.
+ * Local events come in order anyway: one writer writes the steps in
+ * turn. */
 static struct ckpt_step *next_event(struct ckpt *c, bool *remote)
 {
+	bool local_next = c->dir != NULL, remote_next = c->st != NULL;
+
 	for (struct ckpt_step *s = c->steps; s; s = s->next) {
-		if (!s->committed || !s->marker_ready)
-			continue;
-		if (s->local_ready && !s->local_handled) {
-			*remote = false;
-			return s;
+		bool ready = s->committed && s->marker_ready;
+
+		if (local_next && !s->local_handled) {
+			if (ready && s->local_ready) {
+				*remote = false;
+				return s;
+			}
+			local_next = false;  /* the oldest goes first */
 		}
-		if (s->remote_ready && !s->remote_handled) {
-			*remote = true;
-			return s;
+		if (remote_next && !s->remote_handled) {
+			if (ready && s->remote_ready) {
+				*remote = true;
+				return s;
+			}
+			remote_next = false;
 		}
+		if (!local_next && !remote_next)
+			break;
 	}
 	return NULL;
 }

@@ -169,14 +169,14 @@ static void writer_finish_local(struct ckpt *c, struct ckpt_step *s)
 		snprintf(why, sizeof(why), "fsync of the shard failed: %s",
 			 strerror(-rc));
 	}
-	ckpt_crash_point(c, "shard-synced", s->step);
+	ckpt_crash_point("shard-synced", s->step);
 	if (!rc) {
 		ckpt_tmp_path(c, s->step, NULL, dir, sizeof(dir));
 		ckpt_marker_name(c->rank, name, sizeof(name));
 		rc = ckpt_write_atomic(dir, name, s->marker, s->marker_len,
 				       why, sizeof(why));
 	}
-	ckpt_crash_point(c, "marker-written", s->step);
+	ckpt_crash_point("marker-written", s->step);
 	pthread_mutex_lock(&c->lock);
 	if (rc)
 		ckpt_step_fail(c, s, rc, CKPT_LOCAL | CKPT_REMOTE,
@@ -244,7 +244,8 @@ static void uring_submit(struct ckpt_io *io, int fd, struct ckpt_chunk *ch)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&io->ring);
 
-	/* inflight < depth, so an SQE is free; submit returns at once. */
+	/* inflight < depth, so an SQE is free; submit returns at once.  If
+	 * it fails, the SQE stays queued and writer_reap() enters it. */
 	io_uring_prep_write(sqe, fd, ch->buf + ch->done, ch->len - ch->done,
 			    ch->off + ch->done);
 	io_uring_sqe_set_data(sqe, ch);
@@ -281,9 +282,20 @@ static void writer_reap(struct ckpt *c)
 	struct ckpt_chunk *ch;
 	int rc, res;
 
-	do {
-		rc = io_uring_wait_cqe(&io->ring, &cqe);
-	} while (rc == -EINTR || rc == -EAGAIN);
+	/* Submit and wait, not just wait: io_uring_wait_cqe() never enters
+	 * SQEs, so one that uring_submit() could not (io_uring_submit()
+	 * failing -EAGAIN for want of kernel memory) would leave the writer
+	 * waiting for a completion that never comes, and every commit
+	 * waiting for staging after it. */
+	for (;;) {
+		rc = io_uring_submit_and_wait(&io->ring, 1);
+		if (rc >= 0)
+			rc = io_uring_peek_cqe(&io->ring, &cqe);
+		if (rc != -EINTR && rc != -EAGAIN)
+			break;
+		if (rc == -EAGAIN)
+			usleep(1000);
+	}
 	if (rc < 0) {
 		/* Cannot happen with a valid ring; don't spin on it. */
 		usleep(1000);

@@ -246,12 +246,21 @@ static int tmp_commit(struct posix_store *p, int fd, const char *tmp,
 	return rc;
 }
 
-/* Copies len bytes from (buf | in_fd at in_off) into out_fd at out_off. */
+/* Which side of copy_in failed: the caller names the two ends. */
+enum copy_side { COPY_READ = 1, COPY_WRITE };
+
+/* Copies len bytes from (buf | in_fd at in_off) into out_fd at out_off.
+ * On an error *side says whether reading in_fd or writing out_fd failed;
+ * in_fd ending before len bytes is -EIO with *side COPY_READ (and *short_src
+ * set), so callers can tell a short source from a failing disk. */
 static int copy_in(int out_fd, off_t out_off, const void *buf, int in_fd,
-		   off_t in_off, uint64_t len)
+		   off_t in_off, uint64_t len, enum copy_side *side,
+		   bool *short_src)
 {
 	char tmp[1 << 16];
 
+	*side = 0;
+	*short_src = false;
 	while (len) {
 		size_t n = len < sizeof(tmp) ? (size_t)len : sizeof(tmp);
 		const char *src = buf;
@@ -261,16 +270,22 @@ static int copy_in(int out_fd, off_t out_off, const void *buf, int in_fd,
 			r = pread(in_fd, tmp, n, in_off);
 			if (r < 0 && errno == EINTR)
 				continue;
-			if (r <= 0)
+			if (r <= 0) {
+				*side = COPY_READ;
+				*short_src = r == 0;
 				return r < 0 ? -errno : -EIO;
+			}
 			n = (size_t)r;
 			src = tmp;
 		}
 		w = pwrite(out_fd, src, n, out_off);
 		if (w < 0 && errno == EINTR)
 			continue;
-		if (w <= 0)
+		if (w <= 0) {
+			*side = COPY_WRITE;
 			return w < 0 ? -errno : -EIO;
+		}
+		/* A short write: the unwritten rest of tmp is read again. */
 		len -= (uint64_t)w;
 		out_off += w;
 		in_off += w;
@@ -280,12 +295,29 @@ static int copy_in(int out_fd, off_t out_off, const void *buf, int in_fd,
 	return 0;
 }
 
+/* The message for a failed copy from a caller's fd (or buffer) into a
+ * file of the store. */
+static obj_status copy_fail(struct obj_error *err, int rc, const char *key,
+			    enum copy_side side, bool short_src,
+			    const char *writing)
+{
+	if (side == COPY_READ && short_src) {
+		obj_err_set(err, OBJ_ERR_IO, key, "reading the source: it is "
+			    "shorter than the length given");
+		return OBJ_ERR_IO;
+	}
+	return fail(err, -rc, key, side == COPY_READ ? "reading the source" :
+		    writing);
+}
+
 static obj_status px_put(struct obj_store *st, const char *key,
 			 const void *buf, int fd, uint64_t len,
 			 const struct obj_kv *meta, size_t nmeta,
 			 char *etag_out, struct obj_error *err)
 {
 	struct posix_store *p = P(st);
+	enum copy_side side;
+	bool short_src;
 	char tmp[64];
 	struct stat sb;
 	int out, rc;
@@ -312,9 +344,13 @@ static obj_status px_put(struct obj_store *st, const char *key,
 	out = tmp_open(p, tmp);
 	if (out < 0)
 		return fail(err, -out, key, "creating a temporary file");
-	rc = copy_in(out, 0, buf, fd, 0, len);
-	if (!rc)
-		rc = set_meta(out, meta, nmeta);
+	rc = copy_in(out, 0, buf, fd, 0, len, &side, &short_src);
+	if (rc) {
+		close(out);
+		unlinkat(p->rootfd, tmp, 0);
+		return copy_fail(err, rc, key, side, short_src, "writing");
+	}
+	rc = set_meta(out, meta, nmeta);
 	if (!rc && etag_out && fstat(out, &sb))
 		rc = -errno;
 	if (rc) {
@@ -376,6 +412,8 @@ static obj_status px_get(struct obj_store *st, const char *key, uint64_t off,
 			 uint64_t len, void *buf, int fd, off_t fd_off,
 			 uint64_t *got, struct obj_error *err)
 {
+	enum copy_side side = COPY_READ;
+	bool short_src;
 	struct stat sb;
 	int in, rc = 0;
 
@@ -410,11 +448,13 @@ static obj_status px_get(struct obj_store *st, const char *key, uint64_t off,
 			done += (uint64_t)r;
 		}
 	} else {
-		rc = copy_in(fd, fd_off, NULL, in, (off_t)off, len);
+		rc = copy_in(fd, fd_off, NULL, in, (off_t)off, len, &side,
+			     &short_src);
 	}
 	close(in);
 	if (rc)
-		return fail(err, -rc, key, "reading");
+		return fail(err, -rc, key, side == COPY_WRITE ?
+			    "writing to the destination file" : "reading");
 	*got = len;
 	atomic_fetch_add(&st->n_bytes_in, len);
 	return OBJ_OK;
@@ -464,6 +504,8 @@ static obj_status px_mpu_part(struct obj_store *st, const char *key,
 			      size_t len, char *etag_out,
 			      struct obj_error *err)
 {
+	enum copy_side side;
+	bool short_src;
 	char path[160];
 	struct stat sb;
 	int out, rc;
@@ -479,12 +521,15 @@ static obj_status px_mpu_part(struct obj_store *st, const char *key,
 		     O_CLOEXEC, 0600);
 	if (out < 0)
 		return fail(err, errno, key, "no such upload");
-	rc = copy_in(out, 0, buf, fd, fd_off, len);
-	if (!rc && fstat(out, &sb))
+	rc = copy_in(out, 0, buf, fd, fd_off, len, &side, &short_src);
+	if (!rc && fstat(out, &sb)) {
 		rc = -errno;
+		side = COPY_WRITE;
+	}
 	close(out);
 	if (rc)
-		return fail(err, -rc, key, "writing a part");
+		return copy_fail(err, rc, key, side, short_src,
+				 "writing a part");
 	etag_of(&sb, etag_out);
 	atomic_fetch_add(&st->n_bytes_out, len);
 	return OBJ_OK;
@@ -520,6 +565,8 @@ static obj_status px_mpu_complete(struct obj_store *st, const char *key,
 {
 	struct posix_store *p = P(st);
 	char path[160], tmp[64], names[4096], val[4096];
+	enum copy_side side = 0;
+	bool short_src;
 	off_t at = 0;
 	int out, in, rc = 0, mfd;
 	struct stat sb;
@@ -547,12 +594,22 @@ static obj_status px_mpu_complete(struct obj_store *st, const char *key,
 			 upload_id, parts[i].number);
 		in = openat(p->rootfd, path, O_RDONLY | O_CLOEXEC);
 		if (in < 0 || fstat(in, &sb)) {
+			if (in >= 0)
+				close(in);
 			rc = -ENOENT;
 			break;
 		}
-		rc = copy_in(out, at, NULL, in, 0, (uint64_t)sb.st_size);
+		rc = copy_in(out, at, NULL, in, 0, (uint64_t)sb.st_size,
+			     &side, &short_src);
 		at += sb.st_size;
 		close(in);
+	}
+	if (rc && side == COPY_WRITE) {
+		/* The parts are fine; the store's disk is not. */
+		close(mfd);
+		close(out);
+		unlinkat(p->rootfd, tmp, 0);
+		return fail(err, -rc, key, "writing the object");
 	}
 	/* Carry the metadata given at create over to the object. */
 	nl = flistxattr(mfd, names, sizeof(names));

@@ -20,6 +20,10 @@
  *       none, 1 if anything is wrong
  *
  * RANK and WORLD_SIZE come from the environment, as in a real job.
+ * FMCKPT_CRASH_AT=POINT (and FMCKPT_CRASH_STEP=N, else any step) makes
+ * the writer kill itself with SIGKILL at that named point of a commit:
+ * it installs the library's test hook (ckpt_crash_hook, ckpt_int.h);
+ * the library itself reads neither variable.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -28,7 +32,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <signal.h>
+
 #include "ckpt/ckpt.h"
+#include "ckpt/ckpt_int.h"   /* ckpt_crash_hook */
 
 struct opts {
 	const char *dir, *remote;
@@ -98,6 +105,29 @@ static long rss_kb(void)
 			break;
 	fclose(f);
 	return kb;
+}
+
+static const char *g_crash_at;
+static uint64_t g_crash_step = CKPT_STEP_LATEST;
+
+static void crash_hook(const char *point, uint64_t step)
+{
+	if (!strcmp(point, g_crash_at) &&
+	    (g_crash_step == CKPT_STEP_LATEST || g_crash_step == step))
+		raise(SIGKILL);
+}
+
+static void crash_hook_init(void)
+{
+	const char *at = getenv("FMCKPT_CRASH_AT");
+	const char *step = getenv("FMCKPT_CRASH_STEP");
+
+	if (!at || !*at)
+		return;
+	g_crash_at = at;
+	if (step && *step)
+		g_crash_step = strtoull(step, NULL, 10);
+	ckpt_crash_hook = crash_hook;
 }
 
 static int open_store(const struct opts *o, bool read_only, struct ckpt **c)
@@ -278,6 +308,7 @@ int main(int argc, char **argv)
 			"(see tests/ckpt-writer.c)\n");
 		return 2;
 	}
+	crash_hook_init();
 	optind = 2;
 	while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		switch (ch) {

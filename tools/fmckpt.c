@@ -1189,6 +1189,7 @@ static int cmd_bench(struct opts *o, int argc, char **argv)
 	struct bench b = { 0 };
 	struct ckpt *c = NULL;
 	char msg[1024] = "";
+	bool ours = false;   /* the target was empty: what is there is ours */
 	int rc;
 
 	(void)argv;
@@ -1221,6 +1222,7 @@ static int cmd_bench(struct opts *o, int argc, char **argv)
 	rc = ckpt_open(&cfg, &c, msg, sizeof(msg));
 	if (!rc)
 		rc = bench_check_empty(c, msg, sizeof(msg));
+	ours = !rc;
 	/* Staging is mapped and prefaulted by the first ckpt_begin, which
 	 * is outside the clock, as in a job's steady state. */
 	for (unsigned r = 0; !rc && r < o->rounds; r++)
@@ -1231,7 +1233,10 @@ static int cmd_bench(struct opts *o, int argc, char **argv)
 		ckpt_get_stats(c, &st);
 		bench_report(o, &b, &st);
 	}
-	if (c && !o->keep_data && rc != -EINVAL)
+	/* Remove everything only from a target seen empty: when the check
+	 * itself failed (a listing the store refused or timed out on), the
+	 * target may hold a job's checkpoints. */
+	if (ours && !o->keep_data)
 		ckpt_prune(c, 0, NULL, NULL, 0);
 	ckpt_close(c, NULL, 0);
 	bench_free(&b);

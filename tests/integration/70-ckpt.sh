@@ -218,6 +218,13 @@ for k in ("memcpy_s", "commit_blocking_s", "local_durable_s", "remote_durable_s"
 assert d["local_durable_s"] <= d["remote_durable_s"]
 EOF
 [ -z "$(keys "$B" bench/)" ] || fail "bench left objects behind"
+# A target bench cannot check is not its to clean up: with the store
+# unreachable the listing fails, and the directory's checkpoints stay.
+$W save --dir bkeep --count 2 --wait local --size $MIB >/dev/null
+expect_exit 5 "" $CK bench --size 1M --target bkeep --target "s3://$B/bkeep" \
+	--endpoint http://127.0.0.1:9
+steps=(bkeep/step-*)
+[ ${#steps[@]} = 2 ] || fail "bench removed checkpoints it did not write: $(ls bkeep)"
 
 note "fmckpt: bad input gives clear errors and exit codes"
 expect_exit 4 "wrong path" $CK list -t /nonexistent/ckpt

@@ -6,8 +6,8 @@
  * chunks), corruption of shards and manifests (bit flips, truncation,
  * an unknown version, a missing shard), each detected and reported;
  * retention; several ranks in one process; a rank that never comes;
- * crashes at each named point of a commit (a forked child killed by
- * FMCKPT_CRASH_AT); bad input; resident memory across 100 saves.
+ * crashes at each named point of a commit (a forked child killed there
+ * by ckpt_crash_hook); bad input; resident memory across 100 saves.
  *
  * Everything runs in a private temporary directory removed at the end.
  */
@@ -928,7 +928,17 @@ static void test_rank_missing(void **state)
 	tset_free(&t);
 }
 
-/* A child saves steps 1..3 with FMCKPT_CRASH_AT=point at step 3 and is
+/* The crash point the child of crash_at() dies at (ckpt_crash_hook). */
+static const char *g_crash_point;
+static uint64_t g_crash_step;
+
+static void crash_hook(const char *point, uint64_t step)
+{
+	if (!strcmp(point, g_crash_point) && step == g_crash_step)
+		raise(SIGKILL);
+}
+
+/* A child saves steps 1..3 with a crash hook for point at step 3 and is
  * killed there; the parent must then load want (2 or 3), whole. */
 static void crash_at(struct env *e, const char *point, bool remote_only,
 		     uint64_t want)
@@ -947,8 +957,9 @@ static void crash_at(struct env *e, const char *point, bool remote_only,
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
-		setenv("FMCKPT_CRASH_AT", point, 1);
-		setenv("FMCKPT_CRASH_STEP", "3", 1);
+		g_crash_point = point;
+		g_crash_step = 3;
+		ckpt_crash_hook = crash_hook;
 		c = open_cfg(e, &cfg);
 		for (uint64_t s = 1; s <= 3; s++) {
 			save(e, c, &t, s, 0);
@@ -1064,6 +1075,249 @@ static void test_restore(void **state)
 	tset_free(&t);
 }
 
+/* A device copy that fails during ckpt_commit (no GPU here: the CUDA
+ * state is faked, so cudaMemcpyAsync, or the stub without CUDA, fails).
+ * The step must fail with the copy's own message even when commit was
+ * given no message buffer, and this rank must not leave the "shard done"
+ * marker that would let rank 0 commit the garbage in its staging. */
+static void test_device_copy_error(void **state)
+{
+	struct env *e = *state;
+	struct ckpt_config cfg = cfg_of(e, true, false);
+	static unsigned char host[4096];
+	int64_t shape[1] = { 4096 };
+	long fake_cuda[16] = { 0 };   /* stands for cuda.c's state */
+	char path[PATH_MAX + 64];
+	struct ckpt_stats st;
+	struct ckpt *c;
+	int rc;
+
+	cfg.world_size = 2;
+	cfg.rank = 1;
+	c = open_cfg(e, &cfg);
+	if (c->cuda) {
+		/* A real GPU: a failing copy cannot be faked this way. */
+		ckpt_close(c, NULL, 0);
+		skip();
+	}
+	c->cuda = fake_cuda;
+	assert_ok(ckpt_begin(c, 1, e->msg, sizeof(e->msg)), e->msg);
+	assert_ok(ckpt_add(c, "h", CKPT_U8, 1, shape, host, sizeof(host), 0,
+			   e->msg, sizeof(e->msg)), e->msg);
+	assert_ok(ckpt_add(c, "d", CKPT_U8, 1, shape,
+			   (const void *)(uintptr_t)4096, 4096,
+			   CKPT_ADD_DEVICE, e->msg, sizeof(e->msg)), e->msg);
+	rc = ckpt_commit(c, NULL, 0);
+	assert_true(rc < 0);
+	assert_int_equal(ckpt_wait(c, 1, CKPT_LOCAL, 10000, e->msg,
+				   sizeof(e->msg)), rc);
+	assert_contains(e->msg, "copying into staging failed");
+	assert_contains(e->msg, HAVE_CUDA ? "cudaMemcpyAsync" :
+			"without CUDA");
+	if (strstr(e->msg, "(null)"))
+		fail_msg("the cause was lost: %s", e->msg);
+	snprintf(path, sizeof(path), "%s/.tmp-step-0000000001/"
+		 "rank-00001.done", e->dir);
+	assert_false(exists(path));
+	ckpt_get_stats(c, &st);
+	assert_int_equal(st.steps_failed, 1);
+	c->cuda = NULL;
+	ckpt_close(c, NULL, 0);
+}
+
+/* The remote commit of step 2 must wait for step 1's, however their
+ * uploads finish: retention after step 2 removes what is left of older
+ * incomplete steps (another rank's shard and marker of step 1, say),
+ * and ckpt_wait and last_remote_step promise order.  Step 1's upload is
+ * held up by a FIFO where its manifest would be: the HEAD that refuses
+ * to overwrite a committed step blocks opening it until we open the
+ * other end. */
+static void test_remote_commits_in_order(void **state)
+{
+	struct env *e = *state;
+	struct ckpt_config cfg = cfg_of(e, false, true);
+	char fifo[PATH_MAX + 64], fdpath[64];
+	struct ckpt_stats st;
+	struct tset t;
+	struct ckpt *c;
+	int rfd, wfd, rc;
+
+	snprintf(fifo, sizeof(fifo), "%s/step-0000000001", e->store);
+	assert_int_equal(mkdir(fifo, 0755), 0);
+	strcat(fifo, "/manifest");
+	assert_int_equal(mkfifo(fifo, 0644), 0);
+	rfd = open(fifo, O_RDONLY | O_NONBLOCK);  /* not a writer */
+	assert_true(rfd >= 0);
+	tset_init(&t, 3, 1 * KIB);
+	cfg.upload_parallel = 4;
+	c = open_cfg(e, &cfg);
+	save(e, c, &t, 1, 0);
+	save(e, c, &t, 2, 0);
+	rc = ckpt_wait(c, 2, CKPT_REMOTE, 1500, e->msg, sizeof(e->msg));
+	/* Let step 1 go on before judging, so no thread stays stuck. */
+	snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", rfd);
+	wfd = open(fdpath, O_WRONLY);
+	assert_true(wfd >= 0);
+	if (rc != -ETIMEDOUT)
+		fail_msg("step 2 was committed remotely (%d: %s) while step "
+			 "1's upload had not started", rc, e->msg);
+	wait_ok(e, c, 1, CKPT_REMOTE);
+	wait_ok(e, c, 2, CKPT_REMOTE);
+	ckpt_get_stats(c, &st);
+	assert_int_equal(st.last_remote_step, 2);
+	assert_ok(ckpt_close(c, e->msg, sizeof(e->msg)), e->msg);
+	close(wfd);
+	close(rfd);
+	tset_free(&t);
+}
+
+/* Rank 0 of 1001 ranks, the others' markers put in the store by hand:
+ * the remote barrier must see every one of them, not the first page of
+ * 1000 keys of a listing. */
+static void test_remote_barrier_many_ranks(void **state)
+{
+	struct env *e = *state;
+	struct ckpt_config cfg = cfg_of(e, false, true);
+	char path[PATH_MAX + 64];
+	struct ckpt_manifest mf;
+	unsigned char *buf;
+	size_t len;
+	struct tset t;
+	struct ckpt *c;
+
+	snprintf(path, sizeof(path), "%s/step-0000000001", e->store);
+	assert_int_equal(mkdir(path, 0755), 0);
+	for (uint32_t r = 1; r <= 1000; r++) {
+		struct ckpt_mf_shard sh = {
+			.rank = r, .file_bytes = CKPT_SHARD_HEADER_BYTES,
+		};
+		struct ckpt_manifest m = {
+			.kind = CKPT_MF_KIND_RANK, .step = 1,
+			.world_size = 1001, .shards = &sh, .nshards = 1,
+		};
+		int fd;
+
+		assert_ok(ckpt_mf_encode(&m, &buf, &len), "encode");
+		snprintf(path, sizeof(path), "%s/step-0000000001/"
+			 "rank-%05u.done", e->store, r);
+		fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		assert_true(fd >= 0);
+		assert_int_equal(write(fd, buf, len), (ssize_t)len);
+		close(fd);
+		free(buf);
+	}
+	tset_init(&t, 2, 1 * KIB);
+	cfg.world_size = 1001;
+	cfg.barrier_timeout_ms = 5000;
+	c = open_cfg(e, &cfg);
+	save(e, c, &t, 1, 0);
+	wait_ok(e, c, 1, CKPT_REMOTE);
+	assert_ok(ckpt_close(c, e->msg, sizeof(e->msg)), e->msg);
+	snprintf(path, sizeof(path), "%s/step-0000000001/manifest", e->store);
+	assert_ok(ckpt_read_whole(path, 1 << 20, &buf, &len, e->msg,
+				  sizeof(e->msg)), e->msg);
+	assert_ok(ckpt_mf_decode(buf, len, path, &mf, e->msg, sizeof(e->msg)),
+		  e->msg);
+	assert_int_equal(mf.nshards, 1001);
+	ckpt_mf_release(&mf);
+	free(buf);
+	tset_free(&t);
+}
+
+/* A step that fails remotely (its manifest is there already) must keep
+ * the first, clear error in the stats and the status file `fmckpt
+ * status` shows, not have it replaced by a bare strerror when the
+ * committer later finishes the step. */
+static void test_remote_error_kept(void **state)
+{
+	struct env *e = *state;
+	struct ckpt_config cfg = cfg_of(e, false, true);
+	char path[PATH_MAX + 64];
+	struct ckpt_stats st;
+	struct tset t;
+	struct ckpt *c;
+
+	snprintf(path, sizeof(path), "%s/step-0000000001", e->store);
+	assert_int_equal(mkdir(path, 0755), 0);
+	strcat(path, "/manifest");
+	close(open(path, O_CREAT | O_WRONLY, 0644));
+	tset_init(&t, 2, 1 * KIB);
+	c = open_cfg(e, &cfg);
+	save(e, c, &t, 1, 0);
+	assert_int_equal(ckpt_wait(c, 1, CKPT_REMOTE, 10000, e->msg,
+				   sizeof(e->msg)), -EEXIST);
+	assert_contains(e->msg, "already committed");
+	ckpt_get_stats(c, &st);
+	assert_int_equal(st.steps_failed, 1);
+	assert_contains(st.last_error, "already committed");
+	ckpt_close(c, NULL, 0);
+	tset_free(&t);
+}
+
+/* Rank 1's marker is there but rank 0 cannot take it: written by a
+ * newer fmckpt (format version 2), or by another run.  The barrier's
+ * timeout must say so, not that no marker came. */
+static void test_barrier_refused_marker(void **state)
+{
+	struct env *e = *state;
+	struct ckpt_config cfg = cfg_of(e, true, false);
+	struct ckpt_mf_shard sh = {
+		.rank = 1, .file_bytes = CKPT_SHARD_HEADER_BYTES,
+	};
+	struct ckpt_manifest m = {
+		.kind = CKPT_MF_KIND_RANK, .step = 1, .world_size = 2,
+		.shards = &sh, .nshards = 1,
+	};
+	char path[PATH_MAX + 64];
+	unsigned char *buf;
+	size_t len;
+	struct tset t;
+	struct ckpt *c;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/.tmp-step-0000000001", e->dir);
+	assert_int_equal(mkdir(e->dir, 0755), 0);
+	assert_int_equal(mkdir(path, 0755), 0);
+	strcat(path, "/rank-00001.done");
+	assert_ok(ckpt_mf_encode(&m, &buf, &len), "encode");
+	put32(buf + 8, 2);
+	put32(buf + 60, ckpt_crc32c(0, buf, 60));
+	put32(buf + len - 16, ckpt_crc32c(0, buf, len - 16));
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, buf, len), (ssize_t)len);
+	close(fd);
+	free(buf);
+	tset_init(&t, 2, 1 * KIB);
+	cfg.world_size = 2;
+	cfg.barrier_timeout_ms = 300;
+	c = open_cfg(e, &cfg);
+	save(e, c, &t, 1, 0);
+	assert_int_equal(ckpt_wait(c, 1, CKPT_LOCAL, 0, e->msg,
+				   sizeof(e->msg)), -ETIMEDOUT);
+	assert_contains(e->msg, "rank(s) 1");
+	assert_contains(e->msg, "rank-00001.done");
+	assert_contains(e->msg, "format version 2");
+	/* The same marker of another run. */
+	snprintf(sh.run_id, sizeof(sh.run_id), "other-run");
+	m.step = 2;
+	assert_ok(ckpt_mf_encode(&m, &buf, &len), "encode");
+	snprintf(path, sizeof(path), "%s/.tmp-step-0000000002", e->dir);
+	assert_int_equal(mkdir(path, 0755), 0);
+	strcat(path, "/rank-00001.done");
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, buf, len), (ssize_t)len);
+	close(fd);
+	free(buf);
+	save(e, c, &t, 2, 0);
+	assert_int_equal(ckpt_wait(c, 2, CKPT_LOCAL, 0, e->msg,
+				   sizeof(e->msg)), -ETIMEDOUT);
+	assert_contains(e->msg, "other-run");
+	ckpt_close(c, NULL, 0);
+	tset_free(&t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1085,6 +1339,11 @@ int main(void)
 		T(test_crash_points),
 		T(test_rss_stable),
 		T(test_restore),
+		T(test_device_copy_error),
+		T(test_remote_commits_in_order),
+		T(test_remote_barrier_many_ranks),
+		T(test_remote_error_kept),
+		T(test_barrier_refused_marker),
 #undef T
 	};
 	const char *base = getenv("TMPDIR");

@@ -2347,6 +2347,75 @@ static void test_posix_put_fd_multipart(void **state)
 	obj_close(st);
 }
 
+/*
+ * Regression (was a bug in objstore/posix.c, copy_in/px_put): a source
+ * fd that cannot be read (here opened write-only: pread fails EBADF) was
+ * reported as "writing: Bad file descriptor", and a source shorter than
+ * the length given as "writing: Input/output error".  Both are read
+ * failures of the caller's file and must say so; a destination fd that
+ * cannot be written (obj_get_fd) must still say writing.
+ */
+static void test_posix_regress_put_fd_read_errors(void **state)
+{
+	struct store_fixture *f = *state;
+	const size_t len = 12u << 20;
+	struct obj_config cfg;
+	struct obj_store *st;
+	struct obj_error err;
+	struct obj_meta m;
+	unsigned char *data;
+	char path[PATH_MAX + 16];
+	int fd, wo;
+
+	obj_config_init(&cfg);
+	cfg.multipart_threshold_bytes = 5u << 20;
+	cfg.part_size_bytes = 5u << 20;
+	st = open_dir(f->dir, &cfg);
+	snprintf(path, sizeof(path), "%s.src", f->dir);
+	fd = make_data_file(path, len, &data);
+	wo = open(path, O_WRONLY);
+	assert_true(wo >= 0);
+	/* A single put, then the multipart path (px_mpu_part). */
+	assert_int_not_equal(obj_put_fd(st, "one", wo, 1000, NULL, 0, NULL,
+					&err), OBJ_OK);
+	assert_non_null(strstr(err.message, "reading"));
+	assert_null(strstr(err.message, "writing"));
+	assert_non_null(strstr(err.message, "Bad file descriptor"));
+	assert_int_not_equal(obj_put_fd(st, "many", wo, len, NULL, 0, NULL,
+					&err), OBJ_OK);
+	assert_non_null(strstr(err.message, "reading"));
+	assert_null(strstr(err.message, "writing"));
+	/* A source shorter than the length given. */
+	assert_int_not_equal(obj_put_fd(st, "short", fd, len + 10, NULL, 0,
+					NULL, &err), OBJ_OK);
+	assert_non_null(strstr(err.message, "reading"));
+	assert_non_null(strstr(err.message, "shorter"));
+	cfg.multipart_threshold_bytes = 64u << 20;
+	obj_close(st);
+	st = open_dir(f->dir, &cfg);
+	assert_int_not_equal(obj_put_fd(st, "short", fd, len + 10, NULL, 0,
+					NULL, &err), OBJ_OK);
+	assert_non_null(strstr(err.message, "reading"));
+	assert_non_null(strstr(err.message, "shorter"));
+	assert_int_equal(obj_head(st, "one", &m, &err), OBJ_ERR_NOT_FOUND);
+	assert_int_equal(obj_head(st, "short", &m, &err), OBJ_ERR_NOT_FOUND);
+	assert_int_equal(count_uploads(f->dir), 0);
+	/* The other way: the object reads, the destination does not write. */
+	assert_int_equal(obj_put(st, "obj", data, 1000, NULL, 0, NULL, &err),
+			 OBJ_OK);
+	close(fd);
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_not_equal(obj_get_fd(st, "obj", 0, 1000, fd, 0, NULL,
+					&err), OBJ_OK);
+	assert_non_null(strstr(err.message, "writing"));
+	close(fd);
+	close(wo);
+	unlink(path);
+	free(data);
+	obj_close(st);
+}
+
 static void test_posix_multipart_steps(void **state)
 {
 	struct store_fixture *f = *state;
@@ -3502,6 +3571,7 @@ int main(void)
 		ST_TEST(test_posix_get_fd),
 		ST_TEST(test_posix_regress_get_fd_to_end),
 		ST_TEST(test_posix_put_fd_multipart),
+		ST_TEST(test_posix_regress_put_fd_read_errors),
 		ST_TEST(test_posix_multipart_steps),
 		ST_TEST(test_posix_multipart_part_numbers),
 		ST_TEST(test_posix_multipart_missing_part),
