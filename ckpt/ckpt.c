@@ -14,6 +14,7 @@
  * [i*chunk_bytes, (i+1)*chunk_bytes) of the file and part i+1 of its
  * multipart upload (drain.c), so nothing is copied twice.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -522,10 +523,39 @@ static struct ckpt_step *find_step(struct ckpt *c, uint64_t step)
 	return NULL;
 }
 
-static bool committed_locally(const struct ckpt *c, uint64_t step)
+/* The newest step-N in dir, or 0 (one readdir, at the first begin). */
+static uint64_t newest_step_dir(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	uint64_t newest = 0, step;
+
+	if (!d)
+		return UINT64_MAX; /* unknown: every begin looks */
+	while ((de = readdir(d)))
+		if (!ckpt_parse_step(de->d_name, CKPT_STEP_PREFIX, &step) &&
+		    step > newest)
+			newest = step;
+	closedir(d);
+	return newest;
+}
+
+/* A stat of step's manifest: on an fmfs mount that is a FUSE lookup or
+ * two in the caller's blocking time, so steps above every step known to
+ * be there (the usual case: each save a newer step) skip it. */
+static bool committed_locally(struct ckpt *c, uint64_t step)
 {
 	char name[64], path[PATH_MAX];
 	struct stat sb;
+
+	if (!c->steps_scanned) {
+		c->step_ceiling = newest_step_dir(c->dir);
+		c->steps_scanned = true;
+	}
+	if (c->step_ceiling != UINT64_MAX && step > c->step_ceiling) {
+		c->step_ceiling = step;
+		return false;
+	}
 
 	ckpt_step_name(step, name, sizeof(name));
 	snprintf(path, sizeof(path), "%s/%s/" CKPT_MANIFEST_NAME, c->dir,
@@ -964,9 +994,12 @@ int ckpt_commit(struct ckpt *c, char *msg, size_t msg_len)
 	c->stats.commit_last_ns = dt;
 	c->stats.commit_total_ns += dt;
 	c->stats.staging_wait_ns += w.wait_ns;
+	/* The status file is the committer's to rewrite: on an fmfs mount
+	 * each rewrite is several FUSE round trips (and an upload), which
+	 * the caller must not wait for. */
+	c->status_due = true;
 	pthread_cond_broadcast(&c->commit_cond);
 	pthread_mutex_unlock(&c->lock);
-	ckpt_status_write(c);
 	return w.rc;
 }
 

@@ -264,6 +264,11 @@ struct ckpt {
 	struct ckpt_job *uq_head, *uq_tail;
 	struct ckpt_step *building;   /* begun, not committed */
 	bool copying;                 /* a commit is copying into staging */
+	/* Above this no step can be committed in dir (its newest at the
+	 * first begin, and every step begun since): begin skips the stat. */
+	bool steps_scanned;
+	uint64_t step_ceiling;
+	bool status_due;            /* the committer rewrites the status file */
 	struct ckpt_step *steps;      /* committed, in flight, oldest first */
 	struct ckpt_step *done;       /* finished, newest first, at most
 	                               * CKPT_DONE_KEEP */

@@ -695,12 +695,14 @@ void *ckpt_committer_main(void *arg)
 				pthread_mutex_unlock(&c->lock);
 				return NULL;
 			}
-			/* Refresh the status file once a second while busy. */
+			/* Refresh the status file once a second while busy,
+			 * and after each commit (ckpt_commit asks). */
 			clock_gettime(CLOCK_MONOTONIC, &ts);
 			ts.tv_sec += 1;
-			if (pthread_cond_timedwait(&c->commit_cond, &c->lock,
-						   &ts) == ETIMEDOUT &&
-			    c->steps) {
+			if ((pthread_cond_timedwait(&c->commit_cond, &c->lock,
+						    &ts) == ETIMEDOUT &&
+			     c->steps) || c->status_due) {
+				c->status_due = false;
 				pthread_mutex_unlock(&c->lock);
 				ckpt_status_write(c);
 				pthread_mutex_lock(&c->lock);
