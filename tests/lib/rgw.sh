@@ -194,9 +194,11 @@ mon warn on pool no redundancy = false
 mon data avail warn = 2
 mon data avail crit = 1
 
-# Data in RAM; memstore takes only what is stored, the size is a cap.
+# Data in RAM; memstore takes only what is stored, the size is a cap
+# (RGW_MEMSTORE_BYTES; the benchmarks raise it: deleted objects are only
+# freed by garbage collection, and a full OSD stalls every write).
 osd objectstore = memstore
-memstore device bytes = 4294967296
+memstore device bytes = ${RGW_MEMSTORE_BYTES:-4294967296}
 osd max object name len = 460
 osd max object namespace len = 64
 

@@ -43,6 +43,10 @@
 # process still naming TMP, then TMP itself.
 
 RGW_SH=$ROOT/tests/lib/rgw.sh
+# 10 GiB of memstore: several 1 GiB objects can wait for the gateway's
+# garbage collection at once without the OSD filling up (then every
+# write stalls and the figures mean nothing).
+export RGW_MEMSTORE_BYTES=${RGW_MEMSTORE_BYTES:-10737418240}
 MOUNT_TIMEOUT=30
 COPY=${COPY:-cp}
 ROUNDS=${BENCH_ROUNDS:-3}
@@ -199,6 +203,15 @@ EOF
 # Deleted objects stay in the gateway's RAM until garbage collection.
 reclaim() { # PREFIX
 	awsx s3 rm --quiet --recursive "s3://$BUCKET/$1" >/dev/null 2>&1 || true
+	# Parts of multipart uploads never completed (a peer's, or one that
+	# timed out) hold memory too.
+	awsx s3api list-multipart-uploads --bucket "$BUCKET" \
+		--query 'Uploads[].[Key,UploadId]' --output text 2>/dev/null |
+		while read -r k id; do
+			[ -n "$id" ] && [ "$k" != None ] || continue
+			awsx s3api abort-multipart-upload --bucket "$BUCKET" \
+				--key "$k" --upload-id "$id" >/dev/null 2>&1 || true
+		done
 	timeout 120 radosgw-admin -c "$CEPH_CONF" gc process --include-all \
 		>/dev/null 2>&1 || msg "radosgw-admin gc process failed"
 }
