@@ -16,8 +16,9 @@
 #           a directory on the mount (written back to the bucket)
 #
 # and reports fmtrain's own summary: mean tokens/s, the share of step
-# time spent waiting for data, and for ckpt the share spent blocked in
-# checkpoints. Goals (issue 6): warm tokens/s >= 0.98 x local; data wait
+# time spent waiting for data (all steps, and after step 1, which waits
+# for the first shard however fast the source), and for ckpt the share
+# spent blocked in checkpoints. Goals (issue 6): warm tokens/s >= 0.98 x local; data wait
 # <= 1% of step time. Round by round, each case once, ratios taken within
 # a round, medians over rounds. A benchmark, not a test: it fails only
 # when something does not work.
@@ -124,11 +125,28 @@ train() { # METHOD DATA_DIR [fmtrain options...]
 			if ($i == "ckpt-block-ms") { c = $(i + 2); gsub(/[(%]/, "", c) }
 		}
 		print t, s, w, c }' <<<"$line")
+	# The first step waits for the first shard (a cold start); the
+	# steady share leaves it out: sum of later waits / their step time.
+	steady=$(awk '$1 == "step" && $2 > 1 {
+		for (i = 3; i <= NF; i++) {
+			if ($i == "tok/s") t = $(i + 1)
+			if ($i == "data-wait-ms") w += $(i + 1)
+		}
+		ms += 1000 * B * T / t
+	} END { printf "%.4f", (ms > 0 ? 100 * w / ms : 0) }' \
+		B="$BATCH" T="$SEQ" "$out")
+	record "$meth" steady_wait_pct "$steady"
 	record "$meth" tok_s "$tok"
 	record "$meth" step_ms "$ms"
 	record "$meth" wait_pct "$wait"
 	record "$meth" ckpt_pct "${ckpt:-0}"
 }
+
+# B and T, for the steady-state wait (from each step's tok/s).
+BATCH=$(sed -n 's/.*--batch[ =]\([0-9]*\).*/\1/p' <<<"$TRAIN_OPTS")
+SEQ=$(sed -n 's/.*--seq-len[ =]\([0-9]*\).*/\1/p' <<<"$TRAIN_OPTS")
+BATCH=${BATCH:-4}
+SEQ=${SEQ:-64}
 
 bench_gateway
 
@@ -179,8 +197,8 @@ print("training benchmark (issue 6): fmtrain defaults, %d steps a run, %d "
       "medians over rounds" % (steps, nshards, nbytes >> 20,
                                len(rows.get(("local", "tok_s"), {}))))
 print()
-print("  %-34s %10s %9s %12s %12s" % ("", "tokens/s", "step ms",
-                                      "data wait %", "ckpt block %"))
+print("  %-34s %10s %9s %12s %12s %12s" % ("", "tokens/s", "step ms",
+      "data wait %", "after step 1", "ckpt block %"))
 names = {"local": "local disk (page cache dropped)",
          "cold": "fmfs, cold (empty cache)",
          "warm": "fmfs, warm (remounted cache)",
@@ -188,16 +206,18 @@ names = {"local": "local disk (page cache dropped)",
 for m in ("local", "cold", "warm", "ckpt"):
     if med(m, "tok_s") is None:
         continue
-    print("  %-34s %10.0f %9.2f %12.2f %12.2f" % (
+    print("  %-34s %10.0f %9.2f %12.2f %12.2f %12.2f" % (
         names[m], med(m, "tok_s"), med(m, "step_ms"), med(m, "wait_pct"),
-        med(m, "ckpt_pct")))
+        med(m, "steady_wait_pct"), med(m, "ckpt_pct")))
 print()
 r_warm = ratio(("warm", "tok_s"), ("local", "tok_s"))
 r_cold = ratio(("cold", "tok_s"), ("local", "tok_s"))
 w_warm = med("warm", "wait_pct")
+s_warm = med("warm", "steady_wait_pct")
 goals = {
     "warm tokens/s >= 0.98 x local disk": (r_warm, r_warm is not None and r_warm >= 0.98),
-    "data wait <= 1% of step time (warm)": (w_warm, w_warm is not None and w_warm <= 1.0),
+    "data wait <= 1% of step time (warm, all steps)": (w_warm, w_warm is not None and w_warm <= 1.0),
+    "data wait <= 1% of step time (warm, after step 1)": (s_warm, s_warm is not None and s_warm <= 1.0),
 }
 show_goals(goals)
 print("  cold / local tokens/s: %s" % ("%.2f" % r_cold if r_cold else "-"))
