@@ -7,7 +7,7 @@
 #ifndef FMFS_FS_INT_H
 #define FMFS_FS_INT_H
 
-#define FUSE_USE_VERSION 34
+#define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 #include <pthread.h>
 #include <stdatomic.h>
