@@ -14,6 +14,7 @@
  * Each reply is exactly one fuse_reply_* per request.
  */
 #include <errno.h>
+#include <malloc.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -879,6 +880,15 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t ml)
 			goto out_unmount;
 		}
 	}
+	/* libfuse sends a read reply that is not spliced (a 1 MiB reply
+	 * does not fit the 1 MiB pipe it may use) through a buffer it
+	 * mallocs and frees per reply.  With glibc's sliding thresholds
+	 * those came from fresh mmaps or trimmed arena tops: every reply
+	 * faulted its pages in, ~10% of a warm read's CPU, and warm reads
+	 * ran at half speed (measured 0.5-0.7 vs 1.3-1.5 GB/s, 8 readers).
+	 * Fixed thresholds keep such buffers in the arenas, reused. */
+	mallopt(M_MMAP_THRESHOLD, 8 << 20);
+	mallopt(M_TRIM_THRESHOLD, 128 << 20);
 	lc = fuse_loop_cfg_create();
 	fuse_loop_cfg_set_max_threads(lc, fs->cfg.threads);
 	fuse_loop_cfg_set_idle_threads(lc, fs->cfg.threads);

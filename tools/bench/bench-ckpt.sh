@@ -102,7 +102,7 @@ EOF
 	measure_aws
 
 	for s in "${RUN_SYSTEMS[@]}"; do
-		measure_peer "$s" "$s.bin"
+		measure_peer "$s" "$s-$ROUND.bin"
 	done
 done
 
