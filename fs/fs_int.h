@@ -37,6 +37,7 @@ struct fs_entry {
 struct fs_listing {
 	atomic_uint refs;
 	uint64_t fetched_ms;
+	uint64_t gen;           /* the directory's generation before the LIST */
 	size_t n;
 	struct fs_entry *e;     /* sorted by name (strcmp) */
 };
@@ -76,6 +77,9 @@ struct fs_inode {
 /* A cached listing, by directory key: independent of inode lifetimes, so
  * a listing survives the kernel forgetting a directory (drop_caches) and
  * can still be served stale when the store is unreachable. */
+#define FS_DIR_GENS 256
+#define FS_LIST_TRIES 8   /* LISTs of a directory changing meanwhile */
+
 struct fs_dircache {
 	char *key;
 	struct fs_listing *l;
@@ -100,7 +104,11 @@ struct fs {
 	atomic_uint_fast64_t offline_until_ms;
 	/* Bumped by fs_dir_invalidate: a listing fetched across a bump may
 	 * be stale and is not kept. */
+	/* Changes to the bucket under a directory, for a LIST that was out
+	 * meanwhile (fs_dir_listing): dir_gen for renames of whole trees,
+	 * dir_gens[hash of the directory key] for one directory. */
 	atomic_uint_fast64_t dir_gen;
+	atomic_uint_fast64_t dir_gens[FS_DIR_GENS];
 	/* control socket */
 	int ctl_fd;
 	pthread_t ctl_thread;

@@ -430,6 +430,15 @@ static void dircache_put(struct fs *fs, const char *key,
 	fs->ndirs++;
 }
 
+/* The generation of dir_key's listing: its own changes and those of a
+ * tree rename (a sum: either moving changes it). */
+static uint64_t dir_gen_of(struct fs *fs, const char *dir_key)
+{
+	return atomic_load(&fs->dir_gen) +
+	       atomic_load(&fs->dir_gens[hash_key(fs, dir_key) %
+					 FS_DIR_GENS]);
+}
+
 struct fs_listing *fs_dir_listing(struct fs *fs, const char *dir_key,
 				  int *err)
 {
@@ -447,9 +456,10 @@ struct fs_listing *fs_dir_listing(struct fs *fs, const char *dir_key,
 	 * directory key.  A change (fs_dir_invalidate) while the LIST was
 	 * out may have been missed by it: then it is fetched again. */
 	for (int tries = 0;; tries++) {
-		gen = atomic_load(&fs->dir_gen);
+		gen = dir_gen_of(fs, dir_key);
 		*err = fetch_listing(fs, dir_key, &nl);
-		if (*err || gen == atomic_load(&fs->dir_gen) || tries == 3)
+		if (*err || gen == dir_gen_of(fs, dir_key) ||
+		    tries == FS_LIST_TRIES - 1)
 			break;
 		fs_listing_put(nl);
 	}
@@ -457,7 +467,8 @@ struct fs_listing *fs_dir_listing(struct fs *fs, const char *dir_key,
 		fs_listing_put(l);
 		atomic_fetch_add(&nl->refs, 1);
 		pthread_mutex_lock(&fs->lock);
-		if (gen != atomic_load(&fs->dir_gen))
+		nl->gen = gen;
+		if (gen != dir_gen_of(fs, dir_key))
 			nl->fetched_ms = 0; /* unsettled: not kept as fresh */
 		dircache_put(fs, dir_key, nl);
 		pthread_mutex_unlock(&fs->lock);
@@ -668,7 +679,11 @@ void fs_dir_invalidate(struct fs *fs, const char *dir_key, bool prefix)
 	/* Marked old, not dropped: while the store is unreachable a stale
 	 * listing still beats none. */
 	pthread_mutex_lock(&fs->lock);
-	atomic_fetch_add(&fs->dir_gen, 1);
+	if (prefix)
+		atomic_fetch_add(&fs->dir_gen, 1);
+	else
+		atomic_fetch_add(&fs->dir_gens[hash_key(fs, dir_key) %
+					       FS_DIR_GENS], 1);
 	for (size_t b = 0; b < fs->nbuckets; b++) {
 		if (!prefix)
 			b = hash_key(fs, dir_key);
@@ -698,23 +713,22 @@ static void entry_from_w(struct fs_entry *e, const struct cache_wattr *a)
 	e->mtime_s = a->mtime_ns / 1000000000;
 }
 
-int fs_find(struct fs *fs, struct fs_inode *dir, const char *name,
-	    struct fs_entry *out)
+/* One look at name in dir: the dirty table, else the listing with the
+ * tombstones over it.  *gen: the generation of the listing used, or
+ * UINT64_MAX when the dirty table answered. */
+static int find_once(struct fs *fs, struct fs_inode *dir, const char *name,
+		     char *key, size_t kl, struct fs_entry *out, uint64_t *gen)
 {
 	struct cache *c = fs->cfg.cache;
-	char key[OBJ_KEY_MAX + 2];
 	const struct fs_entry *e;
 	struct fs_listing *l;
 	struct cache_wfile *w;
 	struct cache_wattr a;
-	size_t kl, n = 0;
+	size_t n = 0;
 	int err = 0;
 
 	memset(out, 0, sizeof(*out));
-	if ((size_t)snprintf(key, sizeof(key), "%s%s/", dir->key, name) >=
-	    sizeof(key))
-		return -ENAMETOOLONG;
-	kl = strlen(key);
+	*gen = UINT64_MAX;
 	key[kl - 1] = '\0';
 	if (!cache_w_get(c, key, &w) || (key[kl - 1] = '/',
 					 !cache_w_get(c, key, &w))) {
@@ -726,6 +740,7 @@ int fs_find(struct fs *fs, struct fs_inode *dir, const char *name,
 	l = fs_dir_listing(fs, dir->key, &err);
 	if (!l)
 		return err;
+	*gen = l->gen;
 	e = fs_listing_find(l, name);
 	if (e) {
 		*out = *e;
@@ -753,6 +768,34 @@ int fs_find(struct fs *fs, struct fs_inode *dir, const char *name,
 	out->is_dir = true;
 	out->pending = true;
 	return 0;
+}
+
+/* The listing, the dirty table and the tombstones are three reads, not
+ * one: an upload or a DELETE that lands between them (its file leaves
+ * the table, its tombstone goes) could make a name seem missing or still
+ * there.  Each such change bumps the directory's generation first
+ * (fs_dir_invalidate from on_done), so a look whose listing is older
+ * than the directory's generation is taken again. */
+int fs_find(struct fs *fs, struct fs_inode *dir, const char *name,
+	    struct fs_entry *out)
+{
+	char key[OBJ_KEY_MAX + 2];
+	uint64_t gen;
+	size_t kl;
+	int rc;
+
+	if ((size_t)snprintf(key, sizeof(key), "%s%s/", dir->key, name) >=
+	    sizeof(key)) {
+		memset(out, 0, sizeof(*out));
+		return -ENAMETOOLONG;
+	}
+	kl = strlen(key);
+	for (int tries = 0;; tries++) {
+		rc = find_once(fs, dir, name, key, kl, out, &gen);
+		if (gen == UINT64_MAX || gen == dir_gen_of(fs, dir->key) ||
+		    tries == FS_LIST_TRIES - 1)
+			return rc;
+	}
 }
 
 struct view {
@@ -840,7 +883,8 @@ static void dedup(struct fs_listing *l)
 	l->n = w;
 }
 
-struct fs_listing *fs_dir_view(struct fs *fs, const char *dir_key, int *err)
+static struct fs_listing *view_once(struct fs *fs, const char *dir_key,
+				    int *err)
 {
 	struct fs_listing *l = fs_dir_listing(fs, dir_key, err), *m;
 	struct view v = { .pl = strlen(dir_key) };
@@ -856,6 +900,7 @@ struct fs_listing *fs_dir_view(struct fs *fs, const char *dir_key, int *err)
 	}
 	atomic_store(&m->refs, 1);
 	m->fetched_ms = l->fetched_ms;
+	m->gen = l->gen;
 	v.add = m;
 	cache_w_list(fs->cfg.cache, dir_key, view_fn, &v);
 	dedup(m); /* the dirty entries, sorted */
@@ -899,4 +944,18 @@ struct fs_listing *fs_dir_view(struct fs *fs, const char *dir_key, int *err)
 	}
 	dedup(m);
 	return m;
+}
+
+/* view_once, taken again while the directory changed under it (see
+ * fs_find). */
+struct fs_listing *fs_dir_view(struct fs *fs, const char *dir_key, int *err)
+{
+	for (int tries = 0;; tries++) {
+		struct fs_listing *m = view_once(fs, dir_key, err);
+
+		if (!m || m->gen == dir_gen_of(fs, dir_key) ||
+		    tries == FS_LIST_TRIES - 1)
+			return m;
+		fs_listing_put(m);
+	}
 }
