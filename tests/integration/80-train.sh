@@ -191,4 +191,24 @@ expect_exit 2 "--resume needs --ckpt" $FT train --data "$MNT/shards" --resume
 expect_exit 2 "WORLD_SIZE=2" env WORLD_SIZE=2 $FT train --data "$MNT/shards"
 expect_exit 2 "unknown command" $FT frobnicate
 expect_exit 2 "OUT_DIR and at least one FILE" $FT tokenize out
+note "the per-step CSV drawn as a PNG (tools/fmtrain-plot.py)"
+PY=/usr/bin/python3
+if $PY -c 'import matplotlib' 2>/dev/null; then
+	$PY "$TOP/tools/fmtrain-plot.py" a.csv a.png ||
+		fail "fmtrain-plot.py a.csv failed"
+	[ "$(head -c 8 a.png | od -An -tx1 | tr -d ' ')" = 89504e470d0a1a0a ] ||
+		fail "fmtrain-plot.py wrote no PNG"
+	expect_plot_error() { # TEXT FILE
+		local rc=0
+		$PY "$TOP/tools/fmtrain-plot.py" "$2" x.png >plot.err 2>&1 || rc=$?
+		[ $rc = 1 ] && grep -q -- "$1" plot.err ||
+			fail "fmtrain-plot.py $2: exit $rc, wanted 1 and '$1': $(cat plot.err)"
+	}
+	echo "not,a,csv" >bad.csv
+	expect_plot_error "not an fmtrain --csv file" bad.csv
+	head -1 a.csv >empty.csv
+	expect_plot_error "no steps" empty.csv
+else
+	note "SKIP the plot: no python3-matplotlib"
+fi
 echo "fmtrain ok"
