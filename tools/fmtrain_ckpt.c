@@ -31,6 +31,7 @@
  *       88    8  step            96 32  zero
  * libfmckpt's per-tensor CRC32C covers it like any tensor.
  */
+#include <endian.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -50,34 +51,34 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* Little-endian fields of the run record (endian.h, byte order of the
+ * host whatever it is). */
 static void put32(unsigned char *p, uint32_t v)
 {
-	for (int i = 0; i < 4; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
+	v = htole32(v);
+	memcpy(p, &v, 4);
 }
 
 static void put64(unsigned char *p, uint64_t v)
 {
-	for (int i = 0; i < 8; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
+	v = htole64(v);
+	memcpy(p, &v, 8);
 }
 
 static uint32_t get32(const unsigned char *p)
 {
-	uint32_t v = 0;
+	uint32_t v;
 
-	for (int i = 3; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
+	memcpy(&v, p, 4);
+	return le32toh(v);
 }
 
 static uint64_t get64(const unsigned char *p)
 {
-	uint64_t v = 0;
+	uint64_t v;
 
-	for (int i = 7; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
+	memcpy(&v, p, 8);
+	return le64toh(v);
 }
 
 static uint32_t fbits(float f)

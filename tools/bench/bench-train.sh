@@ -83,28 +83,6 @@ done
 [ -e /dev/fuse ] && [ "$(id -u)" = 0 ] || die "needs root and /dev/fuse"
 
 bench_init train
-FMFS_MNT=
-cleanup_hook() {
-	[ -n "$FMFS_MNT" ] || return 0
-	if grep -qF " $FMFS_MNT " /proc/self/mounts; then
-		timeout 30 "$FMFS" umount "$FMFS_MNT" --timeout 10 >/dev/null 2>&1 ||
-			fusermount3 -u "$FMFS_MNT" 2>/dev/null ||
-			umount -l "$FMFS_MNT" 2>/dev/null || true
-	fi
-}
-
-mount_fmfs() { # MNT CACHE
-	timeout 60 "$FMFS" mount "s3://$BUCKET" "$1" --cache-dir "$2" \
-		--endpoint "$RGW_ENDPOINT" >>"$TMP/log/fmfs.log" 2>&1 ||
-		die "fmfs mount failed (log in $TMP/log)"
-	FMFS_MNT=$1
-}
-
-unmount_fmfs() { # MNT
-	timeout 600 "$FMFS" umount "$1" >>"$TMP/log/fmfs.log" 2>&1 ||
-		die "fmfs umount $1 failed (log in $TMP/log)"
-	FMFS_MNT=
-}
 
 drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 
@@ -176,7 +154,7 @@ for ROUND in $(seq 1 "$ROUNDS"); do
 	mount_fmfs "$M" "$C"
 	drop_caches
 	train cold "$M/shards"
-	unmount_fmfs "$M"
+	umount_fmfs "$M"
 
 	mount_fmfs "$M" "$C"
 	drop_caches
@@ -185,7 +163,7 @@ for ROUND in $(seq 1 "$ROUNDS"); do
 	drop_caches
 	train ckpt "$M/shards" --ckpt "$M/ckpt-$ROUND" \
 		--ckpt-every "$CKPT_EVERY"
-	unmount_fmfs "$M"
+	umount_fmfs "$M"
 done
 
 summarize "$RESULTS" "$((DATA_MIB << 20))" "${BENCH_JSON:-}" \

@@ -89,42 +89,12 @@ if [ ! -e /dev/fuse ] || [ "$(id -u)" != 0 ]; then
 fi
 
 bench_init write
-FMFS_MNT=
-
-# On failure or Ctrl-C: an fmfs mount still up is unmounted (the lib
-# then stops whatever still names TMP, the daemon included).
-cleanup_hook() {
-	[ -n "$FMFS_MNT" ] || return 0
-	if grep -qF " $FMFS_MNT " /proc/self/mounts; then
-		timeout 30 "$FMFS" umount "$FMFS_MNT" --timeout 10 >/dev/null 2>&1 ||
-			fusermount3 -u "$FMFS_MNT" 2>/dev/null ||
-			umount -l "$FMFS_MNT" 2>/dev/null || true
-	fi
-}
-
-# The last lines of the fmfs commands' output and of the daemon's log.
-fmfs_log() {
-	tail -q -n 3 "$TMP/log/fmfs.log" "$TMP/cache/fmfs/fmfs.log" 2>/dev/null |
-		tr '\n' ' '
-}
-
-mount_fmfs() { # MNT CACHE
-	# shellcheck disable=SC2086 # options are words
-	timeout 60 "$FMFS" mount "s3://$BUCKET" "$1" --cache-dir "$2" \
-		--endpoint "$RGW_ENDPOINT" $FMFS_OPTS >>"$TMP/log/fmfs.log" 2>&1 ||
-		die "fmfs mount failed: $(fmfs_log)"
-	FMFS_MNT=$1
-	mountpoint -q "$1" || die "fmfs mount returned but $1 is not mounted"
-}
 
 unmount_fmfs() { # METHOD MNT: records METHOD umount_s
 	local t0
 	t0=$(now)
-	timeout 600 "$FMFS" umount "$2" >>"$TMP/log/fmfs.log" 2>&1 ||
-		die "fmfs umount $2 failed: $(fmfs_log)"
+	umount_fmfs "$2"
 	record "$1" umount_s "$(elapsed "$t0" "$(now)")"
-	! grep -qF " $2 " /proc/self/mounts || die "$2 still mounted after fmfs umount"
-	FMFS_MNT=
 }
 
 # The local-disk reference: dd into TMP/local, no fsync and with fsync.

@@ -396,6 +396,42 @@ def write_json(name, ratios, goals):
 EOF
 )
 
+# fmfs mounts of the gateway's bucket (bench-write.sh, bench-train.sh):
+# FMFS is the binary, FMFS_OPTS extra mount options, FMFS_MNT the mount
+# that is up; on failure or Ctrl-C cleanup_hook unmounts it (the lib then
+# stops whatever still names TMP, the daemon included).
+FMFS_MNT=
+cleanup_hook() {
+	[ -n "$FMFS_MNT" ] || return 0
+	if grep -qF " $FMFS_MNT " /proc/self/mounts; then
+		timeout 30 "$FMFS" umount "$FMFS_MNT" --timeout 10 >/dev/null 2>&1 ||
+			fusermount3 -u "$FMFS_MNT" 2>/dev/null ||
+			umount -l "$FMFS_MNT" 2>/dev/null || true
+	fi
+}
+
+# The last lines of the fmfs commands' output and of the daemon's log.
+fmfs_log() {
+	tail -q -n 3 "$TMP/log/fmfs.log" "$TMP"/cache/fmfs*/fmfs.log 2>/dev/null |
+		tr '\n' ' '
+}
+
+mount_fmfs() { # MNT CACHE
+	# shellcheck disable=SC2086 # options are words
+	timeout 60 "$FMFS" mount "s3://$BUCKET" "$1" --cache-dir "$2" \
+		--endpoint "$RGW_ENDPOINT" ${FMFS_OPTS:-} >>"$TMP/log/fmfs.log" 2>&1 ||
+		die "fmfs mount failed: $(fmfs_log)"
+	FMFS_MNT=$1
+	mountpoint -q "$1" || die "fmfs mount returned but $1 is not mounted"
+}
+
+umount_fmfs() { # MNT
+	timeout 600 "$FMFS" umount "$1" >>"$TMP/log/fmfs.log" 2>&1 ||
+		die "fmfs umount $1 failed: $(fmfs_log)"
+	! grep -qF " $1 " /proc/self/mounts || die "$1 still mounted after fmfs umount"
+	FMFS_MNT=
+}
+
 summarize() { # RESULTS BYTES JSON_PATH [ARG...], the caller's code on stdin
 	python3 -c "$BENCH_PY
 $(cat)" "$@"
