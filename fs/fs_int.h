@@ -7,6 +7,10 @@
 #ifndef FMFS_FS_INT_H
 #define FMFS_FS_INT_H
 
+/* 312: fuse_session_loop_mt then takes the fuse_loop_cfg_* config we
+ * build.  With an older version it is the 3.2 entry point, which reads
+ * that config as the old struct (max_idle_threads 1): a worker thread
+ * started and ended for every request, writes ran at half speed. */
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 #include <pthread.h>
