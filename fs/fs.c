@@ -432,45 +432,50 @@ fail:
 	fuse_reply_err(req, -rc);
 }
 
-/* The dirty file a read through h is served from (with a reference), or
- * NULL for the clean copy h->cf.  A reader opened on one version follows
- * the file when another descriptor makes a new dirty copy of it (after
- * the one it had was uploaded and left): reads see the latest write, as
- * on a local file system. */
+/* The dirty file a read through h is served from, or NULL for the clean
+ * copy h->cf; borrowed until the handle goes.  A reader opened on one
+ * version follows the file when another descriptor makes a new dirty
+ * copy of it (after the one it had was uploaded and left): reads see the
+ * latest write, as on a local file system.  The copy it leaves is kept
+ * (h->retired) rather than dropped, so a read still using it on another
+ * thread needs no reference: the usual read takes no lock. */
 static struct cache_wfile *fs_handle_w(struct fs *fs, struct fs_handle *h)
 {
-	struct cache_wfile *w, *nw = NULL, *old = NULL;
+	struct cache_wfile *nw = NULL, **r;
 	struct fs_inode *in = h->in;
 	char key[OBJ_KEY_MAX + 2];
 	uint64_t g;
 	bool dead;
 
-	if (!in || (!h->w && atomic_load(&in->wgen) == atomic_load(&h->wgen)))
-		return NULL; /* the fast path of clean reads: no lock */
+	if (!in || h->writer ||
+	    atomic_load(&in->wgen) == atomic_load(&h->wgen))
+		return __atomic_load_n(&h->w, __ATOMIC_ACQUIRE);
 	pthread_mutex_lock(&h->lock);
 	g = atomic_load(&in->wgen);
-	if (!h->writer && g != atomic_load(&h->wgen)) {
+	if (g != atomic_load(&h->wgen)) {
 		pthread_mutex_lock(&fs->lock);
 		dead = in->unlinked; /* then its own last copy, if any */
 		if (dead && (nw = in->w_dead))
 			cache_w_ref(nw);
 		snprintf(key, sizeof(key), "%s", in->key);
 		pthread_mutex_unlock(&fs->lock);
-		if ((nw || (!dead && !cache_w_get(fs->cfg.cache, key, &nw))) &&
-		    nw != h->w) {
-			old = h->w;
-			h->w = nw;
+		if (!nw && !dead)
+			cache_w_get(fs->cfg.cache, key, &nw);
+		r = nw && nw != h->w && h->w ?
+		    realloc(h->retired, (h->nretired + 1) * sizeof(*r)) : NULL;
+		if (r) {
+			h->retired = r;
+			r[h->nretired++] = h->w;
+		}
+		if (nw && nw != h->w && (r || !h->w)) {
+			__atomic_store_n(&h->w, nw, __ATOMIC_RELEASE);
 			nw = NULL;
 		}
 		atomic_store(&h->wgen, g);
 	}
-	w = h->w;
-	if (w)
-		cache_w_ref(w);
 	pthread_mutex_unlock(&h->lock);
-	cache_w_put(nw);
-	cache_w_put(old);
-	return w;
+	cache_w_put(nw); /* not taken: the same, or no room to keep the old */
+	return __atomic_load_n(&h->w, __ATOMIC_ACQUIRE);
 }
 
 static void read_w(fuse_req_t req, struct cache_wfile *w, size_t size,
@@ -507,7 +512,6 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	w = fs_handle_w(fs, h);
 	if (w) {
 		read_w(req, w, size, off);
-		cache_w_put(w);
 		return;
 	}
 	if ((uint64_t)off >= h->size_bytes) {

@@ -131,6 +131,9 @@ struct fs_handle {
 	struct fs_inode *in;    /* for the open count (fs->lock) */
 	struct cache_file *cf;
 	struct cache_wfile *w;  /* a reader's may change: see fs_handle_w */
+	struct cache_wfile **retired; /* a reader's earlier w: alive until the
+	                               * handle goes (protected by lock) */
+	size_t nretired;
 	bool writer;            /* opened for writing: w is set */
 	atomic_uint_fast64_t wgen; /* in->wgen when w was last looked up */
 	pthread_mutex_t lock;   /* protects rd, and w of a reader */

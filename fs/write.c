@@ -71,6 +71,9 @@ void fs_handle_put(struct fs_handle *h)
 		cache_w_writer(h->w, false);
 	cache_file_close(h->cf);
 	cache_w_put(h->w);
+	for (size_t i = 0; i < h->nretired; i++)
+		cache_w_put(h->retired[i]);
+	free(h->retired);
 	pthread_mutex_destroy(&h->lock);
 	atomic_fetch_sub(&fs->open_files, 1);
 	free(h);
