@@ -419,27 +419,30 @@ int train_config_check(const struct train_config *cfg, uint64_t *bytes,
 
 /* ---- init and free ---- */
 
-static void init_params(struct train_model *m)
+/* Fills params (num_params floats, the layout of param_shapes) with
+ * the initial values for seed; L layers, V tokens of C channels. */
+static void init_values(float *params, const uint64_t count[P_COUNT],
+			uint64_t seed, size_t L, size_t V, size_t C)
 {
-	float *p = m->state[TRAIN_PARAMS];
+	float *t = params;
 
-	for (unsigned i = 0; i < P_COUNT; i++) {
-		float *t = p + m->offset[i];
-		size_t n = m->count[i];
+	for (unsigned i = 0; i < P_COUNT; t += count[i], i++) {
+		size_t n = count[i];
 		struct train_rng rng;
 		float std = 0.02f;
 
-		train_rng_seed(&rng, m->cfg.seed + (uint64_t)(i + 1) *
-					      0x9E3779B97F4A7C15ull);
+		train_rng_seed(&rng, seed + (uint64_t)(i + 1) *
+					    0x9E3779B97F4A7C15ull);
 		switch (param_kind[i].init) {
 		case INIT_ZERO:
-			break;   /* calloc'd */
+			memset(t, 0, n * sizeof(float));
+			break;
 		case INIT_ONE:
 			for (size_t k = 0; k < n; k++)
 				t[k] = 1.0f;
 			break;
 		case INIT_NORMAL_PROJ:
-			std = 0.02f / sqrtf(2.0f * (float)m->L);
+			std = 0.02f / sqrtf(2.0f * (float)L);
 			goto normal;
 		case INIT_NORMAL_POS:
 			std = 0.01f;
@@ -447,13 +450,64 @@ static void init_params(struct train_model *m)
 		case INIT_NORMAL:
 		normal:
 			/* wte's padded rows stay 0: only V * C values */
-			if (i == P_WTE)
-				n = m->V * m->C;
+			if (i == P_WTE) {
+				memset(t, 0, n * sizeof(float));
+				n = V * C;
+			}
 			for (size_t k = 0; k < n; k++)
 				t[k] = std * train_rng_normal(&rng);
 			break;
 		}
 	}
+}
+
+size_t train_param_layout(const struct train_config *cfg,
+			  enum train_kind kind, float *base,
+			  struct train_tensor *out, size_t *offsets)
+{
+	struct dims d;
+	unsigned ndim[P_COUNT];
+	int64_t shape[P_COUNT][TRAIN_NDIM_MAX];
+	uint64_t count[P_COUNT], total, off = 0;
+
+	if ((unsigned)kind >= TRAIN_KIND_COUNT ||
+	    train_config_check(cfg, NULL, NULL, 0))
+		return 0;
+	dims_of(cfg, &d);
+	total = param_shapes(&d, ndim, shape, count);
+	for (unsigned i = 0; i < P_COUNT; off += count[i], i++) {
+		if (offsets)
+			offsets[i] = off;
+		if (!out)
+			continue;
+		out[i].name = tensor_names[kind][i];
+		out[i].kind = kind;
+		out[i].data = base ? base + off : NULL;
+		out[i].count = count[i];
+		out[i].ndim = ndim[i];
+		memcpy(out[i].shape, shape[i], sizeof(out[i].shape));
+	}
+	return total;
+}
+
+int train_params_init(const struct train_config *cfg, float *params)
+{
+	struct dims d;
+	unsigned ndim[P_COUNT];
+	int64_t shape[P_COUNT][TRAIN_NDIM_MAX];
+	uint64_t count[P_COUNT];
+
+	if (train_config_check(cfg, NULL, NULL, 0))
+		return -EINVAL;
+	dims_of(cfg, &d);
+	param_shapes(&d, ndim, shape, count);
+	init_values(params, count, cfg->seed, d.L, d.V, d.C);
+	return 0;
+}
+
+bool train_param_decays(unsigned index)
+{
+	return index < P_COUNT && param_kind[index].decay;
 }
 
 int train_model_init(const struct train_config *cfg,
@@ -513,7 +567,7 @@ int train_model_init(const struct train_config *cfg,
 	if (!m->inputs || !m->targets)
 		goto out_free;
 
-	init_params(m);
+	init_values(m->state[TRAIN_PARAMS], count, m->cfg.seed, m->L, m->V, m->C);
 	m->loss = NAN;
 	*out = m;
 	return 0;

@@ -72,6 +72,7 @@
 #ifndef FMFS_TRAIN_MODEL_H
 #define FMFS_TRAIN_MODEL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -233,6 +234,26 @@ size_t train_model_tensors(struct train_model *m, struct train_tensor *out,
  * tensors.  NULL for a kind out of range. */
 float *train_model_buffer(struct train_model *m, enum train_kind kind,
 			  size_t *count);
+
+/* ---- the parameters without a model (for other back ends) ---- */
+
+/* The layout of one kind's buffer for cfg, as train_model_tensors gives
+ * it, without allocating anything: out[0 .. TRAIN_PARAM_TENSORS-1] (may
+ * be NULL) get each tensor's name, kind, count, ndim, shape and data =
+ * base + its offset (NULL when base is NULL); offsets (may be NULL) get
+ * the offsets in floats.  Returns num_params, or 0 for a configuration
+ * train_config_check refuses or a kind out of range.  base is only
+ * offset, never read: it may be device memory. */
+size_t train_param_layout(const struct train_config *cfg,
+			  enum train_kind kind, float *base,
+			  struct train_tensor *out, size_t *offsets);
+/* Writes the initial parameters for cfg (cfg->seed) into params
+ * (num_params floats, host memory): the values train_model_init starts
+ * from.  -EINVAL for a configuration train_config_check refuses. */
+int train_params_init(const struct train_config *cfg, float *params);
+/* Whether AdamW's weight decay applies to parameter tensor `index` (in
+ * the order above): the weight matrices, not biases or layernorms. */
+bool train_param_decays(unsigned index);
 
 #ifdef __cplusplus
 }
