@@ -180,7 +180,8 @@ int train_gpu_probe(char *name, size_t name_len, char *msg, size_t msg_len)
 		name[0] = '\0';
 	e = cudaGetDeviceCount(&n);
 	if (e != cudaSuccess || n == 0) {
-		msgf(msg, msg_len, "no usable GPU: %s",
+		msgf(msg, msg_len, "no usable GPU: %s%s",
+		     e != cudaSuccess ? "CUDA says: " : "",
 		     e != cudaSuccess ? cudaGetErrorString(e)
 				      : "no CUDA device found");
 		return -ENODEV;
@@ -336,7 +337,8 @@ static int pick_device(const struct train_gpu_dist *dist, int *device,
 	cudaError_t e = cudaGetDeviceCount(&n);
 
 	if (e != cudaSuccess || n == 0) {
-		msgf(msg, msg_len, "no usable GPU: %s",
+		msgf(msg, msg_len, "no usable GPU: %s%s",
+		     e != cudaSuccess ? "CUDA says: " : "",
 		     e != cudaSuccess ? cudaGetErrorString(e)
 				      : "no CUDA device found");
 		return -ENODEV;
