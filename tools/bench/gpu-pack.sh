@@ -1,0 +1,39 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+#
+# gpu-pack.sh - packs what the GPU checks need for a machine that has a GPU
+# but not our build dependencies (the `device` machines of our workplace
+# have CUDA 13 but no OpenBLAS, libcurl headers or Ceph): the CUDA test,
+# gpubench and fmtrain as built here, and every shared library they load
+# that is not glibc's or CUDA's, into .gpu/pack.tar.xz (.gpu/ is ignored
+# by git), with .gpu/run.sh to unpack and run it there:
+#
+#   here:   tools/bench/gpu-pack.sh
+#   there:  bash .gpu/run.sh [OUT_DIR]     (the device's run, carry .gpu)
+#
+# run.sh runs tests/unit/test_train_gpu, then gpubench for GPT-2 124M
+# (three runs), then fmtrain --device cuda on a small tokenized text
+# with checkpoints to a local directory, and writes their output to
+# OUT_DIR (default .gpu/out).  libnccl comes from the CUDA toolkit there,
+# or from the nvidia-nccl pip package of its Python.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+[ -f config.mak ] || ./configure
+make -j2 >/dev/null
+grep -q '^HAVE_CUDA = 1' config.mak || {
+	echo "gpu-pack: this build has no CUDA (./configure did not find nvcc)" >&2
+	exit 1
+}
+bins="tests/unit/test_train_gpu tools/bench/gpubench tools/fmtrain"
+rm -rf .gpu/stage && mkdir -p .gpu/stage/bin .gpu/stage/lib
+for b in $bins; do cp "$b" .gpu/stage/bin/; done
+for b in $bins; do ldd "$b" | awk '$3 ~ /^\// {print $3}'; done | sort -u |
+	grep -v '^/usr/local/cuda' |
+	grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux-x86-64)\.so' |
+	while read -r lib; do cp -L "$lib" .gpu/stage/lib/; done
+cp tools/bench/gpu-run.sh .gpu/run.sh
+cp README.md .gpu/stage/sample.txt
+tar -C .gpu/stage -cJf .gpu/pack.tar.xz .
+rm -rf .gpu/stage
+ls -la .gpu/pack.tar.xz
+echo "carry .gpu and run: bash .gpu/run.sh \$OUT"
