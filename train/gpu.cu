@@ -379,6 +379,7 @@ static int init_params(struct train_gpu *g, char *msg, size_t msg_len)
 	size_t bytes = g->num_params * sizeof(float);
 	float *host = (float *)malloc(bytes);
 	cudaError_t e;
+	int rc;
 
 	if (!host) {
 		msgf(msg, msg_len, "cannot allocate %zu bytes of host memory "
@@ -386,15 +387,22 @@ static int init_params(struct train_gpu *g, char *msg, size_t msg_len)
 		return -ENOMEM;
 	}
 	train_params_init(&g->cfg, host);
-	e = cudaMemcpy(g->state[TRAIN_PARAMS], host, bytes,
-		       cudaMemcpyHostToDevice);
-	free(host);
-	if (e != cudaSuccess)
+	/* On the model's stream: it is non-blocking, so a plain cudaMemcpy
+	 * (the legacy stream) would be ordered neither after the memset of
+	 * the whole allocation nor before the bf16 conversion, and from
+	 * pageable memory it may return before its DMA has landed. */
+	e = cudaMemcpyAsync(g->state[TRAIN_PARAMS], host, bytes,
+			    cudaMemcpyHostToDevice, g->stream);
+	if (e != cudaSuccess) {
+		free(host);
 		return cuda_fail(e, "cudaMemcpy (initial parameters)", msg,
 				 msg_len);
+	}
 	gk_f32_to_bf16(g->params_bf, g->state[TRAIN_PARAMS], g->num_params,
 		       g->stream);
-	return sync_stream(g, "bf16 copy of the parameters", msg, msg_len);
+	rc = sync_stream(g, "bf16 copy of the parameters", msg, msg_len);
+	free(host);
+	return rc;
 }
 
 int train_gpu_init(const struct train_config *cfg,
