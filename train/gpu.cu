@@ -691,8 +691,15 @@ int train_gpu_logits(struct train_gpu *g, float *host, char *msg,
 		msgf(msg, msg_len, "cannot allocate %zu bytes", n * 2);
 		return -ENOMEM;
 	}
-	e = cudaMemcpy(raw, g->a.logits, n * sizeof(uint16_t),
-		       cudaMemcpyDeviceToHost);
+	/* on the model's stream: a plain cudaMemcpy would not wait for the
+	 * work still queued there (the stream is non-blocking) */
+	e = cudaMemcpyAsync(raw, g->a.logits, n * sizeof(uint16_t),
+			    cudaMemcpyDeviceToHost, g->stream);
+	if (e != cudaSuccess) {
+		free(raw);
+		return cuda_fail(e, "cudaMemcpy (logits)", msg, msg_len);
+	}
+	e = cudaStreamSynchronize(g->stream);
 	if (e != cudaSuccess) {
 		free(raw);
 		return cuda_fail(e, "cudaMemcpy (logits)", msg, msg_len);

@@ -155,7 +155,8 @@ int train_gpu_upload(struct train_gpu *g, enum train_kind kind,
 int train_gpu_broadcast(struct train_gpu *g, char *msg, size_t msg_len);
 
 /* The logits of the last forward pass, (B,T,Vp), converted to fp32 into
- * host memory: for tests. */
+ * host memory: for tests.  Only until train_gpu_backward, which turns
+ * them into their gradient in place. */
 int train_gpu_logits(struct train_gpu *g, float *host, char *msg,
 		     size_t msg_len);
 
