@@ -438,9 +438,14 @@ int train_gpu_init(const struct train_config *cfg,
 		     "0 .. world size - 1", dist->rank, dist->world_size);
 		return -EINVAL;
 	}
-	if ((uint64_t)cfg->batch * cfg->seq_len > INT32_MAX / 4) {
+	/* the column sums launch one block row per GK_ROW_CHUNK positions,
+	 * and gridDim.y stops at 65535 */
+	if ((uint64_t)cfg->batch * cfg->seq_len > INT32_MAX / 4 ||
+	    (uint64_t)cfg->batch * cfg->seq_len > 65535ull * GK_ROW_CHUNK) {
 		msgf(msg, msg_len, "batch * seq_len %llu is too large for the "
-		     "GPU path", (unsigned long long)cfg->batch * cfg->seq_len);
+		     "GPU path (at most %llu)",
+		     (unsigned long long)cfg->batch * cfg->seq_len,
+		     65535ull * GK_ROW_CHUNK);
 		return -EINVAL;
 	}
 	rc = pick_device(dist, &device, msg, msg_len);
