@@ -158,6 +158,19 @@ static int sync_stream(struct train_gpu *g, const char *what, char *msg,
 	return check_queued(what, msg, len);
 }
 
+/* CUDA's current device belongs to the calling thread, and a struct
+ * train_gpu may pass from thread to thread (one at a time): each entry
+ * point makes the model's device current before it touches its stream or
+ * cuBLAS handle (a kernel launched into another device's stream fails). */
+static int use_device(const struct train_gpu *g, char *msg, size_t len)
+{
+	cudaError_t e = cudaSetDevice(g->device);
+
+	if (e != cudaSuccess)
+		return cuda_fail(e, "cudaSetDevice", msg, len);
+	return 0;
+}
+
 #if HAVE_NCCL
 static int nccl_fail(ncclResult_t r, const char *what, char *msg,
 		     size_t len)
@@ -379,6 +392,7 @@ static int init_params(struct train_gpu *g, char *msg, size_t msg_len)
 	size_t bytes = g->num_params * sizeof(float);
 	float *host = (float *)malloc(bytes);
 	cudaError_t e;
+	int rc;
 
 	if (!host) {
 		msgf(msg, msg_len, "cannot allocate %zu bytes of host memory "
@@ -386,15 +400,22 @@ static int init_params(struct train_gpu *g, char *msg, size_t msg_len)
 		return -ENOMEM;
 	}
 	train_params_init(&g->cfg, host);
-	e = cudaMemcpy(g->state[TRAIN_PARAMS], host, bytes,
-		       cudaMemcpyHostToDevice);
-	free(host);
-	if (e != cudaSuccess)
+	/* On the model's stream: it is non-blocking, so a plain cudaMemcpy
+	 * (the legacy stream) would be ordered neither after the memset of
+	 * the whole allocation nor before the bf16 conversion, and from
+	 * pageable memory it may return before its DMA has landed. */
+	e = cudaMemcpyAsync(g->state[TRAIN_PARAMS], host, bytes,
+			    cudaMemcpyHostToDevice, g->stream);
+	if (e != cudaSuccess) {
+		free(host);
 		return cuda_fail(e, "cudaMemcpy (initial parameters)", msg,
 				 msg_len);
+	}
 	gk_f32_to_bf16(g->params_bf, g->state[TRAIN_PARAMS], g->num_params,
 		       g->stream);
-	return sync_stream(g, "bf16 copy of the parameters", msg, msg_len);
+	rc = sync_stream(g, "bf16 copy of the parameters", msg, msg_len);
+	free(host);
+	return rc;
 }
 
 int train_gpu_init(const struct train_config *cfg,
@@ -417,9 +438,14 @@ int train_gpu_init(const struct train_config *cfg,
 		     "0 .. world size - 1", dist->rank, dist->world_size);
 		return -EINVAL;
 	}
-	if ((uint64_t)cfg->batch * cfg->seq_len > INT32_MAX / 4) {
+	/* the column sums launch one block row per GK_ROW_CHUNK positions,
+	 * and gridDim.y stops at 65535 */
+	if ((uint64_t)cfg->batch * cfg->seq_len > INT32_MAX / 4 ||
+	    (uint64_t)cfg->batch * cfg->seq_len > 65535ull * GK_ROW_CHUNK) {
 		msgf(msg, msg_len, "batch * seq_len %llu is too large for the "
-		     "GPU path", (unsigned long long)cfg->batch * cfg->seq_len);
+		     "GPU path (at most %llu)",
+		     (unsigned long long)cfg->batch * cfg->seq_len,
+		     65535ull * GK_ROW_CHUNK);
 		return -EINVAL;
 	}
 	rc = pick_device(dist, &device, msg, msg_len);
@@ -516,6 +542,7 @@ void train_gpu_free(struct train_gpu *g)
 {
 	if (!g)
 		return;
+	cudaSetDevice(g->device);
 	if (g->stream)
 		cudaStreamSynchronize(g->stream);
 #if HAVE_NCCL
@@ -598,6 +625,8 @@ int train_gpu_forward(struct train_gpu *g, const int32_t *inputs,
 	rc = check_tokens(g, inputs, "input", msg, msg_len);
 	if (!rc && targets)
 		rc = check_tokens(g, targets, "target", msg, msg_len);
+	if (!rc)
+		rc = use_device(g, msg, msg_len);
 	if (rc)
 		return rc;
 	memcpy(g->h_inputs, inputs, N * sizeof(int32_t));
@@ -676,15 +705,26 @@ int train_gpu_logits(struct train_gpu *g, float *host, char *msg,
 		     size_t msg_len)
 {
 	size_t n = (size_t)g->N * g->Vp;
-	uint16_t *raw = (uint16_t *)malloc(n * sizeof(uint16_t));
+	uint16_t *raw;
 	cudaError_t e;
+	int rc = use_device(g, msg, msg_len);
 
+	if (rc)
+		return rc;
+	raw = (uint16_t *)malloc(n * sizeof(uint16_t));
 	if (!raw) {
 		msgf(msg, msg_len, "cannot allocate %zu bytes", n * 2);
 		return -ENOMEM;
 	}
-	e = cudaMemcpy(raw, g->a.logits, n * sizeof(uint16_t),
-		       cudaMemcpyDeviceToHost);
+	/* on the model's stream: a plain cudaMemcpy would not wait for the
+	 * work still queued there (the stream is non-blocking) */
+	e = cudaMemcpyAsync(raw, g->a.logits, n * sizeof(uint16_t),
+			    cudaMemcpyDeviceToHost, g->stream);
+	if (e != cudaSuccess) {
+		free(raw);
+		return cuda_fail(e, "cudaMemcpy (logits)", msg, msg_len);
+	}
+	e = cudaStreamSynchronize(g->stream);
 	if (e != cudaSuccess) {
 		free(raw);
 		return cuda_fail(e, "cudaMemcpy (logits)", msg, msg_len);
@@ -703,6 +743,7 @@ int train_gpu_logits(struct train_gpu *g, float *host, char *msg,
 
 void train_gpu_zero_grad(struct train_gpu *g)
 {
+	cudaSetDevice(g->device);
 	cudaMemsetAsync(g->state[TRAIN_GRADS], 0,
 			g->num_params * sizeof(float), g->stream);
 }
@@ -718,7 +759,7 @@ int train_gpu_backward(struct train_gpu *g, char *msg, size_t msg_len)
 	struct acts *a = &g->a;
 	struct grads *d = &g->g;
 	cudaStream_t s = g->stream;
-	int ntok;
+	int ntok, rc;
 
 	if (!g->backward_ready) {
 		msgf(msg, msg_len, "train_gpu_backward needs a successful "
@@ -726,6 +767,9 @@ int train_gpu_backward(struct train_gpu *g, char *msg, size_t msg_len)
 		return -EINVAL;
 	}
 	g->backward_ready = false;   /* the logits are consumed below */
+	rc = use_device(g, msg, msg_len);
+	if (rc)
+		return rc;
 
 	/* the head; d(mean loss)/d(each position's loss) is 1/N */
 	gk_crossentropy_backward(a->logits, a->logits, a->lse, g->d_targets,
@@ -813,8 +857,10 @@ int train_gpu_update(struct train_gpu *g, float *grad_norm_out, char *msg,
 	double sumsq = 0.0, norm;
 	float scale = 1.0f, b1c, b2c;
 	uint64_t t = g->step + 1;
-	int rc;
+	int rc = use_device(g, msg, msg_len);
 
+	if (rc)
+		return rc;
 #if HAVE_NCCL
 	if (g->world > 1) {
 		ncclResult_t r = ncclAllReduce(G, G, g->num_params, ncclFloat,
@@ -966,6 +1012,8 @@ int train_gpu_download(struct train_gpu *g, enum train_kind kind,
 	int rc = kind_ok(kind, msg, msg_len);
 	cudaError_t e;
 
+	if (!rc)
+		rc = use_device(g, msg, msg_len);
 	if (rc)
 		return rc;
 	e = cudaMemcpyAsync(host, g->state[kind], g->num_params * sizeof(float),
@@ -981,6 +1029,8 @@ int train_gpu_upload(struct train_gpu *g, enum train_kind kind,
 	int rc = kind_ok(kind, msg, msg_len);
 	cudaError_t e;
 
+	if (!rc)
+		rc = use_device(g, msg, msg_len);
 	if (rc)
 		return rc;
 	e = cudaMemcpyAsync(g->state[kind], host, g->num_params * sizeof(float),
@@ -1001,6 +1051,10 @@ int train_gpu_broadcast(struct train_gpu *g, char *msg, size_t msg_len)
 	if (g->world == 1)
 		return 0;
 #if HAVE_NCCL
+	int rc = use_device(g, msg, msg_len);
+
+	if (rc)
+		return rc;
 	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
 		float *b = g->state[kinds[i]];
 		ncclResult_t r = ncclBroadcast(b, b, g->num_params, ncclFloat,

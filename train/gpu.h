@@ -41,8 +41,10 @@
  * and handed to the others before train_gpu_init: train_rendezvous does
  * that through a shared file or a TCP address.
  *
- * Threads.  A struct train_gpu is used by one thread at a time.  Its
- * functions queue work on the model's CUDA stream and return when the
+ * Threads.  A struct train_gpu is used by one thread at a time, not
+ * always the same one: each function makes the model's GPU the calling
+ * thread's current device (cudaSetDevice) and leaves it so.  They
+ * queue work on the model's CUDA stream and return when the
  * results they hand back are ready; train_gpu_tensors' device pointers
  * may be read (cudaMemcpy) between calls.
  *
@@ -155,7 +157,8 @@ int train_gpu_upload(struct train_gpu *g, enum train_kind kind,
 int train_gpu_broadcast(struct train_gpu *g, char *msg, size_t msg_len);
 
 /* The logits of the last forward pass, (B,T,Vp), converted to fp32 into
- * host memory: for tests. */
+ * host memory: for tests.  Only until train_gpu_backward, which turns
+ * them into their gradient in place. */
 int train_gpu_logits(struct train_gpu *g, float *host, char *msg,
 		     size_t msg_len);
 
