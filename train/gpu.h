@@ -153,7 +153,13 @@ int train_gpu_upload(struct train_gpu *g, enum train_kind kind,
 
 /* Makes every rank's parameters and moments rank 0's (NCCL broadcast),
  * and refreshes the bf16 copy: after rank 0 alone restored a checkpoint.
- * Nothing with one rank. */
+ * The step count is not sent: every rank sets it (train_gpu_set_step),
+ * or their AdamW bias corrections differ.  Nothing with one rank.
+ *
+ * Every rank must make the same collective calls (broadcast, update,
+ * step) in the same order: a rank that stops early (an error, a bad
+ * token) leaves the others waiting inside NCCL.  fmtrain checks its
+ * input before the step and exits on any error, which ends the job. */
 int train_gpu_broadcast(struct train_gpu *g, char *msg, size_t msg_len);
 
 /* The logits of the last forward pass, (B,T,Vp), converted to fp32 into
