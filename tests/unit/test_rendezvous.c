@@ -23,6 +23,7 @@
 #include <netinet/in.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -97,9 +98,11 @@ static void tcp_where(char *buf, size_t len)
 }
 
 /* A child as rank `rank`: exits 0 if it gets a blob filled with seed,
- * 2 with a message on stderr if the call fails, 3 if the blob differs. */
+ * 2 if the call fails (saying why on stderr unless quiet), 3 if the blob
+ * differs. */
 static pid_t spawn_rank(const char *where, const char *job, unsigned rank,
-			unsigned world, unsigned seed, unsigned timeout_ms)
+			unsigned world, unsigned seed, unsigned timeout_ms,
+			bool quiet)
 {
 	pid_t pid = fork();
 	unsigned char got[BLOB_BYTES], want[BLOB_BYTES];
@@ -114,7 +117,8 @@ static pid_t spawn_rank(const char *where, const char *job, unsigned rank,
 	rc = train_rendezvous(where, job, rank, world, got, sizeof(got),
 			      timeout_ms, msg, sizeof(msg));
 	if (rc) {
-		fprintf(stderr, "rank %u: %d: %s\n", rank, rc, msg);
+		if (!quiet)
+			fprintf(stderr, "rank %u: %d: %s\n", rank, rc, msg);
 		_exit(2);
 	}
 	_exit(memcmp(got, want, sizeof(got)) ? 3 : 0);
@@ -140,7 +144,7 @@ static void run_job(const char *where, const char *job, unsigned world,
 
 	assert_true(world <= WORLD_MAX);
 	for (unsigned r = 1; r < world; r++)
-		pid[r] = spawn_rank(where, job, r, world, seed, OK_MS);
+		pid[r] = spawn_rank(where, job, r, world, seed, OK_MS, false);
 	sleep_ms(rank0_delay_ms);
 	fill(blob, sizeof(blob), seed);
 	memcpy(orig, blob, sizeof(blob));
@@ -351,7 +355,7 @@ static void test_others_never_come(void **state)
 		else
 			file_where(where, sizeof(where));
 		/* rank 2 of 4 comes, 1 and 3 do not */
-		pid = spawn_rank(where, "j", 2, 4, 4, 3 * SHORT_MS);
+		pid = spawn_rank(where, "j", 2, 4, 4, 3 * SHORT_MS, true);
 		fill(blob, sizeof(blob), 4);
 		msg[0] = '\0';
 		assert_int_equal(train_rendezvous(where, "j", 0, 4, blob,
