@@ -192,13 +192,13 @@ int train_gpu_init(const struct train_config *cfg,
 		return rc;
 	}
 	g->fds = malloc(g->world * sizeof(int));
+	for (unsigned r = 0; g->fds && r < g->world; r++)
+		g->fds[r] = -1;
 	g->buf = malloc(train_model_num_params(g->m) * sizeof(float));
 	if (!g->fds || !g->buf) {
 		train_gpu_free(g);
 		return -ENOMEM;
 	}
-	for (unsigned r = 0; r < g->world; r++)
-		g->fds[r] = -1;
 	if (g->world > 1) {
 		rc = connect_star(g, dist->nccl_id, msg, msg_len);
 		if (rc) {
