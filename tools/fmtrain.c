@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fmtrain.c - the fmtrain command: tokenizes text into token shards and
- * trains a GPT-2-style model on the CPU, reading the shards (through an
- * fmfs mount or any directory) and checkpointing asynchronously through
- * libfmckpt, with a bit-exact --resume.  One cmd_<verb>() per
- * subcommand; the run itself is in fmtrain_run.c, what a checkpoint
- * holds in fmtrain_ckpt.c (why they are here and not in train/:
- * fmtrain.h).  Exit codes as in tools.h (and docs/fmtrain.1).
+ * trains a GPT-2-style model on the CPU or on GPUs (one process per GPU,
+ * data parallel), reading the shards (through an fmfs mount or any
+ * directory) and checkpointing asynchronously through libfmckpt, with a
+ * bit-exact --resume.  One cmd_<verb>() per subcommand; the run itself
+ * is in fmtrain_run.c, what a checkpoint holds in fmtrain_ckpt.c, the
+ * back ends in fmtrain_cpu.c and fmtrain_cuda.c (why they are here and
+ * not in train/: fmtrain.h).  Exit codes as in tools.h (and
+ * docs/fmtrain.1).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -43,8 +45,8 @@ static void usage(FILE *f)
 "      N tokens a shard, default 100M; suffixes K, M, G)\n"
 "\n"
 "  train --data PATH [--data PATH...] [options]\n"
-"      trains a GPT-2-style model on the CPU; PATH is a shard or a\n"
-"      directory of *.bin shards (an fmfs mount works best)\n"
+"      trains a GPT-2-style model on the CPU or a GPU; PATH is a shard or\n"
+"      a directory of *.bin shards (an fmfs mount works best)\n"
 "  model (defaults: a tiny model for a small CPU):\n"
 "    --layers L (2)  --heads H (2)  --channels C (64)  --seq-len T (64)\n"
 "    --batch B (4)   --vocab V (257, the byte tokenizer's)\n"
@@ -56,6 +58,15 @@ static void usage(FILE *f)
 "                    cores); results do not depend on it\n"
 "    --csv FILE      the per-step figures as CSV too (appended on a\n"
 "                    --resume that found a checkpoint)\n"
+"  device and ranks:\n"
+"    --device cpu|cuda  where the model runs (cpu); cuda: one GPU per\n"
+"                    process, several processes (WORLD_SIZE > 1) data\n"
+"                    parallel with NCCL, B sequences each per step\n"
+"    --rendezvous file:PATH|tcp:HOST:PORT  where the ranks meet (default\n"
+"                    tcp:$MASTER_ADDR:$MASTER_PORT)\n"
+"    --rendezvous-timeout S  how long ranks wait for each other (600)\n"
+"    --job ID        tells this job apart from others meeting at the\n"
+"                    same place (default: none)\n"
 "  checkpoints (libfmckpt, asynchronous; training waits only for the copy):\n"
 "    --ckpt DIR|URL  a directory (one on an fmfs mount drains to the\n"
 "                    bucket), s3://BUCKET/PREFIX or file:///DIR; twice\n"
@@ -75,15 +86,17 @@ static void usage(FILE *f)
 "    --endpoint URL, --region R, --profile P, --path-style: the object\n"
 "                    store, as for fmckpt and the aws CLI\n"
 "\n"
-"Output: one line a step on stdout,\n"
+"Output: one line a step on stdout (rank 0's),\n"
 "  step N loss X tok/s Y data-wait-ms Z ckpt-block-ms W\n"
 "then a summary line and, with --ckpt, when the last checkpoint became\n"
-"durable; notes and errors on stderr.  RANK/WORLD_SIZE: one process only\n"
-"(WORLD_SIZE > 1 needs the CUDA/NCCL back end).\n"
+"durable; notes and errors on stderr.  Environment: RANK, WORLD_SIZE,\n"
+"LOCAL_RANK (as torchrun sets them; WORLD_SIZE > 1 needs --device cuda),\n"
+"MASTER_ADDR, MASTER_PORT.\n"
 "\n"
-"Exit status: 0 ok, 1 failed (data, checkpoint, I/O), 2 usage (also\n"
-"options that do not match the checkpoint resumed), 128+N stopped by\n"
-"signal N after a final checkpoint.  See fmtrain(1).\n");
+"Exit status: 0 ok, 1 failed (data, checkpoint, I/O; no CUDA or no GPU\n"
+"for --device cuda; a rendezvous that failed), 2 usage (also options\n"
+"that do not match the checkpoint resumed), 128+N stopped by signal N\n"
+"after a final checkpoint.  See fmtrain(1).\n");
 }
 
 static int bad_opt(const char *opt, const char *v, const char *want)
@@ -234,29 +247,95 @@ static int cmd_tokenize(int argc, char **argv)
 
 /* ---- train ---- */
 
-/* RANK and WORLD_SIZE: this CPU trainer is one process. */
-static int check_world(void)
+/* RANK, WORLD_SIZE and LOCAL_RANK, as torchrun sets them.  Several
+ * ranks need a back end that runs as several processes (--device cuda):
+ * the CPU one has no gradient all-reduce. */
+static int parse_world(struct fmtrain_opts *o)
 {
 	const char *w = getenv("WORLD_SIZE"), *r = getenv("RANK");
-	uint64_t n;
+	const char *l = getenv("LOCAL_RANK");
+	uint64_t n = 1, rank = 0, local;
 
-	if (w && *w) {
-		if (parse_u64("WORLD_SIZE", w, 1, TRAIN_WORLD_MAX, &n))
-			return -1;
-		if (n > 1) {
-			fprintf(stderr, PROG ": WORLD_SIZE=%s: the CPU trainer "
-				"runs as one process; several would need a "
-				"gradient all-reduce (the CUDA/NCCL back end, "
-				"not built yet).  Unset WORLD_SIZE or set it "
-				"to 1\n", w);
-			return -1;
-		}
-	}
-	if (r && *r && strcmp(r, "0")) {
-		fprintf(stderr, PROG ": RANK=%s with a world of one process: "
-			"unset RANK or set it to 0\n", r);
+	if (w && *w && parse_u64("WORLD_SIZE", w, 1, TRAIN_WORLD_MAX, &n))
+		return -1;
+	if (n > 1 && !o->backend->ranks) {
+		fprintf(stderr, PROG ": WORLD_SIZE=%s: --device %s runs as one "
+			"process; several ranks (one process per GPU) need "
+			"--device cuda.  Unset WORLD_SIZE or set it to 1\n", w,
+			o->backend->name);
 		return -1;
 	}
+	if (r && *r && parse_u64("RANK", r, 0, TRAIN_WORLD_MAX - 1, &rank))
+		return -1;
+	if (n > 1 && (!r || !*r)) {
+		fprintf(stderr, PROG ": WORLD_SIZE=%s but no RANK: set RANK to "
+			"this process's rank, 0 to %" PRIu64 " (torchrun sets "
+			"both)\n", w, n - 1);
+		return -1;
+	}
+	if (rank >= n) {
+		fprintf(stderr, PROG ": RANK=%s with a world of %" PRIu64
+			" process(es): give 0 <= RANK < WORLD_SIZE, or unset "
+			"RANK for one process\n", r, n);
+		return -1;
+	}
+	local = rank;   /* one machine, unless told otherwise */
+	if (l && *l && parse_u64("LOCAL_RANK", l, 0, TRAIN_WORLD_MAX - 1,
+				 &local))
+		return -1;
+	o->world.rank = (unsigned)rank;
+	o->world.world_size = (unsigned)n;
+	o->world.local_rank = (unsigned)local;
+	return 0;
+}
+
+/* Several ranks meet at --rendezvous, else at rank 0's MASTER_ADDR and
+ * MASTER_PORT.  torchrun's own store listens on MASTER_PORT when it
+ * sets TORCHELASTIC_USE_AGENT_STORE=True, so then the port above it. */
+static int pick_rendezvous(struct fmtrain_opts *o)
+{
+	static char buf[320];
+	const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
+	const char *agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
+	char msg[1024] = "";
+	uint64_t p;
+
+	if (o->rendezvous) {
+		/* a world of one: the where is parsed, nothing else done */
+		if (train_rendezvous(o->rendezvous, "", 0, 1, NULL, 0, 0, msg,
+				     sizeof(msg))) {
+			fprintf(stderr, PROG ": --%s\n", msg);
+			return -1;
+		}
+		return 0;
+	}
+	if (o->world.world_size == 1)
+		return 0;
+	if (!addr || !*addr || !port || !*port) {
+		fprintf(stderr, PROG ": WORLD_SIZE=%u: the ranks meet at rank "
+			"0: set MASTER_ADDR and MASTER_PORT (rank 0's address "
+			"and a free port; torchrun sets them), or give "
+			"--rendezvous tcp:HOST:PORT or file:PATH (a file every "
+			"rank sees)\n", o->world.world_size);
+		return -1;
+	}
+	if (parse_u64("MASTER_PORT", port, 1, 65535, &p))
+		return -1;
+	if (agent && !strcmp(agent, "True")) {
+		if (p == 65535) {
+			fprintf(stderr, PROG ": MASTER_PORT=65535 is torchrun's "
+				"own; give --rendezvous tcp:HOST:PORT\n");
+			return -1;
+		}
+		p++;
+	}
+	if (strlen(addr) > 255) {
+		fprintf(stderr, PROG ": MASTER_ADDR is longer than 255 bytes\n");
+		return -1;
+	}
+	snprintf(buf, sizeof(buf), strchr(addr, ':') ? "tcp:[%s]:%" PRIu64 :
+		 "tcp:%s:%" PRIu64, addr, p);
+	o->rendezvous = buf;
 	return 0;
 }
 
@@ -288,7 +367,20 @@ enum {
 	OPT_BATCH, OPT_VOCAB, OPT_STEPS, OPT_LR, OPT_SEED, OPT_THREADS,
 	OPT_CKPT, OPT_EVERY, OPT_SECS, OPT_MTBF, OPT_KEEP, OPT_STAGING,
 	OPT_RESUME, OPT_CSV, OPT_ENDPOINT, OPT_REGION, OPT_PROFILE, OPT_PATH,
+	OPT_DEVICE, OPT_RDV, OPT_RDV_TIMEOUT, OPT_JOB,
 };
+
+static int parse_job(const char *v)
+{
+	size_t n = strlen(v);
+
+	if (!n || n > FMTRAIN_JOB_MAX ||
+	    strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+		   "0123456789._:-") != n)
+		return bad_opt("--job", v, "1 to 200 letters, digits and "
+			       "'.', '_', ':', '-'");
+	return 0;
+}
 
 static int train_opt(struct fmtrain_opts *o, int ch, const char *v)
 {
@@ -358,6 +450,21 @@ static int train_opt(struct fmtrain_opts *o, int ch, const char *v)
 		if (v)
 			o->resume_step = x;
 		return 0;
+	case OPT_DEVICE:
+		if (!strcmp(v, "cpu"))
+			o->backend = &fmtrain_cpu_backend;
+		else if (!strcmp(v, "cuda"))
+			o->backend = &fmtrain_cuda_backend;
+		else
+			return bad_opt("--device", v, "cpu or cuda");
+		return 0;
+	case OPT_RDV: o->rendezvous = v; return 0;
+	case OPT_RDV_TIMEOUT:
+		return parse_uns("--rendezvous-timeout", v, 1, 86400,
+				 &o->rendezvous_timeout_s);
+	case OPT_JOB:
+		o->job = v;
+		return parse_job(v);
 	case OPT_CSV: o->csv = v; return 0;
 	case OPT_ENDPOINT: o->obj.endpoint = v; return 0;
 	case OPT_REGION: o->obj.region = v; return 0;
@@ -369,7 +476,7 @@ static int train_opt(struct fmtrain_opts *o, int ch, const char *v)
 }
 
 /* What no single option can check. */
-static int train_check(const struct fmtrain_opts *o)
+static int train_check(struct fmtrain_opts *o)
 {
 	const struct train_config *m = &o->model;
 	bool ckpt = o->ckpt_dir || o->ckpt_remote;
@@ -394,7 +501,9 @@ static int train_check(const struct fmtrain_opts *o)
 			"a checkpoint option");
 		return -1;
 	}
-	return check_world();
+	if (parse_world(o))
+		return -1;
+	return pick_rendezvous(o);
 }
 
 static int cmd_train(int argc, char **argv)
@@ -419,6 +528,10 @@ static int cmd_train(int argc, char **argv)
 		{ "ckpt-staging", required_argument, 0, OPT_STAGING },
 		{ "resume", optional_argument, 0, OPT_RESUME },
 		{ "csv", required_argument, 0, OPT_CSV },
+		{ "device", required_argument, 0, OPT_DEVICE },
+		{ "rendezvous", required_argument, 0, OPT_RDV },
+		{ "rendezvous-timeout", required_argument, 0, OPT_RDV_TIMEOUT },
+		{ "job", required_argument, 0, OPT_JOB },
 		{ "endpoint", required_argument, 0, OPT_ENDPOINT },
 		{ "region", required_argument, 0, OPT_REGION },
 		{ "profile", required_argument, 0, OPT_PROFILE },
@@ -440,6 +553,8 @@ static int cmd_train(int argc, char **argv)
 	o.model.learning_rate = DEF_LR;
 	o.model.seed = DEF_SEED;
 	o.steps = DEF_STEPS;
+	o.backend = &fmtrain_cpu_backend;
+	o.rendezvous_timeout_s = FMTRAIN_RDV_TIMEOUT_S;
 	obj_config_init(&o.obj);
 	argv[0] = (char *)PROG " train";   /* getopt's messages */
 	optind = 1;

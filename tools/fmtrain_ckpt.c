@@ -12,10 +12,23 @@
  *                                 where its next batch starts
  *   fmtrain.run                   bytes: the run record below (shape,
  *                                 hyperparameters, seeds, step)
+ * and in the shard of each other rank (several ranks: --device cuda)
+ * its own loader.pos and fmtrain.run.  The model's tensors are only in
+ * rank 0's: the ranks hold identical replicas.  The CPU and the GPU back
+ * ends save the same tensors under the same names and shapes, so either
+ * resumes from the other's checkpoints (exactly only on the back end
+ * that saved it: the GPU's matmuls are bf16).
+ *
  * The learning rate is constant, so the record's copy of it is the whole
  * schedule state; the model has no dropout and no other randomness, so
  * that is everything a bit-exact continuation needs (model.h,
  * "Reproducibility").
+ *
+ * On --resume every rank reads its own shard's record and position and
+ * checks them; rank 0 alone reads the model, into host memory its back
+ * end gives (the CPU model's own buffers; a staging buffer the GPU back
+ * end uploads), and the back end then hands rank 0's state to the others
+ * (train_gpu_broadcast).
  *
  * The run record, 128 bytes, little-endian (docs/training.md):
  *   offset size  field
@@ -159,38 +172,36 @@ static int rec_decode(const unsigned char b[FMTRAIN_RUN_BYTES],
 
 /* ---- saving ---- */
 
-int fmtrain_ckpt_save(struct ckpt *c, struct train_model *m,
-		      const struct train_pos *pos, uint64_t data_seed,
+int fmtrain_ckpt_save(struct ckpt *c, const struct fmtrain_save *s,
 		      uint64_t step, uint64_t *block_ns, char *msg,
 		      size_t msg_len)
 {
-	struct train_tensor t[TRAIN_TENSORS];
 	struct fmtrain_run_rec rec = { 0 };
 	unsigned char b[FMTRAIN_RUN_BYTES];
 	uint64_t t0 = now_ns();
 	int64_t shape[1];
-	size_t n;
 	int rc;
 
 	rec.version = FMTRAIN_RUN_VERSION;
-	rec.cfg = *train_model_config(m);
-	rec.world_size = pos->world_size;
-	rec.data_seed = data_seed;
+	rec.cfg = *s->cfg;
+	rec.world_size = s->pos->world_size;
+	rec.data_seed = s->data_seed;
 	rec.step = step;
 	rec_encode(&rec, b);
-	n = train_model_tensors(m, t, TRAIN_TENSORS);
 	rc = ckpt_begin(c, step, msg, msg_len);
-	for (size_t i = 0; i < n && !rc; i++) {
-		if (t[i].kind == TRAIN_GRADS)
+	for (size_t i = 0; i < s->n && !rc; i++) {
+		const struct train_tensor *t = &s->t[i];
+
+		if (t->kind == TRAIN_GRADS)
 			continue;
-		rc = ckpt_add(c, t[i].name, CKPT_F32, t[i].ndim, t[i].shape,
-			      t[i].data, t[i].count * sizeof(float), 0, msg,
+		rc = ckpt_add(c, t->name, CKPT_F32, t->ndim, t->shape, t->data,
+			      t->count * sizeof(float), s->flags, msg,
 			      msg_len);
 	}
-	shape[0] = sizeof(*pos);
+	shape[0] = sizeof(*s->pos);
 	if (!rc)
-		rc = ckpt_add(c, FMTRAIN_POS_NAME, CKPT_BYTES, 1, shape, pos,
-			      sizeof(*pos), 0, msg, msg_len);
+		rc = ckpt_add(c, FMTRAIN_POS_NAME, CKPT_BYTES, 1, shape, s->pos,
+			      sizeof(*s->pos), 0, msg, msg_len);
 	shape[0] = FMTRAIN_RUN_BYTES;
 	if (!rc)
 		rc = ckpt_add(c, FMTRAIN_RUN_NAME, CKPT_BYTES, 1, shape, b,
@@ -226,7 +237,7 @@ static int read_bytes(struct fmtrain_resume *r, const char *name,
 	char msg[1024], why[1200];
 	int rc;
 
-	t = ckpt_reader_find(r->reader, 0, name);
+	t = ckpt_reader_find(r->reader, r->rank, name);
 	if (!t) {
 		snprintf(why, sizeof(why), "it has no tensor '%s': not written "
 			 "by fmtrain, or by another version", name);
@@ -285,10 +296,10 @@ static int check_compat(const struct fmtrain_resume *r,
 		snprintf(was, sizeof(was), "%" PRIu64, a->seed);
 		snprintf(now, sizeof(now), "%" PRIu64, b->seed);
 	}
-	if (!opt && r->rec.world_size != 1) {
+	if (!opt && r->rec.world_size != o->world.world_size) {
 		opt = "WORLD_SIZE";
 		snprintf(was, sizeof(was), "%u", r->rec.world_size);
-		snprintf(now, sizeof(now), "1");
+		snprintf(now, sizeof(now), "%u", o->world.world_size);
 	}
 	if (!opt)
 		return EXIT_OK;
@@ -344,6 +355,7 @@ int fmtrain_resume_open(struct ckpt *c, const struct fmtrain_opts *o,
 
 	memset(r, 0, sizeof(*r));
 	r->target = ckpt_target(o);
+	r->rank = o->world.rank;
 	snprintf(r->where, sizeof(r->where), "%s", r->target);
 	if (o->resume_step == CKPT_STEP_LATEST) {
 		rc = newest(c, o, r);
@@ -364,10 +376,16 @@ int fmtrain_resume_open(struct ckpt *c, const struct fmtrain_opts *o,
 				"cannot be opened", msg);
 	snprintf(r->where, sizeof(r->where), "%s",
 		 ckpt_reader_where(r->reader));
-	if (ckpt_reader_world_size(r->reader) != 1) {
-		snprintf(msg, sizeof(msg), "it was saved by %u ranks; this CPU "
-			 "run has one", ckpt_reader_world_size(r->reader));
-		return unusable(r, "cannot be resumed", msg);
+	if (ckpt_reader_world_size(r->reader) != o->world.world_size) {
+		/* Each rank's loader position is its own: a resume with
+		 * another number of ranks cannot continue the same stream. */
+		fprintf(stderr, PROG ": --resume: checkpoint step %" PRIu64
+			" in %s was saved by %u rank(s); this run has "
+			"WORLD_SIZE %u.  Resume with the number of ranks it was "
+			"saved with, or give another --ckpt to start a new "
+			"run\n", r->step, r->where,
+			ckpt_reader_world_size(r->reader), o->world.world_size);
+		return EXIT_USAGE;
 	}
 	if ((rc = read_bytes(r, FMTRAIN_RUN_NAME, b, sizeof(b))))
 		return rc;
@@ -386,51 +404,94 @@ int fmtrain_resume_open(struct ckpt *c, const struct fmtrain_opts *o,
 		return rc;
 	if ((rc = read_bytes(r, FMTRAIN_POS_NAME, &r->pos, sizeof(r->pos))))
 		return rc;
-	if (r->pos.version != TRAIN_POS_VERSION || r->pos.rank != 0 ||
-	    r->pos.world_size != 1)
+	if (r->pos.version != TRAIN_POS_VERSION || r->pos.rank != r->rank ||
+	    r->pos.world_size != o->world.world_size)
 		return unusable(r, "cannot be resumed", "its loader position "
 				"is of another version or rank");
 	return EXIT_OK;
 }
 
-int fmtrain_resume_finish(struct fmtrain_resume *r, struct train_model *m)
+/* Reads the parameters and moments, a kind at a time, into the host
+ * memory the back end gives, and has it load them. */
+static int read_model(struct fmtrain_resume *r, struct fmtrain_model *m)
 {
+	static const enum train_kind kinds[] = {
+		TRAIN_PARAMS, TRAIN_ADAM_M, TRAIN_ADAM_V
+	};
 	struct train_tensor t[TRAIN_TENSORS];
-	size_t n = train_model_tensors(m, t, TRAIN_TENSORS);
+	size_t n = m->be->tensors(m, t, TRAIN_TENSORS);
+	size_t nparams = m->be->num_params(m);
 	char msg[1024], why[1400];
 	int rc;
 
-	for (size_t i = 0; i < n; i++) {
-		const struct ckpt_tensor_info *ti;
+	for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+		float *host = m->be->restore_buffer(m, kinds[k]);
+		size_t at = 0;   /* train_model_buffer's layout */
 
-		if (t[i].kind == TRAIN_GRADS)
-			continue;
-		ti = ckpt_reader_find(r->reader, 0, t[i].name);
-		if (!ti || ti->dtype != CKPT_F32 || ti->ndim != t[i].ndim ||
-		    memcmp(ti->shape, t[i].shape,
-			   t[i].ndim * sizeof(int64_t))) {
-			ckpt_shape_format(t[i].ndim, t[i].shape, msg,
-					  sizeof(msg));
-			snprintf(why, sizeof(why), "it has no f32 tensor '%s' "
-				 "of shape %s", t[i].name, msg);
-			rc = unusable(r, "cannot be resumed", why);
-			goto out_close;
+		if (!host) {
+			fprintf(stderr, PROG ": --resume: no memory for %zu "
+				"parameters in host memory\n", nparams);
+			return EXIT_FAIL;
 		}
-		rc = ckpt_reader_read(r->reader, ti, t[i].data,
-				      t[i].count * sizeof(float), msg,
-				      sizeof(msg));
+		for (size_t i = 0; i < n; i++) {
+			const struct ckpt_tensor_info *ti;
+
+			if (t[i].kind != kinds[k])
+				continue;
+			if (t[i].count > nparams - at)
+				abort();   /* a bug: tensors() and num_params()
+				            * of the back end disagree */
+			ti = ckpt_reader_find(r->reader, 0, t[i].name);
+			if (!ti || ti->dtype != CKPT_F32 ||
+			    ti->ndim != t[i].ndim ||
+			    memcmp(ti->shape, t[i].shape,
+				   t[i].ndim * sizeof(int64_t))) {
+				ckpt_shape_format(t[i].ndim, t[i].shape, msg,
+						  sizeof(msg));
+				snprintf(why, sizeof(why), "it has no f32 "
+					 "tensor '%s' of shape %s", t[i].name,
+					 msg);
+				return unusable(r, "cannot be resumed", why);
+			}
+			rc = ckpt_reader_read(r->reader, ti, host + at,
+					      t[i].count * sizeof(float), msg,
+					      sizeof(msg));
+			if (rc)
+				return unusable(r, rc == -EBADMSG ?
+						"is corrupt" : "cannot be read",
+						msg);
+			at += t[i].count;
+		}
+		msg[0] = '\0';
+		rc = m->be->restore_load(m, kinds[k], msg, sizeof(msg));
 		if (rc) {
-			rc = unusable(r, rc == -EBADMSG ? "is corrupt" :
-				      "cannot be read", msg);
-			goto out_close;
+			fprintf(stderr, PROG ": --resume: cannot load the "
+				"checkpoint's state into the model: %s\n",
+				msg[0] ? msg : strerror(-rc));
+			return EXIT_FAIL;
 		}
 	}
-	train_model_set_step(m, r->step);
-	rc = train_set_learning_rate(m, r->rec.cfg.learning_rate) ?
-	     EXIT_FAIL : EXIT_OK;
-out_close:
+	return EXIT_OK;
+}
+
+int fmtrain_resume_finish(struct fmtrain_resume *r, struct fmtrain_model *m,
+			  bool read_tensors)
+{
+	char msg[1024] = "";
+	int rc = EXIT_OK;
+
+	if (read_tensors)
+		rc = read_model(r, m);
 	fmtrain_resume_release(r);
-	return rc;
+	if (rc)
+		return rc;
+	if (m->be->restored(m, r->step, r->rec.cfg.learning_rate, msg,
+			    sizeof(msg))) {
+		fprintf(stderr, PROG ": --resume: %s\n", msg[0] ? msg :
+			"cannot set the model's step and learning rate");
+		return EXIT_FAIL;
+	}
+	return EXIT_OK;
 }
 
 void fmtrain_resume_release(struct fmtrain_resume *r)

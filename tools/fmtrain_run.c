@@ -23,6 +23,19 @@
  * measure it), whichever comes first; and always after the last step,
  * or the step during which SIGINT or SIGTERM came.  The run then waits
  * for that last checkpoint to be durable and says so.
+ *
+ * The model is the back end's (--device: fmtrain_cpu.c, fmtrain_cuda.c).
+ * With several ranks (one process per GPU) the set-up first joins the
+ * job: rank 0 makes the back end's id (NCCL's) and a run id for
+ * libfmckpt, and train_rendezvous hands both to every rank.  Each rank
+ * then trains on its own share of the data and opens its own struct
+ * ckpt on the shared store; rank 0 alone prints the step lines, writes
+ * the CSV and saves the model (replicated: the gradients are averaged
+ * inside the step).  Ranks must save the same steps and stop after the
+ * same step, but a signal reaches them at different moments and the
+ * time-based intervals read each one's clock: so after each step they
+ * agree (the back end's agree(), a max over ranks) on "save now" and
+ * "stop now".
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -31,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -58,13 +72,24 @@ static double now_ms(void)
 	return (double)ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+/* What rank 0 hands the other ranks: the back end's id (NCCL's) and a
+ * run id for libfmckpt, fresh for each launch, so that rank 0 never takes
+ * a shard marker an earlier launch left for the same step
+ * (docs/checkpoint-format.md, "Several ranks"). */
+#define JOIN_RUN_ID TRAIN_NCCL_ID_BYTES
+#define JOIN_BYTES (TRAIN_NCCL_ID_BYTES + CKPT_RUN_ID_MAX + 1)
+
 struct run {
 	const struct fmtrain_opts *o;
+	const struct fmtrain_backend *be;
+	const struct fmtrain_world *w;
+	bool lead;                     /* rank 0: prints, saves the model */
 	struct train_config cfg;       /* as the model uses it */
-	struct train_model *m;
+	struct fmtrain_model model;
 	struct train_loader *l;
 	struct ckpt *c;
 	FILE *csv;
+	char run_id[CKPT_RUN_ID_MAX + 1];   /* ranks: rank 0's */
 	uint64_t first_step;           /* the model's step at the start */
 	/* this process's steps, together */
 	uint64_t steps;
@@ -86,12 +111,138 @@ static const char *ckpt_target(const struct fmtrain_opts *o)
 
 /* ---- set up ---- */
 
+/* The back end can run here: --device cuda in a build without CUDA or
+ * on a machine without a GPU stops before anything else is done. */
+static int probe(struct run *r)
+{
+	char name[256] = "", msg[1024] = "";
+	int rc;
+
+	if (!r->be->probe)
+		return EXIT_OK;
+	rc = r->be->probe(name, sizeof(name), msg, sizeof(msg));
+	if (rc) {
+		fprintf(stderr, PROG ": --device %s: %s\n", r->be->name,
+			msg[0] ? msg : strerror(-rc));
+		return EXIT_FAIL;
+	}
+	return EXIT_OK;
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+	const unsigned char *b = p;
+
+	for (size_t i = 0; i < n; i++) {
+		h ^= b[i];
+		h *= 0x100000001b3ull;
+	}
+	return h;
+}
+
+/* The rendezvous' job string: --job, and a fingerprint of what every
+ * rank must have alike (shape, hyperparameters, seed, steps, world,
+ * device, checkpoint store), so that ranks started with different
+ * options stop at the rendezvous, saying so, instead of training
+ * apart.  The --data paths are left out: each machine may mount the
+ * data in its own place. */
+static void job_string(const struct run *r, char *buf, size_t len)
+{
+	const struct fmtrain_opts *o = r->o;
+	const struct train_config *c = &o->model;
+	const uint32_t u[] = {
+		c->layers, c->heads, c->channels, c->seq_len, c->vocab_size,
+		c->batch, r->w->world_size, o->resume,
+	};
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	h = fnv(h, u, sizeof(u));
+	h = fnv(h, &c->learning_rate, sizeof(c->learning_rate));
+	h = fnv(h, &c->seed, sizeof(c->seed));
+	h = fnv(h, &o->steps, sizeof(o->steps));
+	h = fnv(h, r->be->name, strlen(r->be->name) + 1);
+	if (o->ckpt_dir)
+		h = fnv(h, o->ckpt_dir, strlen(o->ckpt_dir) + 1);
+	if (o->ckpt_remote)
+		h = fnv(h, o->ckpt_remote, strlen(o->ckpt_remote) + 1);
+	snprintf(buf, len, "fmtrain/%s/%016" PRIx64, o->job ? o->job : "", h);
+}
+
+static void fresh_run_id(char *buf, size_t len)
+{
+	uint64_t x;
+
+	if (getrandom(&x, sizeof(x), GRND_NONBLOCK) != sizeof(x))
+		x = (uint64_t)now_ms() * 0x9E3779B97F4A7C15ull ^
+		    (uint64_t)getpid();
+	snprintf(buf, len, "%016" PRIx64, x);
+}
+
+/* Several ranks: rank 0's id to everyone (blob: JOIN_BYTES). */
+static int join(struct run *r, unsigned char *blob)
+{
+	const struct fmtrain_opts *o = r->o;
+	char job[FMTRAIN_JOB_MAX + 64], msg[1024] = "";
+	double t0 = now_ms();
+	int rc;
+
+	memset(blob, 0, JOIN_BYTES);
+	if (r->w->world_size == 1)
+		return EXIT_OK;
+	if (r->lead) {
+		rc = r->be->dist_id(blob, msg, sizeof(msg));
+		if (rc) {
+			fprintf(stderr, PROG ": --device %s with WORLD_SIZE "
+				"%u: %s\n", r->be->name, r->w->world_size,
+				msg[0] ? msg : strerror(-rc));
+			return EXIT_FAIL;
+		}
+		fresh_run_id((char *)blob + JOIN_RUN_ID, CKPT_RUN_ID_MAX + 1);
+	}
+	job_string(r, job, sizeof(job));
+	rc = train_rendezvous(o->rendezvous, job, r->w->rank,
+			      r->w->world_size, blob, JOIN_BYTES,
+			      o->rendezvous_timeout_s * 1000u, msg,
+			      sizeof(msg));
+	if (rc) {
+		fprintf(stderr, PROG ": rank %u of %u: %s\n", r->w->rank,
+			r->w->world_size, msg[0] ? msg : strerror(-rc));
+		if (rc == -EPROTO)
+			fprintf(stderr, PROG ": start every rank with the same "
+				"options (and --job, if one is given)\n");
+		return rc == -EINVAL ? EXIT_USAGE : EXIT_FAIL;
+	}
+	blob[JOIN_BYTES - 1] = '\0';
+	snprintf(r->run_id, sizeof(r->run_id), "%s",
+		 (const char *)blob + JOIN_RUN_ID);
+	if (r->lead)
+		fprintf(stderr, PROG ": rendezvous %s: %u ranks joined in "
+			"%.0f ms\n", o->rendezvous, r->w->world_size,
+			now_ms() - t0);
+	return EXIT_OK;
+}
+
+static int init_model(struct run *r, const unsigned char *blob)
+{
+	char msg[1024] = "";
+	int rc;
+
+	r->model.be = r->be;
+	rc = r->be->init(&r->model, &r->cfg, r->w, blob, msg, sizeof(msg));
+	if (rc) {
+		fprintf(stderr, PROG ": %s\n", msg[0] ? msg : strerror(-rc));
+		return rc == -EINVAL ? EXIT_USAGE : EXIT_FAIL;
+	}
+	r->cfg = r->model.cfg;
+	return EXIT_OK;
+}
+
 static int open_csv(struct run *r, bool append)
 {
 	const char *path = r->o->csv;
 	struct stat st;
 
-	if (!path)
+	if (!path || !r->lead)
 		return EXIT_OK;
 	append = append && !stat(path, &st) && st.st_size > 0;
 	r->csv = fopen(path, append ? "a" : "w");
@@ -108,8 +259,9 @@ static int open_csv(struct run *r, bool append)
 static int open_store(struct run *r)
 {
 	const struct fmtrain_opts *o = r->o;
-	uint64_t state = 3 * (uint64_t)train_model_num_params(r->m) *
-			 sizeof(float) + (1u << 20);
+	uint64_t model = 3 * (uint64_t)r->be->num_params(&r->model) *
+			 sizeof(float);
+	uint64_t state = (r->lead ? model : 0) + (1u << 20);
 	struct ckpt_config cc;
 	char msg[1024];
 	int rc;
@@ -118,8 +270,11 @@ static int open_store(struct run *r)
 	cc.dir = o->ckpt_dir;
 	cc.remote = o->ckpt_remote;
 	cc.obj = o->obj;
-	cc.rank = 0;
-	cc.world_size = 1;
+	cc.rank = (int)r->w->rank;
+	cc.world_size = (int)r->w->world_size;
+	/* $FMCKPT_RUN_ID when set (libfmckpt reads it), else rank 0's */
+	if (r->run_id[0] && !getenv("FMCKPT_RUN_ID"))
+		cc.run_id = r->run_id;
 	cc.keep_local = cc.keep_remote = o->keep;
 	cc.chunk_bytes = CHUNK_BYTES;
 	/* Room for two checkpoints: a save does not wait for the previous
@@ -191,8 +346,8 @@ static int open_loader(struct run *r, const struct train_pos *resume)
 	lc.seq_len = r->cfg.seq_len;
 	lc.vocab_size = r->cfg.vocab_size;
 	lc.seed = r->cfg.seed;
-	lc.rank = 0;
-	lc.world_size = 1;
+	lc.rank = (int)r->w->rank;
+	lc.world_size = (int)r->w->world_size;
 	lc.resume = resume;
 	rc = train_loader_open(&lc, r->o->data, r->o->ndata, &r->l, msg,
 			       sizeof(msg));
@@ -204,22 +359,29 @@ static void banner(const struct run *r)
 	const struct fmtrain_opts *o = r->o;
 	const struct train_config *c = &r->cfg;
 	struct train_loader_info li;
+	uint64_t per_step = (uint64_t)c->batch * r->w->world_size;
+	char where[320];
 	int threads = 1;
 
 #ifdef _OPENMP
 	threads = omp_get_max_threads();
 #endif
+	if (r->be->ranks)
+		snprintf(where, sizeof(where), "on %s, %u rank(s)",
+			 r->be->device(&r->model), r->w->world_size);
+	else
+		snprintf(where, sizeof(where), "%d thread(s)", threads);
 	train_loader_info(r->l, &li);
 	fprintf(stderr, PROG ": model: %u layers, %u heads, %u channels, "
 		"vocab %u, T %u, B %u: %zu parameters, %.1f MiB; lr %g, "
-		"seed %" PRIu64 ", %d thread(s)\n", c->layers, c->heads,
-		c->channels, c->vocab_size, c->seq_len, c->batch,
-		train_model_num_params(r->m),
-		(double)train_model_bytes(r->m) / (1 << 20),
-		(double)c->learning_rate, c->seed, threads);
+		"seed %" PRIu64 ", %s\n", c->layers, c->heads, c->channels,
+		c->vocab_size, c->seq_len, c->batch,
+		r->be->num_params(&r->model),
+		(double)r->be->bytes(&r->model) / (1 << 20),
+		(double)c->learning_rate, c->seed, where);
 	fprintf(stderr, PROG ": data: %zu shard(s), %" PRIu64 " tokens, %"
 		PRIu64 " sequences an epoch (%" PRIu64 " steps)\n", li.shards,
-		li.tokens, li.sequences, li.sequences / c->batch);
+		li.tokens, li.sequences, li.sequences / per_step);
 	if (!r->c)
 		return;
 	fprintf(stderr, PROG ": checkpoints: %s%s%s", o->ckpt_dir ?
@@ -278,14 +440,23 @@ static void young_update(struct run *r)
 
 static int save(struct run *r, uint64_t step, double *block_ms)
 {
+	struct train_tensor t[TRAIN_TENSORS];
 	struct train_pos pos;
+	struct fmtrain_save sv = {
+		.cfg = &r->cfg, .t = t, .pos = &pos, .data_seed = r->cfg.seed,
+		.flags = r->be->device_memory ? CKPT_ADD_DEVICE : 0,
+	};
 	uint64_t ns = 0;
 	char msg[1024] = "";
 	int rc;
 
 	train_loader_position(r->l, &pos);
-	rc = fmtrain_ckpt_save(r->c, r->m, &pos, r->cfg.seed, step, &ns, msg,
-			       sizeof(msg));
+	if (r->lead) {   /* the model is replicated: rank 0 saves it */
+		sv.n = r->be->tensors(&r->model, t, TRAIN_TENSORS);
+		if (sv.n > TRAIN_TENSORS)
+			sv.n = TRAIN_TENSORS;
+	}
+	rc = fmtrain_ckpt_save(r->c, &sv, step, &ns, msg, sizeof(msg));
 	*block_ms = (double)ns / 1e6;
 	if (rc == -EEXIST) {
 		/* resumed from an older step than the newest (--resume=N) */
@@ -330,6 +501,8 @@ static int wait_durable(struct run *r)
 	int rc;
 
 	rc = ckpt_wait(r->c, r->last_saved, CKPT_DURABLE, 0, msg, sizeof(msg));
+	if (!rc && !r->lead)
+		return EXIT_OK;
 	if (rc) {
 		fprintf(stderr, PROG ": checkpoint of step %" PRIu64 " did not "
 			"become durable in %s: %s\n", r->last_saved,
@@ -347,11 +520,16 @@ static int wait_durable(struct run *r)
 
 /* ---- the loop ---- */
 
+/* The step's line and CSV row (rank 0); tokens/s counts every rank's. */
 static void report(struct run *r, uint64_t step, float loss, double wait,
 		   double block, double ms)
 {
-	double tps = ms > 0 ? (double)r->cfg.batch * r->cfg.seq_len * 1e3 /
-			      ms : 0;
+	double tokens = (double)r->cfg.batch * r->cfg.seq_len *
+			r->w->world_size;
+	double tps = ms > 0 ? tokens * 1e3 / ms : 0;
+
+	if (!r->lead)
+		return;
 
 	printf("step %" PRIu64 " loss %.9g tok/s %.0f data-wait-ms %.3f "
 	       "ckpt-block-ms %.3f\n", step, (double)loss, tps, wait, block);
@@ -360,6 +538,28 @@ static void report(struct run *r, uint64_t step, float loss, double wait,
 			(double)loss, tps, wait, block, ms);
 		fflush(r->csv);
 	}
+}
+
+/* Several ranks: a checkpoint and a stop are taken by all or by none
+ * (the largest over the ranks of each rank's signal and "due"). */
+static int agree(struct run *r, int *sig, bool *due)
+{
+	uint32_t v[2] = { (uint32_t)*sig, *due };
+	char msg[1024] = "";
+	int rc;
+
+	rc = r->be->agree(&r->model, v, 2, msg, sizeof(msg));
+	if (rc) {
+		fprintf(stderr, PROG ": rank %u: cannot agree with the other "
+			"ranks on saving and stopping: %s\n", r->w->rank,
+			msg[0] ? msg : strerror(-rc));
+		return EXIT_FAIL;
+	}
+	*sig = (int)v[0];
+	*due = v[1] != 0;
+	if (*sig && !stop_signal)
+		stop_signal = *sig;   /* another rank's: stop as it does */
+	return EXIT_OK;
 }
 
 static int train_loop(struct run *r)
@@ -371,14 +571,15 @@ static int train_loop(struct run *r)
 	for (uint64_t step = r->first_step + 1; step <= r->o->steps; step++) {
 		struct train_batch b;
 		double t0 = now_ms(), block = 0, ms;
-		bool saved = false, stopping;
+		bool saved = false, due;
 		float loss;
+		int sig;
 
 		rc = train_loader_next(r->l, &b, msg, sizeof(msg));
 		if (rc)
 			return data_error(rc, msg, r, NULL);
-		rc = train_step(r->m, b.inputs, b.targets, &loss, msg,
-				sizeof(msg));
+		rc = r->be->step(&r->model, b.inputs, b.targets, &loss, msg,
+				 sizeof(msg));
 		if (rc) {
 			fprintf(stderr, PROG ": step %" PRIu64 ": %s%s\n", step,
 				msg, rc == -ERANGE ? " (the run diverged: "
@@ -388,8 +589,11 @@ static int train_loop(struct run *r)
 		r->steps++;
 		r->since_save++;
 		/* Read once: a signal that comes later is the next step's. */
-		stopping = stop_signal != 0;
-		if (r->c && save_due(r, step, now_ms(), stopping)) {
+		sig = stop_signal;
+		due = r->c && save_due(r, step, now_ms(), sig != 0);
+		if (r->w->world_size > 1 && (rc = agree(r, &sig, &due)))
+			return rc;
+		if (due) {
 			uint64_t before = r->ckpts;
 
 			rc = save(r, step, &block);
@@ -408,11 +612,12 @@ static int train_loop(struct run *r)
 			if (r->o->ckpt_mtbf_h > 0 && saved)
 				young_update(r);
 		}
-		if (stopping) {
-			fprintf(stderr, PROG ": stopped by signal %d (%s) "
-				"after step %" PRIu64 "%s\n", (int)stop_signal,
-				strsignal(stop_signal), step, r->c ?
-				", checkpoint saved" : "");
+		if (sig) {
+			if (r->lead)
+				fprintf(stderr, PROG ": stopped by signal %d "
+					"(%s) after step %" PRIu64 "%s\n", sig,
+					strsignal(sig), step, r->c ?
+					", checkpoint saved" : "");
 			break;
 		}
 	}
@@ -421,7 +626,8 @@ static int train_loop(struct run *r)
 
 static void summary(const struct run *r)
 {
-	uint64_t tokens = r->steps * r->cfg.batch * r->cfg.seq_len;
+	uint64_t tokens = r->steps * r->cfg.batch * r->cfg.seq_len *
+			  r->w->world_size;
 	double share = r->step_ms > 0 ? 100.0 / r->step_ms : 0;
 
 	printf("summary steps %" PRIu64 " (%" PRIu64 "-%" PRIu64 ") mean-tok/s "
@@ -466,36 +672,44 @@ static int resume_state(struct run *r, struct fmtrain_resume *res)
 	if (rc)
 		return rc;
 	if (!res->found) {
-		fprintf(stderr, PROG ": --resume: no checkpoint in %s%s; "
-			"starting from step 0\n", ckpt_target(o),
-			res->incomplete ? " (only incomplete ones, ignored)" :
-			"");
+		if (r->lead)
+			fprintf(stderr, PROG ": --resume: no checkpoint in "
+				"%s%s; starting from step 0\n",
+				ckpt_target(o), res->incomplete ? " (only "
+				"incomplete ones, ignored)" : "");
 		return EXIT_OK;
 	}
-	rc = fmtrain_resume_finish(res, r->m);
+	rc = fmtrain_resume_finish(res, &r->model, r->lead);
 	if (rc)
 		return rc;
 	r->first_step = res->step;
-	fprintf(stderr, PROG ": resumed from checkpoint step %" PRIu64 " in "
-		"%s; continuing with step %" PRIu64 "\n", res->step, res->where,
-		res->step + 1);
+	if (r->lead)
+		fprintf(stderr, PROG ": resumed from checkpoint step %" PRIu64
+			" in %s; continuing with step %" PRIu64 "\n",
+			res->step, res->where, res->step + 1);
 	return EXIT_OK;
 }
 
 static int setup(struct run *r, struct fmtrain_resume *res)
 {
 	const struct fmtrain_opts *o = r->o;
+	unsigned char blob[JOIN_BYTES];
 	char msg[1024] = "";
 	int rc;
 
+	/* what needs no device first: a bad shape is a usage error */
 	rc = train_config_check(&r->cfg, NULL, msg, sizeof(msg));
-	if (!rc)
-		rc = train_model_init(&r->cfg, &r->m, msg, sizeof(msg));
 	if (rc) {
 		fprintf(stderr, PROG ": %s\n", msg[0] ? msg : strerror(-rc));
 		return rc == -EINVAL ? EXIT_USAGE : EXIT_FAIL;
 	}
-	r->cfg = *train_model_config(r->m);
+	if ((rc = probe(r)) || (rc = join(r, blob)))
+		return rc;
+	/* The model before the store: the back end picks this rank's GPU,
+	 * and libfmckpt's CUDA stream and pinned staging go to the device
+	 * current when the store opens. */
+	if ((rc = init_model(r, blob)))
+		return rc;
 	if (o->ckpt_dir || o->ckpt_remote) {
 		if ((rc = open_store(r)))
 			return rc;
@@ -510,7 +724,10 @@ static int setup(struct run *r, struct fmtrain_resume *res)
 
 int fmtrain_run(const struct fmtrain_opts *o)
 {
-	struct run r = { .o = o, .cfg = o->model };
+	struct run r = {
+		.o = o, .be = o->backend, .w = &o->world,
+		.lead = o->world.rank == 0, .cfg = o->model,
+	};
 	struct fmtrain_resume res = { 0 };
 	struct sigaction sa;
 	int rc, rc2;
@@ -522,19 +739,21 @@ int fmtrain_run(const struct fmtrain_opts *o)
 	rc = setup(&r, &res);
 	if (rc)
 		goto out;
-	banner(&r);
+	if (r.lead)
+		banner(&r);
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_signal;
 	sa.sa_flags = SA_RESETHAND;   /* a second one kills at once */
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
-	if (r.first_step >= o->steps)
+	if (r.first_step >= o->steps && r.lead)
 		fprintf(stderr, PROG ": the model is at step %" PRIu64 ", "
 			"--steps is %" PRIu64 ": nothing to do\n", r.first_step,
 			o->steps);
 	rc = train_loop(&r);
-	summary(&r);
-	if (r.c && r.ckpts)
+	if (r.lead)
+		summary(&r);
+	if (r.c && r.ckpts && r.lead)
 		ckpt_breakdown(&r);
 	if (r.c && r.saved) {
 		rc2 = wait_durable(&r);
@@ -559,6 +778,7 @@ out:
 			strerror(errno));
 		rc = EXIT_FAIL;
 	}
-	train_model_free(r.m);
+	if (r.model.priv)
+		r.be->free(&r.model);
 	return rc;
 }

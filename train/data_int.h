@@ -4,6 +4,7 @@
  * module sees: little-endian fields, the token scan and decode, the
  * message for a token out of range, and the whole-shard check on a
  * caller's buffer (the loader runs it on one of its span buffers).
+ * rendezvous.c uses its little-endian fields and train_msg too.
  */
 #ifndef FMFS_TRAIN_DATA_INT_H
 #define FMFS_TRAIN_DATA_INT_H

@@ -106,6 +106,7 @@ struct train_gpu {
 	double *norm_work;           /* GK_NORM_BLOCKS */
 	double *norm;                /* 1 */
 	float *loss_dev;             /* 1 */
+	uint32_t *agree;             /* TRAIN_GPU_AGREE_MAX */
 	int32_t *d_inputs, *d_targets, *d_tok, *d_start, *d_pos;
 	int32_t *h_inputs, *h_targets, *h_tok, *h_start, *h_pos;  /* pinned */
 	int32_t *h_count;            /* V, zero between uses */
@@ -310,6 +311,7 @@ static void layout(struct train_gpu *g, struct cursor *c)
 	CARVE(c, g->norm_work, GK_NORM_BLOCKS);
 	CARVE(c, g->norm, 1);
 	CARVE(c, g->loss_dev, 1);
+	CARVE(c, g->agree, TRAIN_GPU_AGREE_MAX);
 	CARVE(c, g->d_inputs, N);
 	CARVE(c, g->d_targets, N);
 	CARVE(c, g->d_tok, N);
@@ -977,6 +979,36 @@ uint64_t train_gpu_step_count(const struct train_gpu *g)
 void train_gpu_set_step(struct train_gpu *g, uint64_t step)
 {
 	g->step = step;
+}
+
+int train_gpu_all_max(struct train_gpu *g, uint32_t *values, unsigned n,
+		      char *msg, size_t msg_len)
+{
+	if (n > TRAIN_GPU_AGREE_MAX) {
+		msgf(msg, msg_len, "%u values to agree on; at most %u", n,
+		     TRAIN_GPU_AGREE_MAX);
+		return -EINVAL;
+	}
+	if (g->world == 1 || !n)
+		return 0;
+#if HAVE_NCCL
+	int rc = use_device(g, msg, msg_len);
+	ncclResult_t r;
+
+	if (rc)
+		return rc;
+	cudaMemcpyAsync(g->agree, values, n * sizeof(uint32_t),
+			cudaMemcpyHostToDevice, g->stream);
+	r = ncclAllReduce(g->agree, g->agree, n, ncclUint32, ncclMax, g->comm,
+			  g->stream);
+	if (r != ncclSuccess)
+		return nccl_fail(r, "ncclAllReduce (agree)", msg, msg_len);
+	cudaMemcpyAsync(values, g->agree, n * sizeof(uint32_t),
+			cudaMemcpyDeviceToHost, g->stream);
+	return sync_stream(g, "agreeing across ranks", msg, msg_len);
+#else
+	return train_gpu_nccl_id(NULL, msg, msg_len);
+#endif
 }
 
 /* ---- state ---- */

@@ -135,6 +135,18 @@ int train_gpu_set_learning_rate(struct train_gpu *g, float lr);
 uint64_t train_gpu_step_count(const struct train_gpu *g);
 void train_gpu_set_step(struct train_gpu *g, uint64_t step);
 
+#define TRAIN_GPU_AGREE_MAX 16
+
+/* Makes each of values[0 .. n-1] (n <= TRAIN_GPU_AGREE_MAX) its largest
+ * value over the ranks: one small NCCL all-reduce (max) on the model's
+ * stream; nothing with one rank.  Every rank must call it at the same
+ * point.  For decisions that come from a clock or a signal, which each
+ * rank would otherwise take on its own: fmtrain calls it once a step to
+ * agree on "save a checkpoint after this step" and "stop after this
+ * step", since every rank must save the same steps. */
+int train_gpu_all_max(struct train_gpu *g, uint32_t *values, unsigned n,
+		      char *msg, size_t msg_len);
+
 /* ---- state ---- */
 
 /* As train_model_tensors, but data points to GPU memory (fp32).  A
@@ -173,13 +185,16 @@ int train_gpu_logits(struct train_gpu *g, float *host, char *msg,
 /* Hands rank 0's blob (len bytes, len <= 4096) to every rank of a job.
  * where is "file:PATH" (a file on storage all ranks see: rank 0 writes
  * it whole under a temporary name and renames it into place; the others
- * wait for it) or "tcp:HOST:PORT" (rank 0 listens there and answers
- * world_size - 1 connections; the others connect, retrying until the
- * deadline).  Rank 0 passes the blob in; the others get it in blob.
- * Waits at most timeout_ms: -ETIMEDOUT naming what was awaited.  A
- * leftover file from an earlier job is told apart by job (a string every
- * rank of one job gives alike, e.g. a run id, stored with the blob).
- * -EINVAL for a where it cannot parse. */
+ * wait for it, and answer in PATH.rankR the same way) or "tcp:HOST:PORT"
+ * (rank 0 listens on PORT and answers world_size - 1 connections; the
+ * others connect to HOST, retrying until the deadline).  Rank 0 passes
+ * the blob in; the others get it in blob.  Rank 0 returns once every
+ * rank has it.  Waits at most timeout_ms: -ETIMEDOUT naming what was
+ * awaited.  A leftover file from an earlier job is told apart by job (a
+ * string every rank of one job gives alike, e.g. a run id, stored with
+ * the blob) and by a nonce rank 0 draws on each call; a rank of another
+ * job that reaches rank 0's port is refused (-EPROTO there).  -EINVAL
+ * for a where it cannot parse.  rendezvous.c has the protocol. */
 int train_rendezvous(const char *where, const char *job, unsigned rank,
 		     unsigned world_size, void *blob, size_t len,
 		     unsigned timeout_ms, char *msg, size_t msg_len);

@@ -88,6 +88,12 @@ int train_gpu_set_learning_rate(struct train_gpu *g, float lr)
 uint64_t train_gpu_step_count(const struct train_gpu *g) { return 0; }
 void train_gpu_set_step(struct train_gpu *g, uint64_t step) {}
 
+int train_gpu_all_max(struct train_gpu *g, uint32_t *values, unsigned n,
+		      char *msg, size_t msg_len)
+{
+	return no_cuda(msg, msg_len);
+}
+
 size_t train_gpu_tensors(struct train_gpu *g, struct train_tensor *out,
 			 size_t max)
 {
