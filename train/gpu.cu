@@ -184,6 +184,23 @@ static int nccl_fail(ncclResult_t r, const char *what, char *msg,
 
 /* ---- probe, NCCL id ---- */
 
+/* Why cudaGetDeviceCount found nothing, in words: with no NVIDIA driver
+ * at all CUDA says "driver version is insufficient", which misleads. */
+static void no_gpu(cudaError_t e, char *msg, size_t msg_len)
+{
+	const char *why = "no CUDA device found";
+
+	if (e == cudaErrorInsufficientDriver)
+		why = "no NVIDIA driver is loaded, or it is older than this "
+		      "CUDA runtime";
+	else if (e == cudaErrorNoDevice)
+		why = "the driver sees no GPU";
+	else if (e != cudaSuccess)
+		why = cudaGetErrorString(e);
+	msgf(msg, msg_len, "no usable GPU: %s (check nvidia-smi; "
+	     "CUDA_VISIBLE_DEVICES if set)", why);
+}
+
 int train_gpu_probe(char *name, size_t name_len, char *msg, size_t msg_len)
 {
 	cudaDeviceProp p;
@@ -194,10 +211,7 @@ int train_gpu_probe(char *name, size_t name_len, char *msg, size_t msg_len)
 		name[0] = '\0';
 	e = cudaGetDeviceCount(&n);
 	if (e != cudaSuccess || n == 0) {
-		msgf(msg, msg_len, "no usable GPU: %s%s",
-		     e != cudaSuccess ? "CUDA says: " : "",
-		     e != cudaSuccess ? cudaGetErrorString(e)
-				      : "no CUDA device found");
+		no_gpu(e, msg, msg_len);
 		return -ENODEV;
 	}
 	e = cudaGetDeviceProperties(&p, 0);
@@ -352,10 +366,7 @@ static int pick_device(const struct train_gpu_dist *dist, int *device,
 	cudaError_t e = cudaGetDeviceCount(&n);
 
 	if (e != cudaSuccess || n == 0) {
-		msgf(msg, msg_len, "no usable GPU: %s%s",
-		     e != cudaSuccess ? "CUDA says: " : "",
-		     e != cudaSuccess ? cudaGetErrorString(e)
-				      : "no CUDA device found");
+		no_gpu(e, msg, msg_len);
 		return -ENODEV;
 	}
 	*device = dist && dist->device >= 0 ? dist->device
