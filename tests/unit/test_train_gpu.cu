@@ -744,7 +744,7 @@ static void test_gpt2_shape(void)
 	}
 	CHECK(fabsf(first - logf(50257.0f)) < 1.0f, "GPT-2 124M first loss %g, "
 	      "ln(V) is %g", first, logf(50257.0f));
-	CHECK(loss < first - 0.5f, "GPT-2 124M loss %g after 8 steps from %g",
+	CHECK(loss < first - 0.3f, "GPT-2 124M loss %g after 8 steps from %g",
 	      loss, first);
 	free(inp);
 	free(tgt);
