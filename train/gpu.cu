@@ -34,6 +34,9 @@
 #include "config.h"
 #include "gpu.h"
 #include "gpu_int.h"
+extern "C" {
+#include "train_int.h"
+}
 
 #if HAVE_NCCL
 #include <nccl.h>
@@ -41,12 +44,6 @@ static_assert(sizeof(ncclUniqueId) == TRAIN_NCCL_ID_BYTES,
 	      "TRAIN_NCCL_ID_BYTES is not sizeof(ncclUniqueId)");
 #endif
 
-enum {
-	P_WTE, P_WPE, P_LN1_W, P_LN1_B, P_QKV_W, P_QKV_B, P_ATTN_PROJ_W,
-	P_ATTN_PROJ_B, P_LN2_W, P_LN2_B, P_FC_W, P_FC_B, P_FC_PROJ_W,
-	P_FC_PROJ_B, P_LNF_W, P_LNF_B, P_COUNT
-};
-static_assert(P_COUNT == TRAIN_PARAM_TENSORS, "tensor table out of step");
 
 #define ALIGN 256   /* bytes: every carved array starts on this */
 
@@ -595,20 +592,6 @@ size_t train_gpu_num_params(const struct train_gpu *g)
 
 /* ---- forward ---- */
 
-static int check_tokens(const struct train_gpu *g, const int32_t *tok,
-			const char *what, char *msg, size_t msg_len)
-{
-	for (int n = 0; n < g->N; n++) {
-		if (tok[n] < 0 || tok[n] >= g->V) {
-			msgf(msg, msg_len, "%s token %ld at [b=%d, t=%d] is "
-			     "not in the vocabulary 0..%d", what,
-			     (long)tok[n], n / g->T, n % g->T, g->V - 1);
-			return -EINVAL;
-		}
-	}
-	return 0;
-}
-
 /* Parameter tensor i of buffer base (fp32 or its bf16 copy), layer l. */
 #define PT(base, i, l) ((base) + g->offset[i] + \
 			(size_t)(l) * (g->count[i] / (size_t)g->L))
@@ -631,13 +614,7 @@ int train_gpu_forward(struct train_gpu *g, const int32_t *inputs,
 	g->loss = NAN;
 	if (loss)
 		*loss = NAN;
-	if (!inputs) {
-		msgf(msg, msg_len, "no input tokens given");
-		return -EINVAL;
-	}
-	rc = check_tokens(g, inputs, "input", msg, msg_len);
-	if (!rc && targets)
-		rc = check_tokens(g, targets, "target", msg, msg_len);
+	rc = train_check_batch(&g->cfg, inputs, targets, msg, msg_len);
 	if (!rc)
 		rc = use_device(g, msg, msg_len);
 	if (rc)

@@ -30,13 +30,6 @@
 
 #define NORM_CHUNKS 64      /* fixed split of the gradient norm sum */
 
-enum {
-	P_WTE, P_WPE, P_LN1_W, P_LN1_B, P_QKV_W, P_QKV_B, P_ATTN_PROJ_W,
-	P_ATTN_PROJ_B, P_LN2_W, P_LN2_B, P_FC_W, P_FC_B, P_FC_PROJ_W,
-	P_FC_PROJ_B, P_LNF_W, P_LNF_B, P_COUNT
-};
-_Static_assert(P_COUNT == TRAIN_PARAM_TENSORS, "tensor table out of step");
-
 #define TENSOR_NAMES(kind) {                                              \
 	kind "wte", kind "wpe", kind "ln1_w", kind "ln1_b", kind "qkv_w",  \
 	kind "qkv_b", kind "attn_proj_w", kind "attn_proj_b", kind "ln2_w", \
@@ -631,18 +624,35 @@ static void layer_params(const struct train_model *m, float *base, size_t l,
 
 /* ---- forward ---- */
 
-static int check_tokens(const struct train_model *m, const int32_t *tok,
+static int check_tokens(const struct train_config *cfg, const int32_t *tok,
 			const char *what, char *msg, size_t msg_len)
 {
-	for (size_t n = 0; n < m->N; n++) {
-		if (tok[n] < 0 || (size_t)tok[n] >= m->V) {
+	const size_t N = (size_t)cfg->batch * cfg->seq_len, T = cfg->seq_len;
+
+	for (size_t n = 0; n < N; n++) {
+		if (tok[n] < 0 || (unsigned)tok[n] >= cfg->vocab_size) {
 			msgf(msg, msg_len, "%s token %ld at [b=%zu, t=%zu] is "
-			     "not in the vocabulary 0..%zu", what,
-			     (long)tok[n], n / m->T, n % m->T, m->V - 1);
+			     "not in the vocabulary 0..%u", what,
+			     (long)tok[n], n / T, n % T, cfg->vocab_size - 1);
 			return -EINVAL;
 		}
 	}
 	return 0;
+}
+
+int train_check_batch(const struct train_config *cfg, const int32_t *inputs,
+		      const int32_t *targets, char *msg, size_t msg_len)
+{
+	int rc;
+
+	if (!inputs) {
+		msgf(msg, msg_len, "no input tokens given");
+		return -EINVAL;
+	}
+	rc = check_tokens(cfg, inputs, "input", msg, msg_len);
+	if (!rc && targets)
+		rc = check_tokens(cfg, targets, "target", msg, msg_len);
+	return rc;
 }
 
 int train_forward(struct train_model *m, const int32_t *inputs,
@@ -659,13 +669,7 @@ int train_forward(struct train_model *m, const int32_t *inputs,
 	m->loss = NAN;
 	if (loss)
 		*loss = NAN;
-	if (!inputs) {
-		msgf(msg, msg_len, "no input tokens given");
-		return -EINVAL;
-	}
-	rc = check_tokens(m, inputs, "input", msg, msg_len);
-	if (!rc && targets)
-		rc = check_tokens(m, targets, "target", msg, msg_len);
+	rc = train_check_batch(&m->cfg, inputs, targets, msg, msg_len);
 	if (rc)
 		return rc;
 	memcpy(m->inputs, inputs, N * sizeof(*inputs));

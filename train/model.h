@@ -153,6 +153,13 @@ int train_forward(struct train_model *m, const int32_t *inputs,
 		  const int32_t *targets, float *loss, char *msg,
 		  size_t msg_len);
 
+/* The checks train_forward makes of a batch for cfg, on their own (other
+ * back ends make the same): inputs given, and every token of inputs and
+ * of targets (may be NULL), B*T each, in 0 .. vocab_size-1.  -EINVAL
+ * naming the first bad token and its place. */
+int train_check_batch(const struct train_config *cfg, const int32_t *inputs,
+		      const int32_t *targets, char *msg, size_t msg_len);
+
 /* Sets every gradient to 0. */
 void train_zero_grad(struct train_model *m);
 

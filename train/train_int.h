@@ -23,8 +23,20 @@
 #ifndef FMFS_TRAIN_INT_H
 #define FMFS_TRAIN_INT_H
 
+#include <assert.h>     /* static_assert, in C and C++ */
 #include <stddef.h>
 #include <stdint.h>
+
+#include "model.h"
+
+/* The parameter tensors, in the order of every kind's buffer (model.h's
+ * tensor list), for the back ends that index them (model.c, gpu.cu). */
+enum {
+	P_WTE, P_WPE, P_LN1_W, P_LN1_B, P_QKV_W, P_QKV_B, P_ATTN_PROJ_W,
+	P_ATTN_PROJ_B, P_LN2_W, P_LN2_B, P_FC_W, P_FC_B, P_FC_PROJ_W,
+	P_FC_PROJ_B, P_LNF_W, P_LNF_B, P_COUNT
+};
+static_assert(P_COUNT == TRAIN_PARAM_TENSORS, "tensor table out of step");
 
 /* Loops with less work than this (in elements or multiply-adds) run on
  * the calling thread alone: starting and joining a team would cost more
