@@ -679,6 +679,10 @@ static int resume_state(struct run *r, struct fmtrain_resume *res)
 				"incomplete ones, ignored)" : "");
 		return EXIT_OK;
 	}
+	/* the loader reads while the tensors load */
+	rc = open_loader(r, &res->pos);
+	if (rc)
+		return rc;
 	rc = fmtrain_resume_finish(res, &r->model, r->lead);
 	if (rc)
 		return rc;
@@ -705,6 +709,12 @@ static int setup(struct run *r, struct fmtrain_resume *res)
 	}
 	if ((rc = probe(r)) || (rc = join(r, blob)))
 		return rc;
+	/* The loader as early as its position is known, so that its thread
+	 * reads the first shard while the model is set up (a GPU context,
+	 * NCCL, a checkpoint read) instead of at step 1: at once for a
+	 * fresh run, after the checkpoint's position for a resumed one. */
+	if (!o->resume && (rc = open_loader(r, NULL)))
+		return rc;
 	/* The model before the store: the back end picks this rank's GPU,
 	 * and libfmckpt's CUDA stream and pinned staging go to the device
 	 * current when the store opens. */
@@ -717,9 +727,10 @@ static int setup(struct run *r, struct fmtrain_resume *res)
 		if (rc)
 			return rc;
 	}
-	if ((rc = open_csv(r, res->found)))
+	if (o->resume && !r->l &&
+	    (rc = open_loader(r, res->found ? &res->pos : NULL)))
 		return rc;
-	return open_loader(r, res->found ? &res->pos : NULL);
+	return open_csv(r, res->found);
 }
 
 int fmtrain_run(const struct fmtrain_opts *o)
