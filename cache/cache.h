@@ -203,6 +203,16 @@ void cache_w_writer(struct cache_wfile *w, bool add);
  * would be lost.  Undo with cache_w_writer(w, false), then cache_w_put. */
 int cache_w_hold(struct cache *c, const char *key, struct cache_wfile **out);
 int cache_w_fd(struct cache_wfile *w);
+/* Registers (add) or drops a writer that changes the file through its
+ * descriptor behind our back (the kernel, with FUSE passthrough): while
+ * one is registered, cache_w_stat takes the size from the file and
+ * cache_w_commit counts the file changed, charging the cap for its
+ * growth after the fact (it may then stand over the cap until uploads
+ * drain). */
+void cache_w_external(struct cache_wfile *w, bool add);
+/* Bytes the cap has left for dirty data (clean blocks can be evicted);
+ * *cap (if given) the cap. */
+uint64_t cache_w_room(struct cache *c, uint64_t *cap);
 void cache_w_stat(struct cache_wfile *w, struct cache_wattr *a);
 /* Writes, charging growth to the cap (-ENOSPC when full of dirty data). */
 /* The same with the bytes from a caller's source (a pipe, for a spliced

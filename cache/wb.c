@@ -154,6 +154,32 @@ static int charge(struct cache *c, uint64_t need)
 	return rc;
 }
 
+/* Charges bytes already on the cache disk: they cannot be refused, so
+ * over the cap they are counted and said, and eviction of clean blocks
+ * makes what room it can. */
+static void charge_anyway(struct cache *c, uint64_t need)
+{
+	bool over;
+
+	if (!need)
+		return;
+	pthread_mutex_lock(&c->lock);
+	if (c->used_bytes + need > c->high_bytes)
+		cache_evict_locked(c, c->used_bytes + need - c->low_bytes);
+	c->used_bytes += need;
+	atomic_fetch_add(&c->dirty_bytes, need);
+	over = c->used_bytes > c->cfg.size_bytes;
+	pthread_mutex_unlock(&c->lock);
+	if (over)
+		cache_log_ratelimited("files open for writing through FUSE "
+				      "passthrough took the cache over its cap "
+				      "(%llu dirty bytes, cap %llu); it comes "
+				      "back under as uploads drain",
+				      (unsigned long long)atomic_load(
+					      &c->dirty_bytes),
+				      (unsigned long long)c->cfg.size_bytes);
+}
+
 void wb_uncharge(struct cache *c, uint64_t n)
 {
 	if (!n)
@@ -779,11 +805,89 @@ int cache_w_fd(struct cache_wfile *w)
 	return w->fd;
 }
 
+/* The kernel's writes within this long of a look may share its mtime
+ * where timestamps are coarse (a jiffy; multigrain ones, Linux >= 6.13,
+ * differ): a file written this recently counts as changed. */
+#define EXT_FRESH_NS 50000000
+
+/* A writer outside cache_w_write_with (FUSE passthrough: the kernel
+ * writes the file) may have changed it: the size from the file, growth
+ * charged.  look: also decide whether it changed since the last look
+ * (size or mtime moved, or written just now) and if so make it a new
+ * version to upload, with the file's mtime (wb->lock held). */
+static void sync_external(struct cache_wfile *w, bool look)
+{
+	struct timespec now;
+	struct stat st;
+	int64_t m;
+
+	if (!w->external || fstat(w->fd, &st))
+		return;
+	if ((uint64_t)st.st_size > w->charged) {
+		charge_anyway(w->c, (uint64_t)st.st_size - w->charged);
+		w->charged = (uint64_t)st.st_size;
+	}
+	w->a.size = (uint64_t)st.st_size;
+	if (!look)
+		return;
+	m = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+	clock_gettime(CLOCK_REALTIME, &now);
+	if ((uint64_t)st.st_size != w->ext_size || m != w->ext_mtime_ns ||
+	    (int64_t)now.tv_sec * 1000000000 + now.tv_nsec - m <
+	    EXT_FRESH_NS) {
+		w->gen++;
+		w->a.mtime_ns = m;
+	}
+	w->ext_size = (uint64_t)st.st_size;
+	w->ext_mtime_ns = m;
+}
+
+static void set_file_mtime(struct cache_wfile *w, int64_t ns)
+{
+	struct timespec ts[2] = {
+		{ .tv_nsec = UTIME_OMIT },
+		{ .tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000 },
+	};
+
+	if (futimens(w->fd, ts))
+		cache_log_ratelimited("setting the mtime of a dirty file: %s",
+				      strerror(errno));
+}
+
+uint64_t cache_w_room(struct cache *c, uint64_t *cap)
+{
+	uint64_t dirty = atomic_load(&c->dirty_bytes);
+
+	if (cap)
+		*cap = c->cfg.size_bytes;
+	return dirty < c->cfg.size_bytes ? c->cfg.size_bytes - dirty : 0;
+}
+
+void cache_w_external(struct cache_wfile *w, bool add)
+{
+	struct cache_wb *wb = w->c->wb;
+	struct stat st;
+
+	pthread_mutex_lock(&wb->lock);
+	if (add && !w->external++ && !fstat(w->fd, &st)) {
+		/* From now on the file's mtime is the truth: the kernel's
+		 * writes set it, and so does cache_w_setattr. */
+		set_file_mtime(w, w->a.mtime_ns);
+		w->ext_size = (uint64_t)st.st_size;
+		w->ext_mtime_ns = w->a.mtime_ns;
+	} else if (!add && w->external) {
+		sync_external(w, true);
+		w->external--;
+	}
+	pthread_mutex_unlock(&wb->lock);
+}
+
 void cache_w_stat(struct cache_wfile *w, struct cache_wattr *a)
 {
 	struct cache_wb *wb = w->c->wb;
 
 	pthread_mutex_lock(&wb->lock);
+	sync_external(w, false);
 	*a = w->a;
 	pthread_mutex_unlock(&wb->lock);
 }
@@ -915,8 +1019,11 @@ void cache_w_setattr(struct cache_wfile *w, const struct cache_wattr *a,
 	if (mask & CACHE_WA_GID)
 		w->a.gid = a->gid;
 	w->gen++;
-	if (mask & CACHE_WA_MTIME)
+	if (mask & CACHE_WA_MTIME) {
 		w->a.mtime_ns = a->mtime_ns;
+		if (w->external)
+			set_file_mtime(w, a->mtime_ns);
+	}
 	pthread_mutex_unlock(&wb->lock);
 }
 
@@ -1019,6 +1126,7 @@ int cache_w_commit(struct cache_wfile *w, bool durable)
 	if (durable && fdatasync(w->fd))
 		return -errno;
 	pthread_mutex_lock(&wb->lock);
+	sync_external(w, true);
 	if (w->in_table && (w->gen > w->queued_gen || !w->committed)) {
 		w->queued_gen = w->gen;
 		w->not_before_ms = cache_now_ms() + wb->cfg.async_delay_ms;
@@ -1192,6 +1300,8 @@ size_t cache_w_list(struct cache *c, const char *prefix,
 	for (size_t h = 0; (wb->nfiles || wb->ntombs) && h < WB_HASH; h++) {
 		for (struct cache_wfile *w = wb->tab[h]; w; w = w->hnext)
 			if (!strncmp(w->key, prefix, pl)) {
+				/* a listing's sizes reach the kernel too */
+				sync_external(w, false);
 				if (fn)
 					fn(arg, w->key, &w->a);
 				n++;

@@ -32,6 +32,9 @@ struct cache_wfile {
 	struct obj_kv *meta;
 	size_t nmeta;
 	unsigned refs, writers;
+	unsigned external;        /* writers outside cache_w_write_with */
+	uint64_t ext_size;        /* the file at the last look for their */
+	int64_t ext_mtime_ns;     /* changes (sync_external) */
 	int64_t not_before_ms;
 	int64_t failed_ms;        /* latest failed upload */
 	unsigned attempts;

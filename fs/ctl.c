@@ -304,6 +304,10 @@ static void do_status(struct fs *fs, FILE *out, bool json)
 	kv_u64(out, json, &first, "crc_failures", c.crc_failures);
 	kv_u64(out, json, &first, "fetch_errors", c.fetch_errors);
 	kv_u64(out, json, &first, "open_files", atomic_load(&fs->open_files));
+	kv(out, json, &first, "passthrough",
+	   atomic_load(&fs->pt_on) ? "true" : "false", false);
+	kv_u64(out, json, &first, "passthrough_opens",
+	       atomic_load(&fs->pt_opens));
 	cache_wb_get_stats(fs->cfg.cache, &w);
 	kv_u64(out, json, &first, "dirty_bytes", w.dirty_bytes);
 	kv_u64(out, json, &first, "dirty_files", w.dirty_files);

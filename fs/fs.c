@@ -378,7 +378,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct fs_handle *h;
 	char etag[80];
 	uint64_t size;
-	int rc;
+	int rc, pt, tries = 0;
 
 	if (!in || in->is_dir) {
 		fuse_reply_err(req, in ? EISDIR : ENOENT);
@@ -392,6 +392,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	pthread_mutex_init(&h->lock, NULL);
 	atomic_store(&h->refs, 1);
 	h->fs = fs;
+again:
 	atomic_store(&h->wgen, atomic_load(&in->wgen)); /* before the look */
 	/* A dirty file, or opening for writing: the write-back's copy. */
 	rc = fs_open_w(fs, in, fi->flags, h);
@@ -417,14 +418,29 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	h->size_bytes = size;
 opened:
 	pthread_mutex_lock(&fs->lock);
+	pt = fs_pt_choose(fs, in, h);
+	if (pt == -EAGAIN) {
+		/* A writer made the dirty file meanwhile and opened it
+		 * through a backing file: so must we. */
+		pthread_mutex_unlock(&fs->lock);
+		cache_file_close(h->cf);
+		h->cf = NULL;
+		if (++tries < 8)
+			goto again;
+		rc = -EBUSY;
+		goto fail;
+	}
 	h->in = in;
 	in->nopen++;
 	pthread_mutex_unlock(&fs->lock);
+	fs_pt_opened(h);
 	fi->fh = (uintptr_t)h;
 	atomic_fetch_add(&fs->opens, 1);
 	atomic_fetch_add(&fs->open_files, 1);
+	fs_pt_mark_reply(pt);
 	if (fuse_reply_open(req, fi) == -ENOENT)
 		fs_handle_put(h); /* interrupted: no release will come */
+	fs_pt_mark_reply(0);
 	return;
 fail:
 	pthread_mutex_destroy(&h->lock);
@@ -865,6 +881,12 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t ml)
 		goto out_signals;
 	}
 	raise_readahead(cfg->mountpoint);
+	rc = fs_pt_install(fs);
+	if (rc) {
+		snprintf(msg, ml, "cannot set up the FUSE channel: %s",
+			 strerror(-rc));
+		goto out_unmount;
+	}
 	{
 		struct cache_wb_config wc = {
 			.async_delay_ms = cfg->async_delay_ms,

@@ -43,6 +43,8 @@ struct fs_config {
 	const char *ctl_path;       /* control socket path */
 	int ready_fd;               /* written "ok\n" once mounted; -1 none */
 	bool debug;                 /* FUSE debug output */
+	bool passthrough;           /* FUSE passthrough for dirty files, if
+	                             * the kernel has it and we may use it */
 };
 
 /* Mounts and serves.  Returns 0 after a clean unmount, or -errno with msg

@@ -64,6 +64,9 @@ struct fs_inode {
 	uint32_t mode, uid, gid;
 	int64_t mtime_ns;
 	unsigned nopen;            /* open handles (a delete waits for 0) */
+	unsigned pt_open;          /* of them through backing pt_id: 0 or
+	                            * nopen (see passthrough.c) */
+	int pt_id;
 	unsigned held_deletes;     /* tombstones waiting for the last close */
 	bool unlinked;             /* out of the namespace (unlink, replaced) */
 	struct cache_wfile *w_dead; /* its dirty file then, for attributes */
@@ -119,6 +122,11 @@ struct fs {
 	atomic_bool stopping;
 	uint64_t started_ms;
 	time_t mount_time_s;       /* directories' mtime */
+	/* FUSE passthrough (passthrough.c) */
+	atomic_bool pt_on;         /* the kernel took it; backing ids work */
+	atomic_bool pt_init_seen;
+	atomic_uint_fast64_t pt_init_unique; /* INIT offering it, unanswered */
+	atomic_uint_fast64_t pt_opens;       /* handles opened through one */
 };
 
 /* An open file: either a clean object read through the cache (cf, with
@@ -135,6 +143,8 @@ struct fs_handle {
 	                               * handle goes (protected by lock) */
 	size_t nretired;
 	bool writer;            /* opened for writing: w is set */
+	bool pt;                /* through a backing file: no READ/WRITE */
+	bool pin;               /* a reader holding w as a writer would */
 	atomic_uint_fast64_t wgen; /* in->wgen when w was last looked up */
 	pthread_mutex_t lock;   /* protects rd, and w of a reader */
 	struct cache_reader rd;
@@ -212,6 +222,26 @@ void fs_handle_put(struct fs_handle *h);
 /* Object metadata "mode"/"uid"/"gid"/"mtime" into in (lock held). */
 void fs_apply_meta(struct fs_inode *in, const struct obj_kv *m, size_t n);
 bool fs_meta_reserved(const char *name);
+
+/* passthrough.c */
+/* Our /dev/fuse I/O, which negotiates passthrough (after mounting). */
+int fs_pt_install(struct fs *fs);
+/* A backing id for fd (> 0), or -errno: passthrough is off from then. */
+int fs_pt_open(struct fs *fs, int fd);
+void fs_pt_close(struct fs *fs, int id);
+/* The next OPEN/CREATE reply this thread sends goes through backing id
+ * (0: none). */
+void fs_pt_mark_reply(int id);
+/* Whether handle h (h->w set: a dirty file) opens inode in through a
+ * backing file; fs->lock held, before in->nopen counts h.  Returns the
+ * id to mark the reply with, 0 for the usual path, or -EAGAIN when h took
+ * the clean path while in is open through a backing file (open again: the
+ * dirty file is there now). */
+int fs_pt_choose(struct fs *fs, struct fs_inode *in, struct fs_handle *h);
+/* After fs_pt_choose, fs->lock dropped: registers a writer through a
+ * backing file with the write-back, lets go of a reader's hold if it
+ * takes the usual path. */
+void fs_pt_opened(struct fs_handle *h);
 
 /* ctl.c */
 int fs_ctl_start(struct fs *fs, char *msg, size_t msg_len);

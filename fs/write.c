@@ -52,11 +52,16 @@ void fs_handle_put(struct fs_handle *h)
 	struct fs *fs = h->fs;
 	unsigned held = 0;
 	char *key = NULL;
+	int pt_id = 0;
 
 	if (atomic_fetch_sub(&h->refs, 1) != 1)
 		return;
 	if (h->in) {
 		pthread_mutex_lock(&fs->lock);
+		if (h->pt && --h->in->pt_open == 0) {
+			pt_id = h->in->pt_id;
+			h->in->pt_id = 0;
+		}
 		if (--h->in->nopen == 0 && h->in->held_deletes) {
 			held = h->in->held_deletes;
 			h->in->held_deletes = 0;
@@ -64,10 +69,13 @@ void fs_handle_put(struct fs_handle *h)
 		}
 		pthread_mutex_unlock(&fs->lock);
 	}
+	fs_pt_close(fs, pt_id);
 	for (unsigned i = 0; key && i < held; i++)
 		cache_w_release(fs->cfg.cache, key); /* the delete may go */
 	free(key);
-	if (h->writer)
+	if (h->pt && h->writer)
+		cache_w_external(h->w, false);
+	if (h->writer || h->pin)
 		cache_w_writer(h->w, false);
 	cache_file_close(h->cf);
 	cache_w_put(h->w);
@@ -188,6 +196,14 @@ int fs_open_w(struct fs *fs, struct fs_inode *in, int flags,
 
 	if (wr && fs->cfg.mode == FS_MODE_RO)
 		return -EROFS;
+	if (!wr && atomic_load(&fs->pt_on)) {
+		/* Held: through a backing file it must stay the inode's
+		 * dirty file while open (fs_pt_choose). */
+		if (cache_w_hold(fs->cfg.cache, in->key, &h->w))
+			return 1;
+		h->pin = true;
+		return 0;
+	}
 	if (!wr)
 		return cache_w_get(fs->cfg.cache, in->key, &h->w) ? 1 : 0;
 	if (!cache_w_hold(fs->cfg.cache, in->key, &w)) {
@@ -278,7 +294,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct cache_wattr a;
 	struct fs_handle *h;
 	struct fs_entry e;
-	int err, rc;
+	int err, rc, pt;
 
 	dir = dir_of(fs, parent, &err);
 	if (!dir) {
@@ -328,10 +344,12 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	fs_refresh_from_w(fs, in);
 	memset(&ep, 0, sizeof(ep));
 	pthread_mutex_lock(&fs->lock);
+	pt = fs_pt_choose(fs, in, h); /* h->w is set: not -EAGAIN */
 	h->in = in;
 	in->nopen++;
 	fs_fill_attr(fs, in, &ep.attr);
 	pthread_mutex_unlock(&fs->lock);
+	fs_pt_opened(h);
 	ep.ino = in->ino;
 	ep.generation = 1;
 	ep.attr_timeout = ep.entry_timeout = fs->cfg.refresh_s;
@@ -339,8 +357,10 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	fi->keep_cache = 0;
 	atomic_fetch_add(&fs->opens, 1);
 	atomic_fetch_add(&fs->open_files, 1);
+	fs_pt_mark_reply(pt);
 	if (fuse_reply_create(req, &ep, fi) == -ENOENT)
 		fs_handle_put(h);
+	fs_pt_mark_reply(0);
 }
 
 /* Moves the request's bytes into the dirty file: with the request in a

@@ -40,7 +40,7 @@ struct mount_opts {
 	int mode;
 	unsigned refresh_s, threads, fetch_timeout_s;
 	unsigned async_delay_s, upload_parallel;
-	bool foreground, debug;
+	bool foreground, debug, no_passthrough;
 	char mnt_real[PATH_MAX], cache_real[PATH_MAX], ctl_path[256];
 	char cache_def[PATH_MAX];   /* the default cache dir, when chosen */
 };
@@ -64,6 +64,9 @@ static void mount_usage(FILE *f)
 "  --refresh SECONDS     revalidate listings and attributes (default 30)\n"
 "  --timeout SECONDS     an uncached read fails with EIO after (default 30)\n"
 "  --threads N           FUSE worker threads (default 8)\n"
+"  --no-passthrough      send writes through the daemon even where the\n"
+"                        kernel could write files open for writing\n"
+"                        straight into the cache (FUSE passthrough)\n"
 "  --foreground          stay attached (logs on stderr)\n"
 "  -o OPTS               extra FUSE mount options\n"
 "  --debug               FUSE debug output (implies --foreground)\n"
@@ -109,7 +112,7 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 	enum { OPT_CACHE_DIR = 256, OPT_CACHE_SIZE, OPT_ENDPOINT, OPT_REGION,
 	       OPT_PROFILE, OPT_PATH_STYLE, OPT_MODE, OPT_REFRESH, OPT_FG,
 	       OPT_TIMEOUT, OPT_THREADS, OPT_DEBUG, OPT_DELAY, OPT_PART,
-	       OPT_UPAR };
+	       OPT_UPAR, OPT_NO_PT };
 	static const struct option lo[] = {
 		{ "cache-dir", required_argument, NULL, OPT_CACHE_DIR },
 		{ "cache-size", required_argument, NULL, OPT_CACHE_SIZE },
@@ -126,6 +129,7 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 		{ "async-delay", required_argument, NULL, OPT_DELAY },
 		{ "part-size", required_argument, NULL, OPT_PART },
 		{ "upload-parallel", required_argument, NULL, OPT_UPAR },
+		{ "no-passthrough", no_argument, NULL, OPT_NO_PT },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
@@ -208,6 +212,7 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 		case 'f':
 		case OPT_FG: o->foreground = true; break;
 		case OPT_DEBUG: o->debug = o->foreground = true; break;
+		case OPT_NO_PT: o->no_passthrough = true; break;
 		case 'o': o->fuse_opts = optarg; break;
 		case 'h': mount_usage(stdout); exit(EXIT_OK);
 		default: return -1;
@@ -371,7 +376,7 @@ static int serve(struct mount_opts *o, int ready_fd, char *msg, size_t ml)
 		.async_delay_ms = o->async_delay_s * 1000,
 		.threads = o->threads, .fuse_opts = o->fuse_opts,
 		.ctl_path = o->ctl_path, .ready_fd = ready_fd,
-		.debug = o->debug,
+		.debug = o->debug, .passthrough = !o->no_passthrough,
 	};
 	struct obj_store *st;
 	struct cache *c;

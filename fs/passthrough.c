@@ -1,0 +1,252 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * passthrough.c - FUSE passthrough for files being written.
+ *
+ * Linux >= 6.9 can bind an open FUSE file to a "backing" file of the
+ * daemon: the kernel then reads and writes the backing file itself and
+ * the daemon sees no READ or WRITE requests.  For a dirty file that means
+ * a write() costs what it costs on the cache disk (one copy into the page
+ * cache) instead of two more copies and a round trip through /dev/fuse
+ * per MiB.  libfuse exposes this from 3.16; Debian 12 ships 3.14, which
+ * speaks protocol 7.38 and has neither the flag nor the reply fields.
+ *
+ * What 3.14 does have is fuse_session_custom_io(): our own read and
+ * writev for /dev/fuse.  Through them this file adds the two pieces of
+ * protocol 7.40 that passthrough needs, and nothing else:
+ *   - the INIT reply: FUSE_PASSTHROUGH (flags2 bit 5, with FUSE_INIT_EXT)
+ *     and max_stack_depth 1, only when the kernel offered FUSE_PASSTHROUGH
+ *     in its INIT request;
+ *   - an OPEN or CREATE reply the calling thread marked with
+ *     fs_pt_mark_reply(): FOPEN_PASSTHROUGH and the backing id in
+ *     fuse_open_out (the field 7.38 calls padding).
+ * Backing ids come from the FUSE_DEV_IOC_BACKING_OPEN ioctl, which needs
+ * CAP_SYS_ADMIN: without it (or on an older kernel) fs->pt_on stays false
+ * and every open takes the usual path.  When libfuse >= 3.16 is the
+ * baseline, this file gives way to FUSE_CAP_PASSTHROUGH and
+ * fuse_passthrough_open().
+ *
+ * The kernel's rule that shapes the callers (fs/fuse/iomode.c): while a
+ * file of an inode is open through a backing file, every other open of
+ * that inode must use the same backing file, and an inode open the usual
+ * way cannot be opened through one.  A mismatch fails the open with EIO.
+ * So fs.c and write.c keep, per inode, the backing id in use and how many
+ * handles use it (fs_inode.pt_id / pt_open), and pass through only when
+ * no handle of the inode is open the usual way.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "fs_int.h"
+
+/* Protocol 7.40 pieces absent from libfuse 3.14's headers. */
+#define FS_PT_MIN_ROOM (1ull << 30)
+
+#define PT_OP_INIT 26u
+#define PT_INIT_EXT (1u << 30)        /* FUSE_INIT_EXT: flags2 is valid */
+#define PT_FLAGS2_PASSTHROUGH (1u << 5) /* FUSE_PASSTHROUGH (1ULL << 37) */
+#define PT_FOPEN_PASSTHROUGH (1u << 7)
+#define PT_FOPEN_KEEP_CACHE (1u << 1)
+
+struct pt_backing_map {
+	int32_t fd;
+	uint32_t flags;
+	uint64_t padding;
+};
+
+#define PT_IOC_BACKING_OPEN _IOW(229, 1, struct pt_backing_map)
+#define PT_IOC_BACKING_CLOSE _IOW(229, 2, uint32_t)
+
+/* Offsets in the wire structs (include/uapi/linux/fuse.h, 7.40). */
+#define PT_IN_HEADER 40u   /* fuse_in_header */
+#define PT_INIT_IN_FLAGS 12u
+#define PT_INIT_IN_FLAGS2 16u
+#define PT_INIT_OUT_FLAGS 12u
+#define PT_INIT_OUT_FLAGS2 32u
+#define PT_INIT_OUT_STACK 36u
+#define PT_INIT_OUT_SIZE 64u
+#define PT_OPEN_OUT_SIZE 16u  /* fh, open_flags, backing_id */
+
+/* The backing id for the next OPEN/CREATE reply sent by this thread. */
+static __thread int32_t pt_next_reply;
+
+static uint32_t get32(const void *p, size_t off)
+{
+	uint32_t v;
+
+	memcpy(&v, (const char *)p + off, sizeof(v));
+	return v;
+}
+
+static void put32(void *p, size_t off, uint32_t v)
+{
+	memcpy((char *)p + off, &v, sizeof(v));
+}
+
+static ssize_t pt_read(int fd, void *buf, size_t len, void *userdata)
+{
+	struct fs *fs = userdata;
+	ssize_t n = read(fd, buf, len);
+
+	/* The kernel's first request is INIT: does it offer passthrough? */
+	if (n >= (ssize_t)(PT_IN_HEADER + PT_INIT_IN_FLAGS2 + 4) &&
+	    !atomic_load(&fs->pt_init_seen) &&
+	    get32(buf, 4) == PT_OP_INIT) {
+		uint32_t flags = get32(buf, PT_IN_HEADER + PT_INIT_IN_FLAGS);
+		uint32_t flags2 = get32(buf, PT_IN_HEADER + PT_INIT_IN_FLAGS2);
+		uint64_t unique;
+
+		memcpy(&unique, (char *)buf + 8, sizeof(unique));
+		if ((flags & PT_INIT_EXT) && (flags2 & PT_FLAGS2_PASSTHROUGH))
+			atomic_store(&fs->pt_init_unique, unique);
+		atomic_store(&fs->pt_init_seen, true);
+	}
+	return n;
+}
+
+static ssize_t pt_writev(int fd, struct iovec *iov, int count,
+			 void *userdata)
+{
+	struct fs *fs = userdata;
+	int32_t err;
+	uint64_t unique, init = atomic_load(&fs->pt_init_unique);
+
+	if (count != 2 || iov[0].iov_len < 16)
+		return writev(fd, iov, count);
+	memcpy(&err, (char *)iov[0].iov_base + 4, sizeof(err));
+	memcpy(&unique, (char *)iov[0].iov_base + 8, sizeof(unique));
+	if (pt_next_reply > 0 && !err && iov[1].iov_len >= PT_OPEN_OUT_SIZE) {
+		/* fuse_open_out ends the reply (OPEN, and CREATE after the
+		 * entry); libfuse built it in a buffer of its own. */
+		char *o = (char *)iov[1].iov_base + iov[1].iov_len -
+			  PT_OPEN_OUT_SIZE;
+		uint32_t of = get32(o, 8);
+
+		of = (of | PT_FOPEN_PASSTHROUGH) & ~PT_FOPEN_KEEP_CACHE;
+		put32(o, 8, of);
+		put32(o, 12, (uint32_t)pt_next_reply);
+		pt_next_reply = 0;
+	} else if (init && unique == init && !err &&
+		   iov[1].iov_len >= PT_INIT_OUT_SIZE) {
+		char *o = iov[1].iov_base;
+
+		put32(o, PT_INIT_OUT_FLAGS,
+		      get32(o, PT_INIT_OUT_FLAGS) | PT_INIT_EXT);
+		put32(o, PT_INIT_OUT_FLAGS2,
+		      get32(o, PT_INIT_OUT_FLAGS2) | PT_FLAGS2_PASSTHROUGH);
+		put32(o, PT_INIT_OUT_STACK, 1); /* backing files: not stacked */
+		atomic_store(&fs->pt_init_unique, 0);
+		atomic_store(&fs->pt_on, true);
+	}
+	return writev(fd, iov, count);
+}
+
+static ssize_t pt_splice_receive(int fdin, off_t *offin, int fdout,
+				 off_t *offout, size_t len, unsigned flags,
+				 void *userdata)
+{
+	(void)userdata;
+	return splice(fdin, offin, fdout, offout, len, flags);
+}
+
+static ssize_t pt_splice_send(int fdin, off_t *offin, int fdout,
+			      off_t *offout, size_t len, unsigned flags,
+			      void *userdata)
+{
+	(void)userdata;
+	return splice(fdin, offin, fdout, offout, len, flags);
+}
+
+int fs_pt_install(struct fs *fs)
+{
+	static const struct fuse_custom_io io = {
+		.read = pt_read,
+		.writev = pt_writev,
+		.splice_receive = pt_splice_receive,
+		.splice_send = pt_splice_send,
+	};
+
+	if (!fs->cfg.passthrough)
+		return 0;
+	return fuse_session_custom_io(fs->se, &io, fuse_session_fd(fs->se));
+}
+
+int fs_pt_open(struct fs *fs, int fd)
+{
+	struct pt_backing_map m = { .fd = fd };
+	int id;
+
+	if (!atomic_load(&fs->pt_on))
+		return -EOPNOTSUPP;
+	id = ioctl(fuse_session_fd(fs->se), PT_IOC_BACKING_OPEN, &m);
+	if (id > 0)
+		return id;
+	id = id < 0 ? errno : EIO;
+	/* EPERM (no CAP_SYS_ADMIN), ENOTTY (no passthrough after all):
+	 * the usual path from now on. */
+	if (atomic_exchange(&fs->pt_on, false))
+		fprintf(stderr, "fmfs: FUSE passthrough unavailable (%s); "
+			"writes go through the daemon\n", strerror(id));
+	return -id;
+}
+
+void fs_pt_close(struct fs *fs, int id)
+{
+	uint32_t v = (uint32_t)id;
+
+	if (id > 0 && ioctl(fuse_session_fd(fs->se), PT_IOC_BACKING_CLOSE,
+			    &v) < 0)
+		fprintf(stderr, "fmfs: closing passthrough backing %d: %s\n",
+			id, strerror(errno));
+}
+
+void fs_pt_mark_reply(int id)
+{
+	pt_next_reply = id;
+}
+
+int fs_pt_choose(struct fs *fs, struct fs_inode *in, struct fs_handle *h)
+{
+	uint64_t room, cap;
+	int id;
+
+	if (!h->w)
+		return in->pt_open ? -EAGAIN : 0;
+	if (in->pt_open) {   /* the same dirty file: pinned while open */
+		in->pt_open++;
+		h->pt = true;
+		return in->pt_id;
+	}
+	if (in->nopen || !atomic_load(&fs->pt_on))
+		return 0;   /* open the usual way, as the others are */
+	/* The cap is charged for what the kernel wrote only when we look
+	 * (close, fsync, stat): a writer needs room to spare, and near a
+	 * full cache writes take the usual path, which says ENOSPC. */
+	room = cache_w_room(fs->cfg.cache, &cap);
+	if (h->writer && (room < FS_PT_MIN_ROOM || room < cap / 4))
+		return 0;
+	id = fs_pt_open(fs, cache_w_fd(h->w));
+	if (id <= 0)
+		return 0;
+	in->pt_id = id;
+	in->pt_open = 1;
+	h->pt = true;
+	return id;
+}
+
+void fs_pt_opened(struct fs_handle *h)
+{
+	if (h->pt)
+		atomic_fetch_add(&h->fs->pt_opens, 1);
+	if (h->pin && !h->pt) {   /* the usual path: no need to hold it */
+		cache_w_writer(h->w, false);
+		h->pin = false;
+	}
+	if (h->pt && h->writer)
+		cache_w_external(h->w, true);
+}
