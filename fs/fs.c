@@ -565,6 +565,8 @@ static void op_release(fuse_req_t req, fuse_ino_t ino,
 	(void)ino;
 	if (h->writer) {
 		rc = cache_w_commit(h->w, false);
+		if (h->pt)   /* the kernel's writes are over */
+			cache_w_external(h->w, false);
 		cache_w_writer(h->w, false);
 		h->writer = false;
 	}

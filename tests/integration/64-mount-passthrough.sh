@@ -66,6 +66,7 @@ step = 3 << 20
 for off in range(0, len(src), step):
     os.pwrite(fd, src[off:off + step], off)
     end = min(off + step, len(src))
+    os.listdir(os.path.dirname(path))   # READDIRPLUS: sizes too
     st = os.stat(path).st_size
     assert st == end, "stat %d, written %d" % (st, end)
     ls = [e for e in os.scandir(os.path.dirname(path)) if e.name == "big"]
