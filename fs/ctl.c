@@ -304,6 +304,8 @@ static void do_status(struct fs *fs, FILE *out, bool json)
 	kv_u64(out, json, &first, "crc_failures", c.crc_failures);
 	kv_u64(out, json, &first, "fetch_errors", c.fetch_errors);
 	kv_u64(out, json, &first, "open_files", atomic_load(&fs->open_files));
+	kv(out, json, &first, "passthrough_offered",
+	   atomic_load(&fs->pt_offered) ? "true" : "false", false);
 	kv(out, json, &first, "passthrough",
 	   atomic_load(&fs->pt_on) ? "true" : "false", false);
 	kv_u64(out, json, &first, "passthrough_opens",

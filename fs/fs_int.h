@@ -125,6 +125,7 @@ struct fs {
 	/* FUSE passthrough (passthrough.c) */
 	atomic_bool pt_on;         /* the kernel took it; backing ids work */
 	atomic_bool pt_init_seen;
+	atomic_bool pt_offered;    /* the kernel's INIT offered it */
 	atomic_uint_fast64_t pt_init_unique; /* INIT offering it, unanswered */
 	atomic_uint_fast64_t pt_opens;       /* handles opened through one */
 };

@@ -102,8 +102,10 @@ static ssize_t pt_read(int fd, void *buf, size_t len, void *userdata)
 		uint64_t unique;
 
 		memcpy(&unique, (char *)buf + 8, sizeof(unique));
-		if ((flags & PT_INIT_EXT) && (flags2 & PT_FLAGS2_PASSTHROUGH))
+		if ((flags & PT_INIT_EXT) && (flags2 & PT_FLAGS2_PASSTHROUGH)) {
+			atomic_store(&fs->pt_offered, true);
 			atomic_store(&fs->pt_init_unique, unique);
+		}
 		atomic_store(&fs->pt_init_seen, true);
 	}
 	return n;

@@ -40,20 +40,16 @@ stat_of() { # NAME
 		"import json,sys; print(json.load(sys.stdin)['$1'])"
 }
 
-# Should the kernel take passthrough?  Root, Linux >= 6.9, and the
-# kernel's config (where it can be read) not saying otherwise.
-expect_pt=true
+# Should writes pass through?  As root, when the kernel offered it in
+# its INIT (Linux >= 6.9 with CONFIG_FUSE_PASSTHROUGH); the daemon reports
+# the offer.  Linux >= 6.9 that did not offer it is said, not failed: its
+# configuration may leave passthrough out.
 kv=$(uname -r)
 major=${kv%%.*}; rest=${kv#*.}; minor=${rest%%[!0-9]*}
-if [ "$(id -u)" != 0 ] || [ "$major" -lt 6 ] ||
-   { [ "$major" = 6 ] && [ "$minor" -lt 9 ]; }; then
-	expect_pt=false
+new_kernel=false
+if [ "$major" -gt 6 ] || { [ "$major" = 6 ] && [ "$minor" -ge 9 ]; }; then
+	new_kernel=true
 fi
-for cfg in /boot/config-"$kv" /proc/config.gz; do
-	[ -r "$cfg" ] || continue
-	zgrep -q '^CONFIG_FUSE_PASSTHROUGH=y' "$cfg" || expect_pt=false
-	break
-done
 
 mnt
 note "a file written while open: sizes seen by stat, ls -l and a reader"
@@ -77,6 +73,12 @@ for off in range(0, len(src), step):
 os.close(fd)
 EOF
 same_file data/big "$MNT/big"
+expect_pt=false
+if [ "$(id -u)" = 0 ] && [ "$(stat_of passthrough_offered)" = True ]; then
+	expect_pt=true
+elif $new_kernel; then
+	note "Linux $kv did not offer passthrough (CONFIG_FUSE_PASSTHROUGH?)"
+fi
 if $expect_pt; then
 	[ "$(stat_of passthrough)" = True ] ||
 		fail "passthrough is off on Linux $kv as root (see $CACHE/fmfs.log)"
