@@ -815,11 +815,11 @@ int cache_w_fd(struct cache_wfile *w)
  * charged.  look: also decide whether it changed since the last look
  * (size or mtime moved, or written just now) and if so make it a new
  * version to upload, with the file's mtime (wb->lock held). */
-static void sync_external(struct cache_wfile *w, bool look)
+void wb_sync_external(struct cache_wfile *w, bool look)
 {
 	struct timespec now;
 	struct stat st;
-	int64_t m;
+	int64_t m, age;
 
 	if (!w->external || fstat(w->fd, &st))
 		return;
@@ -832,9 +832,9 @@ static void sync_external(struct cache_wfile *w, bool look)
 		return;
 	m = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
 	clock_gettime(CLOCK_REALTIME, &now);
+	age = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec - m;
 	if ((uint64_t)st.st_size != w->ext_size || m != w->ext_mtime_ns ||
-	    (int64_t)now.tv_sec * 1000000000 + now.tv_nsec - m <
-	    EXT_FRESH_NS) {
+	    (age < EXT_FRESH_NS && age > -EXT_FRESH_NS)) {
 		w->gen++;
 		w->a.mtime_ns = m;
 	}
@@ -875,8 +875,15 @@ void cache_w_external(struct cache_wfile *w, bool add)
 		set_file_mtime(w, w->a.mtime_ns);
 		w->ext_size = (uint64_t)st.st_size;
 		w->ext_mtime_ns = w->a.mtime_ns;
+		w->ext_gen0 = w->gen;
 	} else if (!add && w->external) {
-		sync_external(w, true);
+		wb_sync_external(w, true);
+		/* A store through a shared mapping to a page already dirty
+		 * moves neither size nor mtime: if an upload read the file
+		 * meanwhile, count it changed once more at the end. */
+		if (w->external == 1 && w->gen == w->queued_gen &&
+		    (w->uploading || w->uploaded_gen >= w->ext_gen0))
+			w->gen++;
 		w->external--;
 	}
 	pthread_mutex_unlock(&wb->lock);
@@ -887,7 +894,7 @@ void cache_w_stat(struct cache_wfile *w, struct cache_wattr *a)
 	struct cache_wb *wb = w->c->wb;
 
 	pthread_mutex_lock(&wb->lock);
-	sync_external(w, false);
+	wb_sync_external(w, false);
 	*a = w->a;
 	pthread_mutex_unlock(&wb->lock);
 }
@@ -1126,7 +1133,7 @@ int cache_w_commit(struct cache_wfile *w, bool durable)
 	if (durable && fdatasync(w->fd))
 		return -errno;
 	pthread_mutex_lock(&wb->lock);
-	sync_external(w, true);
+	wb_sync_external(w, true);
 	if (w->in_table && (w->gen > w->queued_gen || !w->committed)) {
 		w->queued_gen = w->gen;
 		w->not_before_ms = cache_now_ms() + wb->cfg.async_delay_ms;
@@ -1301,7 +1308,7 @@ size_t cache_w_list(struct cache *c, const char *prefix,
 		for (struct cache_wfile *w = wb->tab[h]; w; w = w->hnext)
 			if (!strncmp(w->key, prefix, pl)) {
 				/* a listing's sizes reach the kernel too */
-				sync_external(w, false);
+				wb_sync_external(w, false);
 				if (fn)
 					fn(arg, w->key, &w->a);
 				n++;

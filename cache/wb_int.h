@@ -34,7 +34,8 @@ struct cache_wfile {
 	unsigned refs, writers;
 	unsigned external;        /* writers outside cache_w_write_with */
 	uint64_t ext_size;        /* the file at the last look for their */
-	int64_t ext_mtime_ns;     /* changes (sync_external) */
+	int64_t ext_mtime_ns;     /* changes (wb_sync_external) */
+	uint64_t ext_gen0;        /* gen when the first of them came */
 	int64_t not_before_ms;
 	int64_t failed_ms;        /* latest failed upload */
 	unsigned attempts;
@@ -88,6 +89,9 @@ void wb_dirty_path(uint64_t id, char *buf, size_t len);
 /* Gives n dirty bytes back to the cap (c->lock; not wb->lock). */
 void wb_uncharge(struct cache *c, uint64_t n);
 int wb_db_put(struct cache_wb *wb, const struct cache_wfile *w, bool queued);
+/* A file the kernel writes behind our back (cache_w_external): its size
+ * from the file; look: also count it changed if it was (wb->lock). */
+void wb_sync_external(struct cache_wfile *w, bool look);
 int wb_db_del(struct cache_wb *wb, uint64_t id);
 
 #endif /* FMFS_WB_INT_H */

@@ -266,16 +266,20 @@ static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
 	char vals[4][32], etag[80] = "", base[CACHE_ETAG_MAX];
 	struct obj_error err;
 	obj_status st;
-	uint64_t g = w->gen, size = w->a.size;
+	uint64_t g, size;
 	char *key = strdup(w->key);
 	size_t nkv;
 	bool was_in_bucket = w->in_bucket, meta_ok = w->nmeta <= 64;
 	struct obj_kv *mcopy = NULL;
 	enum cache_wkind kind = w->a.kind;
-	bool skip_put = cleanable(w);
+	bool skip_put;
 
 	if (!key)
 		return; /* with the lock held, as always */
+	wb_sync_external(w, false); /* the kernel may be writing it */
+	g = w->gen;
+	size = w->a.size;
+	skip_put = cleanable(w);
 	w->uploading = true;
 	w->in_bucket = true; /* from now on a rename must delete it */
 	w->refs++;
@@ -568,6 +572,7 @@ int cache_w_flush(struct cache *c, const char *prefix, bool wait,
 		for (struct cache_wfile *w = wb->tab[h]; w; w = w->hnext) {
 			if (strncmp(w->key, prefix, pl))
 				continue;
+			wb_sync_external(w, true);
 			if (w->gen > w->queued_gen) {
 				/* Written but not closed yet: what is there
 				 * now goes up, like sync(1). */

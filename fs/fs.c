@@ -281,6 +281,22 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 
 			pthread_mutex_lock(&fs->lock);
 			in = fs_inode_ref(fs, dir, e);
+			if (in && in->pt_open) {
+				/* The kernel writes it: the listing's size is
+				 * older than its own.  A plain entry (no node
+				 * id) leaves its attributes alone. */
+				ep.attr.st_ino = in->ino; /* 0 hides it */
+				pthread_mutex_unlock(&fs->lock);
+				fs_inode_forget(fs, in, 1);
+				ep.attr.st_mode = S_IFREG;
+				n = fuse_add_direntry_plus(req, p, left, name,
+							   &ep, i + 1);
+				if (n > left)
+					break;
+				p += n;
+				left -= n;
+				continue;
+			}
 			if (in) {
 				ep.ino = in->ino;
 				ep.generation = 1;
@@ -378,7 +394,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct fs_handle *h;
 	char etag[80];
 	uint64_t size;
-	int rc, pt, tries = 0;
+	int rc, pt;
 
 	if (!in || in->is_dir) {
 		fuse_reply_err(req, in ? EISDIR : ENOENT);
@@ -392,7 +408,6 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	pthread_mutex_init(&h->lock, NULL);
 	atomic_store(&h->refs, 1);
 	h->fs = fs;
-again:
 	atomic_store(&h->wgen, atomic_load(&in->wgen)); /* before the look */
 	/* A dirty file, or opening for writing: the write-back's copy. */
 	rc = fs_open_w(fs, in, fi->flags, h);
@@ -419,17 +434,6 @@ again:
 opened:
 	pthread_mutex_lock(&fs->lock);
 	pt = fs_pt_choose(fs, in, h);
-	if (pt == -EAGAIN) {
-		/* A writer made the dirty file meanwhile and opened it
-		 * through a backing file: so must we. */
-		pthread_mutex_unlock(&fs->lock);
-		cache_file_close(h->cf);
-		h->cf = NULL;
-		if (++tries < 8)
-			goto again;
-		rc = -EBUSY;
-		goto fail;
-	}
 	h->in = in;
 	in->nopen++;
 	pthread_mutex_unlock(&fs->lock);
@@ -564,9 +568,9 @@ static void op_release(fuse_req_t req, fuse_ino_t ino,
 
 	(void)ino;
 	if (h->writer) {
-		rc = cache_w_commit(h->w, false);
-		if (h->pt)   /* the kernel's writes are over */
+		if (h->pt)   /* the kernel's writes are over: a last look */
 			cache_w_external(h->w, false);
+		rc = cache_w_commit(h->w, false);
 		cache_w_writer(h->w, false);
 		h->writer = false;
 	}

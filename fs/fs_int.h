@@ -67,6 +67,7 @@ struct fs_inode {
 	unsigned pt_open;          /* of them through backing pt_id: 0 or
 	                            * nopen (see passthrough.c) */
 	int pt_id;
+	struct cache_wfile *pt_w;  /* the backing file (a reference) */
 	unsigned held_deletes;     /* tombstones waiting for the last close */
 	bool unlinked;             /* out of the namespace (unlink, replaced) */
 	struct cache_wfile *w_dead; /* its dirty file then, for attributes */
@@ -233,11 +234,11 @@ void fs_pt_close(struct fs *fs, int id);
 /* The next OPEN/CREATE reply this thread sends goes through backing id
  * (0: none). */
 void fs_pt_mark_reply(int id);
-/* Whether handle h (h->w set: a dirty file) opens inode in through a
- * backing file; fs->lock held, before in->nopen counts h.  Returns the
- * id to mark the reply with, 0 for the usual path, or -EAGAIN when h took
- * the clean path while in is open through a backing file (open again: the
- * dirty file is there now). */
+/* Whether handle h opens inode in through a backing file; fs->lock held,
+ * before in->nopen counts h.  A first one needs h->w (a dirty file);
+ * once the inode has one, every handle joins it (h->w becomes in->pt_w,
+ * held).  Returns the id to mark the reply with, or 0 for the usual
+ * path. */
 int fs_pt_choose(struct fs *fs, struct fs_inode *in, struct fs_handle *h);
 /* After fs_pt_choose, fs->lock dropped: registers a writer through a
  * backing file with the write-back, lets go of a reader's hold if it

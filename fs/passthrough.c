@@ -212,19 +212,42 @@ void fs_pt_mark_reply(int id)
 	pt_next_reply = id;
 }
 
+/* h joins the inode's backing file: h's dirty file becomes in->pt_w
+ * (the one the kernel writes), held while h is open. */
+static void join(struct fs_inode *in, struct fs_handle *h)
+{
+	struct cache_wfile *old = h->w;
+	bool held = h->writer || h->pin;
+
+	if (old != in->pt_w) {
+		cache_w_ref(in->pt_w);
+		cache_w_writer(in->pt_w, true);
+		h->w = in->pt_w;
+		if (old && held)
+			cache_w_writer(old, false);
+		cache_w_put(old);
+	} else if (!held) {
+		cache_w_writer(in->pt_w, true);
+	}
+	if (!h->writer)
+		h->pin = true;
+}
+
 int fs_pt_choose(struct fs *fs, struct fs_inode *in, struct fs_handle *h)
 {
 	uint64_t room, cap;
 	int id;
 
-	if (!h->w)
-		return in->pt_open ? -EAGAIN : 0;
-	if (in->pt_open) {   /* the same dirty file: pinned while open */
+	if (in->pt_open) {
+		/* The kernel allows one backing file per inode: whatever h
+		 * found (the clean copy, another dirty file after a race with
+		 * a rename), it uses the inode's. */
+		join(in, h);
 		in->pt_open++;
 		h->pt = true;
 		return in->pt_id;
 	}
-	if (in->nopen || !atomic_load(&fs->pt_on))
+	if (!h->w || in->nopen || !atomic_load(&fs->pt_on))
 		return 0;   /* open the usual way, as the others are */
 	/* The cap is charged for what the kernel wrote only when we look
 	 * (close, fsync, stat): a writer needs room to spare, and near a
@@ -236,6 +259,9 @@ int fs_pt_choose(struct fs *fs, struct fs_inode *in, struct fs_handle *h)
 	if (id <= 0)
 		return 0;
 	in->pt_id = id;
+	in->pt_w = h->w;
+	cache_w_ref(h->w);   /* the inode's, until its last such handle */
+	join(in, h);
 	in->pt_open = 1;
 	h->pt = true;
 	return id;
@@ -245,6 +271,10 @@ void fs_pt_opened(struct fs_handle *h)
 {
 	if (h->pt)
 		atomic_fetch_add(&h->fs->pt_opens, 1);
+	if (h->pt && h->cf) {   /* joined from the clean path */
+		cache_file_close(h->cf);
+		h->cf = NULL;
+	}
 	if (h->pin && !h->pt) {   /* the usual path: no need to hold it */
 		cache_w_writer(h->w, false);
 		h->pin = false;

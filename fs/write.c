@@ -52,6 +52,7 @@ void fs_handle_put(struct fs_handle *h)
 	struct fs *fs = h->fs;
 	unsigned held = 0;
 	char *key = NULL;
+	struct cache_wfile *pt_w = NULL;
 	int pt_id = 0;
 
 	if (atomic_fetch_sub(&h->refs, 1) != 1)
@@ -60,7 +61,9 @@ void fs_handle_put(struct fs_handle *h)
 		pthread_mutex_lock(&fs->lock);
 		if (h->pt && --h->in->pt_open == 0) {
 			pt_id = h->in->pt_id;
+			pt_w = h->in->pt_w;
 			h->in->pt_id = 0;
+			h->in->pt_w = NULL;
 		}
 		if (--h->in->nopen == 0 && h->in->held_deletes) {
 			held = h->in->held_deletes;
@@ -70,6 +73,8 @@ void fs_handle_put(struct fs_handle *h)
 		pthread_mutex_unlock(&fs->lock);
 	}
 	fs_pt_close(fs, pt_id);
+	if (pt_w)
+		cache_w_put(pt_w);
 	for (unsigned i = 0; key && i < held; i++)
 		cache_w_release(fs->cfg.cache, key); /* the delete may go */
 	free(key);

@@ -60,9 +60,11 @@ path, src = sys.argv[1], open(sys.argv[2], "rb").read()
 fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
 step = 3 << 20
 for off in range(0, len(src), step):
+    it = os.scandir(os.path.dirname(path))  # the listing, before...
     os.pwrite(fd, src[off:off + step], off)
     end = min(off + step, len(src))
-    os.listdir(os.path.dirname(path))   # READDIRPLUS: sizes too
+    list(it)                                 # ...READDIRPLUS after
+    os.listdir(os.path.dirname(path))
     st = os.stat(path).st_size
     assert st == end, "stat %d, written %d" % (st, end)
     ls = [e for e in os.scandir(os.path.dirname(path)) if e.name == "big"]
