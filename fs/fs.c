@@ -283,21 +283,12 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 			in = fs_inode_ref(fs, dir, e);
 			if (in && in->pt_open) {
 				/* The kernel writes it: the listing's size is
-				 * older than its own.  A plain entry (no node
-				 * id) leaves its attributes alone. */
-				ep.attr.st_ino = in->ino; /* 0 hides it */
-				pthread_mutex_unlock(&fs->lock);
-				fs_inode_forget(fs, in, 1);
+				 * older than its own.  An entry without a node
+				 * id leaves its attributes alone (st_ino 0
+				 * would hide the name). */
+				ep.attr.st_ino = in->ino;
 				ep.attr.st_mode = S_IFREG;
-				n = fuse_add_direntry_plus(req, p, left, name,
-							   &ep, i + 1);
-				if (n > left)
-					break;
-				p += n;
-				left -= n;
-				continue;
-			}
-			if (in) {
+			} else if (in) {
 				ep.ino = in->ino;
 				ep.generation = 1;
 				fs_fill_attr(fs, in, &ep.attr);
@@ -309,10 +300,10 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 				break;
 			n = fuse_add_direntry_plus(req, p, left, name, &ep,
 						   i + 1);
-			if (n > left) {
-				fs_inode_forget(fs, in, 1); /* not sent */
+			if (!ep.ino || n > left)   /* no reference sent */
+				fs_inode_forget(fs, in, 1);
+			if (n > left)
 				break;
-			}
 		} else if (plus) {
 			n = fuse_add_direntry_plus(req, p, left, name, &ep,
 						   i + 1);

@@ -78,7 +78,7 @@ void fs_handle_put(struct fs_handle *h)
 	for (unsigned i = 0; key && i < held; i++)
 		cache_w_release(fs->cfg.cache, key); /* the delete may go */
 	free(key);
-	if (h->pt && h->writer)
+	if (h->pt && h->writer) /* an open never released (interrupted) */
 		cache_w_external(h->w, false);
 	if (h->writer || h->pin)
 		cache_w_writer(h->w, false);
@@ -349,7 +349,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	fs_refresh_from_w(fs, in);
 	memset(&ep, 0, sizeof(ep));
 	pthread_mutex_lock(&fs->lock);
-	pt = fs_pt_choose(fs, in, h); /* h->w is set: not -EAGAIN */
+	pt = fs_pt_choose(fs, in, h);
 	h->in = in;
 	in->nopen++;
 	fs_fill_attr(fs, in, &ep.attr);
