@@ -83,6 +83,7 @@ for ROUND in $(seq 1 "$ROUNDS"); do
 	msg "round $ROUND of $ROUNDS"
 	# libfmckpt: a directory drained to the bucket.
 	rm -rf "$TMP/ckpt"
+	source_ready   # the same free memory as the methods after it
 	"$FMCKPT" bench --size "$BYTES" --target "$TMP/ckpt" \
 		--target "s3://$BUCKET/fmckpt" --endpoint "$RGW_ENDPOINT" --rounds 1 \
 		>"$TMP/fmckpt.$ROUND.json" 2>"$TMP/log/fmckpt.err" ||
