@@ -328,6 +328,37 @@ static void test_crc32c_vectors(void **state)
 				      3000), cache_crc32c(0, buf, 4000));
 }
 
+/* Long buffers take three interleaved streams: each length around the
+ * stripe multiples, at odd alignments, against the table and chained. */
+static void test_crc32c_long(void **state)
+{
+	size_t max = 4 * 3 * 4096 + 64;
+	unsigned char *buf = malloc(max + 8);
+	const size_t lens[] = { 12287, 12288, 12289, 12295, 24575, 24576,
+				24583, 36864 + 100, 4 * 3 * 4096, max };
+	uint32_t before;
+
+	(void)state;
+	assert_non_null(buf);
+	pattern_fill(11, 0, buf, max + 8);
+	for (size_t a = 0; a < 8; a += 3)
+		for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
+			assert_int_equal(cache_crc32c(0, buf + a, lens[i]),
+					 cache_crc32c_sw(0, buf + a, lens[i]));
+	assert_int_equal(cache_crc32c(cache_crc32c(0, buf, 13000),
+				      buf + 13000, max - 13000),
+			 cache_crc32c_sw(0, buf, max));
+	assert_int_equal(cache_crc32c(0x12345678u, buf + 1, 30000),
+			 cache_crc32c_sw(0x12345678u, buf + 1, 30000));
+	/* One bit flipped in the middle stripe changes the result. */
+	before = cache_crc32c(0, buf, 12288);
+	buf[4096 + 77] ^= 0x10;
+	assert_int_not_equal(cache_crc32c(0, buf, 12288), before);
+	assert_int_equal(cache_crc32c(0, buf, 12288),
+			 cache_crc32c_sw(0, buf, 12288));
+	free(buf);
+}
+
 /* ---- reads ---- */
 
 static void test_read_sizes(void **state)
@@ -1260,6 +1291,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 #define T(name) cmocka_unit_test_setup_teardown(name, env_setup, env_teardown)
 		cmocka_unit_test(test_crc32c_vectors),
+		cmocka_unit_test(test_crc32c_long),
 		T(test_read_sizes),
 		T(test_reopen_no_requests),
 		T(test_crash_after_flush),
