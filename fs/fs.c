@@ -129,10 +129,19 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	/* 1 MiB requests: libfuse derives max_pages from max_write, and
 	 * max_read must match the max_read mount option. */
 	conn->max_write = 1 << 20;
-	conn->max_read = 1 << 20;
+	conn->max_read = FS_MAX_READ;
 	conn->max_readahead = 4 << 20; /* the bdi gets min(this, ours) */
 	if (conn->capable & FUSE_CAP_SPLICE_READ)
 		conn->want |= FUSE_CAP_SPLICE_READ;
+	/* Read replies from a cache file go to /dev/fuse by splice: the
+	 * page-cache pages ride a pipe and the kernel copies them once into
+	 * the reader's pages.  Without it libfuse preads every reply into a
+	 * fresh buffer and writes that: one more copy and page faults.  A
+	 * 1 MiB reply needs a pipe of 1 MiB + 3 pages, over pipe-max-size
+	 * (1 MiB): root may grow it anyway (CAP_SYS_RESOURCE); otherwise
+	 * libfuse falls back to the copy. */
+	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
+		conn->want |= FUSE_CAP_SPLICE_WRITE;
 	conn->want &= ~(unsigned)FUSE_CAP_AUTO_INVAL_DATA;
 	/* The kernel's INIT arrived: the mount is live.  Tell the parent
 	 * waiting in `fmfs mount`. */
@@ -848,8 +857,8 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t ml)
 		if (*c == ',')
 			*c = '_';
 	snprintf(opts, sizeof(opts), "fsname=fmfs:%s,subtype=fmfs,%s"
-		 "max_read=1048576,default_permissions%s%s%s", fsname,
-		 cfg->mode == FS_MODE_RO ? "ro," : "",
+		 "max_read=%u,default_permissions%s%s%s", fsname,
+		 cfg->mode == FS_MODE_RO ? "ro," : "", FS_MAX_READ,
 		 getuid() == 0 ? ",allow_other" : "",
 		 cfg->fuse_opts ? "," : "", cfg->fuse_opts ? cfg->fuse_opts : "");
 	if (cfg->debug)
