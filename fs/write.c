@@ -1093,13 +1093,19 @@ void fs_on_done(void *arg, const char *key, const char *etag, uint64_t size,
 	size_t n = strlen(key);
 	struct fs_inode *in;
 
-	/* The parent's listing no longer matches the bucket. */
+	/* The parent's listing no longer matches the bucket, and neither
+	 * may any ancestor's: the key's first directory below each of them
+	 * is a prefix there, which the key's upload can make appear and its
+	 * DELETE vanish (a look at the root racing the DELETEs of a renamed
+	 * tree saw "tree/" from a LIST, then no tombstone under it). */
 	snprintf(dkey, sizeof(dkey), "%s", key);
-	if (n && dkey[n - 1] == '/')
-		dkey[--n] = '\0';
-	while (n && dkey[n - 1] != '/')
-		dkey[--n] = '\0';
-	fs_dir_invalidate(fs, dkey, false);
+	do {
+		if (n && dkey[n - 1] == '/')
+			dkey[--n] = '\0';
+		while (n && dkey[n - 1] != '/')
+			dkey[--n] = '\0';
+		fs_dir_invalidate(fs, dkey, false);
+	} while (n);
 	if (deleted)
 		return;
 	pthread_mutex_lock(&fs->lock);
