@@ -126,8 +126,8 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
 	struct fs *fs = userdata;
 
-	/* 1 MiB requests: libfuse derives max_pages from max_write, and
-	 * max_read must match the max_read mount option. */
+	/* 1 MiB writes, reads of FS_MAX_READ: libfuse derives max_pages
+	 * from max_write, and max_read must match the mount option. */
 	conn->max_write = 1 << 20;
 	conn->max_read = FS_MAX_READ;
 	conn->max_readahead = 4 << 20; /* the bdi gets min(this, ours) */
@@ -136,10 +136,8 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	/* Read replies from a cache file go to /dev/fuse by splice: the
 	 * page-cache pages ride a pipe and the kernel copies them once into
 	 * the reader's pages.  Without it libfuse preads every reply into a
-	 * fresh buffer and writes that: one more copy and page faults.  A
-	 * 1 MiB reply needs a pipe of 1 MiB + 3 pages, over pipe-max-size
-	 * (1 MiB): root may grow it anyway (CAP_SYS_RESOURCE); otherwise
-	 * libfuse falls back to the copy. */
+	 * fresh buffer and writes that: one more copy and page faults.
+	 * FS_MAX_READ keeps a reply within a pipe of pipe-max-size. */
 	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
 		conn->want |= FUSE_CAP_SPLICE_WRITE;
 	conn->want &= ~(unsigned)FUSE_CAP_AUTO_INVAL_DATA;

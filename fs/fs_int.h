@@ -24,6 +24,11 @@
 #define FS_LISTING_MAX_ENTRIES 4000000 /* per directory; memory bound */
 #define FS_DIRCACHE_MAX 16384          /* directories whose listing we keep */
 #define FS_OFFLINE_MS 5000             /* metadata stays stale this long */
+/* The largest read request: 1 MiB less 16 KiB, so that a reply, its
+ * header and libfuse's slack fit a pipe of pipe-max-size (1 MiB) and go
+ * to /dev/fuse by splice; at 1 MiB libfuse needs a bigger pipe, which
+ * takes CAP_SYS_RESOURCE, and falls back to a copy through a buffer. */
+#define FS_MAX_READ ((1u << 20) - (16u << 10))
 
 /* One name in a directory, as the last listing saw it. */
 struct fs_entry {
@@ -82,18 +87,12 @@ struct fs_inode {
 	struct fs_inode *next_ino, *next_name; /* hash chains */
 };
 
-/* A cached listing, by directory key: independent of inode lifetimes, so
- * a listing survives the kernel forgetting a directory (drop_caches) and
- * can still be served stale when the store is unreachable. */
-/* The largest read request: 1 MiB less 16 KiB, so that a reply, its
- * header and libfuse's slack fit a pipe of pipe-max-size (1 MiB) and go
- * to /dev/fuse by splice; at 1 MiB libfuse needs a bigger pipe, which
- * takes CAP_SYS_RESOURCE, and falls back to a copy through a buffer. */
-#define FS_MAX_READ ((1u << 20) - (16u << 10))
-
 #define FS_DIR_GENS 256
 #define FS_LIST_TRIES 8   /* LISTs of a directory changing meanwhile */
 
+/* A cached listing, by directory key: independent of inode lifetimes, so
+ * a listing survives the kernel forgetting a directory (drop_caches) and
+ * can still be served stale when the store is unreachable. */
 struct fs_dircache {
 	char *key;
 	struct fs_listing *l;

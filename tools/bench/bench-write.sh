@@ -28,18 +28,20 @@
 #               flight, 8 MiB parts): the gateway's parallel PUT rate
 #
 # Goals (issue 4): close returns within 1.2 x the local disk (fmfs pass 1
-# dd time / local reference dd time); draining reaches >= 0.8 x the parallel PUT
-# rate of the gateway: aws s3 cp time / fmfs drain time, where the drain
-# is from close returning to the object complete in the bucket (pass 1:
-# in-the-bucket time - close time; it includes the 1 s --async-delay).
+# dd time / local reference dd time); draining reaches >= 0.8 x the
+# parallel PUT rate of the gateway: aws s3 cp time / fmfs drain time,
+# where the drain is from close returning to the object complete in the
+# bucket (pass 1: in-the-bucket time - close time; it includes the 1 s
+# --async-delay).
 # Also printed: the same from the start of the write (aws time / fmfs
 # in-the-bucket time), with flush --wait (aws time / flush time, pass 2),
 # and close and in-the-bucket ratios for s3fs and rclone.
 # Round by round, each method once (aws, local, fmfs 1 and 2, peers: the
 # local reference next to fmfs pass 1, so both dd runs get the same free
-# memory), ratios taken within a round, medians over rounds. A benchmark, not a test: it fails only when something does
-# not work. The gateway, mounts, polling and the summary's common part
-# are in lib.sh, shared with bench-ckpt.sh.
+# memory), ratios taken within a round, medians over rounds. A
+# benchmark, not a test: it fails only when something does not work.
+# The gateway, mounts, polling and the summary's common part are in
+# lib.sh, shared with bench-ckpt.sh.
 #
 #   tools/bench/bench-write.sh            (or: make bench)
 #
@@ -250,8 +252,9 @@ goals = {
 }
 show_goals(goals, 40)
 print("(ratios within each round, median over rounds. close: fmfs dd time /")
-print(" local reference dd time. drain: aws s3 cp time / (fmfs in the bucket - fmfs dd")
-print(" time), i.e. from close returning; it includes --async-delay 1)")
+print(" local reference dd time. drain: aws s3 cp time / (fmfs in the")
+print(" bucket - fmfs dd time), i.e. from close returning; it includes")
+print(" --async-delay 1)")
 print()
 def fmt(v):
     return "%.2f" % v if v is not None else "-"
