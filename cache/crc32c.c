@@ -4,9 +4,9 @@
  * checksum the cache keeps for every block and checks before a block is
  * first served.  On x86-64 with SSE4.2 the crc32 instruction does eight
  * bytes at a time, in three streams for long buffers; elsewhere a
- * slicing-by-8 table does.  The choice is made once, at the first call.  cache_crc32c(0, "123456789", 9) is
- * 0xE3069283, and cache_crc32c(cache_crc32c(0, a), b) is the CRC of a
- * followed by b.
+ * slicing-by-8 table does.  The choice is made once, at the first call.
+ * cache_crc32c(0, "123456789", 9) is 0xE3069283, and
+ * cache_crc32c(cache_crc32c(0, a), b) is the CRC of a followed by b.
  */
 #include <pthread.h>
 #include <string.h>
