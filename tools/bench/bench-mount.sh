@@ -83,7 +83,9 @@
 # Cost: ~0.6 GiB of local files plus one system's cache (<= 0.55 GiB) at
 # a time, ~1.5 GB of RAM in the gateway; with 3 rounds and all four
 # systems about 6.5 minutes on the 2-core test machine (fio alone is 3 min
-# of it). Needs root (drop_caches, FUSE).
+# of it). Needs root (drop_caches, FUSE). In a VM with free page
+# reporting it turns reporting off for the run (tools/bench/vm.sh; put
+# back at exit; BENCH_PAGE_REPORTING=keep to leave it on).
 # Everything - mounts, daemons, gateway, files - goes away at the end, on
 # failure and on Ctrl-C.
 #
@@ -214,6 +216,7 @@ cleanup() {
 	[ "$CLEANED" = 1 ] && return
 	CLEANED=1
 	trap '' INT TERM
+	vm_memory_restore
 	if [ -n "$TMP" ] && [ -d "$TMP" ]; then
 		for m in "$TMP"/mnt/*; do
 			[ -d "$m" ] || continue
@@ -259,6 +262,9 @@ UNAVAIL=$TMP/unavailable.tsv # SYSTEM REASON
 INFO=$TMP/info.tsv           # KEY VALUE (notes for the report)
 : >"$RESULTS"; : >"$FAILS"; : >"$UNAVAIL"; : >"$INFO"
 ROUND=0
+# shellcheck source=tools/bench/vm.sh
+source "$HERE/vm.sh"
+vm_memory_hold
 
 # ---------------------------------------------------------------------
 # Gateway and data.

@@ -56,6 +56,9 @@
 #   BENCH_FMFS=PATH       the fmfs to run (default tools/fmfs; a sanitizer
 #                         build is refused with exit 2)
 #   BENCH_FMFS_OPTS="..." extra options for `fmfs mount`
+#   BENCH_PAGE_REPORTING=keep   leave a VM's free page reporting on (by
+#                         default it is off for the run: tools/bench/vm.sh)
+#   BENCH_MEMLOG=PATH     memory state before each step (lib.sh)
 #
 # The gateway keeps objects in RAM (memstore, 14 GiB cap here) and frees
 # deleted ones only at garbage collection, so every method's object is

@@ -7,15 +7,19 @@
 # tree) before sourcing it, and may set COPY (how a file is written onto
 # a mount: cp, the default, or dd for `dd bs=1M`). From the environment:
 # ROUNDS (BENCH_ROUNDS, 3), SIZE (BENCH_SIZE, 1G), SYSTEMS (BENCH_SYSTEMS,
-# the FUSE peers to compare: "s3fs rclone"). Then:
+# the FUSE peers to compare: "s3fs rclone"), BENCH_MEMLOG (a file: the
+# memory, dirty-page limits and daemons' RSS before each timed step, and
+# each figure, for finding out why a step was slow). Then:
 #
 #   bench_args "$@"      checks the command line (none), ROUNDS and SIZE
 #                        (exit 2), sets BYTES, checks the tools every
 #                        benchmark needs (exit 1)
-#   bench_init NAME      traps (cleanup on exit, Ctrl-C, TERM) and a fresh
+#   bench_init NAME      traps (cleanup on exit, Ctrl-C, TERM), a fresh
 #                        temporary directory TMP (BENCH_TMPDIR, else /tmp)
 #                        with log/, mnt/, cache/ and RESULTS (results.tsv:
-#                        ROUND METHOD KEY VALUE, one figure a line)
+#                        ROUND METHOD KEY VALUE, one figure a line), and
+#                        steady memory in a VM (vm.sh: free page
+#                        reporting off until exit)
 #   bench_gateway        a private gateway (tests/lib/rgw.sh) in TMP/rgw:
 #                        RGW_ENDPOINT, BUCKET, CEPH_CONF, credentials; an
 #                        aws CLI config of its own (10 requests in flight,
@@ -43,6 +47,8 @@
 # process still naming TMP, then TMP itself.
 
 RGW_SH=$ROOT/tests/lib/rgw.sh
+# shellcheck source=tools/bench/vm.sh
+source "$ROOT/tools/bench/vm.sh"
 # 10 GiB of memstore: several 1 GiB objects can wait for the gateway's
 # garbage collection at once without the OSD filling up (then every
 # write stalls and the figures mean nothing).
@@ -92,6 +98,7 @@ cleanup() {
 	if declare -F cleanup_hook >/dev/null; then
 		cleanup_hook || true
 	fi
+	vm_memory_restore
 	for m in "${MOUNTS[@]}"; do
 		fusermount3 -u "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
 	done
@@ -133,6 +140,7 @@ bench_init() { # NAME
 	mkdir -p "$TMP/log" "$TMP/mnt" "$TMP/cache"
 	RESULTS=$TMP/results.tsv      # ROUND METHOD KEY VALUE
 	: >"$RESULTS"
+	vm_memory_hold
 }
 
 bench_args() { # "$@" of the script
@@ -223,7 +231,10 @@ bench_data() {
 now() { echo "$EPOCHREALTIME"; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.6f", b - a }'; }
 # shellcheck disable=SC2153 # ROUND: the caller's loop variable
-record() { echo "$ROUND $1 $2 $3" >>"$RESULTS"; }
+record() {
+	echo "$ROUND $1 $2 $3" >>"$RESULTS"
+	[ -z "${BENCH_MEMLOG:-}" ] || echo "-> $1 $2 $3" >>"$BENCH_MEMLOG"
+}
 
 # The size of KEY in the bucket, or nothing when it is not there.
 head_size() { # KEY
@@ -325,6 +336,16 @@ source_ready() {
 		echo 3 >/proc/sys/vm/drop_caches
 	fi
 	cat "$TMP/data.bin" >/dev/null
+	if [ -n "${BENCH_MEMLOG:-}" ]; then
+		{
+			echo "== ${FUNCNAME[1]} ${ROUND:-} $(date +%T)"
+			grep -E '^(MemFree|MemAvailable|Cached|Dirty|Writeback|AnonPages):' /proc/meminfo | tr -s ' ' | tr '\n' ' '
+			grep -E '^nr_dirty_(background_)?threshold' /proc/vmstat | tr '\n' ' '
+			echo
+			ps -o rss=,comm= -C radosgw,ceph-osd,fmfs,s3fs,rclone | tr '\n' ' '
+			echo
+		} >>"$BENCH_MEMLOG"
+	fi
 }
 
 measure_aws() {
