@@ -310,6 +310,10 @@ static void do_status(struct fs *fs, FILE *out, bool json)
 	   atomic_load(&fs->pt_on) ? "true" : "false", false);
 	kv_u64(out, json, &first, "passthrough_opens",
 	       atomic_load(&fs->pt_opens));
+	kv(out, json, &first, "killpriv_v2",
+	   atomic_load(&fs->pt_killpriv2) ? "true" : "false", false);
+	kv_u64(out, json, &first, "getxattr_requests",
+	       atomic_load(&fs->getxattrs));
 	cache_wb_get_stats(fs->cfg.cache, &w);
 	kv_u64(out, json, &first, "dirty_bytes", w.dirty_bytes);
 	kv_u64(out, json, &first, "dirty_files", w.dirty_files);

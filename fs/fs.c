@@ -699,6 +699,7 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	size_t n;
 	int rc;
 
+	atomic_fetch_add(&fs->getxattrs, 1);
 	if (!in) {
 		fuse_reply_err(req, ENOENT);
 		return;

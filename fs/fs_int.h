@@ -111,6 +111,7 @@ struct fs {
 	size_t ndirs;
 	/* counters for `fmfs status` */
 	atomic_uint_fast64_t lookups, listings, list_pages, opens, reads;
+	atomic_uint_fast64_t getxattrs;
 	atomic_uint_fast64_t skipped_names, open_files;
 	/* After a transport failure, metadata is served from what we have
 	 * (no retries per lookup) until this time. */
@@ -132,7 +133,9 @@ struct fs {
 	atomic_bool pt_on;         /* the kernel took it; backing ids work */
 	atomic_bool pt_init_seen;
 	atomic_bool pt_offered;    /* the kernel's INIT offered it */
-	atomic_uint_fast64_t pt_init_unique; /* INIT offering it, unanswered */
+	atomic_uint_fast64_t pt_init_unique; /* INIT to amend, unanswered */
+	atomic_bool pt_killpriv2;  /* the INIT reply asks for
+	                            * FUSE_HANDLE_KILLPRIV_V2 */
 	atomic_uint_fast64_t pt_opens;       /* handles opened through one */
 };
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * passthrough.c - FUSE passthrough for files being written.
+ * passthrough.c - FUSE passthrough for files being written, and the INIT
+ * flags libfuse 3.14 cannot negotiate.
  *
  * Linux >= 6.9 can bind an open FUSE file to a "backing" file of the
  * daemon: the kernel then reads and writes the backing file itself and
@@ -32,6 +33,19 @@
  * So fs.c and write.c keep, per inode, the backing id in use and how many
  * handles use it (fs_inode.pt_id / pt_open), and pass through only when
  * no handle of the inode is open the usual way.
+ *
+ * One more INIT flag rides the same reply: FUSE_HANDLE_KILLPRIV_V2
+ * (7.33, which 3.14 cannot ask for either).  Without it the kernel clears
+ * SB_NOSEC on every FUSE mount, so each write() - passthrough or not -
+ * first asks the daemon for "security.capability" (file_remove_privs), a
+ * GETXATTR round trip per call: 8 KiB writes went at 1/7 of the local
+ * disk's speed.  With it the kernel latches S_NOSEC on an inode after its
+ * first write and asks no more.  It makes the daemon the one to drop
+ * set-id bits and capabilities on write and truncate; fmfs stores no
+ * capabilities (only user.* names are accepted) and is mounted nosuid, so
+ * there is nothing to drop, and the flag is asked for only when no
+ * "-o suid" overrides that.  The custom I/O is installed on every mount
+ * for it; passthrough's parts still need --passthrough (the default).
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -50,6 +64,7 @@
 #define PT_OP_INIT 26u
 #define PT_INIT_EXT (1u << 30)        /* FUSE_INIT_EXT: flags2 is valid */
 #define PT_FLAGS2_PASSTHROUGH (1u << 5) /* FUSE_PASSTHROUGH (1ULL << 37) */
+#define PT_HANDLE_KILLPRIV_V2 (1u << 28) /* 7.33 */
 #define PT_FOPEN_PASSTHROUGH (1u << 7)
 #define PT_FOPEN_KEEP_CACHE (1u << 1)
 
@@ -88,6 +103,21 @@ static void put32(void *p, size_t off, uint32_t v)
 	memcpy((char *)p + off, &v, sizeof(v));
 }
 
+/* libfuse mounts nosuid unless -o suid asks otherwise. */
+static bool mount_nosuid(const struct fs *fs)
+{
+	const char *o = fs->cfg.fuse_opts;
+	size_t n;
+
+	while (o && *o) {
+		n = strcspn(o, ",");
+		if (n == 4 && !strncmp(o, "suid", 4))
+			return false;
+		o += n + (o[n] == ',');
+	}
+	return true;
+}
+
 static ssize_t pt_read(int fd, void *buf, size_t len, void *userdata)
 {
 	struct fs *fs = userdata;
@@ -102,8 +132,13 @@ static ssize_t pt_read(int fd, void *buf, size_t len, void *userdata)
 		uint64_t unique;
 
 		memcpy(&unique, (char *)buf + 8, sizeof(unique));
-		if ((flags & PT_INIT_EXT) && (flags2 & PT_FLAGS2_PASSTHROUGH)) {
+		if (fs->cfg.passthrough && (flags & PT_INIT_EXT) &&
+		    (flags2 & PT_FLAGS2_PASSTHROUGH)) {
 			atomic_store(&fs->pt_offered, true);
+			atomic_store(&fs->pt_init_unique, unique);
+		}
+		if ((flags & PT_HANDLE_KILLPRIV_V2) && mount_nosuid(fs)) {
+			atomic_store(&fs->pt_killpriv2, true);
 			atomic_store(&fs->pt_init_unique, unique);
 		}
 		atomic_store(&fs->pt_init_seen, true);
@@ -137,13 +172,20 @@ static ssize_t pt_writev(int fd, struct iovec *iov, int count,
 		   iov[1].iov_len >= PT_INIT_OUT_SIZE) {
 		char *o = iov[1].iov_base;
 
-		put32(o, PT_INIT_OUT_FLAGS,
-		      get32(o, PT_INIT_OUT_FLAGS) | PT_INIT_EXT);
-		put32(o, PT_INIT_OUT_FLAGS2,
-		      get32(o, PT_INIT_OUT_FLAGS2) | PT_FLAGS2_PASSTHROUGH);
-		put32(o, PT_INIT_OUT_STACK, 1); /* backing files: not stacked */
+		if (atomic_load(&fs->pt_killpriv2))
+			put32(o, PT_INIT_OUT_FLAGS, get32(o, PT_INIT_OUT_FLAGS) |
+						    PT_HANDLE_KILLPRIV_V2);
+		if (atomic_load(&fs->pt_offered)) {
+			put32(o, PT_INIT_OUT_FLAGS,
+			      get32(o, PT_INIT_OUT_FLAGS) | PT_INIT_EXT);
+			put32(o, PT_INIT_OUT_FLAGS2,
+			      get32(o, PT_INIT_OUT_FLAGS2) |
+			      PT_FLAGS2_PASSTHROUGH);
+			/* backing files: not stacked */
+			put32(o, PT_INIT_OUT_STACK, 1);
+			atomic_store(&fs->pt_on, true);
+		}
 		atomic_store(&fs->pt_init_unique, 0);
-		atomic_store(&fs->pt_on, true);
 	}
 	return writev(fd, iov, count);
 }
@@ -173,8 +215,6 @@ int fs_pt_install(struct fs *fs)
 		.splice_send = pt_splice_send,
 	};
 
-	if (!fs->cfg.passthrough)
-		return 0;
 	return fuse_session_custom_io(fs->se, &io, fuse_session_fd(fs->se));
 }
 

@@ -145,4 +145,34 @@ cp data/n "$MNT/n"
 flushw
 obj n got/n && same_file data/n got/n
 $FMFS umount "$MNT" || fail "umount failed"
+
+# Without FUSE_HANDLE_KILLPRIV_V2 (Linux >= 5.11) the kernel asks for
+# security.capability before every write(): a GETXATTR round trip each.
+# -o suid leaves the flag out (set-id bits would then matter), which
+# shows the counter sees those requests.
+small_writes() { # OPTIONS...: prints GETXATTR requests during 2000 writes
+	local x0 x1
+	mnt "$@"
+	x0=$(stat_of getxattr_requests)
+	dd if=/dev/zero of="$MNT/small" bs=4k count=2000 status=none ||
+		fail "small writes failed"
+	x1=$(stat_of getxattr_requests)
+	[ "$(stat -c %s "$MNT/small")" = 8192000 ] || fail "small is not 8192000 bytes"
+	echo "$(stat_of killpriv_v2) $((x1 - x0))"
+	$FMFS umount "$MNT" >/dev/null || fail "umount failed"
+}
+if [ "$major" -gt 5 ] || { [ "$major" = 5 ] && [ "$minor" -ge 11 ]; }; then
+	for opts in "" "--no-passthrough"; do
+		note "2000 writes of 4 KiB ${opts:-(passthrough)}: no GETXATTR each"
+		read -r kp n <<<"$(small_writes $opts)"
+		[ "$kp" = True ] || fail "FUSE_HANDLE_KILLPRIV_V2 not negotiated on Linux $kv"
+		[ "$n" -lt 20 ] || fail "$n GETXATTR requests for 2000 writes ($opts)"
+	done
+	note "-o suid: no KILLPRIV_V2, a GETXATTR per write"
+	read -r kp n <<<"$(small_writes -o suid)"
+	[ "$kp" = False ] || fail "FUSE_HANDLE_KILLPRIV_V2 asked for on a suid mount"
+	[ "$n" -ge 2000 ] || fail "only $n GETXATTR requests for 2000 writes with -o suid"
+else
+	note "Linux $kv: no FUSE_HANDLE_KILLPRIV_V2, small writes not checked"
+fi
 echo "passthrough ok (expected: $expect_pt, Linux $kv)"
