@@ -436,6 +436,16 @@ void cache_file_close(struct cache_file *f)
 		cache_file_put(f);
 }
 
+bool cache_file_complete(struct cache_file *f)
+{
+	bool all;
+
+	pthread_mutex_lock(&f->lock);
+	all = f->cached_bytes >= f->size_bytes;
+	pthread_mutex_unlock(&f->lock);
+	return all;
+}
+
 int cache_file_fd(struct cache_file *f)
 {
 	return f->fd;

@@ -75,6 +75,8 @@ int cache_file_ensure(struct cache_file *f, uint64_t off, uint64_t len);
  * cache_file_ensure, [off, off+len) may be read from it directly (for
  * fuse_reply_data with FUSE_BUF_IS_FD). */
 int cache_file_fd(struct cache_file *f);
+/* True when every block of f is in the cache (verified or not yet). */
+bool cache_file_complete(struct cache_file *f);
 /* cache_file_ensure, and the blocks of [off, off+len) stay pinned (never
  * evicted) until the matching cache_file_unpin with the same range: for
  * serving a read from cache_file_fd when the cache is under pressure.

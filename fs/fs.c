@@ -392,6 +392,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct fs_handle *h;
 	char etag[80];
 	uint64_t size;
+	bool pinned = false, kept = false;
 	int rc, pt;
 
 	if (!in || in->is_dir) {
@@ -429,12 +430,21 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (rc)
 		goto fail;
 	h->size_bytes = size;
+	/* Read-only mounts: a file wholly cached is read by the kernel from
+	 * its cache file, every block checked now and pinned until the last
+	 * close. */
+	if (fs_pt_clean_wanted(fs, h, fi->flags))
+		pinned = !cache_file_ensure_pinned(h->cf, 0, size);
 opened:
 	pthread_mutex_lock(&fs->lock);
-	pt = fs_pt_choose(fs, in, h);
+	pt = fs->cfg.mode == FS_MODE_RO ?
+	     fs_pt_choose_clean(fs, in, h, pinned, &kept) :
+	     fs_pt_choose(fs, in, h);
 	h->in = in;
 	in->nopen++;
 	pthread_mutex_unlock(&fs->lock);
+	if (pinned && !kept)
+		cache_file_unpin(h->cf, 0, size);
 	fs_pt_opened(h);
 	fi->fh = (uintptr_t)h;
 	atomic_fetch_add(&fs->opens, 1);

@@ -73,6 +73,9 @@ struct fs_inode {
 	                            * nopen (see passthrough.c) */
 	int pt_id;
 	struct cache_wfile *pt_w;  /* the backing file (a reference) */
+	struct cache_file *pt_cf;  /* or, on a read-only mount, a clean
+	                            * file's, every block pinned */
+	uint64_t pt_cf_size;
 	unsigned held_deletes;     /* tombstones waiting for the last close */
 	bool unlinked;             /* out of the namespace (unlink, replaced) */
 	struct cache_wfile *w_dead; /* its dirty file then, for attributes */
@@ -248,6 +251,16 @@ void fs_pt_mark_reply(int id);
  * held).  Returns the id to mark the reply with, or 0 for the usual
  * path. */
 int fs_pt_choose(struct fs *fs, struct fs_inode *in, struct fs_handle *h);
+/* Read-only mounts: would h (a clean read of size bytes) pass through if
+ * its blocks were all verified and pinned?  No lock needed. */
+bool fs_pt_clean_wanted(struct fs *fs, struct fs_handle *h, int flags);
+/* Read-only mounts, fs->lock held: h joins the inode's clean backing
+ * file, or, if pinned (h->cf wholly verified and pinned) and no handle
+ * is open the usual way, makes h->cf that backing file and *kept says
+ * the inode now owns h->cf and its pins (h->cf becomes NULL).  Returns
+ * the backing id or 0 (the usual path). */
+int fs_pt_choose_clean(struct fs *fs, struct fs_inode *in,
+		       struct fs_handle *h, bool pinned, bool *kept);
 /* After fs_pt_choose, fs->lock dropped: registers a writer through a
  * backing file with the write-back, lets go of a reader's hold if it
  * takes the usual path. */

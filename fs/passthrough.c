@@ -48,6 +48,7 @@
  * for it; passthrough's parts still need --passthrough (the default).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -304,6 +305,55 @@ int fs_pt_choose(struct fs *fs, struct fs_inode *in, struct fs_handle *h)
 	join(in, h);
 	in->pt_open = 1;
 	h->pt = true;
+	return id;
+}
+
+/* Verifying a file at open reads it all: past this, reads take the usual
+ * path (which verifies block by block) until a later open finds every
+ * block verified. */
+#define FS_PT_CLEAN_MAX (1ull << 30)
+
+bool fs_pt_clean_wanted(struct fs *fs, struct fs_handle *h, int flags)
+{
+	struct cache_stats st;
+
+	if (fs->cfg.mode != FS_MODE_RO || !atomic_load(&fs->pt_on) ||
+	    !h->cf || (flags & O_ACCMODE) != O_RDONLY || !h->size_bytes ||
+	    h->size_bytes > FS_PT_CLEAN_MAX)
+		return false;
+	cache_get_stats(fs->cfg.cache, &st);
+	/* Pinned whole while open: at most a quarter of the cache. */
+	return h->size_bytes <= st.cap_bytes / 4 &&
+	       cache_file_complete(h->cf);
+}
+
+int fs_pt_choose_clean(struct fs *fs, struct fs_inode *in,
+		       struct fs_handle *h, bool pinned, bool *kept)
+{
+	int id;
+
+	*kept = false;
+	if (in->pt_open) {
+		/* One backing file per inode: a later open reads the version
+		 * the first one opened, until the last of them closes. */
+		if (!in->pt_cf)
+			return 0;   /* cannot happen on a read-only mount */
+		in->pt_open++;
+		h->pt = true;
+		return in->pt_id;
+	}
+	if (!pinned || in->nopen)
+		return 0;   /* open the usual way, as the others are */
+	id = fs_pt_open(fs, cache_file_fd(h->cf));
+	if (id <= 0)
+		return 0;
+	in->pt_id = id;
+	in->pt_cf = h->cf;
+	in->pt_cf_size = h->size_bytes;
+	h->cf = NULL;
+	in->pt_open = 1;
+	h->pt = true;
+	*kept = true;
 	return id;
 }
 

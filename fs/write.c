@@ -53,6 +53,8 @@ void fs_handle_put(struct fs_handle *h)
 	unsigned held = 0;
 	char *key = NULL;
 	struct cache_wfile *pt_w = NULL;
+	struct cache_file *pt_cf = NULL;
+	uint64_t pt_cf_size = 0;
 	int pt_id = 0;
 
 	if (atomic_fetch_sub(&h->refs, 1) != 1)
@@ -62,8 +64,11 @@ void fs_handle_put(struct fs_handle *h)
 		if (h->pt && --h->in->pt_open == 0) {
 			pt_id = h->in->pt_id;
 			pt_w = h->in->pt_w;
+			pt_cf = h->in->pt_cf;
+			pt_cf_size = h->in->pt_cf_size;
 			h->in->pt_id = 0;
 			h->in->pt_w = NULL;
+			h->in->pt_cf = NULL;
 		}
 		if (--h->in->nopen == 0 && h->in->held_deletes) {
 			held = h->in->held_deletes;
@@ -75,6 +80,10 @@ void fs_handle_put(struct fs_handle *h)
 	fs_pt_close(fs, pt_id);
 	if (pt_w)
 		cache_w_put(pt_w);
+	if (pt_cf) {
+		cache_file_unpin(pt_cf, 0, pt_cf_size);
+		cache_file_close(pt_cf);
+	}
 	for (unsigned i = 0; key && i < held; i++)
 		cache_w_release(fs->cfg.cache, key); /* the delete may go */
 	free(key);
