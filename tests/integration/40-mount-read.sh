@@ -24,10 +24,6 @@ mnt() { # extra options...
 		fail "mount failed (see $CACHE/fmfs.log)"
 	mountpoint -q "$MNT" || fail "mount returned 0 but $MNT is not mounted"
 }
-stat_of() { # NAME: a number from fmfs status --json
-	$FMFS status "$MNT" --json | python3 -c \
-		"import json,sys; print(json.load(sys.stdin)['$1'])"
-}
 
 note "objects written by the aws CLI"
 for s in 0 1 4095 1048575 1048576 1048577 5000000; do

@@ -27,10 +27,6 @@ mnt() { # OPTION...
 	$FMFS mount "s3://$B" "$MNT" --cache-dir "$CACHE" --cache-size 64M "$@" ||
 		fail "mount failed (see $CACHE/fmfs.log)"
 }
-stat_of() { # NAME
-	$FMFS status "$MNT" --json | python3 -c \
-		"import json,sys; print(json.load(sys.stdin)['$1'])"
-}
 read_all() { # checks every file of data/ through the mount
 	local f
 	for f in data/*; do

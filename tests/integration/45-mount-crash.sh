@@ -16,10 +16,6 @@ mkdir -p "$MNT" data
 for i in 1 2 3 4; do random_file data/s$i 5; done
 awsx s3 cp --quiet --recursive data "s3://$B/data/"
 trap 'unmount_quietly "$MNT"; cleanup_common' EXIT
-stat_of() {
-	$FMFS status "$MNT" --json | python3 -c \
-		"import json,sys; print(json.load(sys.stdin)['$1'])"
-}
 
 $FMFS mount "s3://$B" "$MNT" --cache-dir "$TEST_DIR/cache" || fail "mount failed"
 for i in 1 2 3 4; do cmp data/s$i "$MNT/data/s$i" || fail "s$i wrong"; done

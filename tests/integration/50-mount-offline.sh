@@ -18,10 +18,6 @@ awsx s3 cp --quiet --recursive data "s3://$B/data/"
 
 gw_back() { "$TOP/tests/lib/rgw.sh" start-gw "$RGW_DIR" >/dev/null 2>&1 || true; }
 trap 'gw_back; unmount_quietly "$MNT"; cleanup_common' EXIT
-stat_of() {
-	$FMFS status "$MNT" --json | python3 -c \
-		"import json,sys; print(json.load(sys.stdin)['$1'])"
-}
 
 $FMFS mount "s3://$B" "$MNT" --cache-dir "$TEST_DIR/cache" --timeout 4 --refresh 1 ||
 	fail "mount failed"

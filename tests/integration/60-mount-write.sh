@@ -36,10 +36,6 @@ meta() { # KEY NAME: one user-metadata value
 	awsx s3api head-object --bucket "$B" --key "$1" |
 		python3 -c "import json,sys; print(json.load(sys.stdin)['Metadata'].get('$2',''))"
 }
-stat_of() { # NAME
-	$FMFS status "$MNT" --json | python3 -c \
-		"import json,sys; print(json.load(sys.stdin)['$1'])"
-}
 absent() { # KEY
 	! awsx s3api head-object --bucket "$B" --key "$1" >/dev/null 2>&1 ||
 		fail "$1 should not be in the bucket"

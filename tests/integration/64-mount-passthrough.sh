@@ -35,10 +35,6 @@ meta() { # KEY NAME
 	awsx s3api head-object --bucket "$B" --key "$1" |
 		python3 -c "import json,sys; print(json.load(sys.stdin)['Metadata'].get('$2',''))"
 }
-stat_of() { # NAME
-	$FMFS status "$MNT" --json | python3 -c \
-		"import json,sys; print(json.load(sys.stdin)['$1'])"
-}
 
 # Should writes pass through?  As root, when the kernel offered it in
 # its INIT (Linux >= 6.9 with CONFIG_FUSE_PASSTHROUGH); the daemon reports

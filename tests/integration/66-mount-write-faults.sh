@@ -43,10 +43,6 @@ open_uploads() {
 	awsx s3api list-multipart-uploads --bucket "$B" \
 		--query 'length(Uploads || `[]`)'
 }
-stat_of() { # NAME
-	$FMFS status "$MNT" --json | python3 -c \
-		"import json,sys; print(json.load(sys.stdin)['$1'])"
-}
 
 note "resets in the middle of part uploads: retried, byte-exact, none left open"
 mnt "$PROXY_URL" "$CACHE" --part-size 5M --async-delay 0

@@ -105,6 +105,12 @@ proxy_stat() {
 		python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1], {}, d))" "$1"
 }
 
+# stat_of NAME: one field of `fmfs status "$MNT" --json`.
+stat_of() {
+	$FMFS status "$MNT" --json | python3 -c \
+		"import json,sys; print(json.load(sys.stdin)['$1'])"
+}
+
 # unmount_quietly MNT: for traps; never fails (set -e would end the trap).
 unmount_quietly() {
 	"$FMFS" umount "$1" 2>/dev/null || fusermount3 -u "$1" 2>/dev/null ||
