@@ -308,9 +308,9 @@ int fs_pt_choose(struct fs *fs, struct fs_inode *in, struct fs_handle *h)
 	return id;
 }
 
-/* Verifying a file at open reads it all: past this, reads take the usual
- * path (which verifies block by block) until a later open finds every
- * block verified. */
+/* Checking a file at open reads it all once: a larger file takes the
+ * usual path, which checks block by block as it is read, rather than
+ * hold its open for seconds. */
 #define FS_PT_CLEAN_MAX (1ull << 30)
 
 bool fs_pt_clean_wanted(struct fs *fs, struct fs_handle *h, int flags)
