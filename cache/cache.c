@@ -29,49 +29,9 @@
 
 /* ---- small helpers ---- */
 
-int64_t cache_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-int64_t cache_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-struct timespec cache_deadline(unsigned ms)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (long)(ms % 1000) * 1000000;
-	if (ts.tv_nsec >= 1000000000) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000;
-	}
-	return ts;
-}
-
 uint32_t cache_tick(const struct cache *c, int64_t now_ns)
 {
 	return (uint32_t)((now_ns - c->t0_ns) / 1000000);
-}
-
-void cache_cond_init(pthread_cond_t *cond)
-{
-	pthread_condattr_t a;
-
-	pthread_condattr_init(&a);
-	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-	pthread_cond_init(cond, &a);
-	pthread_condattr_destroy(&a);
 }
 
 uint64_t cache_run_len(const struct cache_file *f, uint32_t b0, uint32_t b1)
@@ -211,7 +171,7 @@ struct cache_file *cache_file_alloc(struct cache *c, const char *key,
 	f->fd = -1;
 	f->dfd = -1;
 	pthread_mutex_init(&f->lock, NULL);
-	cache_cond_init(&f->cond);
+	util_cond_init(&f->cond);
 	return f;
 }
 
@@ -384,7 +344,7 @@ int cache_file_open(struct cache *c, const char *key, uint64_t size_bytes,
 		}
 	}
 	f->refs++;
-	atomic_store_explicit(&f->atime_ns, cache_now_ns(),
+	atomic_store_explicit(&f->atime_ns, util_wall_ns(),
 			      memory_order_relaxed);
 	*out = f;
 	rc = 0;
@@ -455,7 +415,7 @@ int cache_adopt(struct cache *c, const char *key, const char *etag,
 		uint64_t size, const char *path, const uint32_t *crcs,
 		uint64_t charged)
 {
-	uint32_t tick = cache_tick(c, cache_now_ns());
+	uint32_t tick = cache_tick(c, util_wall_ns());
 	struct cache_file *f, *old;
 	char to[64];
 	int rc;
@@ -551,7 +511,7 @@ static int verify_block_locked(struct cache_file *f, uint32_t b)
 				     (uint64_t)b * c->cfg.block_bytes) :
 		   -ENOMEM;
 	if (!rc)
-		crc = cache_crc32c(0, buf, len);
+		crc = util_crc32c(0, buf, len);
 	if (buf)
 		vbuf_put(c, buf);
 	pthread_mutex_lock(&f->lock);
@@ -716,7 +676,7 @@ static int ensure_slow(struct cache_file *f, uint32_t b0, uint32_t b1,
 		       bool *timed_out)
 {
 	struct cache *c = f->c;
-	struct timespec deadline = cache_deadline(c->cfg.fetch_timeout_ms);
+	struct timespec deadline = util_deadline(c->cfg.fetch_timeout_ms);
 	struct ensure_scan s;
 	bool first = true;
 	unsigned seq0;
@@ -769,7 +729,7 @@ static int ensure_slow(struct cache_file *f, uint32_t b0, uint32_t b1,
 int cache_ensure_blocks(struct cache_file *f, uint32_t b0, uint32_t b1)
 {
 	struct cache *c = f->c;
-	int64_t now = cache_now_ns();
+	int64_t now = util_wall_ns();
 	bool timed_out = false;
 	int rc;
 
@@ -1129,27 +1089,6 @@ static int config_apply(struct cache *c, const struct cache_config *in,
 	return 0;
 }
 
-static int mkdir_p(const char *path)
-{
-	char buf[PATH_MAX];
-	size_t n = strlen(path);
-
-	if (n >= sizeof(buf))
-		return -ENAMETOOLONG;
-	memcpy(buf, path, n + 1);
-	for (char *s = buf + 1; *s; s++) {
-		if (*s != '/')
-			continue;
-		*s = '\0';
-		if (mkdir(buf, 0700) && errno != EEXIST)
-			return -errno;
-		*s = '/';
-	}
-	if (mkdir(buf, 0700) && errno != EEXIST)
-		return -errno;
-	return 0;
-}
-
 /* Creates DIR and DIR/objects/00..ff and takes DIR/index.lock. */
 static int dir_prepare(struct cache *c, char *msg, size_t ml)
 {
@@ -1157,7 +1096,7 @@ static int dir_prepare(struct cache *c, char *msg, size_t ml)
 	char sub[32];
 	int rc;
 
-	rc = mkdir_p(dir);
+	rc = util_mkdir_p(dir, 0700);
 	if (!rc) {
 		c->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		rc = c->dirfd < 0 ? -errno : 0;
@@ -1303,12 +1242,12 @@ static struct cache *cache_alloc(void)
 		return NULL;
 	c->dirfd = c->lockfd = -1;
 	c->next_id = 1;
-	c->t0_ns = cache_now_ns();
+	c->t0_ns = util_wall_ns();
 	pthread_mutex_init(&c->lock, NULL);
-	cache_cond_init(&c->room_cond);
+	util_cond_init(&c->room_cond);
 	pthread_mutex_init(&c->dirty_lock, NULL);
 	pthread_mutex_init(&c->fq_lock, NULL);
-	cache_cond_init(&c->fq_cond);
+	util_cond_init(&c->fq_cond);
 	pthread_mutex_init(&c->vlock, NULL);
 	pthread_cond_init(&c->vcond, NULL);
 	pthread_mutex_init(&c->wlock, NULL);

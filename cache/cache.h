@@ -291,7 +291,4 @@ struct cache_wb_stats {
 };
 void cache_wb_get_stats(struct cache *c, struct cache_wb_stats *out);
 
-/* CRC32C (Castagnoli) of a buffer, hardware-accelerated when possible. */
-uint32_t cache_crc32c(uint32_t crc, const void *buf, size_t len);
-
 #endif /* FMFS_CACHE_H */

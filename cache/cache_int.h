@@ -34,6 +34,7 @@
 #include <time.h>
 
 #include "cache.h"
+#include "util/util.h"
 
 #define CACHE_FORMAT_VERSION 1
 /* Blocks per row of the blocks table (see index.c for why). */
@@ -58,7 +59,7 @@
 #define cache_log_ratelimited(fmt, ...)                                  \
 	do {                                                             \
 		static _Atomic int64_t last_;                            \
-		int64_t now_ = cache_now_ms();                           \
+		int64_t now_ = (int64_t)util_now_ms();                   \
 		int64_t prev_ = atomic_load(&last_);                     \
 		if (now_ - prev_ >= 1000 &&                              \
 		    atomic_compare_exchange_strong(&last_, &prev_, now_)) \
@@ -246,13 +247,9 @@ struct cache {
 };
 
 /* ---- cache.c ---- */
-int64_t cache_now_ms(void);
-int64_t cache_now_ns(void);
-struct timespec cache_deadline(unsigned ms);
-/* Milliseconds since the cache opened, for block ticks. */
+/* Milliseconds since the cache opened, for block ticks (now_ns from
+ * util_wall_ns). */
 uint32_t cache_tick(const struct cache *c, int64_t now_ns);
-/* A condition variable timed on CLOCK_MONOTONIC (cache_deadline). */
-void cache_cond_init(pthread_cond_t *cond);
 uint32_t cache_block_len(const struct cache_file *f, uint32_t b);
 uint64_t cache_run_len(const struct cache_file *f, uint32_t b0, uint32_t b1);
 void cache_file_path(uint64_t id, char *buf, size_t len);
@@ -344,9 +341,5 @@ int cache_uring_pwrite(struct cache_uring *u, int fd, const void *buf,
 		       size_t len, uint64_t off);
 int cache_uring_pread(struct cache_uring *u, int fd, void *buf, size_t len,
 		      uint64_t off);
-
-/* ---- crc32c.c ---- */
-uint32_t cache_crc32c_sw(uint32_t crc, const void *buf, size_t len);
-bool cache_crc32c_hw_available(void);
 
 #endif /* FMFS_CACHE_INT_H */

@@ -31,15 +31,6 @@
 
 #define ROOM_POLL_MS 20
 
-static bool deadline_passed(const struct timespec *d)
-{
-	struct timespec now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return now.tv_sec > d->tv_sec ||
-	       (now.tv_sec == d->tv_sec && now.tv_nsec >= d->tv_nsec);
-}
-
 struct lru_cand {
 	int64_t atime_ns;
 	struct cache_file *f;
@@ -234,10 +225,10 @@ int cache_reserve(struct cache *c, struct cache_file *f, uint64_t bytes,
 			rc = 0;
 			break;
 		}
-		if (!deadline || deadline_passed(deadline))
+		if (!deadline || util_deadline_passed(deadline))
 			break;
 		/* Pins are dropped without c->lock: poll as well. */
-		poll = cache_deadline(ROOM_POLL_MS);
+		poll = util_deadline(ROOM_POLL_MS);
 		if (poll.tv_sec > deadline->tv_sec ||
 		    (poll.tv_sec == deadline->tv_sec &&
 		     poll.tv_nsec > deadline->tv_nsec))

@@ -47,7 +47,7 @@ static void run_done(struct cache_file *f, uint32_t b0, uint32_t b1, int rc,
 {
 	struct cache *c = f->c;
 	uint64_t len = cache_run_len(f, b0, b1);
-	uint32_t tick = cache_tick(c, cache_now_ns());
+	uint32_t tick = cache_tick(c, util_wall_ns());
 
 	pthread_mutex_lock(&f->lock);
 	for (uint32_t b = b0; b < b1; b++) {
@@ -183,7 +183,7 @@ static int fetch_run(struct cache *c, struct cache_job *j, char *buf,
 	for (uint32_t b = j->b0; b < j->b1; b++) {
 		uint64_t bo = (uint64_t)(b - j->b0) * bb;
 
-		crcs[b - j->b0] = cache_crc32c(0, buf + bo,
+		crcs[b - j->b0] = util_crc32c(0, buf + bo,
 					       cache_block_len(f, b));
 	}
 	return write_run(c, f, buf, len, off);

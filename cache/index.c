@@ -555,7 +555,7 @@ int cache_index_open(struct cache *c, char *msg, size_t ml)
 	snprintf(x->path, sizeof(x->path), "%s/index.sqlite", c->cfg.dir);
 	pthread_mutex_init(&x->flush_lock, NULL);
 	pthread_mutex_init(&x->lock, NULL);
-	cache_cond_init(&x->cond);
+	util_cond_init(&x->cond);
 	c->idx = x;
 	rc = index_try(c, x, &e);
 	if (rc == -EBADMSG) {
@@ -988,7 +988,7 @@ static void *flusher(void *arg)
 
 	pthread_mutex_lock(&x->lock);
 	while (!x->stop) {
-		struct timespec t = cache_deadline(CACHE_FLUSH_INTERVAL_MS);
+		struct timespec t = util_deadline(CACHE_FLUSH_INTERVAL_MS);
 
 		while (!x->stop && pthread_cond_timedwait(&x->cond, &x->lock,
 							  &t) != ETIMEDOUT)

@@ -523,7 +523,7 @@ int cache_wb_open(struct cache *c, char *msg, size_t ml)
 	wb->c = c;
 	wb->next_id = 1;
 	pthread_mutex_init(&wb->lock, NULL);
-	cache_cond_init(&wb->cond);
+	util_cond_init(&wb->cond);
 	c->wb = wb;
 	if (mkdirat(c->dirfd, "dirty", 0700) && errno != EEXIST) {
 		snprintf(msg, ml, "cannot create %s/dirty: %s", c->cfg.dir,
@@ -1136,7 +1136,7 @@ int cache_w_commit(struct cache_wfile *w, bool durable)
 	wb_sync_external(w, true);
 	if (w->in_table && (w->gen > w->queued_gen || !w->committed)) {
 		w->queued_gen = w->gen;
-		w->not_before_ms = cache_now_ms() + wb->cfg.async_delay_ms;
+		w->not_before_ms = (int64_t)util_now_ms() + wb->cfg.async_delay_ms;
 		rc = wb_db_put(wb, w, true);
 		if (!rc) {
 			w->committed = true;
@@ -1246,7 +1246,7 @@ int cache_w_rename(struct cache *c, const char *from, const char *to,
 	w->gen++;
 	if (w->committed) { /* queued: restart the delay under the name */
 		w->queued_gen = w->gen;
-		w->not_before_ms = cache_now_ms() + wb->cfg.async_delay_ms;
+		w->not_before_ms = (int64_t)util_now_ms() + wb->cfg.async_delay_ms;
 	}
 	rc = wb_db_put(wb, w, w->committed);
 	pthread_cond_broadcast(&wb->cond);

@@ -196,7 +196,7 @@ static uint32_t *file_crcs(struct cache *c, int fd, uint64_t size)
 
 		rc = cache_uring_pread(c->uring, fd, buf, len, b * bb);
 		if (!rc)
-			crcs[b] = cache_crc32c(0, buf, len);
+			crcs[b] = util_crc32c(0, buf, len);
 	}
 	free(buf);
 	if (rc) {
@@ -321,7 +321,7 @@ static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
 		/* Changed under the upload (a truncate makes the source
 		 * short, and may not have said so yet): not a failure; the
 		 * new version goes up after its commit. */
-		w->not_before_ms = cache_now_ms() + wb->cfg.async_delay_ms;
+		w->not_before_ms = (int64_t)util_now_ms() + wb->cfg.async_delay_ms;
 		pthread_cond_broadcast(&wb->cond);
 		pthread_mutex_unlock(&wb->lock);
 		cache_w_put(w);
@@ -334,7 +334,7 @@ static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
 
 		obj_error_format(&err, line, sizeof(line));
 		w->attempts++;
-		w->failed_ms = cache_now_ms();
+		w->failed_ms = (int64_t)util_now_ms();
 		w->not_before_ms = w->failed_ms + backoff_ms(w->attempts);
 		snprintf(w->last_err, sizeof(w->last_err), "%s", line);
 		wb->failures++;
@@ -414,7 +414,7 @@ static void delete_batch(struct cache_wb *wb, struct wb_tomb **ts, size_t n)
 		wb_log_err(wb, "deleting %zu keys in the bucket failed: %s",
 			   n, line);
 		for (size_t i = 0; i < n; i++) {
-			ts[i]->failed_ms = cache_now_ms();
+			ts[i]->failed_ms = (int64_t)util_now_ms();
 			ts[i]->not_before_ms = ts[i]->failed_ms + 2000;
 		}
 		free(keys);
@@ -446,7 +446,7 @@ static void *uploader(void *arg)
 
 	pthread_mutex_lock(&wb->lock);
 	while (!wb->stop) {
-		int64_t now = cache_now_ms(), wake = now + 1000;
+		int64_t now = (int64_t)util_now_ms(), wake = now + 1000;
 		struct cache_wfile *w = next_upload(wb, now, &wake);
 		size_t n;
 
@@ -460,7 +460,7 @@ static void *uploader(void *arg)
 			continue;
 		}
 		{
-			struct timespec ts = cache_deadline(
+			struct timespec ts = util_deadline(
 				(unsigned)(wake > now ? wake - now : 1));
 
 			pthread_cond_timedwait(&wb->cond, &wb->lock, &ts);
@@ -556,8 +556,8 @@ int cache_w_flush(struct cache *c, const char *prefix, bool wait,
 {
 	struct cache_wb *wb = c->wb;
 	size_t pl = strlen(prefix), n, failed;
-	int64_t t0 = cache_now_ms();
-	struct timespec end = cache_deadline(timeout_ms);
+	int64_t t0 = (int64_t)util_now_ms();
+	struct timespec end = util_deadline(timeout_ms);
 	int rc = 0;
 
 	if (rl)

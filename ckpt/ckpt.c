@@ -33,25 +33,6 @@
 
 /* ---- small helpers ---- */
 
-void ckpt_msg(char *msg, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!msg || !len)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(msg, len, fmt, ap);
-	va_end(ap);
-}
-
-uint64_t ckpt_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static int64_t realtime_ns(void)
 {
 	struct timespec ts;
@@ -146,7 +127,7 @@ static int env_int(const char *name, int dflt, int *out, char *msg,
 	errno = 0;
 	n = strtol(v, &end, 10);
 	if (errno || *end || n < 0 || n > CKPT_WORLD_MAX) {
-		ckpt_msg(msg, msg_len, "%s='%s' is not a number from 0 to %d",
+		util_msg(msg, msg_len, "%s='%s' is not a number from 0 to %d",
 			 name, v, CKPT_WORLD_MAX);
 		return -EINVAL;
 	}
@@ -168,7 +149,7 @@ static int config_apply(struct ckpt *c, const struct ckpt_config *in,
 				       msg_len)))
 		return rc;
 	if (world < 1 || world > CKPT_WORLD_MAX || rank >= world) {
-		ckpt_msg(msg, msg_len, "rank %d with world size %d: give 0 <= "
+		util_msg(msg, msg_len, "rank %d with world size %d: give 0 <= "
 			 "RANK < WORLD_SIZE <= %d", rank, world,
 			 CKPT_WORLD_MAX);
 		return -EINVAL;
@@ -176,7 +157,7 @@ static int config_apply(struct ckpt *c, const struct ckpt_config *in,
 	c->rank = (uint32_t)rank;
 	c->world = (uint32_t)world;
 	if (rid && strlen(rid) > CKPT_RUN_ID_MAX) {
-		ckpt_msg(msg, msg_len, "run id '%s' is longer than %d bytes",
+		util_msg(msg, msg_len, "run id '%s' is longer than %d bytes",
 			 rid, CKPT_RUN_ID_MAX);
 		return -EINVAL;
 	}
@@ -186,7 +167,7 @@ static int config_apply(struct ckpt *c, const struct ckpt_config *in,
 	if (in->remote && cfg->chunk_bytes < 5 * MIB)
 		cfg->chunk_bytes = 5 * MIB; /* S3's smallest part */
 	if (cfg->chunk_bytes > 1024 * MIB) {
-		ckpt_msg(msg, msg_len, "chunk size %llu is over 1 GiB",
+		util_msg(msg, msg_len, "chunk size %llu is over 1 GiB",
 			 (unsigned long long)cfg->chunk_bytes);
 		return -EINVAL;
 	}
@@ -221,7 +202,7 @@ static int open_dir(struct ckpt *c, const char *dir, char *msg,
 	size_t n = strlen(dir);
 
 	if (!n || n > PATH_MAX - 128) {
-		ckpt_msg(msg, msg_len, "checkpoint directory '%s': give a path "
+		util_msg(msg, msg_len, "checkpoint directory '%s': give a path "
 			 "of 1 to %d bytes", dir, PATH_MAX - 128);
 		return -EINVAL;
 	}
@@ -241,12 +222,12 @@ static int open_dir(struct ckpt *c, const char *dir, char *msg,
 			c->dir = NULL;
 			return 0;
 		}
-		ckpt_msg(msg, msg_len, "%s: %s (wrong path? give the directory "
+		util_msg(msg, msg_len, "%s: %s (wrong path? give the directory "
 			 "the checkpoints were saved in)", c->dir, strerror(e));
 		return -e;
 	}
 	if (!S_ISDIR(sb.st_mode)) {
-		ckpt_msg(msg, msg_len, "%s is not a directory (give the "
+		util_msg(msg, msg_len, "%s is not a directory (give the "
 			 "directory the checkpoints were saved in)", c->dir);
 		return -ENOTDIR;
 	}
@@ -278,7 +259,7 @@ static int start_threads(struct ckpt *c, char *msg, size_t msg_len)
 
 	rc = ckpt_io_init(c, c->cfg.io_depth);
 	if (rc) {
-		ckpt_msg(msg, msg_len, "cannot set up the writer: %s",
+		util_msg(msg, msg_len, "cannot set up the writer: %s",
 			 strerror(-rc));
 		return rc;
 	}
@@ -303,12 +284,12 @@ static int start_threads(struct ckpt *c, char *msg, size_t msg_len)
 		c->nuploaders++;
 	}
 	if (c->st && !c->nuploaders) {
-		ckpt_msg(msg, msg_len, "cannot start upload threads");
+		util_msg(msg, msg_len, "cannot start upload threads");
 		return -EAGAIN;
 	}
 	return 0;
 out_fail:
-	ckpt_msg(msg, msg_len, "cannot start threads: %s", strerror(rc));
+	util_msg(msg, msg_len, "cannot start threads: %s", strerror(rc));
 	return -rc;
 }
 
@@ -318,19 +299,18 @@ int ckpt_open(const struct ckpt_config *cfg, struct ckpt **out, char *msg,
 	      size_t msg_len)
 {
 	struct ckpt *c;
-	pthread_condattr_t ca;
 	int rc;
 
 	*out = NULL;
-	ckpt_msg(msg, msg_len, "%s", "");
+	util_msg(msg, msg_len, "%s", "");
 	if (!cfg->dir && !cfg->remote) {
-		ckpt_msg(msg, msg_len, "no checkpoint location: give a "
+		util_msg(msg, msg_len, "no checkpoint location: give a "
 			 "directory, an s3://BUCKET/PREFIX or a file:///DIR URL");
 		return -EINVAL;
 	}
 	if (cfg->remote && strncmp(cfg->remote, "s3://", 5) &&
 	    strncmp(cfg->remote, "file://", 7)) {
-		ckpt_msg(msg, msg_len, "remote '%s': give s3://BUCKET[/PREFIX] "
+		util_msg(msg, msg_len, "remote '%s': give s3://BUCKET[/PREFIX] "
 			 "or file:///DIR", cfg->remote);
 		return -EINVAL;
 	}
@@ -339,14 +319,11 @@ int ckpt_open(const struct ckpt_config *cfg, struct ckpt **out, char *msg,
 		return -ENOMEM;
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->status_lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&c->chunk_cond, &ca);
-	pthread_cond_init(&c->writer_cond, &ca);
-	pthread_cond_init(&c->upload_cond, &ca);
-	pthread_cond_init(&c->commit_cond, &ca);
-	pthread_cond_init(&c->step_cond, &ca);
-	pthread_condattr_destroy(&ca);
+	util_cond_init(&c->chunk_cond);
+	util_cond_init(&c->writer_cond);
+	util_cond_init(&c->upload_cond);
+	util_cond_init(&c->commit_cond);
+	util_cond_init(&c->step_cond);
 	c->stats.last_local_step = CKPT_STEP_NONE;
 	c->stats.last_remote_step = CKPT_STEP_NONE;
 	rc = config_apply(c, cfg, msg, msg_len);
@@ -448,7 +425,7 @@ int ckpt_close(struct ckpt *c, char *msg, size_t msg_len)
 
 	if (!c)
 		return 0;
-	ckpt_msg(msg, msg_len, "%s", "");
+	util_msg(msg, msg_len, "%s", "");
 	pthread_mutex_lock(&c->lock);
 	step_free(c->building);
 	c->building = NULL;
@@ -457,7 +434,7 @@ int ckpt_close(struct ckpt *c, char *msg, size_t msg_len)
 	for (s = c->done; s; s = s->next) {
 		if ((s->local_rc || s->remote_rc) && !s->reported) {
 			rc = s->local_rc ? s->local_rc : s->remote_rc;
-			ckpt_msg(msg, msg_len, "%s", s->local_rc ?
+			util_msg(msg, msg_len, "%s", s->local_rc ?
 				 s->local_err : s->remote_err);
 			break;
 		}
@@ -492,7 +469,7 @@ static int staging_alloc(struct ckpt *c, char *msg, size_t msg_len)
 			c->staging = NULL;
 			free(c->chunks);
 			c->chunks = NULL;
-			ckpt_msg(msg, msg_len, "cannot allocate %zu bytes of "
+			util_msg(msg, msg_len, "cannot allocate %zu bytes of "
 				 "staging memory: %s (lower staging_bytes)",
 				 len, strerror(e));
 			return -e;
@@ -583,18 +560,18 @@ int ckpt_begin(struct ckpt *c, uint64_t step, char *msg, size_t msg_len)
 	struct ckpt_step *s, *old;
 	int rc = 0;
 
-	ckpt_msg(msg, msg_len, "%s", "");
+	util_msg(msg, msg_len, "%s", "");
 	if (c->cfg.read_only) {
-		ckpt_msg(msg, msg_len, "the store was opened read-only");
+		util_msg(msg, msg_len, "the store was opened read-only");
 		return -EINVAL;
 	}
 	if (step == CKPT_STEP_LATEST) {
-		ckpt_msg(msg, msg_len, "step %llu is reserved",
+		util_msg(msg, msg_len, "step %llu is reserved",
 			 (unsigned long long)step);
 		return -EINVAL;
 	}
 	if (c->dir && committed_locally(c, step)) {
-		ckpt_msg(msg, msg_len, "step %llu is already committed in %s "
+		util_msg(msg, msg_len, "step %llu is already committed in %s "
 			 "(save another step, or remove it first)",
 			 (unsigned long long)step, c->dir);
 		return -EEXIST;
@@ -606,12 +583,12 @@ int ckpt_begin(struct ckpt *c, uint64_t step, char *msg, size_t msg_len)
 	s->fd = -1;
 	pthread_mutex_lock(&c->lock);
 	if (c->building) {
-		ckpt_msg(msg, msg_len, "step %llu is begun and not committed "
+		util_msg(msg, msg_len, "step %llu is begun and not committed "
 			 "(commit or abort it first)",
 			 (unsigned long long)c->building->step);
 		rc = -EBUSY;
 	} else if ((old = find_step(c, step)) && !drop_failed(c, old)) {
-		ckpt_msg(msg, msg_len, "step %llu was already saved through "
+		util_msg(msg, msg_len, "step %llu was already saved through "
 			 "this handle", (unsigned long long)step);
 		rc = -EEXIST;
 	}
@@ -698,9 +675,9 @@ int ckpt_add(struct ckpt *c, const char *name, enum ckpt_dtype dtype,
 	struct ckpt_tensor *t;
 	int rc;
 
-	ckpt_msg(msg, msg_len, "%s", "");
+	util_msg(msg, msg_len, "%s", "");
 	if (!s) {
-		ckpt_msg(msg, msg_len, "no step begun (call ckpt_begin first)");
+		util_msg(msg, msg_len, "no step begun (call ckpt_begin first)");
 		return -EINVAL;
 	}
 	rc = ckpt_tensor_check(name, dtype, ndim, shape, size_bytes, msg,
@@ -708,28 +685,28 @@ int ckpt_add(struct ckpt *c, const char *name, enum ckpt_dtype dtype,
 	if (rc)
 		return rc;
 	if (!data && size_bytes) {
-		ckpt_msg(msg, msg_len, "tensor '%s': no data", name);
+		util_msg(msg, msg_len, "tensor '%s': no data", name);
 		return -EINVAL;
 	}
 	if (flags & ~CKPT_ADD_DEVICE) {
-		ckpt_msg(msg, msg_len, "tensor '%s': unknown flags %#x", name,
+		util_msg(msg, msg_len, "tensor '%s': unknown flags %#x", name,
 			 flags);
 		return -EINVAL;
 	}
 	if ((flags & CKPT_ADD_DEVICE) && !c->cuda) {
-		ckpt_msg(msg, msg_len, "tensor '%s' is in device memory, but "
+		util_msg(msg, msg_len, "tensor '%s' is in device memory, but "
 			 "%s", name, HAVE_CUDA ? "no GPU is usable" :
 			 "fmckpt was built without CUDA (./configure "
 			 "--with-cuda)");
 		return -ENOTSUP;
 	}
 	if (s->nt >= CKPT_TENSORS_MAX) {
-		ckpt_msg(msg, msg_len, "more than %u tensors in one step",
+		util_msg(msg, msg_len, "more than %u tensors in one step",
 			 CKPT_TENSORS_MAX);
 		return -E2BIG;
 	}
 	if (name_taken(s, name)) {
-		ckpt_msg(msg, msg_len, "tensor '%s' was already added to step "
+		util_msg(msg, msg_len, "tensor '%s' was already added to step "
 			 "%llu", name, (unsigned long long)s->step);
 		return -EEXIST;
 	}
@@ -822,14 +799,14 @@ static void stream_next(struct stream *w)
 
 	pthread_mutex_lock(&c->lock);
 	if (!c->free_chunks) {
-		uint64_t t0 = ckpt_now_ns();
+		uint64_t t0 = util_now_ns();
 
 		if (!w->waited)
 			c->stats.staging_waits++;
 		w->waited = true;
 		while (!c->free_chunks)
 			pthread_cond_wait(&c->chunk_cond, &c->lock);
-		w->wait_ns += ckpt_now_ns() - t0;
+		w->wait_ns += util_now_ns() - t0;
 	}
 	ch = c->free_chunks;
 	c->free_chunks = ch->next;
@@ -898,7 +875,7 @@ static int layout(struct ckpt *c, struct ckpt_step *s, char *msg,
 		off = (off + CKPT_ALIGN - 1) & ~(uint64_t)(CKPT_ALIGN - 1);
 		s->t[i].off = off;
 		if (s->t[i].size > UINT64_MAX / 2 - off) {
-			ckpt_msg(msg, msg_len, "step %llu is too large",
+			util_msg(msg, msg_len, "step %llu is too large",
 				 (unsigned long long)s->step);
 			return -EFBIG;
 		}
@@ -907,7 +884,7 @@ static int layout(struct ckpt *c, struct ckpt_step *s, char *msg,
 	s->file_bytes = off;
 	s->nchunks = (unsigned)((off + chunk - 1) / chunk);
 	if (c->st && s->nchunks > OBJ_PARTS_MAX) {
-		ckpt_msg(msg, msg_len, "this rank's shard is %llu bytes: more "
+		util_msg(msg, msg_len, "this rank's shard is %llu bytes: more "
 			 "than %d parts of %llu bytes; raise chunk_bytes",
 			 (unsigned long long)off, OBJ_PARTS_MAX,
 			 (unsigned long long)chunk);
@@ -953,12 +930,12 @@ int ckpt_commit(struct ckpt *c, char *msg, size_t msg_len)
 {
 	struct ckpt_step *s = c->building, **pp;
 	struct stream w = { .c = c };
-	uint64_t t0 = ckpt_now_ns(), dt;
+	uint64_t t0 = util_now_ns(), dt;
 	int rc;
 
-	ckpt_msg(msg, msg_len, "%s", "");
+	util_msg(msg, msg_len, "%s", "");
 	if (!s) {
-		ckpt_msg(msg, msg_len, "no step begun (call ckpt_begin first)");
+		util_msg(msg, msg_len, "no step begun (call ckpt_begin first)");
 		return -EINVAL;
 	}
 	rc = layout(c, s, msg, msg_len);
@@ -978,16 +955,16 @@ int ckpt_commit(struct ckpt *c, char *msg, size_t msg_len)
 	pthread_mutex_unlock(&c->lock);
 	w.s = s;
 	stream_tensors(&w);
-	dt = ckpt_now_ns() - t0;
+	dt = util_now_ns() - t0;
 	pthread_mutex_lock(&c->lock);
 	c->copying = false;
 	pthread_cond_signal(&c->writer_cond);
 	if (w.rc)   /* the step failed when the copy did (stream_fail) */
-		ckpt_msg(msg, msg_len, "step %llu: copying into staging "
+		util_msg(msg, msg_len, "step %llu: copying into staging "
 			 "failed: %s", (unsigned long long)s->step,
 			 w.why[0] ? w.why : strerror(-w.rc));
 	s->committed = true;
-	s->t_commit_ns = ckpt_now_ns();
+	s->t_commit_ns = util_now_ns();
 	for (size_t i = 0; i < s->nt; i++)
 		s->t[i].src = NULL;   /* no longer borrowed */
 	c->stats.commits++;
@@ -1073,8 +1050,8 @@ static int wait_manifest(struct ckpt *c, uint64_t step, bool remote,
 				return ckpt_obj_fail(&err, os, key, msg,
 						     msg_len);
 		}
-		if (deadline && ckpt_now_ns() >= deadline) {
-			ckpt_msg(msg, msg_len, "step %llu: this rank's shard is "
+		if (deadline && util_now_ns() >= deadline) {
+			util_msg(msg, msg_len, "step %llu: this rank's shard is "
 				 "durable but rank 0 has not committed the "
 				 "checkpoint %s yet", (unsigned long long)step,
 				 remote ? "remotely" : "locally");
@@ -1101,19 +1078,19 @@ static int timed_wait(pthread_cond_t *cv, pthread_mutex_t *m,
 int ckpt_wait(struct ckpt *c, uint64_t step, enum ckpt_level level,
 	      unsigned timeout_ms, char *msg, size_t msg_len)
 {
-	uint64_t deadline = timeout_ms ? ckpt_now_ns() +
+	uint64_t deadline = timeout_ms ? util_now_ns() +
 			    timeout_ms * 1000000ull : 0;
 	bool local = false, remote = false;
 	struct ckpt_step *s;
 	int rc = 0;
 
-	ckpt_msg(msg, msg_len, "%s", "");
+	util_msg(msg, msg_len, "%s", "");
 	if (level == CKPT_DURABLE)
 		level = c->st ? CKPT_REMOTE : CKPT_LOCAL;
 	local = level == CKPT_LOCAL;
 	remote = level == CKPT_REMOTE;
 	if ((local && !c->dir) || (remote && !c->st) || (!local && !remote)) {
-		ckpt_msg(msg, msg_len, "no %s store configured to wait for",
+		util_msg(msg, msg_len, "no %s store configured to wait for",
 			 local ? "local" : "remote");
 		return -EINVAL;
 	}
@@ -1128,24 +1105,24 @@ int ckpt_wait(struct ckpt *c, uint64_t step, enum ckpt_level level,
 		pthread_mutex_unlock(&c->lock);
 		if (local && committed_locally(c, step))
 			return 0;
-		ckpt_msg(msg, msg_len, "step %llu was not saved through this "
+		util_msg(msg, msg_len, "step %llu was not saved through this "
 			 "handle", (unsigned long long)step);
 		return -ENOENT;
 	}
 	if (rc) {
-		ckpt_msg(msg, msg_len, "step %llu is not yet committed %s after "
+		util_msg(msg, msg_len, "step %llu is not yet committed %s after "
 			 "%u ms", (unsigned long long)step,
 			 local ? "locally" : "remotely", timeout_ms);
 	} else if (local ? s->local_rc : s->remote_rc) {
 		rc = local ? s->local_rc : s->remote_rc;
-		ckpt_msg(msg, msg_len, "%s", local ? s->local_err :
+		util_msg(msg, msg_len, "%s", local ? s->local_err :
 			 s->remote_err);
 		s->reported = true;
 	}
 	pthread_mutex_unlock(&c->lock);
 	if (!rc && c->rank != 0)
 		rc = wait_manifest(c, step, remote, deadline ? deadline :
-				   ckpt_now_ns() + 2000000ull *
+				   util_now_ns() + 2000000ull *
 				   c->cfg.barrier_timeout_ms, msg, msg_len);
 	return rc;
 }

@@ -20,6 +20,7 @@
 
 #include "config.h"
 #include "ckpt.h"
+#include "util/util.h"
 
 #define CKPT_ALIGN 64                 /* tensor data alignment in a shard */
 #define CKPT_SHARD_HEADER_BYTES 4096
@@ -39,10 +40,6 @@
 #define CKPT_STATE_DIR ".fmckpt"
 
 /* ---- format.c ---- */
-
-uint32_t ckpt_crc32c(uint32_t crc, const void *buf, size_t len);
-/* The CRC of A followed by B, from crc(A), crc(B) and len(B). */
-uint32_t ckpt_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 
 struct ckpt_mf_shard {
 	uint32_t rank;
@@ -302,9 +299,6 @@ static inline void ckpt_crash_point(const char *point, uint64_t step)
 		ckpt_crash_hook(point, step);
 }
 
-uint64_t ckpt_now_ns(void);       /* CLOCK_MONOTONIC */
-void ckpt_msg(char *msg, size_t len, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
 /* Fails step at levels (CKPT_LOCAL, CKPT_REMOTE or both: a local write
  * error fails the upload that reads the file too): the first error of
  * each level wins; also the handle's last error.  c->lock held. */

@@ -36,7 +36,7 @@ int ckpt_cuda_init(struct ckpt *c, char *msg, size_t msg_len)
 		return -ENOMEM;
 	if (cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking) !=
 	    cudaSuccess) {
-		ckpt_msg(msg, msg_len, "cannot create a CUDA stream: %s",
+		util_msg(msg, msg_len, "cannot create a CUDA stream: %s",
 			 cudaGetErrorString(cudaGetLastError()));
 		free(g);
 		return -EIO;
@@ -81,7 +81,7 @@ int ckpt_cuda_copy_async(struct ckpt *c, void *dst, const void *src,
 
 	e = cudaMemcpyAsync(dst, src, len, cudaMemcpyDeviceToHost, g->stream);
 	if (e != cudaSuccess) {
-		ckpt_msg(msg, msg_len, "cudaMemcpyAsync of %zu bytes failed: "
+		util_msg(msg, msg_len, "cudaMemcpyAsync of %zu bytes failed: "
 			 "%s (is the pointer device memory?)", len,
 			 cudaGetErrorString(e));
 		return -EIO;
@@ -98,7 +98,7 @@ int ckpt_cuda_sync(struct ckpt *c, char *msg, size_t msg_len)
 		return 0;
 	e = cudaStreamSynchronize(g->stream);
 	if (e != cudaSuccess) {
-		ckpt_msg(msg, msg_len, "device-to-host copy failed: %s",
+		util_msg(msg, msg_len, "device-to-host copy failed: %s",
 			 cudaGetErrorString(e));
 		return -EIO;
 	}
@@ -140,7 +140,7 @@ int ckpt_cuda_copy_async(struct ckpt *c, void *dst, const void *src,
 	(void)dst;
 	(void)src;
 	(void)len;
-	ckpt_msg(msg, msg_len, "built without CUDA");
+	util_msg(msg, msg_len, "built without CUDA");
 	return -ENOTSUP;
 }
 

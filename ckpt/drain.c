@@ -64,7 +64,7 @@ static int remote_start(struct ckpt *c, struct ckpt_step *s, char *why,
 	os = obj_head(c->st, key, &m, &err);
 	if (os == OBJ_OK) {
 		obj_meta_release(&m);
-		ckpt_msg(why, why_len, "step %llu is already committed in %s "
+		util_msg(why, why_len, "step %llu is already committed in %s "
 			 "(save another step, or remove it first)",
 			 (unsigned long long)s->step, c->remote);
 		return -EEXIST;
@@ -216,14 +216,14 @@ static void barrier_offer(struct ckpt *c, struct barrier *b, uint64_t step,
 	if (m.kind != CKPT_MF_KIND_RANK || m.nshards != 1 ||
 	    m.step != step || m.world_size != c->world ||
 	    m.shards[0].rank != r) {
-		ckpt_msg(b->refused, sizeof(b->refused), "%s is not rank %u's "
+		util_msg(b->refused, sizeof(b->refused), "%s is not rank %u's "
 			 "marker of step %llu with %u ranks", what, r,
 			 (unsigned long long)step, c->world);
 		ckpt_mf_release(&m);
 		return;
 	}
 	if (strncmp(m.shards[0].run_id, c->run_id, CKPT_RUN_ID_MAX)) {
-		ckpt_msg(b->refused, sizeof(b->refused), "%s is of run id "
+		util_msg(b->refused, sizeof(b->refused), "%s is of run id "
 			 "'%.*s', this job's is '%s'", what, CKPT_RUN_ID_MAX,
 			 m.shards[0].run_id, c->run_id);
 		ckpt_mf_release(&m);
@@ -293,7 +293,7 @@ static int barrier_poll_remote(struct ckpt *c, struct barrier *b,
 		}
 		if (pg.next_token && !(token = strdup(pg.next_token))) {
 			obj_list_page_release(&pg);
-			ckpt_msg(why, why_len, "out of memory listing %s",
+			util_msg(why, why_len, "out of memory listing %s",
 				 prefix);
 			return -ENOMEM;
 		}
@@ -326,7 +326,7 @@ static int barrier_wait(struct ckpt *c, struct ckpt_step *s, bool remote,
 			struct ckpt_manifest *out, char *why, size_t why_len)
 {
 	struct barrier b = { 0 };
-	uint64_t t0 = ckpt_now_ns();
+	uint64_t t0 = util_now_ns();
 	uint64_t limit = (uint64_t)c->cfg.barrier_timeout_ms * 1000000ull;
 	unsigned sleep_ms = 2;
 	int rc = 0;
@@ -341,7 +341,7 @@ static int barrier_wait(struct ckpt *c, struct ckpt_step *s, bool remote,
 			barrier_poll_local(c, &b, s);
 		if (rc || b.have == c->world)
 			break;
-		if (ckpt_now_ns() - t0 >= limit) {
+		if (util_now_ns() - t0 >= limit) {
 			char miss[128], where[PATH_MAX];
 
 			missing_ranks(c, &b, miss, sizeof(miss));
@@ -351,13 +351,13 @@ static int barrier_wait(struct ckpt *c, struct ckpt_step *s, bool remote,
 				ckpt_tmp_path(c, s->step, NULL, where,
 					      sizeof(where));
 			if (b.refused[0])
-				ckpt_msg(why, why_len, "rank 0 waited %.1f s for "
+				util_msg(why, why_len, "rank 0 waited %.1f s for "
 					 "the shards of rank(s) %s in %s and "
 					 "refused what it found: %s",
 					 c->cfg.barrier_timeout_ms / 1000.0,
 					 miss, where, b.refused);
 			else
-				ckpt_msg(why, why_len, "rank 0 waited %.1f s for "
+				util_msg(why, why_len, "rank 0 waited %.1f s for "
 					 "the shards of rank(s) %s (no "
 					 "rank-NNNNN.done from them in %s); are "
 					 "all %u ranks running, saving this step "
@@ -407,7 +407,7 @@ static int check_local_shards(struct ckpt *c, const struct ckpt_manifest *m,
 		ckpt_tmp_path(c, m->step, name, path, sizeof(path));
 		if (stat(path, &sb) ||
 		    (uint64_t)sb.st_size != m->shards[i].file_bytes) {
-			ckpt_msg(why, why_len, "%s is missing or not the size "
+			util_msg(why, why_len, "%s is missing or not the size "
 				 "its marker says (%llu bytes)", path,
 				 (unsigned long long)m->shards[i].file_bytes);
 			return -EBADMSG;
@@ -430,7 +430,7 @@ static int local_commit(struct ckpt *c, struct ckpt_step *s, char *why,
 		return rc;
 	rc = check_local_shards(c, &m, why, why_len);
 	if (!rc && (rc = ckpt_mf_encode(&m, &buf, &len)))
-		ckpt_msg(why, why_len, "cannot encode the manifest: %s",
+		util_msg(why, why_len, "cannot encode the manifest: %s",
 			 strerror(-rc));
 	ckpt_mf_release(&m);
 	ckpt_tmp_path(c, s->step, NULL, tmp, sizeof(tmp));
@@ -445,7 +445,7 @@ static int local_commit(struct ckpt *c, struct ckpt_step *s, char *why,
 	snprintf(dst, sizeof(dst), "%s/%s", c->dir, name);
 	if (rename(tmp, dst)) {
 		rc = -errno;
-		ckpt_msg(why, why_len, "cannot rename %s to %s: %s%s", tmp, dst,
+		util_msg(why, why_len, "cannot rename %s to %s: %s%s", tmp, dst,
 			 strerror(-rc), rc == -EEXIST || rc == -ENOTEMPTY ?
 			 " (the step is already committed)" : "");
 		return rc;
@@ -453,7 +453,7 @@ static int local_commit(struct ckpt *c, struct ckpt_step *s, char *why,
 	ckpt_crash_point("renamed", s->step);
 	rc = ckpt_fsync_path(c->dir);
 	if (rc) {
-		ckpt_msg(why, why_len, "fsync of %s failed: %s", c->dir,
+		util_msg(why, why_len, "fsync of %s failed: %s", c->dir,
 			 strerror(-rc));
 		return rc;
 	}
@@ -481,7 +481,7 @@ static int remote_finish_shard(struct ckpt *c, struct ckpt_step *s,
 		return ckpt_obj_fail(&err, os, key, why, why_len);
 	ckpt_crash_point("remote-shard", s->step);
 	if (!s->marker) {
-		ckpt_msg(why, why_len, "no marker to store");
+		util_msg(why, why_len, "no marker to store");
 		return -EIO;
 	}
 	ckpt_marker_name(c->rank, name, sizeof(name));
@@ -557,7 +557,7 @@ static void handle_local(struct ckpt *c, struct ckpt_step *s)
 		commit_fail(c, s, commit_rc, CKPT_LOCAL, why);
 	if (!s->local_rc) {
 		c->stats.last_local_step = s->step;
-		s->t_local_ns = ckpt_now_ns();
+		s->t_local_ns = util_now_ns();
 	}
 	s->local_handled = true;
 	pthread_mutex_unlock(&c->lock);
@@ -586,7 +586,7 @@ static void handle_remote(struct ckpt *c, struct ckpt_step *s)
 		commit_fail(c, s, commit_rc, CKPT_REMOTE, why);
 	if (!s->remote_rc) {
 		c->stats.last_remote_step = s->step;
-		s->t_remote_ns = ckpt_now_ns();
+		s->t_remote_ns = util_now_ns();
 	}
 	s->remote_handled = true;
 	pthread_mutex_unlock(&c->lock);
@@ -697,8 +697,7 @@ void *ckpt_committer_main(void *arg)
 			}
 			/* Refresh the status file once a second while busy,
 			 * and after each commit (ckpt_commit asks). */
-			clock_gettime(CLOCK_MONOTONIC, &ts);
-			ts.tv_sec += 1;
+			ts = util_deadline(1000);
 			if ((pthread_cond_timedwait(&c->commit_cond, &c->lock,
 						    &ts) == ETIMEDOUT &&
 			     c->steps) || c->status_due) {

@@ -68,96 +68,7 @@ int ckpt_dtype_parse(const char *name, enum ckpt_dtype *out)
 	return -EINVAL;
 }
 
-/* ---- CRC32C ---- */
-
-#define CRC32C_POLY 0x82F63B78u
-
-uint32_t ckpt_crc32c(uint32_t crc, const void *buf, size_t len)
-{
-	return cache_crc32c(crc, buf, len);
-}
-
-/* a * b modulo the CRC polynomial, bit-reflected (zlib's multmodp). */
-static uint32_t multmodp(uint32_t a, uint32_t b)
-{
-	uint32_t m = 1u << 31, p = 0;
-
-	for (;;) {
-		if (a & m) {
-			p ^= b;
-			if ((a & (m - 1)) == 0)
-				break;
-		}
-		m >>= 1;
-		b = b & 1 ? (b >> 1) ^ CRC32C_POLY : b >> 1;
-	}
-	return p;
-}
-
-/* x^(2^k) modulo the polynomial, k = 0..31; built once. */
-static uint32_t x2n_table[32];
-static pthread_once_t x2n_once = PTHREAD_ONCE_INIT;
-
-static void x2n_init(void)
-{
-	uint32_t p = 1u << 30; /* x^1 */
-
-	x2n_table[0] = p;
-	for (int n = 1; n < 32; n++)
-		x2n_table[n] = p = multmodp(p, p);
-}
-
-/* x^(n * 2^k) modulo the polynomial. */
-static uint32_t x2nmodp(uint64_t n, unsigned k)
-{
-	uint32_t p = 1u << 31; /* x^0 */
-
-	while (n) {
-		if (n & 1)
-			p = multmodp(x2n_table[k & 31], p);
-		n >>= 1;
-		k++;
-	}
-	return p;
-}
-
-uint32_t ckpt_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b)
-{
-	pthread_once(&x2n_once, x2n_init);
-	return multmodp(x2nmodp(len_b, 3), crc_a) ^ crc_b;
-}
-
 /* ---- little-endian fields ---- */
-
-static void put32(unsigned char *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void put64(unsigned char *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint32_t get32(const unsigned char *p)
-{
-	uint32_t v = 0;
-
-	for (int i = 3; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
-
-static uint64_t get64(const unsigned char *p)
-{
-	uint64_t v = 0;
-
-	for (int i = 7; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
 
 /* ---- tensors ---- */
 
@@ -183,24 +94,24 @@ int ckpt_tensor_check(const char *name, enum ckpt_dtype dtype,
 	char sh[256];
 
 	if (!nl || nl > CKPT_NAME_MAX) {
-		ckpt_msg(msg, msg_len, "tensor name '%.40s%s' must be 1 to %d "
+		util_msg(msg, msg_len, "tensor name '%.40s%s' must be 1 to %d "
 			 "bytes", name ? name : "", nl > 40 ? "..." : "",
 			 CKPT_NAME_MAX);
 		return -EINVAL;
 	}
 	if ((unsigned)dtype >= CKPT_DTYPE_COUNT) {
-		ckpt_msg(msg, msg_len, "tensor '%s': unknown dtype %d", name,
+		util_msg(msg, msg_len, "tensor '%s': unknown dtype %d", name,
 			 (int)dtype);
 		return -EINVAL;
 	}
 	if (ndim > CKPT_NDIM_MAX || (ndim && !shape)) {
-		ckpt_msg(msg, msg_len, "tensor '%s': %u dimensions (at most "
+		util_msg(msg, msg_len, "tensor '%s': %u dimensions (at most "
 			 "%d)", name, ndim, CKPT_NDIM_MAX);
 		return -EINVAL;
 	}
 	for (unsigned i = 0; i < ndim; i++) {
 		if (shape[i] < 0) {
-			ckpt_msg(msg, msg_len, "tensor '%s': dimension %u is "
+			util_msg(msg, msg_len, "tensor '%s': dimension %u is "
 				 "negative (%lld)", name, i,
 				 (long long)shape[i]);
 			return -EINVAL;
@@ -212,7 +123,7 @@ int ckpt_tensor_check(const char *name, enum ckpt_dtype dtype,
 	n *= ckpt_dtype_size(dtype);
 	if (n != size_bytes) {
 		ckpt_shape_format(ndim, shape, sh, sizeof(sh));
-		ckpt_msg(msg, msg_len, "tensor '%s': %s %s needs %llu bytes "
+		util_msg(msg, msg_len, "tensor '%s': %s %s needs %llu bytes "
 			 "but %llu were given (wrong buffer size)", name,
 			 ckpt_dtype_name(dtype), sh,
 			 n > UINT64_MAX ? 0ull : (unsigned long long)n,
@@ -229,17 +140,17 @@ void ckpt_shard_header_encode(const struct ckpt_shard_header *h,
 {
 	memset(buf, 0, CKPT_SHARD_HEADER_BYTES);
 	memcpy(buf, sh_magic, 8);
-	put32(buf + 8, CKPT_FORMAT_VERSION);
-	put32(buf + 12, CKPT_SHARD_HEADER_BYTES);
-	put64(buf + 16, h->step);
-	put32(buf + 24, h->rank);
-	put32(buf + 28, h->world_size);
-	put32(buf + 32, h->ntensors);
-	put32(buf + 36, CKPT_ALIGN);
-	put64(buf + 40, h->file_bytes);
+	util_put32le(buf + 8, CKPT_FORMAT_VERSION);
+	util_put32le(buf + 12, CKPT_SHARD_HEADER_BYTES);
+	util_put64le(buf + 16, h->step);
+	util_put32le(buf + 24, h->rank);
+	util_put32le(buf + 28, h->world_size);
+	util_put32le(buf + 32, h->ntensors);
+	util_put32le(buf + 36, CKPT_ALIGN);
+	util_put64le(buf + 40, h->file_bytes);
 	memcpy(buf + 48, h->run_id, strnlen(h->run_id, CKPT_RUN_ID_MAX));
-	put32(buf + CKPT_SHARD_HEADER_BYTES - 4,
-	      ckpt_crc32c(0, buf, CKPT_SHARD_HEADER_BYTES - 4));
+	util_put32le(buf + CKPT_SHARD_HEADER_BYTES - 4,
+	      util_crc32c(0, buf, CKPT_SHARD_HEADER_BYTES - 4));
 }
 
 int ckpt_shard_header_decode(const unsigned char *buf, size_t len,
@@ -249,41 +160,41 @@ int ckpt_shard_header_decode(const unsigned char *buf, size_t len,
 	uint32_t v;
 
 	if (len < CKPT_SHARD_HEADER_BYTES) {
-		ckpt_msg(msg, msg_len, "%s: truncated (%zu bytes, shorter than "
+		util_msg(msg, msg_len, "%s: truncated (%zu bytes, shorter than "
 			 "its %d-byte header)", what, len,
 			 CKPT_SHARD_HEADER_BYTES);
 		return -EBADMSG;
 	}
 	if (memcmp(buf, sh_magic, 8)) {
-		ckpt_msg(msg, msg_len, "%s: not an fmckpt shard (bad magic)",
+		util_msg(msg, msg_len, "%s: not an fmckpt shard (bad magic)",
 			 what);
 		return -EBADMSG;
 	}
-	if (get32(buf + CKPT_SHARD_HEADER_BYTES - 4) !=
-	    ckpt_crc32c(0, buf, CKPT_SHARD_HEADER_BYTES - 4)) {
-		ckpt_msg(msg, msg_len, "%s: shard header checksum mismatch: "
+	if (util_get32le(buf + CKPT_SHARD_HEADER_BYTES - 4) !=
+	    util_crc32c(0, buf, CKPT_SHARD_HEADER_BYTES - 4)) {
+		util_msg(msg, msg_len, "%s: shard header checksum mismatch: "
 			 "the shard is corrupt", what);
 		return -EBADMSG;
 	}
-	v = get32(buf + 8);
+	v = util_get32le(buf + 8);
 	if (v != CKPT_FORMAT_VERSION) {
-		ckpt_msg(msg, msg_len, "%s: shard format version %u; this "
+		util_msg(msg, msg_len, "%s: shard format version %u; this "
 			 "fmckpt reads version %d only (upgrade fmckpt to "
 			 "read it)", what, v, CKPT_FORMAT_VERSION);
 		return -EPROTONOSUPPORT;
 	}
-	if (get32(buf + 12) != CKPT_SHARD_HEADER_BYTES ||
-	    get32(buf + 36) != CKPT_ALIGN) {
-		ckpt_msg(msg, msg_len, "%s: shard header has an unexpected "
+	if (util_get32le(buf + 12) != CKPT_SHARD_HEADER_BYTES ||
+	    util_get32le(buf + 36) != CKPT_ALIGN) {
+		util_msg(msg, msg_len, "%s: shard header has an unexpected "
 			 "size or alignment", what);
 		return -EBADMSG;
 	}
 	memset(h, 0, sizeof(*h));
-	h->step = get64(buf + 16);
-	h->rank = get32(buf + 24);
-	h->world_size = get32(buf + 28);
-	h->ntensors = get32(buf + 32);
-	h->file_bytes = get64(buf + 40);
+	h->step = util_get64le(buf + 16);
+	h->rank = util_get32le(buf + 24);
+	h->world_size = util_get32le(buf + 28);
+	h->ntensors = util_get32le(buf + 32);
+	h->file_bytes = util_get64le(buf + 40);
 	memcpy(h->run_id, buf + 48, CKPT_RUN_ID_MAX);
 	return 0;
 }
@@ -314,27 +225,27 @@ int ckpt_mf_encode(const struct ckpt_manifest *m, unsigned char **out,
 	if (!b)
 		return -ENOMEM;
 	memcpy(b, mf_magic, 8);
-	put32(b + 8, CKPT_FORMAT_VERSION);
-	put32(b + 12, m->kind);
-	put64(b + 16, m->step);
-	put32(b + 24, m->world_size);
-	put32(b + 28, m->nshards);
-	put32(b + 32, m->ntensors);
-	put32(b + 36, (uint32_t)strings);
-	put64(b + 40, (uint64_t)m->created_ns);
-	put64(b + 48, total);
-	put32(b + 56, 0);
-	put32(b + 60, ckpt_crc32c(0, b, 60));
+	util_put32le(b + 8, CKPT_FORMAT_VERSION);
+	util_put32le(b + 12, m->kind);
+	util_put64le(b + 16, m->step);
+	util_put32le(b + 24, m->world_size);
+	util_put32le(b + 28, m->nshards);
+	util_put32le(b + 32, m->ntensors);
+	util_put32le(b + 36, (uint32_t)strings);
+	util_put64le(b + 40, (uint64_t)m->created_ns);
+	util_put64le(b + 48, total);
+	util_put32le(b + 56, 0);
+	util_put32le(b + 60, util_crc32c(0, b, 60));
 	p = b + CKPT_MF_HEADER_BYTES;
 	for (uint32_t i = 0; i < m->nshards; i++, p += CKPT_MF_SHARD_BYTES) {
 		const struct ckpt_mf_shard *s = &m->shards[i];
 
-		put32(p, s->rank);
-		put32(p + 4, s->ntensors);
-		put64(p + 8, s->file_bytes);
-		put64(p + 16, s->data_bytes);
-		put32(p + 24, s->crc32c);
-		put32(p + 28, s->first);
+		util_put32le(p, s->rank);
+		util_put32le(p + 4, s->ntensors);
+		util_put64le(p + 8, s->file_bytes);
+		util_put64le(p + 16, s->data_bytes);
+		util_put32le(p + 24, s->crc32c);
+		util_put32le(p + 28, s->first);
 		memcpy(p + 32, s->run_id, strnlen(s->run_id, CKPT_RUN_ID_MAX));
 	}
 	at = CKPT_MF_HEADER_BYTES + (size_t)m->nshards * CKPT_MF_SHARD_BYTES +
@@ -343,21 +254,21 @@ int ckpt_mf_encode(const struct ckpt_manifest *m, unsigned char **out,
 		const struct ckpt_tensor_info *t = &m->tensors[i];
 		size_t nl = strlen(t->name);
 
-		put32(p, t->rank);
-		put32(p + 4, (uint32_t)t->dtype);
-		put32(p + 8, t->ndim);
-		put32(p + 12, t->crc32c);
-		put64(p + 16, t->offset);
-		put64(p + 24, t->size_bytes);
-		put32(p + 32, str_off);
-		put32(p + 36, (uint32_t)nl);
+		util_put32le(p, t->rank);
+		util_put32le(p + 4, (uint32_t)t->dtype);
+		util_put32le(p + 8, t->ndim);
+		util_put32le(p + 12, t->crc32c);
+		util_put64le(p + 16, t->offset);
+		util_put64le(p + 24, t->size_bytes);
+		util_put32le(p + 32, str_off);
+		util_put32le(p + 36, (uint32_t)nl);
 		for (unsigned d = 0; d < t->ndim; d++)
-			put64(p + 40 + 8 * d, (uint64_t)t->shape[d]);
+			util_put64le(p + 40 + 8 * d, (uint64_t)t->shape[d]);
 		memcpy(b + at + str_off, t->name, nl);
 		str_off += (uint32_t)nl + 1;
 	}
 	p = b + total - CKPT_MF_TRAILER_BYTES;
-	put32(p, ckpt_crc32c(0, b, total - CKPT_MF_TRAILER_BYTES));
+	util_put32le(p, util_crc32c(0, b, total - CKPT_MF_TRAILER_BYTES));
 	memcpy(p + 8, mf_end, 8);
 	*out = b;
 	*out_len = total;
@@ -378,41 +289,41 @@ static int mf_check_header(const unsigned char *b, size_t len,
 	uint64_t total;
 
 	if (len < CKPT_MF_HEADER_BYTES) {
-		ckpt_msg(msg, msg_len, "%s: truncated (%zu bytes; a manifest "
+		util_msg(msg, msg_len, "%s: truncated (%zu bytes; a manifest "
 			 "has at least %d)", what, len,
 			 CKPT_MF_HEADER_BYTES + CKPT_MF_TRAILER_BYTES);
 		return -EBADMSG;
 	}
 	if (memcmp(b, mf_magic, 8)) {
-		ckpt_msg(msg, msg_len, "%s: not an fmckpt manifest (bad "
+		util_msg(msg, msg_len, "%s: not an fmckpt manifest (bad "
 			 "magic)", what);
 		return -EBADMSG;
 	}
-	if (get32(b + 60) != ckpt_crc32c(0, b, 60)) {
-		ckpt_msg(msg, msg_len, "%s: manifest header checksum "
+	if (util_get32le(b + 60) != util_crc32c(0, b, 60)) {
+		util_msg(msg, msg_len, "%s: manifest header checksum "
 			 "mismatch: the manifest is corrupt", what);
 		return -EBADMSG;
 	}
-	v = get32(b + 8);
+	v = util_get32le(b + 8);
 	if (v != CKPT_FORMAT_VERSION) {
-		ckpt_msg(msg, msg_len, "%s: manifest format version %u; this "
+		util_msg(msg, msg_len, "%s: manifest format version %u; this "
 			 "fmckpt reads version %d only (%s)", what, v,
 			 CKPT_FORMAT_VERSION, v > CKPT_FORMAT_VERSION ?
 			 "written by a newer fmckpt: upgrade to read it" :
 			 "not a version fmckpt ever wrote");
 		return -EPROTONOSUPPORT;
 	}
-	total = get64(b + 48);
+	total = util_get64le(b + 48);
 	if (total != len) {
-		ckpt_msg(msg, msg_len, "%s: %s (%zu bytes; its header says "
+		util_msg(msg, msg_len, "%s: %s (%zu bytes; its header says "
 			 "%llu)", what, len < total ? "truncated" :
 			 "has trailing bytes", len, (unsigned long long)total);
 		return -EBADMSG;
 	}
 	if (memcmp(b + len - 8, mf_end, 8) ||
-	    get32(b + len - CKPT_MF_TRAILER_BYTES) !=
-	    ckpt_crc32c(0, b, len - CKPT_MF_TRAILER_BYTES)) {
-		ckpt_msg(msg, msg_len, "%s: manifest checksum mismatch: the "
+	    util_get32le(b + len - CKPT_MF_TRAILER_BYTES) !=
+	    util_crc32c(0, b, len - CKPT_MF_TRAILER_BYTES)) {
+		util_msg(msg, msg_len, "%s: manifest checksum mismatch: the "
 			 "manifest is corrupt", what);
 		return -EBADMSG;
 	}
@@ -424,36 +335,36 @@ static int mf_decode_tensor(const unsigned char *p, const unsigned char *strs,
 			    struct ckpt_tensor_info *t, char *msg,
 			    size_t msg_len)
 {
-	uint32_t so = get32(p + 32), sl = get32(p + 36);
+	uint32_t so = util_get32le(p + 32), sl = util_get32le(p + 36);
 	char why[300];
 	int rc;
 
 	memset(t, 0, sizeof(*t));
-	t->rank = get32(p);
-	t->dtype = (enum ckpt_dtype)get32(p + 4);
-	t->ndim = get32(p + 8);
-	t->crc32c = get32(p + 12);
-	t->offset = get64(p + 16);
-	t->size_bytes = get64(p + 24);
+	t->rank = util_get32le(p);
+	t->dtype = (enum ckpt_dtype)util_get32le(p + 4);
+	t->ndim = util_get32le(p + 8);
+	t->crc32c = util_get32le(p + 12);
+	t->offset = util_get64le(p + 16);
+	t->size_bytes = util_get64le(p + 24);
 	if (!sl || sl > CKPT_NAME_MAX || so > strings || sl >= strings - so ||
 	    memchr(strs + so, 0, sl)) {
-		ckpt_msg(msg, msg_len, "%s: a tensor name is out of bounds "
+		util_msg(msg, msg_len, "%s: a tensor name is out of bounds "
 			 "(corrupt manifest)", what);
 		return -EBADMSG;
 	}
 	memcpy(t->name, strs + so, sl);
 	t->name[sl] = '\0';
 	if (t->ndim > CKPT_NDIM_MAX) {
-		ckpt_msg(msg, msg_len, "%s: tensor '%s' has %u dimensions "
+		util_msg(msg, msg_len, "%s: tensor '%s' has %u dimensions "
 			 "(corrupt manifest)", what, t->name, t->ndim);
 		return -EBADMSG;
 	}
 	for (unsigned d = 0; d < t->ndim; d++)
-		t->shape[d] = (int64_t)get64(p + 40 + 8 * d);
+		t->shape[d] = (int64_t)util_get64le(p + 40 + 8 * d);
 	rc = ckpt_tensor_check(t->name, t->dtype, t->ndim, t->shape,
 			       t->size_bytes, why, sizeof(why));
 	if (rc) {
-		ckpt_msg(msg, msg_len, "%s: %s (corrupt manifest)", what, why);
+		util_msg(msg, msg_len, "%s: %s (corrupt manifest)", what, why);
 		return -EBADMSG;
 	}
 	return 0;
@@ -481,7 +392,7 @@ static int check_unique(const struct ckpt_tensor_info *t, uint32_t n,
 	qsort(names, n, sizeof(*names), cmp_name_ptr);
 	for (uint32_t i = 1; i < n && !rc; i++) {
 		if (!strcmp(names[i - 1], names[i])) {
-			ckpt_msg(msg, msg_len, "%s: tensor '%s' appears twice "
+			util_msg(msg, msg_len, "%s: tensor '%s' appears twice "
 				 "in shard %u (corrupt manifest)", what,
 				 names[i], t[0].rank);
 			rc = -EBADMSG;
@@ -507,7 +418,7 @@ static int mf_check_tables(struct ckpt_manifest *m, const char *what,
 		    (i && s->rank <= m->shards[i - 1].rank) ||
 		    s->first != next || s->ntensors > m->ntensors - next ||
 		    s->file_bytes < CKPT_SHARD_HEADER_BYTES) {
-			ckpt_msg(msg, msg_len, "%s: shard table entry %u is "
+			util_msg(msg, msg_len, "%s: shard table entry %u is "
 				 "inconsistent (corrupt manifest)", what, i);
 			return -EBADMSG;
 		}
@@ -518,7 +429,7 @@ static int mf_check_tables(struct ckpt_manifest *m, const char *what,
 			    t->offset % CKPT_ALIGN ||
 			    t->size_bytes > s->file_bytes ||
 			    t->offset > s->file_bytes - t->size_bytes) {
-				ckpt_msg(msg, msg_len, "%s: tensor '%s' lies "
+				util_msg(msg, msg_len, "%s: tensor '%s' lies "
 					 "outside its shard or overlaps another "
 					 "(corrupt manifest)", what, t->name);
 				return -EBADMSG;
@@ -531,7 +442,7 @@ static int mf_check_tables(struct ckpt_manifest *m, const char *what,
 		if (rc)
 			return rc;
 		if (data != s->data_bytes) {
-			ckpt_msg(msg, msg_len, "%s: shard %u's data size does "
+			util_msg(msg, msg_len, "%s: shard %u's data size does "
 				 "not add up (corrupt manifest)", what,
 				 s->rank);
 			return -EBADMSG;
@@ -539,7 +450,7 @@ static int mf_check_tables(struct ckpt_manifest *m, const char *what,
 		next += s->ntensors;
 	}
 	if (next != m->ntensors) {
-		ckpt_msg(msg, msg_len, "%s: tensors outside any shard "
+		util_msg(msg, msg_len, "%s: tensors outside any shard "
 			 "(corrupt manifest)", what);
 		return -EBADMSG;
 	}
@@ -557,19 +468,19 @@ int ckpt_mf_decode(const void *buf, size_t len, const char *what,
 	rc = mf_check_header(b, len, what, msg, msg_len);
 	if (rc)
 		return rc;
-	m->kind = get32(b + 12);
-	m->step = get64(b + 16);
-	m->world_size = get32(b + 24);
-	m->nshards = get32(b + 28);
-	m->ntensors = get32(b + 32);
-	strings = get32(b + 36);
-	m->created_ns = (int64_t)get64(b + 40);
+	m->kind = util_get32le(b + 12);
+	m->step = util_get64le(b + 16);
+	m->world_size = util_get32le(b + 24);
+	m->nshards = util_get32le(b + 28);
+	m->ntensors = util_get32le(b + 32);
+	strings = util_get32le(b + 36);
+	m->created_ns = (int64_t)util_get64le(b + 40);
 	if ((m->kind != CKPT_MF_KIND_MANIFEST && m->kind != CKPT_MF_KIND_RANK) ||
 	    !m->world_size || m->world_size > CKPT_WORLD_MAX ||
 	    m->nshards > m->world_size ||
 	    m->ntensors > (uint64_t)CKPT_TENSORS_MAX * m->nshards ||
 	    mf_size(m->nshards, m->ntensors, strings) != len) {
-		ckpt_msg(msg, msg_len, "%s: header counts do not match the "
+		util_msg(msg, msg_len, "%s: header counts do not match the "
 			 "file size (corrupt manifest)", what);
 		return -EBADMSG;
 	}
@@ -578,19 +489,19 @@ int ckpt_mf_decode(const void *buf, size_t len, const char *what,
 			    sizeof(*m->tensors));
 	if (!m->shards || !m->tensors) {
 		ckpt_mf_release(m);
-		ckpt_msg(msg, msg_len, "%s: out of memory", what);
+		util_msg(msg, msg_len, "%s: out of memory", what);
 		return -ENOMEM;
 	}
 	p = b + CKPT_MF_HEADER_BYTES;
 	for (uint32_t i = 0; i < m->nshards; i++, p += CKPT_MF_SHARD_BYTES) {
 		struct ckpt_mf_shard *s = &m->shards[i];
 
-		s->rank = get32(p);
-		s->ntensors = get32(p + 4);
-		s->file_bytes = get64(p + 8);
-		s->data_bytes = get64(p + 16);
-		s->crc32c = get32(p + 24);
-		s->first = get32(p + 28);
+		s->rank = util_get32le(p);
+		s->ntensors = util_get32le(p + 4);
+		s->file_bytes = util_get64le(p + 8);
+		s->data_bytes = util_get64le(p + 16);
+		s->crc32c = util_get32le(p + 24);
+		s->first = util_get32le(p + 28);
 		memcpy(s->run_id, p + 32, CKPT_RUN_ID_MAX);
 	}
 	strs = p + (size_t)m->ntensors * CKPT_MF_TENSOR_BYTES;
@@ -628,7 +539,7 @@ int ckpt_mf_merge(const struct ckpt_manifest *ranks, uint32_t n,
 		if (ranks[i].kind != CKPT_MF_KIND_RANK ||
 		    ranks[i].nshards != 1 || ranks[i].step != ranks[0].step ||
 		    ranks[i].world_size != n) {
-			ckpt_msg(msg, msg_len, "shard marker %u does not belong "
+			util_msg(msg, msg_len, "shard marker %u does not belong "
 				 "to step %llu with %u ranks", i,
 				 (unsigned long long)ranks[0].step, n);
 			return -EBADMSG;
@@ -653,7 +564,7 @@ int ckpt_mf_merge(const struct ckpt_manifest *ranks, uint32_t n,
 	nt = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		if (sorted[i].shards[0].rank != i) {
-			ckpt_msg(msg, msg_len, "shard of rank %u is missing "
+			util_msg(msg, msg_len, "shard of rank %u is missing "
 				 "or doubled", i);
 			free(sorted);
 			ckpt_mf_release(out);

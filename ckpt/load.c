@@ -54,7 +54,7 @@ static int missing_shard(const struct ckpt_reader *r, uint32_t rank,
 	char where[PATH_MAX + 128];
 
 	shard_where(r, rank, where, sizeof(where));
-	ckpt_msg(msg, msg_len, "step %llu: shard %u of %u is missing (%s%s%s);"
+	util_msg(msg, msg_len, "step %llu: shard %u of %u is missing (%s%s%s);"
 		 " the checkpoint cannot be loaded: load another step (fmckpt "
 		 "list)%s", (unsigned long long)r->step, rank,
 		 r->m.world_size, r->remote ? r->c->remote : "",
@@ -69,7 +69,7 @@ static int wrong_size(const struct ckpt_reader *r, uint32_t rank,
 	char where[PATH_MAX + 128];
 
 	shard_where(r, rank, where, sizeof(where));
-	ckpt_msg(msg, msg_len, "step %llu: shard %s is %llu bytes but the "
+	util_msg(msg, msg_len, "step %llu: shard %s is %llu bytes but the "
 		 "manifest says %llu (truncated or replaced: the checkpoint "
 		 "is damaged)", (unsigned long long)r->step, where,
 		 (unsigned long long)have, (unsigned long long)want);
@@ -179,7 +179,7 @@ static int read_manifest(struct ckpt_reader *r, char *msg, size_t msg_len)
 		return rc;
 	if (r->m.kind != CKPT_MF_KIND_MANIFEST || r->m.step != r->step ||
 	    r->m.nshards != r->m.world_size) {
-		ckpt_msg(msg, msg_len, "%s: not the manifest of step %llu with "
+		util_msg(msg, msg_len, "%s: not the manifest of step %llu with "
 			 "all its shards (it says step %llu, %u of %u shards)",
 			 path, (unsigned long long)r->step,
 			 (unsigned long long)r->m.step, r->m.nshards,
@@ -236,7 +236,7 @@ static int find_latest(struct ckpt *c, enum ckpt_source from,
 			best = s;
 	}
 	if (best == CKPT_STEP_NONE) {
-		ckpt_msg(msg, msg_len, "no complete checkpoint in %s%s%s",
+		util_msg(msg, msg_len, "no complete checkpoint in %s%s%s",
 			 c->dir ? c->dir : "", c->dir && c->remote ? " or " :
 			 "", c->remote ? c->remote : "");
 		return -ENOENT;
@@ -254,10 +254,10 @@ int ckpt_reader_open_from(struct ckpt *c, uint64_t step,
 	int rc;
 
 	*out = NULL;
-	ckpt_msg(msg, msg_len, "%s", "");
+	util_msg(msg, msg_len, "%s", "");
 	if ((from == CKPT_FROM_LOCAL && !c->dir) ||
 	    (from == CKPT_FROM_REMOTE && !c->st)) {
-		ckpt_msg(msg, msg_len, "no %s store configured",
+		util_msg(msg, msg_len, "no %s store configured",
 			 from == CKPT_FROM_LOCAL ? "local" : "remote");
 		return -EINVAL;
 	}
@@ -281,7 +281,7 @@ int ckpt_reader_open_from(struct ckpt *c, uint64_t step,
 	}
 	rc = read_manifest(r, msg, msg_len);
 	if (rc == -ENOENT)
-		ckpt_msg(msg, msg_len, "step %llu is not a complete checkpoint "
+		util_msg(msg, msg_len, "step %llu is not a complete checkpoint "
 			 "in %s (fmckpt list shows the steps there)",
 			 (unsigned long long)step, r->remote ? c->remote :
 			 c->dir);
@@ -418,7 +418,7 @@ static int read_range(struct ckpt_reader *r, uint32_t i, uint64_t off,
 			if (errno == ENOENT)
 				return missing_shard(r, r->m.shards[i].rank,
 						     msg, msg_len);
-			ckpt_msg(msg, msg_len, "cannot open %s: %s", where,
+			util_msg(msg, msg_len, "cannot open %s: %s", where,
 				 strerror(errno));
 			return -errno;
 		}
@@ -430,7 +430,7 @@ static int read_range(struct ckpt_reader *r, uint32_t i, uint64_t off,
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0) {
-			ckpt_msg(msg, msg_len, "reading %s failed: %s", where,
+			util_msg(msg, msg_len, "reading %s failed: %s", where,
 				 n ? strerror(errno) : "shorter than the "
 				 "manifest says (truncated)");
 			return n ? -errno : -EBADMSG;
@@ -464,7 +464,7 @@ static int check_header(struct ckpt_reader *r, uint32_t i, char *msg,
 	if (h.step != r->step || h.rank != s->rank ||
 	    h.world_size != r->m.world_size || h.ntensors != s->ntensors ||
 	    h.file_bytes != s->file_bytes) {
-		ckpt_msg(msg, msg_len, "%s: its header (step %llu, rank %u of "
+		util_msg(msg, msg_len, "%s: its header (step %llu, rank %u of "
 			 "%u) does not match the manifest: a shard of another "
 			 "checkpoint", where, (unsigned long long)h.step,
 			 h.rank, h.world_size);
@@ -481,12 +481,12 @@ int ckpt_reader_read(struct ckpt_reader *r, const struct ckpt_tensor_info *t,
 	int i = shard_index(r, t->rank), rc;
 	uint32_t crc;
 
-	ckpt_msg(msg, msg_len, "%s", "");
+	util_msg(msg, msg_len, "%s", "");
 	if (i < 0)
 		return -ENOENT;
 	if (buf_bytes != t->size_bytes) {
 		ckpt_shape_format(t->ndim, t->shape, sh, sizeof(sh));
-		ckpt_msg(msg, msg_len, "wrong buffer size for tensor '%s' "
+		util_msg(msg, msg_len, "wrong buffer size for tensor '%s' "
 			 "(rank %u, step %llu): it is %s %s, %llu bytes; the "
 			 "buffer is %llu bytes", t->name, t->rank,
 			 (unsigned long long)r->step, ckpt_dtype_name(t->dtype),
@@ -500,10 +500,10 @@ int ckpt_reader_read(struct ckpt_reader *r, const struct ckpt_tensor_info *t,
 				msg, msg_len);
 	if (rc)
 		return rc;
-	crc = ckpt_crc32c(0, buf, (size_t)t->size_bytes);
+	crc = util_crc32c(0, buf, (size_t)t->size_bytes);
 	if (crc != t->crc32c) {
 		shard_where(r, t->rank, where, sizeof(where));
-		ckpt_msg(msg, msg_len, "tensor '%s' (rank %u) of step %llu: "
+		util_msg(msg, msg_len, "tensor '%s' (rank %u) of step %llu: "
 			 "checksum mismatch (stored %08x, read %08x): %s is "
 			 "corrupt; load an older step or restore this one from "
 			 "the remote store", t->name, t->rank,
@@ -527,7 +527,7 @@ static void crc_tensors(const struct ckpt_tensor_info *t, uint32_t n,
 			a = off;
 		if (b > off + len)
 			b = off + len;
-		crcs[k] = ckpt_crc32c(crcs[k], p + (a - off), (size_t)(b - a));
+		crcs[k] = util_crc32c(crcs[k], p + (a - off), (size_t)(b - a));
 	}
 }
 
@@ -553,14 +553,14 @@ static int verify_shard(struct ckpt_reader *r, uint32_t i, unsigned char *buf,
 		rc = read_range(r, i, off, buf, n, msg, msg_len);
 		if (rc)
 			break;
-		crc = ckpt_crc32c(crc, buf, (size_t)n);
+		crc = util_crc32c(crc, buf, (size_t)n);
 		crc_tensors(t, s->ntensors, crcs, off, buf, n);
 		off += n;
 	}
 	shard_where(r, s->rank, where, sizeof(where));
 	for (uint32_t k = 0; !rc && k < s->ntensors; k++) {
 		if (crcs[k] != t[k].crc32c) {
-			ckpt_msg(msg, msg_len, "tensor '%s' (rank %u) of step "
+			util_msg(msg, msg_len, "tensor '%s' (rank %u) of step "
 				 "%llu: checksum mismatch in %s: the shard is "
 				 "corrupt", t[k].name, s->rank,
 				 (unsigned long long)r->step, where);
@@ -568,7 +568,7 @@ static int verify_shard(struct ckpt_reader *r, uint32_t i, unsigned char *buf,
 		}
 	}
 	if (!rc && crc != s->crc32c) {
-		ckpt_msg(msg, msg_len, "%s: file checksum mismatch (stored "
+		util_msg(msg, msg_len, "%s: file checksum mismatch (stored "
 			 "%08x, read %08x): the shard is corrupt", where,
 			 s->crc32c, crc);
 		rc = -EBADMSG;
@@ -583,7 +583,7 @@ int ckpt_reader_verify(struct ckpt_reader *r, char *msg, size_t msg_len)
 	unsigned char *buf = malloc(buf_len);
 	int rc = 0;
 
-	ckpt_msg(msg, msg_len, "%s", "");
+	util_msg(msg, msg_len, "%s", "");
 	if (!buf)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < r->m.nshards && !rc; i++)
@@ -606,7 +606,7 @@ static int copy_shard(struct ckpt_reader *r, uint32_t i, const char *dst,
 	fd = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0) {
 		rc = -errno;
-		ckpt_msg(msg, msg_len, "cannot create %s: %s", dst,
+		util_msg(msg, msg_len, "cannot create %s: %s", dst,
 			 strerror(-rc));
 		return rc;
 	}
@@ -628,7 +628,7 @@ static int copy_shard(struct ckpt_reader *r, uint32_t i, const char *dst,
 			if (!rc && pwrite(fd, buf, (size_t)n, (off_t)off) !=
 			    (ssize_t)n) {
 				rc = errno ? -errno : -EIO;
-				ckpt_msg(msg, msg_len, "writing %s failed: %s",
+				util_msg(msg, msg_len, "writing %s failed: %s",
 					 dst, strerror(-rc));
 			}
 			off += n;
@@ -637,7 +637,7 @@ static int copy_shard(struct ckpt_reader *r, uint32_t i, const char *dst,
 	free(buf);
 	if (!rc && fsync(fd)) {
 		rc = -errno;
-		ckpt_msg(msg, msg_len, "fsync of %s failed: %s", dst,
+		util_msg(msg, msg_len, "fsync of %s failed: %s", dst,
 			 strerror(-rc));
 	}
 	close(fd);
@@ -656,7 +656,7 @@ int ckpt_reader_restore(struct ckpt_reader *r, const char *dir, char *msg,
 	size_t mf_len;
 	int rc;
 
-	ckpt_msg(msg, msg_len, "%s", "");
+	util_msg(msg, msg_len, "%s", "");
 	rc = ckpt_mkdir_p(dir, msg, msg_len);
 	if (rc)
 		return rc;
@@ -665,14 +665,14 @@ int ckpt_reader_restore(struct ckpt_reader *r, const char *dir, char *msg,
 	snprintf(tmp, sizeof(tmp), "%s/" CKPT_TMP_PREFIX "%010" PRIu64, dir,
 		 r->step);
 	if (!stat(dst, &sb)) {
-		ckpt_msg(msg, msg_len, "%s exists already (restore into another "
+		util_msg(msg, msg_len, "%s exists already (restore into another "
 			 "directory, or remove it first)", dst);
 		return -EEXIST;
 	}
 	ckpt_rm_rf(tmp);
 	if (mkdir(tmp, 0755)) {
 		rc = -errno;
-		ckpt_msg(msg, msg_len, "cannot create %s: %s", tmp,
+		util_msg(msg, msg_len, "cannot create %s: %s", tmp,
 			 strerror(-rc));
 		return rc;
 	}
@@ -689,7 +689,7 @@ int ckpt_reader_restore(struct ckpt_reader *r, const char *dir, char *msg,
 	free(mf);
 	if (!rc && rename(tmp, dst)) {
 		rc = -errno;
-		ckpt_msg(msg, msg_len, "cannot rename %s to %s: %s", tmp, dst,
+		util_msg(msg, msg_len, "cannot rename %s to %s: %s", tmp, dst,
 			 strerror(-rc));
 	}
 	if (rc) {
@@ -724,7 +724,7 @@ static int load_into(struct ckpt *c, struct ckpt_reader *r,
 {
 	*caller_error = true;
 	if (r->m.world_size != c->world) {
-		ckpt_msg(msg, msg_len, "step %llu was saved by %u rank(s); this "
+		util_msg(msg, msg_len, "step %llu was saved by %u rank(s); this "
 			 "job has %u (RANK/WORLD_SIZE): load it with the same "
 			 "world size, or read it with the ckpt_reader calls",
 			 (unsigned long long)r->step, r->m.world_size,
@@ -737,7 +737,7 @@ static int load_into(struct ckpt *c, struct ckpt_reader *r,
 
 		t = ckpt_reader_find(r, c->rank, bufs[i].name);
 		if (!t) {
-			ckpt_msg(msg, msg_len, "tensor '%s' is not in step %llu "
+			util_msg(msg, msg_len, "tensor '%s' is not in step %llu "
 				 "(rank %u) at %s", bufs[i].name,
 				 (unsigned long long)r->step, c->rank,
 				 r->where);
@@ -819,7 +819,7 @@ int ckpt_load(struct ckpt *c, uint64_t step, const struct ckpt_buf *bufs,
 	size_t n;
 	int rc, last = -ENOENT;
 
-	ckpt_msg(msg, msg_len, "%s", "");
+	util_msg(msg, msg_len, "%s", "");
 	rc = candidates(c, step, &v, &n, msg, msg_len);
 	if (rc)
 		return rc;
@@ -839,7 +839,7 @@ int ckpt_load(struct ckpt *c, uint64_t step, const struct ckpt_buf *bufs,
 			if (loaded_step)
 				*loaded_step = v[i].step;
 			if (skipped[0])
-				ckpt_msg(msg, msg_len, "loaded step %llu; "
+				util_msg(msg, msg_len, "loaded step %llu; "
 					 "skipped %s",
 					 (unsigned long long)v[i].step,
 					 skipped);
@@ -848,7 +848,7 @@ int ckpt_load(struct ckpt *c, uint64_t step, const struct ckpt_buf *bufs,
 		}
 		if (caller_error || (rc != -EBADMSG && rc != -ENOENT &&
 				     rc != -EPROTONOSUPPORT)) {
-			ckpt_msg(msg, msg_len, "%s", why);
+			util_msg(msg, msg_len, "%s", why);
 			free(v);
 			return rc;
 		}
@@ -861,13 +861,13 @@ int ckpt_load(struct ckpt *c, uint64_t step, const struct ckpt_buf *bufs,
 	}
 	free(v);
 	if (skipped[0])
-		ckpt_msg(msg, msg_len, "no loadable checkpoint: %s", skipped);
+		util_msg(msg, msg_len, "no loadable checkpoint: %s", skipped);
 	else if (step == CKPT_STEP_LATEST)
-		ckpt_msg(msg, msg_len, "no complete checkpoint in %s%s%s",
+		util_msg(msg, msg_len, "no complete checkpoint in %s%s%s",
 			 c->dir ? c->dir : "", c->dir && c->remote ? " or " :
 			 "", c->remote ? c->remote : "");
 	else
-		ckpt_msg(msg, msg_len, "step %llu is not a complete checkpoint "
+		util_msg(msg, msg_len, "step %llu is not a complete checkpoint "
 			 "in %s%s%s (fmckpt list shows the steps there)",
 			 (unsigned long long)step, c->dir ? c->dir : "",
 			 c->dir && c->remote ? " or " : "",
@@ -922,7 +922,7 @@ int ckpt_list(struct ckpt *c, struct ckpt_step_info **out, size_t *n,
 
 	*out = NULL;
 	*n = 0;
-	ckpt_msg(msg, msg_len, "%s", "");
+	util_msg(msg, msg_len, "%s", "");
 	if (c->dir)
 		rc = ckpt_local_scan(c->dir, &lv, &ln, msg, msg_len);
 	if (!rc && c->st)
@@ -965,7 +965,7 @@ int ckpt_prune(struct ckpt *c, unsigned keep, size_t *removed, char *msg,
 	size_t a = 0, b = 0;
 	int rc = 0;
 
-	ckpt_msg(msg, msg_len, "%s", "");
+	util_msg(msg, msg_len, "%s", "");
 	if (c->dir)
 		rc = ckpt_retain_local(c->dir, keep, false, keep == 0, &a, msg,
 				       msg_len);

@@ -105,7 +105,7 @@ int ckpt_write_atomic(const char *dir, const char *name, const void *buf,
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0) {
 		rc = -errno;
-		ckpt_msg(msg, msg_len, "cannot create %s: %s", tmp,
+		util_msg(msg, msg_len, "cannot create %s: %s", tmp,
 			 strerror(-rc));
 		return rc;
 	}
@@ -120,7 +120,7 @@ int ckpt_write_atomic(const char *dir, const char *name, const void *buf,
 		rc = ckpt_fsync_path(dir);
 	if (rc) {
 		unlink(tmp);
-		ckpt_msg(msg, msg_len, "cannot write %s: %s", path,
+		util_msg(msg, msg_len, "cannot write %s: %s", path,
 			 strerror(-rc));
 	}
 	return rc;
@@ -139,13 +139,13 @@ int ckpt_read_whole(const char *path, size_t max_bytes, unsigned char **out,
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		rc = -errno;
-		ckpt_msg(msg, msg_len, "cannot open %s: %s", path,
+		util_msg(msg, msg_len, "cannot open %s: %s", path,
 			 strerror(-rc));
 		return rc;
 	}
 	if (fstat(fd, &sb) || !S_ISREG(sb.st_mode) ||
 	    (uint64_t)sb.st_size > max_bytes) {
-		ckpt_msg(msg, msg_len, "%s: not a regular file of at most %zu "
+		util_msg(msg, msg_len, "%s: not a regular file of at most %zu "
 			 "bytes", path, max_bytes);
 		close(fd);
 		return -EBADMSG;
@@ -170,7 +170,7 @@ int ckpt_read_whole(const char *path, size_t max_bytes, unsigned char **out,
 	close(fd);
 	if (rc) {
 		free(buf);
-		ckpt_msg(msg, msg_len, "cannot read %s: %s", path,
+		util_msg(msg, msg_len, "cannot read %s: %s", path,
 			 strerror(-rc));
 		return rc;
 	}
@@ -202,7 +202,7 @@ int ckpt_mkdir_p(const char *path, char *msg, size_t msg_len)
 	struct stat sb;
 
 	if (strlen(path) >= sizeof(buf)) {
-		ckpt_msg(msg, msg_len, "path too long: %.60s...", path);
+		util_msg(msg, msg_len, "path too long: %.60s...", path);
 		return -ENAMETOOLONG;
 	}
 	snprintf(buf, sizeof(buf), "%s", path);
@@ -215,7 +215,7 @@ int ckpt_mkdir_p(const char *path, char *msg, size_t msg_len)
 		if (mkdir(buf, 0755) && errno != EEXIST) {
 			int e = errno;
 
-			ckpt_msg(msg, msg_len, "cannot create directory %s: %s",
+			util_msg(msg, msg_len, "cannot create directory %s: %s",
 				 buf, strerror(e));
 			return -e;
 		}
@@ -224,7 +224,7 @@ int ckpt_mkdir_p(const char *path, char *msg, size_t msg_len)
 		*p = '/';
 	}
 	if (stat(path, &sb) || !S_ISDIR(sb.st_mode)) {
-		ckpt_msg(msg, msg_len, "%s exists and is not a directory "
+		util_msg(msg, msg_len, "%s exists and is not a directory "
 			 "(give a directory for the checkpoints)", path);
 		return -ENOTDIR;
 	}
@@ -265,9 +265,9 @@ int ckpt_obj_fail(const struct obj_error *err, obj_status st,
 
 	obj_error_format(err, line, sizeof(line));
 	if (err->key[0])   /* the line names the key already */
-		ckpt_msg(msg, msg_len, "%s", line);
+		util_msg(msg, msg_len, "%s", line);
 	else
-		ckpt_msg(msg, msg_len, "%s: %s", what, line);
+		util_msg(msg, msg_len, "%s: %s", what, line);
 	return ckpt_obj_errno(st);
 }
 
@@ -320,7 +320,7 @@ int ckpt_local_scan(const char *dir, struct ckpt_found **out, size_t *n,
 	d = opendir(dir);
 	if (!d) {
 		rc = -errno;
-		ckpt_msg(msg, msg_len, "cannot read directory %s: %s%s", dir,
+		util_msg(msg, msg_len, "cannot read directory %s: %s%s", dir,
 			 strerror(-rc), rc == -ENOENT ? " (wrong path?)" : "");
 		return rc;
 	}
@@ -342,7 +342,7 @@ int ckpt_local_scan(const char *dir, struct ckpt_found **out, size_t *n,
 	closedir(d);
 	if (rc) {
 		free(l.v);
-		ckpt_msg(msg, msg_len, "out of memory listing %s", dir);
+		util_msg(msg, msg_len, "out of memory listing %s", dir);
 		return rc;
 	}
 	if (l.n)
@@ -541,7 +541,7 @@ int ckpt_retain_local(const char *dir, unsigned keep, bool keep_all,
 		rc = ckpt_local_remove(dir, v[i].step, v[i].complete);
 		if (rc && !first) {
 			first = rc;
-			ckpt_msg(msg, msg_len, "cannot remove step %llu in "
+			util_msg(msg, msg_len, "cannot remove step %llu in "
 				 "%s: %s", (unsigned long long)v[i].step, dir,
 				 strerror(-rc));
 		}
@@ -606,7 +606,7 @@ int ckpt_remote_read_whole(struct obj_store *st, const char *key,
 		return ckpt_obj_fail(&err, os, key, msg, msg_len);
 	obj_meta_release(&m);
 	if (m.size_bytes > max_bytes) {
-		ckpt_msg(msg, msg_len, "%s: %llu bytes, more than the %zu a "
+		util_msg(msg, msg_len, "%s: %llu bytes, more than the %zu a "
 			 "manifest may have", key,
 			 (unsigned long long)m.size_bytes, max_bytes);
 		return -EBADMSG;
@@ -697,7 +697,7 @@ int ckpt_remote_read(struct obj_store *st, const char *key, uint64_t off,
 	if (r.st_rc != OBJ_OK)
 		return ckpt_obj_fail(&r.err, r.st_rc, key, msg, msg_len);
 	if (r.short_read) {
-		ckpt_msg(msg, msg_len, "%s: shorter than the manifest says "
+		util_msg(msg, msg_len, "%s: shorter than the manifest says "
 			 "(truncated object)", key);
 		return -EBADMSG;
 	}

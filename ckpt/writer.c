@@ -19,7 +19,7 @@
  *
  * Checksums: one CRC32C pass per chunk, split at tensor boundaries; each
  * piece's CRC is folded into its tensor's CRC and into the file's CRC
- * with ckpt_crc32c_combine, so the bytes are read once.
+ * with util_crc32c_combine, so the bytes are read once.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -127,12 +127,12 @@ static void writer_crc(struct ckpt_step *s, const struct ckpt_chunk *ch)
 			seg_end = t ? t->off : end;
 		if (seg_end > end)
 			seg_end = end;
-		crc = ckpt_crc32c(0, ch->buf + (pos - ch->off),
+		crc = util_crc32c(0, ch->buf + (pos - ch->off),
 				  (size_t)(seg_end - pos));
-		s->file_crc = ckpt_crc32c_combine(s->file_crc, crc,
+		s->file_crc = util_crc32c_combine(s->file_crc, crc,
 						  seg_end - pos);
 		if (in_t)
-			t->crc = ckpt_crc32c_combine(t->crc, crc,
+			t->crc = util_crc32c_combine(t->crc, crc,
 						     seg_end - pos);
 		pos = seg_end;
 	}

@@ -291,7 +291,7 @@ static void do_status(struct fs *fs, FILE *out, bool json)
 	kv(out, json, &first, "connected",
 	   c.connected && fs_store_up(fs) ? "true" : "false", false);
 	kv_u64(out, json, &first, "uptime_s",
-	       (fs_now_ms() - fs->started_ms) / 1000);
+	       (util_now_ms() - fs->started_ms) / 1000);
 	kv_u64(out, json, &first, "cache_cap_bytes", c.cap_bytes);
 	kv_u64(out, json, &first, "cache_used_bytes", c.used_bytes);
 	kv_u64(out, json, &first, "cache_objects", c.objects);

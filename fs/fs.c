@@ -102,7 +102,7 @@ void fs_refresh_from_w(struct fs *fs, struct fs_inode *in)
 		in->size_bytes = a.size;
 		in->mtime_s = a.mtime_ns / 1000000000;
 	}
-	in->attr_ms = fs_now_ms();
+	in->attr_ms = util_now_ms();
 	pthread_mutex_unlock(&fs->lock);
 }
 
@@ -363,7 +363,7 @@ int fs_revalidate(struct fs *fs, struct fs_inode *in)
 	uint64_t age;
 
 	pthread_mutex_lock(&fs->lock);
-	age = fs_now_ms() - in->attr_ms;
+	age = util_now_ms() - in->attr_ms;
 	pthread_mutex_unlock(&fs->lock);
 	if ((in->attr_ms && age < (uint64_t)fs->cfg.refresh_s * 1000) ||
 	    !fs_store_up(fs))
@@ -379,7 +379,7 @@ int fs_revalidate(struct fs *fs, struct fs_inode *in)
 	in->size_bytes = m.size_bytes;
 	in->mtime_s = m.mtime_s;
 	snprintf(in->etag, sizeof(in->etag), "%s", m.etag);
-	in->attr_ms = fs_now_ms();
+	in->attr_ms = util_now_ms();
 	pthread_mutex_unlock(&fs->lock);
 	obj_meta_release(&m);
 	return 0;
@@ -613,7 +613,7 @@ int fs_load_meta(struct fs *fs, struct fs_inode *in)
 	obj_status st;
 
 	pthread_mutex_lock(&fs->lock);
-	if (in->meta_ms && fs_now_ms() - in->meta_ms <
+	if (in->meta_ms && util_now_ms() - in->meta_ms <
 	    (uint64_t)fs->cfg.refresh_s * 1000) {
 		pthread_mutex_unlock(&fs->lock);
 		return 0;
@@ -631,7 +631,7 @@ int fs_load_meta(struct fs *fs, struct fs_inode *in)
 	fs_apply_meta(in, m.user, m.nuser);
 	in->meta = m.user;
 	in->nmeta = m.nuser;
-	in->meta_ms = fs_now_ms();
+	in->meta_ms = util_now_ms();
 	pthread_mutex_unlock(&fs->lock);
 	m.user = NULL;
 	m.nuser = 0;
@@ -852,7 +852,7 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t ml)
 	fs->cfg = *cfg;
 	if (!fs->cfg.threads)
 		fs->cfg.threads = 8;
-	fs->started_ms = fs_now_ms();
+	fs->started_ms = util_now_ms();
 	fs->mount_time_s = time(NULL);
 	fs->ctl_fd = -1;
 	pthread_mutex_init(&fs->lock, NULL);

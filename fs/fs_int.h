@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "fs.h"
+#include "util/util.h"
 
 #define FS_LISTING_MAX_ENTRIES 4000000 /* per directory; memory bound */
 #define FS_DIRCACHE_MAX 16384          /* directories whose listing we keep */
@@ -164,7 +165,6 @@ struct fs_handle {
 	uint64_t size_bytes;
 };
 
-uint64_t fs_now_ms(void);
 
 /* inode.c */
 int fs_inodes_init(struct fs *fs);

@@ -25,14 +25,6 @@
 
 #include "fs_int.h"
 
-uint64_t fs_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static size_t hash_ino(const struct fs *fs, fuse_ino_t ino)
 {
 	return (size_t)(ino * 0x9E3779B97F4A7C15ull) & (fs->nbuckets - 1);
@@ -185,7 +177,7 @@ static void set_attrs(struct fs_inode *in, const struct fs_entry *e)
 	in->size_bytes = e->size_bytes;
 	in->mtime_s = e->mtime_s;
 	memcpy(in->etag, e->etag, sizeof(in->etag));
-	in->attr_ms = fs_now_ms();
+	in->attr_ms = util_now_ms();
 }
 
 struct fs_inode *fs_inode_ref(struct fs *fs, struct fs_inode *dir,
@@ -354,14 +346,14 @@ static int fetch_listing(struct fs *fs, const char *dir_key,
 		l->e[w++] = l->e[r];
 	}
 	l->n = w;
-	l->fetched_ms = fs_now_ms();
+	l->fetched_ms = util_now_ms();
 	*out = l;
 	return 0;
 }
 
 static bool fresh(const struct fs *fs, uint64_t ms)
 {
-	return ms && fs_now_ms() - ms < (uint64_t)fs->cfg.refresh_s * 1000;
+	return ms && util_now_ms() - ms < (uint64_t)fs->cfg.refresh_s * 1000;
 }
 
 static size_t hash_key(const struct fs *fs, const char *key)
@@ -543,7 +535,7 @@ int fs_resolve(struct fs *fs, const char *path, struct fs_entry *out,
 
 bool fs_store_up(struct fs *fs)
 {
-	return fs_now_ms() >= atomic_load(&fs->offline_until_ms);
+	return util_now_ms() >= atomic_load(&fs->offline_until_ms);
 }
 
 int fs_obj_errno(struct fs *fs, obj_status st, const struct obj_error *e)
@@ -553,7 +545,7 @@ int fs_obj_errno(struct fs *fs, obj_status st, const struct obj_error *e)
 
 	if (st == OBJ_ERR_CONNECT || st == OBJ_ERR_TIMEOUT ||
 	    st == OBJ_ERR_SERVER)
-		atomic_store(&fs->offline_until_ms, fs_now_ms() + FS_OFFLINE_MS);
+		atomic_store(&fs->offline_until_ms, util_now_ms() + FS_OFFLINE_MS);
 	if ((unsigned)st <= OBJ_ERR_OTHER &&
 	    atomic_exchange(&logged[st], 1) == 0) {
 		obj_error_format(e, line, sizeof(line));

@@ -1122,7 +1122,7 @@ void fs_on_done(void *arg, const char *key, const char *etag, uint64_t size,
 	if (in && !in->is_dir) {
 		in->size_bytes = size;
 		snprintf(in->etag, sizeof(in->etag), "%s", etag);
-		in->attr_ms = fs_now_ms();
+		in->attr_ms = util_now_ms();
 	}
 	pthread_mutex_unlock(&fs->lock);
 }

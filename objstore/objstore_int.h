@@ -9,6 +9,7 @@
 
 #include <stdatomic.h>
 #include "objstore.h"
+#include "util/util.h"
 
 /* ---- URLs (url.c) ---- */
 

@@ -36,14 +36,6 @@ struct s3_engine {
 	uint64_t rng;
 };
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 int s3_buf_append(struct s3_buf *b, const void *p, size_t n)
 {
 	if (b->len + n > b->max)
@@ -475,7 +467,7 @@ static void finish_transfer(struct s3_engine *e, CURL *c, CURLcode cc)
 	const struct obj_config *cfg = &e->s3->st->cfg;
 	struct s3_xml_error x = {{0}, {0}};
 	struct s3_req *r = NULL;
-	uint64_t now = now_ms();
+	uint64_t now = util_now_ms();
 
 	curl_easy_getinfo(c, CURLINFO_PRIVATE, (char **)&r);
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->http_status);
@@ -540,7 +532,7 @@ static void fail_start(struct s3_engine *e, struct s3_req *r, int rc)
  * ms until the next one is due (or 1000). */
 static long start_due(struct s3_engine *e)
 {
-	uint64_t now = now_ms(), next = now + 1000;
+	uint64_t now = util_now_ms(), next = now + 1000;
 	struct s3_req **pp = &e->waiting;
 	unsigned maxp = e->s3->st->cfg.max_parallel;
 
@@ -623,7 +615,7 @@ int s3_engine_start(struct s3_store *s3, struct s3_engine **out)
 	if (!e)
 		return -ENOMEM;
 	e->s3 = s3;
-	e->rng = (uint64_t)now_ms() ^ ((uint64_t)getpid() << 32);
+	e->rng = (uint64_t)util_now_ms() ^ ((uint64_t)getpid() << 32);
 	e->multi = curl_multi_init();
 	if (!e->multi) {
 		free(e);
@@ -663,7 +655,7 @@ obj_status s3_engine_run(struct s3_engine *e, struct s3_req *r,
 
 	r->attempts = 0;
 	r->done = false;
-	r->first_ms = r->due_ms = now_ms();
+	r->first_ms = r->due_ms = util_now_ms();
 	pthread_cond_init(&r->cond, NULL);
 	pthread_mutex_lock(&e->lock);
 	r->next = e->incoming;

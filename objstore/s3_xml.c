@@ -217,25 +217,14 @@ static int64_t parse_iso8601(const char *s)
 	return (int64_t)timegm(&tm);
 }
 
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* Decodes %XX (and '+' as space, as S3's url encoding does) in place. */
 static void url_decode(char *s)
 {
 	char *o = s;
 
 	for (; *s; s++) {
-		if (*s == '%' && hexval(s[1]) >= 0 && hexval(s[2]) >= 0) {
-			*o++ = (char)(hexval(s[1]) * 16 + hexval(s[2]));
+		if (*s == '%' && util_hexval(s[1]) >= 0 && util_hexval(s[2]) >= 0) {
+			*o++ = (char)(util_hexval(s[1]) * 16 + util_hexval(s[2]));
 			s += 2;
 		} else if (*s == '+') {
 			*o++ = ' ';

@@ -27,6 +27,7 @@
 #include <openssl/hmac.h>
 
 #include "sigv4.h"
+#include "util/util.h"
 
 #define SIGV4_ALGO		"AWS4-HMAC-SHA256"
 #define SIGV4_TERMINATOR	"aws4_request"
@@ -48,17 +49,6 @@ static bool sigv4_unreserved(unsigned char c)
 static unsigned char sigv4_lower(unsigned char c)
 {
 	return (c >= 'A' && c <= 'Z') ? (unsigned char)(c + ('a' - 'A')) : c;
-}
-
-static int sigv4_hexval(unsigned char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
 }
 
 /* RFC 9110 tchar: what a header field name may be made of. */
@@ -304,8 +294,8 @@ static int sigv4_qcur_next(struct sigv4_qcur *c)
 		return -1;
 	b = (unsigned char)*c->p++;
 	if (b == '%') {
-		b = (unsigned char)(sigv4_hexval((unsigned char)c->p[0]) << 4 |
-				    sigv4_hexval((unsigned char)c->p[1]));
+		b = (unsigned char)(util_hexval((unsigned char)c->p[0]) << 4 |
+				    util_hexval((unsigned char)c->p[1]));
 		c->p += 2;
 	}
 	if (sigv4_unreserved(b))
@@ -365,8 +355,8 @@ static bool sigv4_qpart_ok(const char *p, size_t n)
 			return false;
 		if (c != '%')
 			continue;
-		if (n - i < 3 || sigv4_hexval((unsigned char)p[i + 1]) < 0 ||
-		    sigv4_hexval((unsigned char)p[i + 2]) < 0)
+		if (n - i < 3 || util_hexval((unsigned char)p[i + 1]) < 0 ||
+		    util_hexval((unsigned char)p[i + 2]) < 0)
 			return false;
 		i += 2;
 	}

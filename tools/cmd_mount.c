@@ -87,26 +87,6 @@ static uint64_t fnv64(const char *s)
 	return h;
 }
 
-static int mkdir_p(const char *path, mode_t mode)
-{
-	char buf[PATH_MAX];
-
-	if (strlen(path) >= sizeof(buf))
-		return -ENAMETOOLONG;
-	strcpy(buf, path);
-	for (char *p = buf + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(buf, mode) && errno != EEXIST)
-			return -errno;
-		*p = '/';
-	}
-	if (mkdir(buf, mode) && errno != EEXIST)
-		return -errno;
-	return 0;
-}
-
 static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 {
 	enum { OPT_CACHE_DIR = 256, OPT_CACHE_SIZE, OPT_ENDPOINT, OPT_REGION,
@@ -300,7 +280,7 @@ static int prepare_cache_dir(struct mount_opts *o)
 				 home ? home : "/tmp", name);
 		o->cache_dir = def;
 	}
-	rc = mkdir_p(o->cache_dir, 0700);
+	rc = util_mkdir_p(o->cache_dir, 0700);
 	if (rc || !realpath(o->cache_dir, o->cache_real) ||
 	    access(o->cache_real, W_OK | X_OK)) {
 		fprintf(stderr, "fmfs mount: cache directory %s is not usable:"
@@ -325,7 +305,7 @@ static int prepare_cache_dir(struct mount_opts *o)
 		}
 	}
 	rundir = getuid() == 0 ? "/run/fmfs" : getenv("XDG_RUNTIME_DIR");
-	if (!rundir || mkdir_p(rundir, 0700))
+	if (!rundir || util_mkdir_p(rundir, 0700))
 		rundir = "/tmp";
 	snprintf(o->ctl_path, sizeof(o->ctl_path), "%s/fmfs-%016llx.sock",
 		 rundir, (unsigned long long)fnv64(o->mnt_real));

@@ -986,14 +986,6 @@ static int cmd_interval(struct opts *o, int argc, char **argv)
 
 /* ---- bench ---- */
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static int cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -1070,7 +1062,7 @@ static int bench_memcpy(struct bench *b, const struct opts *o)
 		return -1;
 	madvise(dst, len, MADV_HUGEPAGE);
 	for (unsigned r = 0; r <= o->rounds; r++) {
-		double t0 = now_s();
+		double t0 = util_now_ns() / 1e9;
 		uint64_t at = 0;
 
 		for (unsigned i = 0; i < b->n; i++) {
@@ -1078,7 +1070,7 @@ static int bench_memcpy(struct bench *b, const struct opts *o)
 			at += b->len[i];
 		}
 		if (r)
-			b->memcpy_s[r - 1] = now_s() - t0;
+			b->memcpy_s[r - 1] = util_now_ns() / 1e9 - t0;
 	}
 	munmap(dst, len);
 	return 0;
@@ -1092,7 +1084,7 @@ static int bench_save(struct ckpt *c, struct bench *b, uint64_t step,
 	int rc;
 
 	rc = ckpt_begin(c, step, msg, len);
-	t0 = now_s();
+	t0 = util_now_ns() / 1e9;
 	for (unsigned i = 0; i < b->n && !rc; i++) {
 		char name[32];
 		int64_t shape[1] = { (int64_t)b->len[i] };
@@ -1103,14 +1095,14 @@ static int bench_save(struct ckpt *c, struct bench *b, uint64_t step,
 	}
 	if (!rc)
 		rc = ckpt_commit(c, msg, len);
-	*commit = now_s() - t0;
+	*commit = util_now_ns() / 1e9 - t0;
 	if (!rc && has_dir) {
 		rc = ckpt_wait(c, step, CKPT_LOCAL, 0, msg, len);
-		*local = now_s() - t0;
+		*local = util_now_ns() / 1e9 - t0;
 	}
 	if (!rc && has_remote) {
 		rc = ckpt_wait(c, step, CKPT_REMOTE, 0, msg, len);
-		*remote = now_s() - t0;
+		*remote = util_now_ns() / 1e9 - t0;
 	}
 	return rc;
 }

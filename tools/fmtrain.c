@@ -144,29 +144,6 @@ static int parse_pos_double(const char *opt, const char *v, double *out)
 	return 0;
 }
 
-/* mkdir -p */
-static int make_dirs(const char *path)
-{
-	char buf[PATH_MAX];
-	size_t len = strlen(path);
-
-	if (len >= sizeof(buf))
-		return -ENAMETOOLONG;
-	memcpy(buf, path, len + 1);
-	for (char *p = buf + 1; ; p++) {
-		char c = *p;
-
-		if (c != '/' && c)
-			continue;
-		*p = '\0';
-		if (mkdir(buf, 0777) && errno != EEXIST)
-			return -errno;
-		*p = c;
-		if (!c)
-			return 0;
-	}
-}
-
 /* ---- tokenize ---- */
 
 static int cmd_tokenize(int argc, char **argv)
@@ -217,7 +194,7 @@ static int cmd_tokenize(int argc, char **argv)
 			"FILE to tokenize\n");
 		return EXIT_USAGE;
 	}
-	rc = make_dirs(argv[0]);
+	rc = util_mkdir_p(argv[0], 0777);
 	if (rc) {
 		fprintf(stderr, PROG " tokenize: cannot create %s: %s\n",
 			argv[0], strerror(-rc));

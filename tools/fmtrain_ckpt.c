@@ -56,44 +56,6 @@
 
 #define RUN_MAGIC "FMTRAIN\0"
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/* Little-endian fields of the run record (endian.h, byte order of the
- * host whatever it is). */
-static void put32(unsigned char *p, uint32_t v)
-{
-	v = htole32(v);
-	memcpy(p, &v, 4);
-}
-
-static void put64(unsigned char *p, uint64_t v)
-{
-	v = htole64(v);
-	memcpy(p, &v, 8);
-}
-
-static uint32_t get32(const unsigned char *p)
-{
-	uint32_t v;
-
-	memcpy(&v, p, 4);
-	return le32toh(v);
-}
-
-static uint64_t get64(const unsigned char *p)
-{
-	uint64_t v;
-
-	memcpy(&v, p, 8);
-	return le64toh(v);
-}
-
 static uint32_t fbits(float f)
 {
 	uint32_t v;
@@ -117,25 +79,25 @@ static void rec_encode(const struct fmtrain_run_rec *r,
 
 	memset(b, 0, FMTRAIN_RUN_BYTES);
 	memcpy(b, RUN_MAGIC, 8);
-	put32(b + 8, FMTRAIN_RUN_VERSION);
-	put32(b + 12, c->layers);
-	put32(b + 16, c->heads);
-	put32(b + 20, c->channels);
-	put32(b + 24, c->max_seq_len);
-	put32(b + 28, c->vocab_size);
-	put32(b + 32, c->padded_vocab_size);
-	put32(b + 36, c->batch);
-	put32(b + 40, c->seq_len);
-	put32(b + 44, r->world_size);
-	put32(b + 48, fbits(c->learning_rate));
-	put32(b + 52, fbits(c->beta1));
-	put32(b + 56, fbits(c->beta2));
-	put32(b + 60, fbits(c->eps));
-	put32(b + 64, fbits(c->weight_decay));
-	put32(b + 68, fbits(c->grad_clip));
-	put64(b + 72, c->seed);
-	put64(b + 80, r->data_seed);
-	put64(b + 88, r->step);
+	util_put32le(b + 8, FMTRAIN_RUN_VERSION);
+	util_put32le(b + 12, c->layers);
+	util_put32le(b + 16, c->heads);
+	util_put32le(b + 20, c->channels);
+	util_put32le(b + 24, c->max_seq_len);
+	util_put32le(b + 28, c->vocab_size);
+	util_put32le(b + 32, c->padded_vocab_size);
+	util_put32le(b + 36, c->batch);
+	util_put32le(b + 40, c->seq_len);
+	util_put32le(b + 44, r->world_size);
+	util_put32le(b + 48, fbits(c->learning_rate));
+	util_put32le(b + 52, fbits(c->beta1));
+	util_put32le(b + 56, fbits(c->beta2));
+	util_put32le(b + 60, fbits(c->eps));
+	util_put32le(b + 64, fbits(c->weight_decay));
+	util_put32le(b + 68, fbits(c->grad_clip));
+	util_put64le(b + 72, c->seed);
+	util_put64le(b + 80, r->data_seed);
+	util_put64le(b + 88, r->step);
 }
 
 static int rec_decode(const unsigned char b[FMTRAIN_RUN_BYTES],
@@ -145,28 +107,28 @@ static int rec_decode(const unsigned char b[FMTRAIN_RUN_BYTES],
 
 	if (memcmp(b, RUN_MAGIC, 8))
 		return -EBADMSG;
-	r->version = get32(b + 8);
+	r->version = util_get32le(b + 8);
 	if (r->version != FMTRAIN_RUN_VERSION)
 		return -EPROTONOSUPPORT;
 	memset(c, 0, sizeof(*c));
-	c->layers = get32(b + 12);
-	c->heads = get32(b + 16);
-	c->channels = get32(b + 20);
-	c->max_seq_len = get32(b + 24);
-	c->vocab_size = get32(b + 28);
-	c->padded_vocab_size = get32(b + 32);
-	c->batch = get32(b + 36);
-	c->seq_len = get32(b + 40);
-	r->world_size = get32(b + 44);
-	c->learning_rate = bitsf(get32(b + 48));
-	c->beta1 = bitsf(get32(b + 52));
-	c->beta2 = bitsf(get32(b + 56));
-	c->eps = bitsf(get32(b + 60));
-	c->weight_decay = bitsf(get32(b + 64));
-	c->grad_clip = bitsf(get32(b + 68));
-	c->seed = get64(b + 72);
-	r->data_seed = get64(b + 80);
-	r->step = get64(b + 88);
+	c->layers = util_get32le(b + 12);
+	c->heads = util_get32le(b + 16);
+	c->channels = util_get32le(b + 20);
+	c->max_seq_len = util_get32le(b + 24);
+	c->vocab_size = util_get32le(b + 28);
+	c->padded_vocab_size = util_get32le(b + 32);
+	c->batch = util_get32le(b + 36);
+	c->seq_len = util_get32le(b + 40);
+	r->world_size = util_get32le(b + 44);
+	c->learning_rate = bitsf(util_get32le(b + 48));
+	c->beta1 = bitsf(util_get32le(b + 52));
+	c->beta2 = bitsf(util_get32le(b + 56));
+	c->eps = bitsf(util_get32le(b + 60));
+	c->weight_decay = bitsf(util_get32le(b + 64));
+	c->grad_clip = bitsf(util_get32le(b + 68));
+	c->seed = util_get64le(b + 72);
+	r->data_seed = util_get64le(b + 80);
+	r->step = util_get64le(b + 88);
 	return 0;
 }
 
@@ -178,7 +140,7 @@ int fmtrain_ckpt_save(struct ckpt *c, const struct fmtrain_save *s,
 {
 	struct fmtrain_run_rec rec = { 0 };
 	unsigned char b[FMTRAIN_RUN_BYTES];
-	uint64_t t0 = now_ns();
+	uint64_t t0 = util_now_ns();
 	int64_t shape[1];
 	int rc;
 
@@ -210,7 +172,7 @@ int fmtrain_ckpt_save(struct ckpt *c, const struct fmtrain_save *s,
 		rc = ckpt_commit(c, msg, msg_len);
 	else if (rc != -EEXIST && rc != -EBUSY)
 		ckpt_abort(c);
-	*block_ns = now_ns() - t0;
+	*block_ns = util_now_ns() - t0;
 	return rc;
 }
 

@@ -64,14 +64,6 @@ static void on_signal(int sig)
 	stop_signal = sig;
 }
 
-static double now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 /* What rank 0 hands the other ranks: the back end's id (NCCL's) and a
  * run id for libfmckpt, fresh for each launch, so that rank 0 never takes
  * a shard marker an earlier launch left for the same step
@@ -173,7 +165,7 @@ static void fresh_run_id(char *buf, size_t len)
 	uint64_t x;
 
 	if (getrandom(&x, sizeof(x), GRND_NONBLOCK) != sizeof(x))
-		x = (uint64_t)now_ms() * 0x9E3779B97F4A7C15ull ^
+		x = (uint64_t)(util_now_ns() / 1e6) * 0x9E3779B97F4A7C15ull ^
 		    (uint64_t)getpid();
 	snprintf(buf, len, "%016" PRIx64, x);
 }
@@ -183,7 +175,7 @@ static int join(struct run *r, unsigned char *blob)
 {
 	const struct fmtrain_opts *o = r->o;
 	char job[FMTRAIN_JOB_MAX + 64], msg[1024] = "";
-	double t0 = now_ms();
+	double t0 = util_now_ns() / 1e6;
 	int rc;
 
 	memset(blob, 0, JOIN_BYTES);
@@ -218,7 +210,7 @@ static int join(struct run *r, unsigned char *blob)
 	if (r->lead)
 		fprintf(stderr, PROG ": rendezvous %s: %u ranks joined in "
 			"%.0f ms\n", o->rendezvous, r->w->world_size,
-			now_ms() - t0);
+			(util_now_ns() / 1e6) - t0);
 	return EXIT_OK;
 }
 
@@ -496,7 +488,7 @@ static void check_failed(struct run *r)
 static int wait_durable(struct run *r)
 {
 	const struct fmtrain_opts *o = r->o;
-	double t0 = now_ms();
+	double t0 = util_now_ns() / 1e6;
 	char msg[1024] = "";
 	int rc;
 
@@ -514,7 +506,7 @@ static int wait_durable(struct run *r)
 	       "after the last step)\n", r->last_saved, o->ckpt_remote ?
 	       "manifest stored in" : "committed and fsynced in",
 	       o->ckpt_remote ? o->ckpt_remote : o->ckpt_dir,
-	       now_ms() - t0);
+	       (util_now_ns() / 1e6) - t0);
 	return EXIT_OK;
 }
 
@@ -567,10 +559,10 @@ static int train_loop(struct run *r)
 	char msg[1024] = "";
 	int rc;
 
-	r->last_save_ms = now_ms();
+	r->last_save_ms = util_now_ns() / 1e6;
 	for (uint64_t step = r->first_step + 1; step <= r->o->steps; step++) {
 		struct train_batch b;
-		double t0 = now_ms(), block = 0, ms;
+		double t0 = util_now_ns() / 1e6, block = 0, ms;
 		bool saved = false, due;
 		float loss;
 		int sig;
@@ -590,7 +582,7 @@ static int train_loop(struct run *r)
 		r->since_save++;
 		/* Read once: a signal that comes later is the next step's. */
 		sig = stop_signal;
-		due = r->c && save_due(r, step, now_ms(), sig != 0);
+		due = r->c && save_due(r, step, util_now_ns() / 1e6, sig != 0);
 		if (r->w->world_size > 1 && (rc = agree(r, &sig, &due)))
 			return rc;
 		if (due) {
@@ -600,9 +592,9 @@ static int train_loop(struct run *r)
 			if (rc)
 				return rc;
 			saved = r->ckpts > before;
-			r->last_save_ms = now_ms();
+			r->last_save_ms = util_now_ns() / 1e6;
 		}
-		ms = now_ms() - t0;
+		ms = util_now_ns() / 1e6 - t0;
 		r->step_ms += ms;
 		r->wait_ms += b.wait_ms;
 		r->block_ms += block;

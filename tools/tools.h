@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "objstore/objstore.h"
+#include "util/util.h"
 
 /* Exit codes (documented in docs/fmfs.1). */
 enum {

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * data_int.h - what shard.c, tokenize.c and loader.c share and no other
- * module sees: little-endian fields, the token scan and decode, the
- * message for a token out of range, and the whole-shard check on a
- * caller's buffer (the loader runs it on one of its span buffers).
- * rendezvous.c uses its little-endian fields and train_msg too.
+ * module sees: the token scan and decode, the message for a token out
+ * of range, and the whole-shard check on a caller's buffer (the loader
+ * runs it on one of its span buffers).  Little-endian fields and message
+ * formatting come from util/util.h.
  */
 #ifndef FMFS_TRAIN_DATA_INT_H
 #define FMFS_TRAIN_DATA_INT_H
@@ -12,14 +12,10 @@
 #include <stdatomic.h>
 
 #include "data.h"
+#include "util/util.h"
 
 /* Reads at most this much per pread, so a stop request is seen soon. */
 #define TRAIN_READ_CHUNK_BYTES (16u << 20)
-
-void train_put32(unsigned char *p, uint32_t v);
-void train_put64(unsigned char *p, uint64_t v);
-uint32_t train_get32(const unsigned char *p);
-uint64_t train_get64(const unsigned char *p);
 
 /* 0 if each of the n tokens at p (little-endian, dt) is below limit;
  * else -ERANGE with the first one that is not and its index. */
@@ -59,9 +55,5 @@ int train_shard_check_fd(int fd, const char *path,
 			 size_t buf_bytes, const atomic_bool *cancel,
 			 uint64_t *bytes_read, uint64_t *reads, char *msg,
 			 size_t msg_len);
-
-/* snprintf into msg when there is one. */
-void train_msg(char *msg, size_t msg_len, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
 
 #endif /* FMFS_TRAIN_DATA_INT_H */

@@ -112,22 +112,9 @@ struct train_gpu {
 	uint64_t step;
 };
 
-static void msgf(char *msg, size_t len, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static void msgf(char *msg, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!msg || !len)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(msg, len, fmt, ap);
-	va_end(ap);
-}
-
 static int cuda_fail(cudaError_t e, const char *what, char *msg, size_t len)
 {
-	msgf(msg, len, "%s: %s", what, cudaGetErrorString(e));
+	util_msg(msg, len, "%s: %s", what, cudaGetErrorString(e));
 	return e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
 }
 
@@ -140,7 +127,7 @@ static int check_queued(const char *what, char *msg, size_t len)
 	if (e != cudaSuccess)
 		return cuda_fail(e, what, msg, len);
 	if (blas) {
-		msgf(msg, len, "%s: %s", what, blas);
+		util_msg(msg, len, "%s: %s", what, blas);
 		return -EIO;
 	}
 	return 0;
@@ -173,7 +160,7 @@ static int use_device(const struct train_gpu *g, char *msg, size_t len)
 static int nccl_fail(ncclResult_t r, const char *what, char *msg,
 		     size_t len)
 {
-	msgf(msg, len, "%s: %s (NCCL %d)", what, ncclGetErrorString(r),
+	util_msg(msg, len, "%s: %s (NCCL %d)", what, ncclGetErrorString(r),
 	     (int)r);
 	return -EIO;
 }
@@ -194,7 +181,7 @@ static void no_gpu(cudaError_t e, char *msg, size_t msg_len)
 		why = "the driver sees no GPU";
 	else if (e != cudaSuccess)
 		why = cudaGetErrorString(e);
-	msgf(msg, msg_len, "no usable GPU: %s (check nvidia-smi; "
+	util_msg(msg, msg_len, "no usable GPU: %s (check nvidia-smi; "
 	     "CUDA_VISIBLE_DEVICES if set)", why);
 }
 
@@ -216,7 +203,7 @@ int train_gpu_probe(char *name, size_t name_len, char *msg, size_t msg_len)
 		return cuda_fail(e, "cudaGetDeviceProperties", msg, msg_len) ==
 		       -ENOMEM ? -ENOMEM : -ENODEV;
 	if (p.major < 8) {
-		msgf(msg, msg_len, "GPU %s has compute capability %d.%d; the "
+		util_msg(msg, msg_len, "GPU %s has compute capability %d.%d; the "
 		     "bf16 kernels need 8.0 (Ampere) or newer", p.name,
 		     p.major, p.minor);
 		return -ENODEV;
@@ -238,7 +225,7 @@ int train_gpu_nccl_id(unsigned char id[TRAIN_NCCL_ID_BYTES], char *msg,
 	memcpy(id, &u, TRAIN_NCCL_ID_BYTES);
 	return 0;
 #else
-	msgf(msg, msg_len, "fmtrain was built without NCCL, so it runs on one "
+	util_msg(msg, msg_len, "fmtrain was built without NCCL, so it runs on one "
 	     "GPU only: install NCCL (libnccl-dev, or the one of the CUDA "
 	     "toolkit), then ./configure and make again");
 	return -ENOTSUP;
@@ -348,7 +335,7 @@ static int host_buffers(struct train_gpu *g, char *msg, size_t msg_len)
 	g->h_start = p + 4 * N;
 	g->h_count = (int32_t *)calloc((size_t)g->V, sizeof(int32_t));
 	if (!g->h_count) {
-		msgf(msg, msg_len, "cannot allocate %d counters", g->V);
+		util_msg(msg, msg_len, "cannot allocate %d counters", g->V);
 		return -ENOMEM;
 	}
 	return 0;
@@ -369,7 +356,7 @@ static int pick_device(const struct train_gpu_dist *dist, int *device,
 	*device = dist && dist->device >= 0 ? dist->device
 		  : (int)((dist ? dist->local_rank : 0) % (unsigned)n);
 	if (*device >= n) {
-		msgf(msg, msg_len, "GPU %d asked for, but this machine has %d "
+		util_msg(msg, msg_len, "GPU %d asked for, but this machine has %d "
 		     "(0 .. %d)", *device, n, n - 1);
 		return -EINVAL;
 	}
@@ -405,7 +392,7 @@ static int init_params(struct train_gpu *g, char *msg, size_t msg_len)
 	int rc;
 
 	if (!host) {
-		msgf(msg, msg_len, "cannot allocate %zu bytes of host memory "
+		util_msg(msg, msg_len, "cannot allocate %zu bytes of host memory "
 		     "for the initial parameters", bytes);
 		return -ENOMEM;
 	}
@@ -444,7 +431,7 @@ int train_gpu_init(const struct train_config *cfg,
 	if (rc)
 		return rc;
 	if (dist && (dist->world_size < 1 || dist->rank >= dist->world_size)) {
-		msgf(msg, msg_len, "rank %u of world size %u: the rank must be "
+		util_msg(msg, msg_len, "rank %u of world size %u: the rank must be "
 		     "0 .. world size - 1", dist->rank, dist->world_size);
 		return -EINVAL;
 	}
@@ -452,7 +439,7 @@ int train_gpu_init(const struct train_config *cfg,
 	 * and gridDim.y stops at 65535 */
 	if ((uint64_t)cfg->batch * cfg->seq_len > INT32_MAX / 4 ||
 	    (uint64_t)cfg->batch * cfg->seq_len > 65535ull * GK_ROW_CHUNK) {
-		msgf(msg, msg_len, "batch * seq_len %llu is too large for the "
+		util_msg(msg, msg_len, "batch * seq_len %llu is too large for the "
 		     "GPU path (at most %llu)",
 		     (unsigned long long)cfg->batch * cfg->seq_len,
 		     65535ull * GK_ROW_CHUNK);
@@ -467,7 +454,7 @@ int train_gpu_init(const struct train_config *cfg,
 	if (e != cudaSuccess)
 		return cuda_fail(e, "selecting the GPU", msg, msg_len);
 	if (p.major < 8) {
-		msgf(msg, msg_len, "GPU %d (%s) has compute capability %d.%d; "
+		util_msg(msg, msg_len, "GPU %d (%s) has compute capability %d.%d; "
 		     "the bf16 kernels need 8.0 or newer", device, p.name,
 		     p.major, p.minor);
 		return -ENODEV;
@@ -475,7 +462,7 @@ int train_gpu_init(const struct train_config *cfg,
 
 	g = (struct train_gpu *)calloc(1, sizeof(*g));
 	if (!g) {
-		msgf(msg, msg_len, "out of host memory");
+		util_msg(msg, msg_len, "out of host memory");
 		return -ENOMEM;
 	}
 	g->cfg = *cfg;
@@ -506,7 +493,7 @@ int train_gpu_init(const struct train_config *cfg,
 	if (e != cudaSuccess) {
 		cudaGetLastError();   /* not sticky: clear it */
 		cudaMemGetInfo(&free_b, &total_b);
-		msgf(msg, msg_len, "this model needs %.2f GiB of GPU memory; "
+		util_msg(msg, msg_len, "this model needs %.2f GiB of GPU memory; "
 		     "GPU %d (%s) has %.2f GiB free: a smaller batch, seq_len "
 		     "or model needs less", c.used / 1073741824.0, device,
 		     p.name, free_b / 1073741824.0);
@@ -523,7 +510,7 @@ int train_gpu_init(const struct train_config *cfg,
 	}
 	if (cublasCreate(&g->blas) != CUBLAS_STATUS_SUCCESS) {
 		g->blas = NULL;
-		msgf(msg, msg_len, "cublasCreate failed: is the GPU out of "
+		util_msg(msg, msg_len, "cublasCreate failed: is the GPU out of "
 		     "memory or the driver older than this CUDA?");
 		rc = -EIO;
 		goto out_free;
@@ -703,7 +690,7 @@ int train_gpu_logits(struct train_gpu *g, float *host, char *msg,
 		return rc;
 	raw = (uint16_t *)malloc(n * sizeof(uint16_t));
 	if (!raw) {
-		msgf(msg, msg_len, "cannot allocate %zu bytes", n * 2);
+		util_msg(msg, msg_len, "cannot allocate %zu bytes", n * 2);
 		return -ENOMEM;
 	}
 	/* on the model's stream: a plain cudaMemcpy would not wait for the
@@ -752,7 +739,7 @@ int train_gpu_backward(struct train_gpu *g, char *msg, size_t msg_len)
 	int ntok, rc;
 
 	if (!g->backward_ready) {
-		msgf(msg, msg_len, "train_gpu_backward needs a successful "
+		util_msg(msg, msg_len, "train_gpu_backward needs a successful "
 		     "train_gpu_forward with targets first");
 		return -EINVAL;
 	}
@@ -872,7 +859,7 @@ int train_gpu_update(struct train_gpu *g, float *grad_norm_out, char *msg,
 	if (grad_norm_out)
 		*grad_norm_out = (float)norm;
 	if (!isfinite(norm)) {
-		msgf(msg, msg_len, "the gradient norm at step %llu is %g: "
+		util_msg(msg, msg_len, "the gradient norm at step %llu is %g: "
 		     "nothing updated (a lower learning rate may help)",
 		     (unsigned long long)t, norm);
 		return -ERANGE;
@@ -935,7 +922,7 @@ int train_gpu_step(struct train_gpu *g, const int32_t *inputs,
 	int rc;
 
 	if (!targets) {
-		msgf(msg, msg_len, "a training step needs targets");
+		util_msg(msg, msg_len, "a training step needs targets");
 		return -EINVAL;
 	}
 	train_gpu_zero_grad(g);
@@ -973,7 +960,7 @@ int train_gpu_all_max(struct train_gpu *g, uint32_t *values, unsigned n,
 		      char *msg, size_t msg_len)
 {
 	if (n > TRAIN_GPU_AGREE_MAX) {
-		msgf(msg, msg_len, "%u values to agree on; at most %u", n,
+		util_msg(msg, msg_len, "%u values to agree on; at most %u", n,
 		     TRAIN_GPU_AGREE_MAX);
 		return -EINVAL;
 	}
@@ -1022,7 +1009,7 @@ static int kind_ok(enum train_kind kind, char *msg, size_t msg_len)
 {
 	if ((unsigned)kind < TRAIN_KIND_COUNT)
 		return 0;
-	msgf(msg, msg_len, "no such kind of state: %d", (int)kind);
+	util_msg(msg, msg_len, "no such kind of state: %d", (int)kind);
 	return -EINVAL;
 }
 

@@ -476,7 +476,7 @@ static int reader_open(struct train_loader *l, const struct shard *sh,
 	if (fd < 0) {
 		int e = errno;
 
-		train_msg(msg, msg_len, "%s: %s", sh->path, strerror(e));
+		util_msg(msg, msg_len, "%s: %s", sh->path, strerror(e));
 		return -e;
 	}
 	rc = train_shard_info_fd(fd, sh->path, &now, msg, msg_len);
@@ -485,7 +485,7 @@ static int reader_open(struct train_loader *l, const struct shard *sh,
 		    now.dtype != sh->info.dtype ||
 		    now.payload_crc != sh->info.payload_crc ||
 		    now.vocab_size != sh->info.vocab_size)) {
-		train_msg(msg, msg_len, "%s: the shard changed since the "
+		util_msg(msg, msg_len, "%s: the shard changed since the "
 			  "loader opened it; reopen the loader", sh->path);
 		rc = -EBADMSG;
 	}
@@ -535,7 +535,7 @@ static int fill(struct train_loader *l, struct shard *sh, int fd,
 	if (a1 > in->file_bytes)
 		a1 = in->file_bytes;
 	if (a1 - a0 > l->buf_bytes) { /* open sized the buffers for this */
-		train_msg(msg, msg_len, "%s: internal error: span of %llu "
+		util_msg(msg, msg_len, "%s: internal error: span of %llu "
 			  "bytes in %zu-byte buffers", sh->path,
 			  (unsigned long long)(a1 - a0), l->buf_bytes);
 		return -EIO;
@@ -555,13 +555,13 @@ static int fill(struct train_loader *l, struct shard *sh, int fd,
 		if (n < 0) {
 			int e = errno;
 
-			train_msg(msg, msg_len, "%s: read error at offset "
+			util_msg(msg, msg_len, "%s: read error at offset "
 				  "%llu: %s", sh->path,
 				  (unsigned long long)(a0 + done), strerror(e));
 			return -EIO;
 		}
 		if (n == 0) {
-			train_msg(msg, msg_len, "%s: truncated: the file ends "
+			util_msg(msg, msg_len, "%s: truncated: the file ends "
 				  "at %llu bytes, the header says %llu",
 				  sh->path, (unsigned long long)(a0 + done),
 				  (unsigned long long)in->file_bytes);
@@ -572,10 +572,10 @@ static int fill(struct train_loader *l, struct shard *sh, int fd,
 	}
 	s->tok_off = (size_t)(start - a0);
 	if (sh->whole && in->has_crc) {
-		uint32_t crc = cache_crc32c(0, s->buf + s->tok_off, tn * dsz);
+		uint32_t crc = util_crc32c(0, s->buf + s->tok_off, tn * dsz);
 
 		if (crc != in->payload_crc) {
-			train_msg(msg, msg_len, "%s: payload checksum mismatch "
+			util_msg(msg, msg_len, "%s: payload checksum mismatch "
 				  "(header says 0x%08x, the tokens give "
 				  "0x%08x): the shard is corrupt", sh->path,
 				  in->payload_crc, crc);
@@ -671,14 +671,6 @@ static void *reader_main(void *arg)
 
 /* ---- the caller's side ---- */
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void slot_release(struct train_loader *l)
 {
 	pthread_mutex_lock(&l->lock);
@@ -697,11 +689,11 @@ static int take_span(struct train_loader *l, uint64_t *waited_ns)
 	pthread_mutex_lock(&l->lock);
 	s = &l->slots[l->consumed % l->nslots];
 	if (s->state != SLOT_READY) {
-		uint64_t t0 = now_ns();
+		uint64_t t0 = util_now_ns();
 
 		while (s->state != SLOT_READY)
 			pthread_cond_wait(&l->ready, &l->lock);
-		*waited_ns += now_ns() - t0;
+		*waited_ns += util_now_ns() - t0;
 	}
 	pthread_mutex_unlock(&l->lock);
 	if (s->err) {
@@ -724,7 +716,7 @@ int train_loader_next(struct train_loader *l, struct train_batch *b,
 	int rc = 0;
 
 	if (l->err) {
-		train_msg(msg, msg_len, "%s", l->errmsg);
+		util_msg(msg, msg_len, "%s", l->errmsg);
 		return l->err;
 	}
 	for (unsigned row = 0; row < B; row++) {
@@ -764,7 +756,7 @@ int train_loader_next(struct train_loader *l, struct train_batch *b,
 	if (rc) {
 		/* Rows taken so far are lost with the batch: the stream
 		 * cannot go on past a bad span anyway. */
-		train_msg(msg, msg_len, "%s", l->errmsg);
+		util_msg(msg, msg_len, "%s", l->errmsg);
 		return rc;
 	}
 	normalise(l, &l->corder, &l->pos);
@@ -877,7 +869,7 @@ static int add_path(struct train_loader *l, size_t *cap, const char *path,
 		    char *msg, size_t msg_len)
 {
 	if (l->nshards == TRAIN_SHARDS_MAX) {
-		train_msg(msg, msg_len, "%s: more than %u shards", path,
+		util_msg(msg, msg_len, "%s: more than %u shards", path,
 			  TRAIN_SHARDS_MAX);
 		return -EINVAL;
 	}
@@ -896,7 +888,7 @@ static int add_path(struct train_loader *l, size_t *cap, const char *path,
 	l->nshards++;
 	return 0;
 oom:
-	train_msg(msg, msg_len, "%s: out of memory", path);
+	util_msg(msg, msg_len, "%s: out of memory", path);
 	return -ENOMEM;
 }
 
@@ -925,7 +917,7 @@ static int add_dir(struct train_loader *l, size_t *cap, const char *dir,
 	if (n < 0) {
 		int e = errno;
 
-		train_msg(msg, msg_len, "%s: %s", dir, strerror(e));
+		util_msg(msg, msg_len, "%s: %s", dir, strerror(e));
 		return -e;
 	}
 	for (int i = 0; i < n; i++) {
@@ -934,7 +926,7 @@ static int add_dir(struct train_loader *l, size_t *cap, const char *dir,
 
 		if (!rc && (size_t)snprintf(path, sizeof(path), "%s/%s", dir,
 					    list[i]->d_name) >= sizeof(path)) {
-			train_msg(msg, msg_len, "%s/%s: path too long", dir,
+			util_msg(msg, msg_len, "%s/%s: path too long", dir,
 				  list[i]->d_name);
 			rc = -ENAMETOOLONG;
 		}
@@ -944,7 +936,7 @@ static int add_dir(struct train_loader *l, size_t *cap, const char *dir,
 	}
 	free(list);
 	if (!rc && l->nshards == before) {
-		train_msg(msg, msg_len, "%s: no shard (*.bin) in this "
+		util_msg(msg, msg_len, "%s: no shard (*.bin) in this "
 			  "directory", dir);
 		rc = -ENOENT;
 	}
@@ -956,20 +948,20 @@ static int check_config(const struct train_loader_config *c, int rank,
 {
 	if (!c->batch || !c->seq_len || c->seq_len > TRAIN_SEQ_LEN_MAX ||
 	    (uint64_t)c->batch * (c->seq_len + 1) > TRAIN_BATCH_TOKENS_MAX) {
-		train_msg(msg, msg_len, "loader: batch %u x sequence length %u"
+		util_msg(msg, msg_len, "loader: batch %u x sequence length %u"
 			  " is not allowed (T 1..%u, B x (T+1) at most %u)",
 			  c->batch, c->seq_len, TRAIN_SEQ_LEN_MAX,
 			  TRAIN_BATCH_TOKENS_MAX);
 		return -EINVAL;
 	}
 	if (!c->vocab_size || c->vocab_size > INT32_MAX) {
-		train_msg(msg, msg_len, "loader: the model's vocabulary size "
+		util_msg(msg, msg_len, "loader: the model's vocabulary size "
 			  "must be 1..%d (given %u)", INT32_MAX, c->vocab_size);
 		return -EINVAL;
 	}
 	if (world < 1 || world > TRAIN_WORLD_MAX || rank < 0 ||
 	    rank >= world) {
-		train_msg(msg, msg_len, "loader: rank %d of world size %d is "
+		util_msg(msg, msg_len, "loader: rank %d of world size %d is "
 			  "not allowed (check RANK and WORLD_SIZE)", rank,
 			  world);
 		return -EINVAL;
@@ -978,7 +970,7 @@ static int check_config(const struct train_loader_config *c, int rank,
 	    (c->span_bytes &&
 	     (c->span_bytes < SPAN_BYTES_MIN ||
 	      c->span_bytes > TRAIN_SPAN_BYTES_MAX))) {
-		train_msg(msg, msg_len, "loader: %u buffers of %llu bytes is "
+		util_msg(msg, msg_len, "loader: %u buffers of %llu bytes is "
 			  "not allowed (2..%u buffers, spans of %llu bytes to "
 			  "%llu)", c->buffers,
 			  (unsigned long long)c->span_bytes,
@@ -1004,7 +996,7 @@ static int plan(struct train_loader *l, char *msg, size_t msg_len)
 		if (rc)
 			return rc;
 		if (in->vocab_size > l->cfg.vocab_size) {
-			train_msg(msg, msg_len, "%s: tokenized with a "
+			util_msg(msg, msg_len, "%s: tokenized with a "
 				  "vocabulary of %u tokens; the model's "
 				  "vocabulary size is %u", sh->path,
 				  in->vocab_size, l->cfg.vocab_size);
@@ -1030,7 +1022,7 @@ static int plan(struct train_loader *l, char *msg, size_t msg_len)
 			read_tokens = sh->spq * T + 1;
 		}
 		if (sh->nspans > UINT32_MAX || sh->spq > UINT32_MAX) {
-			train_msg(msg, msg_len, "%s: too many sequences for "
+			util_msg(msg, msg_len, "%s: too many sequences for "
 				  "one span; use a larger span size", sh->path);
 			return -EINVAL;
 		}
@@ -1049,7 +1041,7 @@ static int plan(struct train_loader *l, char *msg, size_t msg_len)
 	}
 	l->data_id = mix64(mix64(h ^ l->nshards) + T) + l->cfg.shuffle;
 	if (l->sequences < l->world) {
-		train_msg(msg, msg_len, "loader: the shards hold %llu "
+		util_msg(msg, msg_len, "loader: the shards hold %llu "
 			  "sequences of %llu tokens, fewer than the %u ranks "
 			  "(%llu tokens in %zu shards)",
 			  (unsigned long long)l->sequences,
@@ -1083,7 +1075,7 @@ static int check_resume(struct train_loader *l, const struct train_pos *p,
 		what = "a generator state that does not match its seed and "
 		       "epoch (a damaged position)";
 	if (what) {
-		train_msg(msg, msg_len, "loader: cannot resume: the position "
+		util_msg(msg, msg_len, "loader: cannot resume: the position "
 			  "(rank %u of %u, T %u, seed %llu, epoch %llu) was "
 			  "saved with %s", p->rank, p->world_size, p->seq_len,
 			  (unsigned long long)p->seed,
@@ -1132,7 +1124,7 @@ static int verify_all(struct train_loader *l, char *msg, size_t msg_len)
 
 		if (fd < 0) {
 			rc = -errno;
-			train_msg(msg, msg_len, "%s: %s", sh->path,
+			util_msg(msg, msg_len, "%s: %s", sh->path,
 				  strerror(-rc));
 			return rc;
 		}
@@ -1165,12 +1157,12 @@ int train_loader_open(const struct train_loader_config *cfg,
 	if ((rc = check_config(cfg, rank, world, msg, msg_len)))
 		return rc;
 	if (!npaths || !paths) {
-		train_msg(msg, msg_len, "loader: no shard given");
+		util_msg(msg, msg_len, "loader: no shard given");
 		return -EINVAL;
 	}
 	l = calloc(1, sizeof(*l));
 	if (!l) {
-		train_msg(msg, msg_len, "loader: out of memory");
+		util_msg(msg, msg_len, "loader: out of memory");
 		return -ENOMEM;
 	}
 	l->cfg = *cfg;
@@ -1188,7 +1180,7 @@ int train_loader_open(const struct train_loader_config *cfg,
 
 		if (stat(paths[i], &st)) {
 			rc = -errno;
-			train_msg(msg, msg_len, "%s: %s", paths[i],
+			util_msg(msg, msg_len, "%s: %s", paths[i],
 				  strerror(-rc));
 		} else if (S_ISDIR(st.st_mode)) {
 			rc = add_dir(l, &cap, paths[i], msg, msg_len);
@@ -1201,7 +1193,7 @@ int train_loader_open(const struct train_loader_config *cfg,
 	if (!rc && cfg->resume)
 		rc = check_resume(l, cfg->resume, msg, msg_len);
 	if (!rc && (rc = alloc_buffers(l)))
-		train_msg(msg, msg_len, "loader: out of memory for %u buffers "
+		util_msg(msg, msg_len, "loader: out of memory for %u buffers "
 			  "of %zu bytes", l->nslots, l->buf_bytes);
 	if (!rc && cfg->verify_at_open)
 		rc = verify_all(l, msg, msg_len);
@@ -1210,7 +1202,7 @@ int train_loader_open(const struct train_loader_config *cfg,
 		l->pos = l->start;
 		rc = -pthread_create(&l->thread, NULL, reader_main, l);
 		if (rc)
-			train_msg(msg, msg_len, "loader: cannot start the "
+			util_msg(msg, msg_len, "loader: cannot start the "
 				  "reader thread: %s", strerror(-rc));
 		l->thread_started = !rc;
 	}

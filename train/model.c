@@ -134,19 +134,6 @@ struct train_model {
 	uint64_t bytes;
 };
 
-static void msgf(char *msg, size_t len, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static void msgf(char *msg, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!msg || !len)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(msg, len, fmt, ap);
-	va_end(ap);
-}
-
 float train_rng_normal(struct train_rng *r)
 {
 	double u1 = train_rng_unit(r), u2 = train_rng_unit(r);
@@ -339,13 +326,13 @@ int train_config_check(const struct train_config *cfg, uint64_t *bytes,
 	unsigned vp;
 
 	if (!cfg) {
-		msgf(msg, msg_len, "no configuration given");
+		util_msg(msg, msg_len, "no configuration given");
 		return -EINVAL;
 	}
 	vp = cfg->padded_vocab_size ? cfg->padded_vocab_size : cfg->vocab_size;
 #define BAD(...)                                                          \
 	do {                                                              \
-		msgf(msg, msg_len, __VA_ARGS__);                          \
+		util_msg(msg, msg_len, __VA_ARGS__);                          \
 		return -EINVAL;                                           \
 	} while (0)
 	if (!in_range(cfg->layers, 1, TRAIN_LAYERS_MAX))
@@ -568,7 +555,7 @@ int train_model_init(const struct train_config *cfg,
 out_free:
 	train_model_free(m);
 out_nomem:
-	msgf(msg, msg_len, "cannot allocate %llu bytes for the model; a "
+	util_msg(msg, msg_len, "cannot allocate %llu bytes for the model; a "
 	     "smaller batch, seq_len or model needs less",
 	     (unsigned long long)bytes);
 	return -ENOMEM;
@@ -631,7 +618,7 @@ static int check_tokens(const struct train_config *cfg, const int32_t *tok,
 
 	for (size_t n = 0; n < N; n++) {
 		if (tok[n] < 0 || (unsigned)tok[n] >= cfg->vocab_size) {
-			msgf(msg, msg_len, "%s token %ld at [b=%zu, t=%zu] is "
+			util_msg(msg, msg_len, "%s token %ld at [b=%zu, t=%zu] is "
 			     "not in the vocabulary 0..%u", what,
 			     (long)tok[n], n / T, n % T, cfg->vocab_size - 1);
 			return -EINVAL;
@@ -646,7 +633,7 @@ int train_check_batch(const struct train_config *cfg, const int32_t *inputs,
 	int rc;
 
 	if (!inputs) {
-		msgf(msg, msg_len, "no input tokens given");
+		util_msg(msg, msg_len, "no input tokens given");
 		return -EINVAL;
 	}
 	rc = check_tokens(cfg, inputs, "input", msg, msg_len);
@@ -767,7 +754,7 @@ int train_backward(struct train_model *m, char *msg, size_t msg_len)
 	struct grad_acts *g = &m->g;
 
 	if (!m->backward_ready) {
-		msgf(msg, msg_len, "train_backward needs a successful "
+		util_msg(msg, msg_len, "train_backward needs a successful "
 		     "train_forward with targets first");
 		return -EINVAL;
 	}
@@ -890,7 +877,7 @@ int train_update(struct train_model *m, float *grad_norm_out, char *msg,
 	if (grad_norm_out)
 		*grad_norm_out = (float)norm;
 	if (!isfinite(norm)) {
-		msgf(msg, msg_len, "the gradient norm at step %llu is %g: "
+		util_msg(msg, msg_len, "the gradient norm at step %llu is %g: "
 		     "nothing updated (a lower learning rate may help)",
 		     (unsigned long long)t, norm);
 		return -ERANGE;
@@ -932,7 +919,7 @@ int train_step(struct train_model *m, const int32_t *inputs,
 	int rc;
 
 	if (!targets) {
-		msgf(msg, msg_len, "a training step needs targets");
+		util_msg(msg, msg_len, "a training step needs targets");
 		return -EINVAL;
 	}
 	train_zero_grad(m);

@@ -119,17 +119,9 @@ struct rdv {
 	size_t msg_len;
 };
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static unsigned left_ms(uint64_t deadline)
 {
-	uint64_t now = now_ms();
+	uint64_t now = util_now_ms();
 
 	return now >= deadline ? 0 : (unsigned)(deadline - now);
 }
@@ -170,7 +162,7 @@ static uint64_t fresh_nonce(void)
 		clock_gettime(CLOCK_REALTIME, &ts);
 		n = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 		n ^= (uint64_t)getpid() << 40;
-		n ^= now_ms() * 0x9E3779B97F4A7C15ull;
+		n ^= util_now_ms() * 0x9E3779B97F4A7C15ull;
 	}
 	return n ? n : 1;   /* 0 means "none" in a hello */
 }
@@ -182,13 +174,13 @@ static size_t rec_encode(const struct rdv *d, enum rdv_kind kind,
 			 unsigned char *b)
 {
 	memcpy(b, RDV_MAGIC, 8);
-	train_put32(b + 8, kind);
-	train_put32(b + 12, d->world);
-	train_put32(b + 16, d->rank);
-	train_put32(b + 20, (uint32_t)d->job_len);
-	train_put64(b + 24, kind == RDV_HELLO ? 0 : d->nonce);
-	train_put32(b + 32, (uint32_t)payload_len);
-	train_put32(b + 36, (uint32_t)d->len);
+	util_put32le(b + 8, kind);
+	util_put32le(b + 12, d->world);
+	util_put32le(b + 16, d->rank);
+	util_put32le(b + 20, (uint32_t)d->job_len);
+	util_put64le(b + 24, kind == RDV_HELLO ? 0 : d->nonce);
+	util_put32le(b + 32, (uint32_t)payload_len);
+	util_put32le(b + 36, (uint32_t)d->len);
 	memcpy(b + RDV_HDR_BYTES, d->job, d->job_len);
 	if (payload_len)
 		memcpy(b + RDV_HDR_BYTES + d->job_len, payload, payload_len);
@@ -201,13 +193,13 @@ static int rec_head(const unsigned char *b, struct rdv_rec *r, size_t *total)
 {
 	if (memcmp(b, RDV_MAGIC, 8))
 		return -EBADMSG;
-	r->kind = train_get32(b + 8);
-	r->world = train_get32(b + 12);
-	r->rank = train_get32(b + 16);
-	r->job_len = train_get32(b + 20);
-	r->nonce = train_get64(b + 24);
-	r->payload_len = train_get32(b + 32);
-	r->blob_len = train_get32(b + 36);
+	r->kind = util_get32le(b + 8);
+	r->world = util_get32le(b + 12);
+	r->rank = util_get32le(b + 16);
+	r->job_len = util_get32le(b + 20);
+	r->nonce = util_get64le(b + 24);
+	r->payload_len = util_get32le(b + 32);
+	r->blob_len = util_get32le(b + 36);
 	if (r->kind < RDV_PUBLISH || r->kind > RDV_REFUSE ||
 	    r->job_len > RDV_JOB_MAX || r->payload_len > RDV_BLOB_MAX ||
 	    r->blob_len > RDV_BLOB_MAX)
@@ -281,7 +273,7 @@ static int file_put(struct rdv *d, const char *path, const unsigned char *b,
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0) {
 		rc = -errno;
-		train_msg(d->msg, d->msg_len, "rendezvous %s: cannot create "
+		util_msg(d->msg, d->msg_len, "rendezvous %s: cannot create "
 			  "%s: %s (the directory must exist and be writable "
 			  "by every rank)", d->where, tmp, strerror(-rc));
 		return rc;
@@ -294,7 +286,7 @@ static int file_put(struct rdv *d, const char *path, const unsigned char *b,
 	if (!rc && rename(tmp, path))
 		rc = -errno;
 	if (rc) {
-		train_msg(d->msg, d->msg_len, "rendezvous %s: cannot write "
+		util_msg(d->msg, d->msg_len, "rendezvous %s: cannot write "
 			  "%s: %s", d->where, path, strerror(-rc));
 		unlink(tmp);
 	}
@@ -371,7 +363,7 @@ static int file_serve(struct rdv *d, unsigned char *b)
 			break;
 		if (!left_ms(d->deadline_ms)) {
 			list_missing(got, d->world, missing, sizeof(missing));
-			train_msg(d->msg, d->msg_len, "rendezvous %s: %s (%u "
+			util_msg(d->msg, d->msg_len, "rendezvous %s: %s (%u "
 				  "of %u) did not answer within %u ms: are "
 				  "they running, with the same rendezvous and "
 				  "job '%s'?%s%s", d->where, missing, pending,
@@ -443,13 +435,13 @@ static int file_join(struct rdv *d, unsigned char *b)
 		}
 		if (!left_ms(d->deadline_ms)) {
 			if (acked)
-				train_msg(d->msg, d->msg_len, "rendezvous %s: "
+				util_msg(d->msg, d->msg_len, "rendezvous %s: "
 					  "rank %u answered rank 0, but rank 0 "
 					  "did not hear from every rank within "
 					  "%u ms (another rank missing?)",
 					  d->where, d->rank, d->timeout_ms);
 			else
-				train_msg(d->msg, d->msg_len, "rendezvous %s: "
+				util_msg(d->msg, d->msg_len, "rendezvous %s: "
 					  "no word from rank 0 of job '%s' "
 					  "within %u ms (%s): is rank 0 "
 					  "running, and do all ranks see the "
@@ -523,7 +515,7 @@ static int sock_get(int fd, unsigned char *b, struct rdv_rec *r,
 
 static uint64_t conn_deadline(const struct rdv *d)
 {
-	uint64_t t = now_ms() + RDV_CONN_MS;
+	uint64_t t = util_now_ms() + RDV_CONN_MS;
 
 	return t < d->deadline_ms ? t : d->deadline_ms;
 }
@@ -624,7 +616,7 @@ static int tcp_serve(struct rdv *d, unsigned char *b)
 	}
 	if (lfd < 0) {
 		rc = lfd;
-		train_msg(d->msg, d->msg_len, "rendezvous %s: rank 0 cannot "
+		util_msg(d->msg, d->msg_len, "rendezvous %s: rank 0 cannot "
 			  "listen on port %s: %s%s", d->where, d->port,
 			  strerror(-rc), rc == -EADDRINUSE ? " (another "
 			  "program has it: under torchrun MASTER_PORT is "
@@ -639,7 +631,7 @@ static int tcp_serve(struct rdv *d, unsigned char *b)
 
 		if (!left_ms(d->deadline_ms)) {
 			list_missing(got, d->world, missing, sizeof(missing));
-			train_msg(d->msg, d->msg_len, "rendezvous %s: %s (%u "
+			util_msg(d->msg, d->msg_len, "rendezvous %s: %s (%u "
 				  "of %u) did not connect to port %s within "
 				  "%u ms: are they running, with the same "
 				  "rendezvous and job '%s'?%s%s", d->where,
@@ -652,7 +644,7 @@ static int tcp_serve(struct rdv *d, unsigned char *b)
 		pr = poll(&pf, 1, poll_ms(d->deadline_ms));
 		if (pr < 0 && errno != EINTR) {
 			rc = -errno;
-			train_msg(d->msg, d->msg_len, "rendezvous %s: waiting "
+			util_msg(d->msg, d->msg_len, "rendezvous %s: waiting "
 				  "for connections: %s", d->where,
 				  strerror(-rc));
 			break;
@@ -740,7 +732,7 @@ static int tcp_join_once(struct rdv *d, unsigned char *b)
 	if (!rc)
 		rc = sock_get(fd, b, &r, deadline);
 	if (!rc && r.kind == RDV_REFUSE) {
-		train_msg(d->msg, d->msg_len, "rendezvous %s: rank 0 refused "
+		util_msg(d->msg, d->msg_len, "rendezvous %s: rank 0 refused "
 			  "rank %u: %.*s", d->where, d->rank,
 			  (int)r.payload_len, (const char *)r.payload);
 		close(fd);
@@ -781,7 +773,7 @@ static int tcp_join(struct rdv *d, unsigned char *b)
 		nap(d, wait);
 		wait = backoff(wait, RDV_RETRY_MAX_MS);
 	}
-	train_msg(d->msg, d->msg_len, "rendezvous %s: no answer from rank 0 "
+	util_msg(d->msg, d->msg_len, "rendezvous %s: no answer from rank 0 "
 		  "within %u ms (%s): is rank 0 running, and is %s its "
 		  "address?", d->where, d->timeout_ms, d->seen, d->host);
 	return -ETIMEDOUT;
@@ -791,7 +783,7 @@ static int tcp_join(struct rdv *d, unsigned char *b)
 
 static int bad_where(struct rdv *d, const char *why)
 {
-	train_msg(d->msg, d->msg_len, "rendezvous '%s': %s; give file:PATH "
+	util_msg(d->msg, d->msg_len, "rendezvous '%s': %s; give file:PATH "
 		  "(a file every rank sees) or tcp:HOST:PORT (rank 0's "
 		  "address and a free port)", d->where, why);
 	return -EINVAL;
@@ -860,19 +852,19 @@ int train_rendezvous(const char *where, const char *job, unsigned rank,
 		return rc;
 	d.job_len = strlen(d.job);
 	if (d.job_len > RDV_JOB_MAX) {
-		train_msg(msg, msg_len, "rendezvous %s: the job string is %zu "
+		util_msg(msg, msg_len, "rendezvous %s: the job string is %zu "
 			  "bytes, over the %d-byte limit", d.where, d.job_len,
 			  RDV_JOB_MAX);
 		return -EINVAL;
 	}
 	if (len > RDV_BLOB_MAX || (len && !blob)) {
-		train_msg(msg, msg_len, "rendezvous %s: a blob of %zu bytes%s; "
+		util_msg(msg, msg_len, "rendezvous %s: a blob of %zu bytes%s; "
 			  "at most %d", d.where, len, len && !blob ?
 			  " without its buffer" : "", RDV_BLOB_MAX);
 		return -EINVAL;
 	}
 	if (!world_size || world_size > RDV_WORLD_MAX || rank >= world_size) {
-		train_msg(msg, msg_len, "rendezvous %s: rank %u of a world of "
+		util_msg(msg, msg_len, "rendezvous %s: rank %u of a world of "
 			  "%u: give 0 <= rank < world size <= %u", d.where,
 			  rank, world_size, RDV_WORLD_MAX);
 		return -EINVAL;
@@ -882,7 +874,7 @@ int train_rendezvous(const char *where, const char *job, unsigned rank,
 	b = malloc(RDV_REC_MAX + 1);
 	if (!b)
 		return -ENOMEM;
-	d.deadline_ms = now_ms() + timeout_ms;
+	d.deadline_ms = util_now_ms() + timeout_ms;
 	if (rank == 0)
 		d.nonce = fresh_nonce();
 	if (d.tcp)
@@ -891,6 +883,6 @@ int train_rendezvous(const char *where, const char *job, unsigned rank,
 		rc = rank ? file_join(&d, b) : file_serve(&d, b);
 	free(b);
 	if (rc == -ENOMEM)
-		train_msg(msg, msg_len, "rendezvous %s: out of memory", d.where);
+		util_msg(msg, msg_len, "rendezvous %s: out of memory", d.where);
 	return rc;
 }

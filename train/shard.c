@@ -35,40 +35,6 @@
 #define H_FLAGS 36
 #define H_CRC (TRAIN_SHARD_HEADER_BYTES - 4)
 
-void train_msg(char *msg, size_t msg_len, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!msg || !msg_len)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(msg, msg_len, fmt, ap);
-	va_end(ap);
-}
-
-void train_put32(unsigned char *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
-void train_put64(unsigned char *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
-uint32_t train_get32(const unsigned char *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-	       (uint32_t)p[3] << 24;
-}
-
-uint64_t train_get64(const unsigned char *p)
-{
-	return (uint64_t)train_get32(p) | (uint64_t)train_get32(p + 4) << 32;
-}
-
 /* ---- tokens ---- */
 
 int train_tokens_scan(const unsigned char *p, uint64_t n,
@@ -88,7 +54,7 @@ int train_tokens_scan(const unsigned char *p, uint64_t n,
 		}
 	} else {
 		for (uint64_t i = 0; i < n; i++) {
-			uint32_t t = train_get32(p + 4 * i);
+			uint32_t t = util_get32le(p + 4 * i);
 
 			max = t > max ? t : max;
 		}
@@ -98,7 +64,7 @@ int train_tokens_scan(const unsigned char *p, uint64_t n,
 	for (uint64_t i = 0; i < n; i++) {
 		uint32_t t = dt == TRAIN_U16 ? (uint32_t)p[2 * i] |
 					       (uint32_t)p[2 * i + 1] << 8
-					     : train_get32(p + 4 * i);
+					     : util_get32le(p + 4 * i);
 
 		if (t >= limit) {
 			*bad_index = i;
@@ -118,7 +84,7 @@ void train_tokens_decode(const unsigned char *p, uint64_t n,
 					   (uint32_t)p[2 * i + 1] << 8);
 	else
 		for (uint64_t i = 0; i < n; i++)
-			out[i] = (int32_t)train_get32(p + 4 * i);
+			out[i] = (int32_t)util_get32le(p + 4 * i);
 }
 
 uint32_t train_token_limit(const struct train_shard_info *info,
@@ -137,20 +103,20 @@ int train_range_error(const char *path, const struct train_shard_info *info,
 		      char *msg, size_t msg_len)
 {
 	if (info->vocab_size && token >= info->vocab_size) {
-		train_msg(msg, msg_len, "%s: token %u at index %llu is not "
+		util_msg(msg, msg_len, "%s: token %u at index %llu is not "
 			  "below the shard's own vocabulary size %u: the "
 			  "shard is corrupt", path, token,
 			  (unsigned long long)idx, info->vocab_size);
 		return -EBADMSG;
 	}
 	if (model_vocab && token >= model_vocab) {
-		train_msg(msg, msg_len, "%s: token %u at index %llu is not "
+		util_msg(msg, msg_len, "%s: token %u at index %llu is not "
 			  "below the model's vocabulary size %u (data "
 			  "tokenized for another model?)", path, token,
 			  (unsigned long long)idx, model_vocab);
 		return -ERANGE;
 	}
-	train_msg(msg, msg_len, "%s: token %u at index %llu does not fit "
+	util_msg(msg, msg_len, "%s: token %u at index %llu does not fit "
 		  "in a 31-bit token id", path, token,
 		  (unsigned long long)idx);
 	return -ERANGE;
@@ -166,23 +132,23 @@ static int parse_llmc(const unsigned char *hdr, size_t have,
 	uint64_t want;
 
 	if (have < TRAIN_LLMC_HEADER_BYTES) {
-		train_msg(msg, msg_len, "%s: truncated llm.c shard: %llu "
+		util_msg(msg, msg_len, "%s: truncated llm.c shard: %llu "
 			  "bytes, shorter than its %u-byte header", path,
 			  (unsigned long long)file_bytes,
 			  TRAIN_LLMC_HEADER_BYTES);
 		return -EBADMSG;
 	}
-	version = train_get32(hdr + 4);
+	version = util_get32le(hdr + 4);
 	if (version != TRAIN_LLMC_VERSION) {
-		train_msg(msg, msg_len, "%s: llm.c shard version %u; fmtrain "
+		util_msg(msg, msg_len, "%s: llm.c shard version %u; fmtrain "
 			  "reads llm.c version %u (uint16 tokens) only", path,
 			  version, TRAIN_LLMC_VERSION);
 		return -EPROTONOSUPPORT;
 	}
-	count = train_get32(hdr + 8);
+	count = util_get32le(hdr + 8);
 	want = TRAIN_LLMC_HEADER_BYTES + 2ull * count;
 	if (file_bytes != want) {
-		train_msg(msg, msg_len, "%s: %s llm.c shard: %llu bytes, the "
+		util_msg(msg, msg_len, "%s: %s llm.c shard: %llu bytes, the "
 			  "header says %u + %u tokens x 2 bytes = %llu", path,
 			  file_bytes < want ? "truncated" : "oversized",
 			  (unsigned long long)file_bytes,
@@ -207,11 +173,11 @@ int train_shard_parse(const unsigned char *hdr, size_t have,
 	uint32_t stored, crc, version, hdr_bytes, dt, vocab;
 	uint64_t n, want;
 
-	if (have >= 4 && train_get32(hdr) == TRAIN_LLMC_MAGIC)
+	if (have >= 4 && util_get32le(hdr) == TRAIN_LLMC_MAGIC)
 		return parse_llmc(hdr, have, file_bytes, path, out, msg,
 				  msg_len);
 	if (have < 8 || memcmp(hdr + H_MAGIC, TRAIN_SHARD_MAGIC, 8)) {
-		train_msg(msg, msg_len, "%s: not a token shard (%s; expected "
+		util_msg(msg, msg_len, "%s: not a token shard (%s; expected "
 			  "magic %s or llm.c's %u)", path,
 			  have < 8 ? "shorter than a magic number"
 				   : "bad magic", TRAIN_SHARD_MAGIC,
@@ -219,37 +185,37 @@ int train_shard_parse(const unsigned char *hdr, size_t have,
 		return -EBADMSG;
 	}
 	if (have < TRAIN_SHARD_HEADER_BYTES) {
-		train_msg(msg, msg_len, "%s: truncated: %llu bytes, shorter "
+		util_msg(msg, msg_len, "%s: truncated: %llu bytes, shorter "
 			  "than the %u-byte shard header", path,
 			  (unsigned long long)file_bytes,
 			  TRAIN_SHARD_HEADER_BYTES);
 		return -EBADMSG;
 	}
-	stored = train_get32(hdr + H_CRC);
-	crc = cache_crc32c(0, hdr, H_CRC);
+	stored = util_get32le(hdr + H_CRC);
+	crc = util_crc32c(0, hdr, H_CRC);
 	if (stored != crc) {
-		train_msg(msg, msg_len, "%s: header checksum mismatch (stored "
+		util_msg(msg, msg_len, "%s: header checksum mismatch (stored "
 			  "0x%08x, computed 0x%08x): the header is corrupt",
 			  path, stored, crc);
 		return -EBADMSG;
 	}
-	version = train_get32(hdr + H_VERSION);
+	version = util_get32le(hdr + H_VERSION);
 	if (version != TRAIN_SHARD_VERSION) {
-		train_msg(msg, msg_len, "%s: token-shard format version %u; "
+		util_msg(msg, msg_len, "%s: token-shard format version %u; "
 			  "this fmtrain reads version %u only (written by a "
 			  "newer fmtrain: upgrade to read it)", path, version,
 			  TRAIN_SHARD_VERSION);
 		return -EPROTONOSUPPORT;
 	}
-	hdr_bytes = train_get32(hdr + H_HDR_BYTES);
-	dt = train_get32(hdr + H_DTYPE);
-	vocab = train_get32(hdr + H_VOCAB);
-	n = train_get64(hdr + H_NTOKENS);
+	hdr_bytes = util_get32le(hdr + H_HDR_BYTES);
+	dt = util_get32le(hdr + H_DTYPE);
+	vocab = util_get32le(hdr + H_VOCAB);
+	n = util_get64le(hdr + H_NTOKENS);
 	if (hdr_bytes != TRAIN_SHARD_HEADER_BYTES ||
 	    (dt != TRAIN_U16 && dt != TRAIN_U32) || vocab == 0 ||
 	    (dt == TRAIN_U16 && vocab > 65536) ||
-	    train_get32(hdr + H_FLAGS) != 0 || n > (UINT64_MAX >> 3)) {
-		train_msg(msg, msg_len, "%s: impossible header (header size "
+	    util_get32le(hdr + H_FLAGS) != 0 || n > (UINT64_MAX >> 3)) {
+		util_msg(msg, msg_len, "%s: impossible header (header size "
 			  "%u, token size %u, vocabulary %u, %llu tokens): "
 			  "the shard is corrupt", path, hdr_bytes, dt, vocab,
 			  (unsigned long long)n);
@@ -257,7 +223,7 @@ int train_shard_parse(const unsigned char *hdr, size_t have,
 	}
 	want = TRAIN_SHARD_HEADER_BYTES + n * dt;
 	if (file_bytes != want) {
-		train_msg(msg, msg_len, "%s: %s: %llu bytes, the header says "
+		util_msg(msg, msg_len, "%s: %s: %llu bytes, the header says "
 			  "%u + %llu tokens x %u bytes = %llu", path,
 			  file_bytes < want ? "truncated" : "trailing bytes",
 			  (unsigned long long)file_bytes,
@@ -274,7 +240,7 @@ int train_shard_parse(const unsigned char *hdr, size_t have,
 	out->data_offset = TRAIN_SHARD_HEADER_BYTES;
 	out->file_bytes = file_bytes;
 	out->has_crc = true;
-	out->payload_crc = train_get32(hdr + H_PAYLOAD_CRC);
+	out->payload_crc = util_get32le(hdr + H_PAYLOAD_CRC);
 	return 0;
 }
 
@@ -309,16 +275,16 @@ int train_shard_info_fd(int fd, const char *path,
 	if (fstat(fd, &st)) {
 		int e = errno;
 
-		train_msg(msg, msg_len, "%s: %s", path, strerror(e));
+		util_msg(msg, msg_len, "%s: %s", path, strerror(e));
 		return -e;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		train_msg(msg, msg_len, "%s: not a regular file", path);
+		util_msg(msg, msg_len, "%s: not a regular file", path);
 		return -EINVAL;
 	}
 	n = pread_full(fd, hdr, sizeof(hdr), 0);
 	if (n < 0) {
-		train_msg(msg, msg_len, "%s: reading the header: %s", path,
+		util_msg(msg, msg_len, "%s: reading the header: %s", path,
 			  strerror((int)-n));
 		return -EIO;
 	}
@@ -335,7 +301,7 @@ int train_shard_info(const char *path, struct train_shard_info *out,
 	if (fd < 0) {
 		int e = errno;
 
-		train_msg(msg, msg_len, "%s: %s", path, strerror(e));
+		util_msg(msg, msg_len, "%s: %s", path, strerror(e));
 		return -e;
 	}
 	rc = train_shard_info_fd(fd, path, out, msg, msg_len);
@@ -371,7 +337,7 @@ int train_shard_check_fd(int fd, const char *path,
 		if (reads)
 			(*reads)++;
 		if (n < 0) {
-			train_msg(msg, msg_len, "%s: read error at offset %llu:"
+			util_msg(msg, msg_len, "%s: read error at offset %llu:"
 				  " %s", path, (unsigned long long)(
 				  info->data_offset + done), strerror((int)-n));
 			return -EIO;
@@ -379,7 +345,7 @@ int train_shard_check_fd(int fd, const char *path,
 		if (bytes_read)
 			*bytes_read += (uint64_t)n;
 		if ((size_t)n < len) {
-			train_msg(msg, msg_len, "%s: truncated: the file ended "
+			util_msg(msg, msg_len, "%s: truncated: the file ended "
 				  "at %llu bytes, the header says %llu", path,
 				  (unsigned long long)(info->data_offset +
 						       done + (uint64_t)n),
@@ -387,7 +353,7 @@ int train_shard_check_fd(int fd, const char *path,
 			return -EBADMSG;
 		}
 		if (info->has_crc)
-			crc = cache_crc32c(crc, buf, len);
+			crc = util_crc32c(crc, buf, len);
 		if (train_tokens_scan(buf, len / info->dtype, info->dtype,
 				      limit, &bad_i, &bad_t))
 			return train_range_error(path, info, model_vocab,
@@ -396,7 +362,7 @@ int train_shard_check_fd(int fd, const char *path,
 		done += len;
 	}
 	if (info->has_crc && crc != info->payload_crc) {
-		train_msg(msg, msg_len, "%s: payload checksum mismatch (header "
+		util_msg(msg, msg_len, "%s: payload checksum mismatch (header "
 			  "says 0x%08x, the tokens give 0x%08x): the shard is "
 			  "corrupt", path, info->payload_crc, crc);
 		return -EBADMSG;
@@ -415,7 +381,7 @@ static int verify_open(const char *path, uint32_t model_vocab,
 	if (fd < 0) {
 		int e = errno;
 
-		train_msg(msg, msg_len, "%s: %s", path, strerror(e));
+		util_msg(msg, msg_len, "%s: %s", path, strerror(e));
 		return -e;
 	}
 	rc = train_shard_info_fd(fd, path, info, msg, msg_len);
@@ -427,7 +393,7 @@ static int verify_open(const char *path, uint32_t model_vocab,
 					  msg, msg_len);
 		free(buf);
 	} else if (rc == -ENOMEM) {
-		train_msg(msg, msg_len, "%s: out of memory", path);
+		util_msg(msg, msg_len, "%s: out of memory", path);
 	}
 	if (rc) {
 		close(fd);
@@ -474,7 +440,7 @@ int train_shard_read(const char *path, uint32_t model_vocab,
 		free(t);
 		free(raw);
 		close(fd);
-		train_msg(msg, msg_len, "%s: no memory for %llu tokens", path,
+		util_msg(msg, msg_len, "%s: no memory for %llu tokens", path,
 			  (unsigned long long)si.ntokens);
 		return -ENOMEM;
 	}
@@ -483,10 +449,10 @@ int train_shard_read(const char *path, uint32_t model_vocab,
 	n = pread_full(fd, raw, bytes, si.data_offset);
 	close(fd);
 	if (n != (ssize_t)bytes ||
-	    (si.has_crc && cache_crc32c(0, raw, bytes) != si.payload_crc)) {
+	    (si.has_crc && util_crc32c(0, raw, bytes) != si.payload_crc)) {
 		free(t);
 		free(raw);
-		train_msg(msg, msg_len, "%s: changed while being read", path);
+		util_msg(msg, msg_len, "%s: changed while being read", path);
 		return -EIO;
 	}
 	train_tokens_decode(raw, si.ntokens, si.dtype, (int32_t *)t);
@@ -537,11 +503,11 @@ static int writer_flush(struct train_shard_writer *w, char *msg,
 
 	if (!w->used)
 		return 0;
-	w->crc = cache_crc32c(w->crc, w->buf, w->used);
+	w->crc = util_crc32c(w->crc, w->buf, w->used);
 	rc = write_full(w->fd, w->buf, w->used, off);
 	w->used = 0;
 	if (rc) {
-		train_msg(msg, msg_len, "%s: write: %s", w->tmp,
+		util_msg(msg, msg_len, "%s: write: %s", w->tmp,
 			  strerror(-rc));
 		w->err = rc;
 	}
@@ -558,7 +524,7 @@ int train_shard_writer_open(const char *path, enum train_dtype dtype,
 
 	if (!path || !*path || (dtype != TRAIN_U16 && dtype != TRAIN_U32) ||
 	    vocab_size == 0 || (dtype == TRAIN_U16 && vocab_size > 65536)) {
-		train_msg(msg, msg_len, "%s: a shard needs a token size of 2 "
+		util_msg(msg, msg_len, "%s: a shard needs a token size of 2 "
 			  "or 4 bytes and a vocabulary of 1 to %s tokens "
 			  "(given %d bytes, %u tokens)", path ? path : "(null)",
 			  dtype == TRAIN_U16 ? "65536" : "2^32-1", (int)dtype,
@@ -572,7 +538,7 @@ int train_shard_writer_open(const char *path, enum train_dtype dtype,
 		if (w)
 			free(w->path);
 		free(w);
-		train_msg(msg, msg_len, "%s: out of memory", path);
+		util_msg(msg, msg_len, "%s: out of memory", path);
 		return -ENOMEM;
 	}
 	snprintf(w->tmp, plen + 32, "%s.tmp-%ld", path, (long)getpid());
@@ -580,7 +546,7 @@ int train_shard_writer_open(const char *path, enum train_dtype dtype,
 	if (w->fd < 0) {
 		int e = errno;
 
-		train_msg(msg, msg_len, "%s: %s", w->tmp, strerror(e));
+		util_msg(msg, msg_len, "%s: %s", w->tmp, strerror(e));
 		free(w->tmp);
 		free(w->path);
 		free(w);
@@ -597,13 +563,13 @@ int train_shard_writer_append(struct train_shard_writer *w,
 			      size_t msg_len)
 {
 	if (w->err) {
-		train_msg(msg, msg_len, "%s: the writer failed before; abort "
+		util_msg(msg, msg_len, "%s: the writer failed before; abort "
 			  "it", w->path);
 		return w->err;
 	}
 	for (size_t i = 0; i < n; i++) {
 		if (tokens[i] >= w->vocab) {
-			train_msg(msg, msg_len, "%s: token %u (at index %llu) "
+			util_msg(msg, msg_len, "%s: token %u (at index %llu) "
 				  "is not below the vocabulary size %u",
 				  w->path, tokens[i],
 				  (unsigned long long)w->n, w->vocab);
@@ -617,7 +583,7 @@ int train_shard_writer_append(struct train_shard_writer *w,
 			w->buf[w->used] = (unsigned char)tokens[i];
 			w->buf[w->used + 1] = (unsigned char)(tokens[i] >> 8);
 		} else {
-			train_put32(w->buf + w->used, tokens[i]);
+			util_put32le(w->buf + w->used, tokens[i]);
 		}
 		w->used += w->dtype;
 		w->n++;
@@ -668,7 +634,7 @@ int train_shard_writer_close(struct train_shard_writer *w, char *msg,
 	int rc = w->err;
 
 	if (rc) {
-		train_msg(msg, msg_len, "%s: the writer failed before; nothing "
+		util_msg(msg, msg_len, "%s: the writer failed before; nothing "
 			  "written", w->path);
 		train_shard_writer_abort(w);
 		return rc;
@@ -679,20 +645,20 @@ int train_shard_writer_close(struct train_shard_writer *w, char *msg,
 	}
 	memset(hdr, 0, sizeof(hdr));
 	memcpy(hdr + H_MAGIC, TRAIN_SHARD_MAGIC, 8);
-	train_put32(hdr + H_VERSION, TRAIN_SHARD_VERSION);
-	train_put32(hdr + H_HDR_BYTES, TRAIN_SHARD_HEADER_BYTES);
-	train_put32(hdr + H_DTYPE, (uint32_t)w->dtype);
-	train_put32(hdr + H_VOCAB, w->vocab);
-	train_put64(hdr + H_NTOKENS, w->n);
-	train_put32(hdr + H_PAYLOAD_CRC, w->crc);
-	train_put32(hdr + H_CRC, cache_crc32c(0, hdr, H_CRC));
+	util_put32le(hdr + H_VERSION, TRAIN_SHARD_VERSION);
+	util_put32le(hdr + H_HDR_BYTES, TRAIN_SHARD_HEADER_BYTES);
+	util_put32le(hdr + H_DTYPE, (uint32_t)w->dtype);
+	util_put32le(hdr + H_VOCAB, w->vocab);
+	util_put64le(hdr + H_NTOKENS, w->n);
+	util_put32le(hdr + H_PAYLOAD_CRC, w->crc);
+	util_put32le(hdr + H_CRC, util_crc32c(0, hdr, H_CRC));
 	rc = write_full(w->fd, hdr, sizeof(hdr), 0);
 	if (!rc && fsync(w->fd))
 		rc = -errno;
 	if (!rc && rename(w->tmp, w->path))
 		rc = -errno;
 	if (rc) {
-		train_msg(msg, msg_len, "%s: %s", w->path, strerror(-rc));
+		util_msg(msg, msg_len, "%s: %s", w->path, strerror(-rc));
 		train_shard_writer_abort(w);
 		return rc;
 	}

@@ -77,7 +77,7 @@ static int out_put(struct tok_out *o, const uint32_t *t, size_t n,
 					     "%s/%s_%06zu.bin", o->dir,
 					     o->prefix, o->shards) >=
 			    sizeof(path)) {
-				train_msg(msg, msg_len, "%s: path too long",
+				util_msg(msg, msg_len, "%s: path too long",
 					  o->dir);
 				return -ENAMETOOLONG;
 			}
@@ -116,7 +116,7 @@ static int tokenize_file(struct tok_out *o, const char *path, bool first,
 	if (fd < 0) {
 		int e = errno;
 
-		train_msg(msg, msg_len, "%s: %s", path, strerror(e));
+		util_msg(msg, msg_len, "%s: %s", path, strerror(e));
 		return -e;
 	}
 	if (!first) {
@@ -132,7 +132,7 @@ static int tokenize_file(struct tok_out *o, const char *path, bool first,
 		if (n < 0) {
 			int e = errno;
 
-			train_msg(msg, msg_len, "%s: read: %s", path,
+			util_msg(msg, msg_len, "%s: read: %s", path,
 				  strerror(e));
 			rc = -EIO;
 			break;
@@ -162,7 +162,7 @@ int train_tokenize_files(const char *const *inputs, size_t ninputs,
 
 	if (!out_dir || !prefix || (ninputs && !inputs) ||
 	    strchr(prefix, '/')) {
-		train_msg(msg, msg_len, "tokenize: an output directory and a "
+		util_msg(msg, msg_len, "tokenize: an output directory and a "
 			  "prefix without '/' are needed");
 		return -EINVAL;
 	}
@@ -171,7 +171,7 @@ int train_tokenize_files(const char *const *inputs, size_t ninputs,
 	if (!buf || !tok) {
 		free(buf);
 		free(tok);
-		train_msg(msg, msg_len, "tokenize: out of memory");
+		util_msg(msg, msg_len, "tokenize: out of memory");
 		return -ENOMEM;
 	}
 	for (size_t i = 0; i < ninputs && !rc; i++)

@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "model.h"
+#include "util/util.h"
 
 /* The parameter tensors, in the order of every kind's buffer (model.h's
  * tensor list), for the back ends that index them (model.c, gpu.cu). */

@@ -309,13 +309,13 @@ static void test_crc_combine(void **state)
 
 	(void)state;
 	fill(1, 2, 3, buf, sizeof(buf));
-	assert_int_equal(ckpt_crc32c(0, "123456789", 9), 0xE3069283);
+	assert_int_equal(util_crc32c(0, "123456789", 9), 0xE3069283);
 	for (size_t cut = 0; cut <= sizeof(buf); cut += 331) {
-		uint32_t a = ckpt_crc32c(0, buf, cut);
-		uint32_t b = ckpt_crc32c(0, buf + cut, sizeof(buf) - cut);
+		uint32_t a = util_crc32c(0, buf, cut);
+		uint32_t b = util_crc32c(0, buf + cut, sizeof(buf) - cut);
 
-		assert_int_equal(ckpt_crc32c_combine(a, b, sizeof(buf) - cut),
-				 ckpt_crc32c(0, buf, sizeof(buf)));
+		assert_int_equal(util_crc32c_combine(a, b, sizeof(buf) - cut),
+				 util_crc32c(0, buf, sizeof(buf)));
 	}
 }
 
@@ -602,8 +602,8 @@ static void test_unknown_version(void **state)
 	assert_ok(ckpt_read_whole(path, 1 << 20, &buf, &len, e->msg,
 				  sizeof(e->msg)), e->msg);
 	put32(buf + 8, 2);
-	put32(buf + 60, ckpt_crc32c(0, buf, 60));
-	put32(buf + len - 16, ckpt_crc32c(0, buf, len - 16));
+	put32(buf + 60, util_crc32c(0, buf, 60));
+	put32(buf + len - 16, util_crc32c(0, buf, len - 16));
 	{
 		int fd = open(path, O_WRONLY | O_TRUNC);
 
@@ -1281,8 +1281,8 @@ static void test_barrier_refused_marker(void **state)
 	strcat(path, "/rank-00001.done");
 	assert_ok(ckpt_mf_encode(&m, &buf, &len), "encode");
 	put32(buf + 8, 2);
-	put32(buf + 60, ckpt_crc32c(0, buf, 60));
-	put32(buf + len - 16, ckpt_crc32c(0, buf, len - 16));
+	put32(buf + 60, util_crc32c(0, buf, 60));
+	put32(buf + len - 16, util_crc32c(0, buf, len - 16));
 	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	assert_true(fd >= 0);
 	assert_int_equal(write(fd, buf, len), (ssize_t)len);

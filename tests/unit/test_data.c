@@ -31,7 +31,7 @@
 
 #include <cmocka.h>
 
-#include "cache/cache.h"
+#include "util/util.h"
 #include "train/data.h"
 
 #define assert_contains(hay, needle)                                      \
@@ -172,7 +172,7 @@ static void patch_header(const char *path, off_t off, uint32_t v)
 	assert_true(fd >= 0);
 	assert_int_equal(pread(fd, hdr, sizeof(hdr), 0), sizeof(hdr));
 	put32(hdr + off, v);
-	put32(hdr + sizeof(hdr) - 4, cache_crc32c(0, hdr, sizeof(hdr) - 4));
+	put32(hdr + sizeof(hdr) - 4, util_crc32c(0, hdr, sizeof(hdr) - 4));
 	assert_int_equal(pwrite(fd, hdr, sizeof(hdr), 0), sizeof(hdr));
 	close(fd);
 }

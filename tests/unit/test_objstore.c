@@ -34,9 +34,9 @@
 
 #include <cmocka.h>
 
-#include "objstore.h"
-#include "objstore_int.h"
-#include "s3_int.h"
+#include "objstore/objstore.h"
+#include "objstore/objstore_int.h"
+#include "objstore/s3_int.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define HAVE_ASAN 1

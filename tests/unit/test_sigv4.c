@@ -39,7 +39,7 @@
 
 #include <cmocka.h>
 
-#include "sigv4.h"
+#include "objstore/sigv4.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 

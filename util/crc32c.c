@@ -1,17 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * crc32c.c - CRC32C (Castagnoli, reflected polynomial 0x82F63B78), the
- * checksum the cache keeps for every block and checks before a block is
- * first served.  On x86-64 with SSE4.2 the crc32 instruction does eight
- * bytes at a time, in three streams for long buffers; elsewhere a
- * slicing-by-8 table does.  The choice is made once, at the first call.
- * cache_crc32c(0, "123456789", 9) is 0xE3069283, and
- * cache_crc32c(cache_crc32c(0, a), b) is the CRC of a followed by b.
+ * checksum the cache keeps for every block (and checks before a block is
+ * first served), the checkpoint format for every tensor and shard file,
+ * and the token-shard format for every shard.  On x86-64 with SSE4.2 the
+ * crc32 instruction does eight bytes at a time, in three streams for
+ * long buffers; elsewhere a slicing-by-8 table does.  The choice is made
+ * once, at the first call.  util_crc32c_combine joins the CRCs of two
+ * adjacent pieces without reading them again (zlib's method).
  */
 #include <pthread.h>
 #include <string.h>
 
-#include "cache_int.h"
+#include <stdatomic.h>
+
+#include "util.h"
 
 #define CRC32C_POLY 0x82F63B78u
 
@@ -33,7 +36,7 @@ static void crc_table_init(void)
 					  crc_table[0][crc_table[t - 1][i] & 0xff];
 }
 
-uint32_t cache_crc32c_sw(uint32_t crc, const void *buf, size_t len)
+uint32_t util_crc32c_sw(uint32_t crc, const void *buf, size_t len)
 {
 	const unsigned char *p = buf;
 
@@ -151,7 +154,7 @@ static uint32_t crc32c_hw(uint32_t crc32, const void *buf, size_t len)
 	return ~(uint32_t)crc;
 }
 
-bool cache_crc32c_hw_available(void)
+bool util_crc32c_hw_available(void)
 {
 	static _Atomic int hw = -1;
 	int v = atomic_load_explicit(&hw, memory_order_relaxed);
@@ -163,20 +166,72 @@ bool cache_crc32c_hw_available(void)
 	return v;
 }
 
-uint32_t cache_crc32c(uint32_t crc, const void *buf, size_t len)
+uint32_t util_crc32c(uint32_t crc, const void *buf, size_t len)
 {
-	if (cache_crc32c_hw_available())
+	if (util_crc32c_hw_available())
 		return crc32c_hw(crc, buf, len);
-	return cache_crc32c_sw(crc, buf, len);
+	return util_crc32c_sw(crc, buf, len);
 }
 #else
-bool cache_crc32c_hw_available(void)
+bool util_crc32c_hw_available(void)
 {
 	return false;
 }
 
-uint32_t cache_crc32c(uint32_t crc, const void *buf, size_t len)
+uint32_t util_crc32c(uint32_t crc, const void *buf, size_t len)
 {
-	return cache_crc32c_sw(crc, buf, len);
+	return util_crc32c_sw(crc, buf, len);
 }
 #endif
+
+/* ---- combining: CRC(A||B) from CRC(A), CRC(B) and len(B) ---- */
+
+/* a * b modulo the CRC polynomial, bit-reflected (zlib's multmodp). */
+static uint32_t multmodp(uint32_t a, uint32_t b)
+{
+	uint32_t m = 1u << 31, p = 0;
+
+	for (;;) {
+		if (a & m) {
+			p ^= b;
+			if ((a & (m - 1)) == 0)
+				break;
+		}
+		m >>= 1;
+		b = b & 1 ? (b >> 1) ^ CRC32C_POLY : b >> 1;
+	}
+	return p;
+}
+
+/* x^(2^k) modulo the polynomial, k = 0..31; built once. */
+static uint32_t x2n_table[32];
+static pthread_once_t x2n_once = PTHREAD_ONCE_INIT;
+
+static void x2n_init(void)
+{
+	uint32_t p = 1u << 30; /* x^1 */
+
+	x2n_table[0] = p;
+	for (int n = 1; n < 32; n++)
+		x2n_table[n] = p = multmodp(p, p);
+}
+
+/* x^(n * 2^k) modulo the polynomial. */
+static uint32_t x2nmodp(uint64_t n, unsigned k)
+{
+	uint32_t p = 1u << 31; /* x^0 */
+
+	while (n) {
+		if (n & 1)
+			p = multmodp(x2n_table[k & 31], p);
+		n >>= 1;
+		k++;
+	}
+	return p;
+}
+
+uint32_t util_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b)
+{
+	pthread_once(&x2n_once, x2n_init);
+	return multmodp(x2nmodp(len_b, 3), crc_a) ^ crc_b;
+}

@@ -1,0 +1,260 @@
+# SPDX-License-Identifier: MIT
+#
+# One Makefile for everything: make, make check, make install, make bench.
+# It is not generated: ./configure writes config.mak (compiler, flags,
+# what each library needs) and config.h, and this file includes
+# config.mak.  Each module (one folder, docs/layout.md) is a static
+# archive; <M>_A names the archives a program of module M links, in link
+# order, and <M>_LIBS the system libraries they need.
+
+-include config.mak
+
+ifeq ($(V),1)
+Q =
+E = @:
+else
+Q = @
+E = @echo
+endif
+
+# The first target, so a bare `make` builds everything (its
+# prerequisites come below).
+all:
+
+prefix ?= /usr/local
+bindir = $(prefix)/bin
+libdir = $(prefix)/lib
+includedir = $(prefix)/include
+mandir = $(prefix)/share/man
+pkgconfigdir = $(libdir)/pkgconfig
+
+CPPFLAGS = -I. $(CURL_CFLAGS)
+
+# ---- modules, bottom up ------------------------------------------------
+
+# util/: CRC32C, clocks, messages, whole reads and writes, assertions
+UTIL_OBJS = util/util.o util/crc32c.o util/io.o
+UTIL_A = util/libutil.a
+UTIL_LIBS = -lpthread
+
+# objstore/: object-store clients behind one interface
+OBJSTORE_OBJS = objstore/objstore.o objstore/url.o objstore/creds.o \
+	objstore/sigv4.o objstore/s3.o objstore/s3_engine.o \
+	objstore/s3_xml.o objstore/posix.o
+OBJSTORE_A = objstore/libobjstore.a $(UTIL_A)
+OBJSTORE_LIBS = $(CURL_LIBS) $(CRYPTO_LIBS) $(EXPAT_LIBS) $(UTIL_LIBS)
+
+# cache/: the persistent NVMe cache (blocks, SQLite index, io_uring,
+# write-back)
+CACHE_OBJS = cache/cache.o cache/evict.o cache/index.o cache/fetch.o \
+	cache/uring.o cache/wb.o cache/wb_upload.o
+CACHE_A = cache/libcache.a $(OBJSTORE_A)
+CACHE_LIBS = $(SQLITE_LIBS) $(URING_LIBS) $(OBJSTORE_LIBS)
+
+# fs/: FUSE low-level operations over cache + objstore
+FS_OBJS = fs/fs.o fs/inode.o fs/ctl.o fs/write.o fs/passthrough.o
+FS_A = fs/libfs.a $(CACHE_A)
+FS_LIBS = $(FUSE_LIBS) $(CACHE_LIBS)
+$(FS_OBJS): CPPFLAGS += $(FUSE_CFLAGS)
+
+# ckpt/: libfmckpt, the asynchronous checkpoint writer and reader.  Its
+# objects and those below it are position-independent: they also make
+# the shared libfmckpt.so that `make install` ships.
+CKPT_OBJS = ckpt/ckpt.o ckpt/writer.o ckpt/drain.o ckpt/format.o \
+	ckpt/store.o ckpt/load.o ckpt/cuda.o
+CKPT_A = ckpt/libckpt.a $(OBJSTORE_A)
+CKPT_LIBS = $(URING_LIBS) $(OBJSTORE_LIBS)
+ifeq ($(HAVE_CUDA),1)
+CKPT_LIBS += $(CUDA_LIBS)
+$(CKPT_OBJS): CPPFLAGS += $(CUDA_CFLAGS)
+endif
+$(UTIL_OBJS) $(OBJSTORE_OBJS) $(CKPT_OBJS): CFLAGS += -fPIC
+
+# train/: the training engine (CPU reference: OpenBLAS, OpenMP; data:
+# shards, tokenizer, loader; the CUDA back end when configure found
+# CUDA, else its stub).  nvcc builds sm_90 code (H100/H200) and
+# compute_80 PTX, which the driver compiles for any other GPU from
+# Ampere on; NVCC_ARCH overrides.
+TRAIN_OBJS = train/model.o train/layers.o train/shard.o train/tokenize.o \
+	train/loader.o train/rendezvous.o
+ifeq ($(HAVE_CUDA),1)
+TRAIN_OBJS += train/gpu.o train/gpu_kernels.o
+else
+TRAIN_OBJS += train/gpu_none.o
+endif
+TRAIN_A = train/libtrain.a $(UTIL_A)
+TRAIN_LIBS = $(BLAS_LIBS) $(OPENMP_LIBS) -lm $(UTIL_LIBS)
+ifeq ($(HAVE_CUDA),1)
+TRAIN_LIBS += $(CUDA_LIBS) $(NCCL_LIBS) -lstdc++
+endif
+NVCC_ARCH = -gencode arch=compute_90,code=sm_90 \
+	-gencode arch=compute_80,code=compute_80
+NVCCFLAGS = -O2 -std=c++17 $(NVCC_ARCH) -Xcompiler -Wall,-Wextra,-Wno-unused-parameter
+$(TRAIN_OBJS) tests/unit/test_train.o: CPPFLAGS += $(BLAS_CFLAGS)
+$(TRAIN_OBJS) tests/unit/test_train.o: CFLAGS += $(OPENMP_CFLAGS)
+
+LIBS_A = util/libutil.a objstore/libobjstore.a cache/libcache.a \
+	fs/libfs.a ckpt/libckpt.a train/libtrain.a
+util/libutil.a: $(UTIL_OBJS)
+objstore/libobjstore.a: $(OBJSTORE_OBJS)
+cache/libcache.a: $(CACHE_OBJS)
+fs/libfs.a: $(FS_OBJS)
+ckpt/libckpt.a: $(CKPT_OBJS)
+train/libtrain.a: $(TRAIN_OBJS)
+
+# ---- programs -----------------------------------------------------------
+
+# tools/: the three front ends (tools/tools.h: their shape)
+TOOLS_COMMON = tools/util.o
+FMFS_OBJS = tools/fmfs.o tools/cmd_obj.o tools/cmd_mount.o $(TOOLS_COMMON)
+FMCKPT_OBJS = tools/fmckpt.o $(TOOLS_COMMON)
+FMTRAIN_OBJS = tools/fmtrain.o tools/fmtrain_run.o tools/fmtrain_ckpt.o \
+	tools/fmtrain_cpu.o tools/fmtrain_cuda.o $(TOOLS_COMMON)
+tools/fmtrain_run.o: CFLAGS += $(OPENMP_CFLAGS)
+
+tools/fmfs: $(FMFS_OBJS) $(FS_A)
+tools/fmfs: LINK_LIBS = $(FS_LIBS)
+tools/fmckpt: $(FMCKPT_OBJS) $(CKPT_A)
+tools/fmckpt: LINK_LIBS = $(CKPT_LIBS) -lm
+tools/fmtrain: $(FMTRAIN_OBJS) train/libtrain.a $(CKPT_A)
+tools/fmtrain: LINK_LIBS = $(TRAIN_LIBS) $(CKPT_LIBS)
+PROGS = tools/fmfs tools/fmckpt tools/fmtrain
+
+# Unit tests: one cmocka program per module.
+UNIT_TESTS = tests/unit/test_sigv4 tests/unit/test_objstore \
+	tests/unit/test_cache tests/unit/test_ckpt tests/unit/test_data \
+	tests/unit/test_train tests/unit/test_rendezvous
+tests/unit/test_sigv4: tests/unit/test_sigv4.o $(OBJSTORE_A)
+tests/unit/test_objstore: tests/unit/test_objstore.o $(OBJSTORE_A)
+tests/unit/test_sigv4 tests/unit/test_objstore: LINK_LIBS = $(OBJSTORE_LIBS) $(CMOCKA_LIBS)
+tests/unit/test_cache: tests/unit/test_cache.o $(CACHE_A)
+tests/unit/test_cache: LINK_LIBS = $(CACHE_LIBS) $(CMOCKA_LIBS)
+tests/unit/test_ckpt: tests/unit/test_ckpt.o $(CKPT_A)
+tests/unit/test_ckpt: LINK_LIBS = $(CKPT_LIBS) $(CMOCKA_LIBS)
+tests/unit/test_data: tests/unit/test_data.o $(TRAIN_A)
+tests/unit/test_train: tests/unit/test_train.o $(TRAIN_A)
+tests/unit/test_rendezvous: tests/unit/test_rendezvous.o $(TRAIN_A)
+tests/unit/test_data tests/unit/test_train tests/unit/test_rendezvous: LINK_LIBS = $(TRAIN_LIBS) $(CMOCKA_LIBS)
+ifeq ($(HAVE_CUDA),1)
+UNIT_TESTS += tests/unit/test_train_gpu
+tests/unit/test_train_gpu: tests/unit/test_train_gpu.o $(TRAIN_A)
+tests/unit/test_train_gpu: LINK_LIBS = $(TRAIN_LIBS)
+endif
+
+# Helpers of the integration tests.  tests/fmtrain-fakegpu is fmtrain
+# with train/gpu.h answered by the CPU model and local TCP
+# (tests/fake_gpu.c): its --device cuda paths with several ranks, on any
+# machine.  Its objects come before libtrain.a, so gpu_none.o (or the
+# CUDA back end) is not linked.
+tests/ckpt-writer: tests/ckpt-writer.o $(CKPT_A)
+tests/ckpt-writer: LINK_LIBS = $(CKPT_LIBS)
+tests/fmtrain-fakegpu: tests/fake_gpu.o $(FMTRAIN_OBJS) train/libtrain.a $(CKPT_A)
+tests/fmtrain-fakegpu: LINK_LIBS = $(TRAIN_LIBS) $(CKPT_LIBS)
+tests/fmtrain-fakegpu: LDFLAGS += -Wl,--wrap=ckpt_add
+TEST_PROGS = tests/ckpt-writer tests/fmtrain-fakegpu
+
+tools/bench/objbench: tools/bench/objbench.o $(OBJSTORE_A)
+tools/bench/objbench: LINK_LIBS = $(OBJSTORE_LIBS)
+tools/bench/gpubench: tools/bench/gpubench.o $(TRAIN_A)
+tools/bench/gpubench: LINK_LIBS = $(TRAIN_LIBS)
+BENCH_PROGS = tools/bench/objbench tools/bench/gpubench
+
+# ---- libfmckpt, as installed ----------------------------------------------
+
+# One archive and one shared library with libfmckpt and what it uses of
+# objstore/ and util/, so a program links -lfmckpt alone.  Only the
+# ckpt_ functions of ckpt/ckpt.h are exported from the shared library
+# (ckpt/libfmckpt.map).
+FMCKPT_SO_VERSION = 0
+FMCKPT_LIB_OBJS = $(CKPT_OBJS) $(OBJSTORE_OBJS) $(UTIL_OBJS)
+FMCKPT_SO = ckpt/libfmckpt.so.$(FMCKPT_SO_VERSION)
+FMCKPT_INSTALL = ckpt/libfmckpt.a $(FMCKPT_SO) ckpt/fmckpt.pc
+ckpt/libfmckpt.a: $(FMCKPT_LIB_OBJS)
+LIBS_A += ckpt/libfmckpt.a
+
+$(FMCKPT_SO): $(FMCKPT_LIB_OBJS) ckpt/libfmckpt.map
+	$(E) "  LINK    $@"
+	$(Q)$(CC) -shared $(LDFLAGS) -Wl,-soname,libfmckpt.so.$(FMCKPT_SO_VERSION) \
+		-Wl,--version-script=ckpt/libfmckpt.map -o $@ \
+		$(FMCKPT_LIB_OBJS) $(CKPT_LIBS)
+
+ckpt/fmckpt.pc: ckpt/fmckpt.pc.in config.mak
+	$(E) "  GEN     $@"
+	$(Q)sed -e 's|@prefix@|$(prefix)|' -e 's|@libdir@|$(libdir)|' \
+		-e 's|@includedir@|$(includedir)|' -e 's|@version@|$(VERSION)|' \
+		-e 's|@libs_private@|$(strip $(CKPT_LIBS))|' $< >$@
+
+# ---- rules ------------------------------------------------------------------
+
+all: $(PROGS) $(UNIT_TESTS) $(BENCH_PROGS) $(TEST_PROGS) $(FMCKPT_INSTALL)
+
+config.mak:
+	@echo "Run ./configure first." >&2; exit 1
+
+%.o: %.c config.mak config.h
+	$(E) "  CC      $@"
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
+
+%.o: %.cu config.mak config.h
+	$(E) "  NVCC    $@"
+	$(Q)$(NVCC) -I. $(CUDA_CFLAGS) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
+
+%.a:
+	$(E) "  AR      $@"
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+# Every program: its objects and archives in the order given ($+ keeps
+# an archive named twice, as util/libutil.a is, in both places), then
+# its LINK_LIBS.
+$(PROGS) $(UNIT_TESTS) $(TEST_PROGS) $(BENCH_PROGS):
+	$(E) "  LINK    $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o %.a,$+) $(LINK_LIBS)
+
+# make check: unit tests, then integration tests against a private Ceph
+# RADOS gateway started by the test runner.  The last line is the summary.
+check: all
+	$(Q)tests/run-tests.sh $(UNIT_TESTS)
+
+check-unit: all
+	$(Q)FMFS_SKIP_INTEGRATION=1 tests/run-tests.sh $(UNIT_TESTS)
+
+bench: all
+	$(Q)tools/bench/bench-objstore.sh
+	$(Q)tools/bench/bench-mount.sh
+	$(Q)tools/bench/bench-ckpt.sh
+	$(Q)tools/bench/bench-write.sh
+	$(Q)tools/bench/bench-train.sh
+
+install: $(PROGS) $(FMCKPT_INSTALL)
+	install -d $(DESTDIR)$(bindir) $(DESTDIR)$(mandir)/man1 \
+		$(DESTDIR)$(libdir) $(DESTDIR)$(pkgconfigdir) \
+		$(DESTDIR)$(includedir)/fmfs/objstore
+	install -m 755 $(PROGS) $(DESTDIR)$(bindir)/
+	install -m 644 docs/fmfs.1 docs/fmckpt.1 docs/fmtrain.1 \
+		$(DESTDIR)$(mandir)/man1/
+	install -m 644 ckpt/libfmckpt.a $(DESTDIR)$(libdir)/
+	install -m 755 $(FMCKPT_SO) $(DESTDIR)$(libdir)/
+	ln -sf libfmckpt.so.$(FMCKPT_SO_VERSION) $(DESTDIR)$(libdir)/libfmckpt.so
+	install -m 644 ckpt/ckpt.h $(DESTDIR)$(includedir)/fmfs/
+	install -m 644 objstore/objstore.h $(DESTDIR)$(includedir)/fmfs/objstore/
+	install -m 644 ckpt/fmckpt.pc $(DESTDIR)$(pkgconfigdir)/
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(bindir)/,$(notdir $(PROGS))) \
+		$(addprefix $(DESTDIR)$(mandir)/man1/,fmfs.1 fmckpt.1 fmtrain.1) \
+		$(DESTDIR)$(libdir)/libfmckpt.a $(DESTDIR)$(libdir)/libfmckpt.so \
+		$(DESTDIR)$(libdir)/libfmckpt.so.$(FMCKPT_SO_VERSION) \
+		$(DESTDIR)$(pkgconfigdir)/fmckpt.pc
+	rm -rf $(DESTDIR)$(includedir)/fmfs
+
+clean:
+	rm -f $(PROGS) $(UNIT_TESTS) tests/unit/test_train_gpu $(BENCH_PROGS) \
+		$(TEST_PROGS) $(LIBS_A) $(FMCKPT_INSTALL)
+	find . -name '*.o' -o -name '*.d' | xargs rm -f
+
+distclean: clean
+	rm -f config.mak config.h config.log
+
+.PHONY: all check check-unit bench install uninstall clean distclean
+
+-include $(shell find . -name '*.d' 2>/dev/null)

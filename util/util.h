@@ -1,0 +1,153 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * util.h - the few helpers every module needs: CRC32C, monotonic clocks,
+ * message formatting, whole-buffer reads and writes that retry EINTR,
+ * mkdir -p, hex digits, little-endian fields, and the two kinds of
+ * assertion.  util/ sits below every other module (docs/layout.md says
+ * why it exists although the target layout names no such folder) and
+ * depends on nothing but libc and pthreads.
+ *
+ * Every function is thread-safe and keeps no state between calls except
+ * CRC32C's tables, built once behind pthread_once.  Functions that can
+ * fail return 0 (or a count) and a negative errno.
+ */
+#ifndef FMFS_UTIL_H
+#define FMFS_UTIL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- assertions (util.c) ----
+ *
+ * util_assert(COND) stays on in every build, as redis's serverAssert
+ * does: for cheap checks of invariants whose failure means a bug in fmfs
+ * (a reference count going below zero, a lock not held).  A failure
+ * prints the condition, file, line and function to stderr and aborts, so
+ * the bug leaves a core and not a corrupt cache.  util_debug_assert(COND)
+ * is the same in builds configured with --enable-debug (FMFS_DEBUG=1)
+ * and compiles to nothing (COND is not evaluated) otherwise: for costly
+ * checks, such as walking a list.  Never assert on I/O results, network
+ * answers or user input: those get an error and a message. */
+void util_assert_fail(const char *cond, const char *file, int line,
+		      const char *func) __attribute__((noreturn, cold));
+
+#define util_assert(cond)                                                   \
+	(__builtin_expect(!!(cond), 1) ? (void)0 :                          \
+	 util_assert_fail(#cond, __FILE__, __LINE__, __func__))
+
+#if defined(FMFS_DEBUG) && FMFS_DEBUG
+#define util_debug_assert(cond) util_assert(cond)
+#else
+#define util_debug_assert(cond) ((void)0)
+#endif
+
+/* ---- CRC32C (crc32c.c) ----
+ *
+ * CRC32C (Castagnoli), the checksum of cache blocks, checkpoint tensors
+ * and token shards.  util_crc32c(0, "123456789", 9) is 0xE3069283, and
+ * util_crc32c(util_crc32c(0, a), b) is the CRC of a followed by b.
+ * util_crc32c_combine gives the CRC of A||B from the CRCs of A and B and
+ * the length of B, so bytes checked in parallel pieces are read once. */
+uint32_t util_crc32c(uint32_t crc, const void *buf, size_t len);
+uint32_t util_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+/* For tests and benchmarks: the table version, and whether the SSE4.2
+ * instruction is used by util_crc32c. */
+uint32_t util_crc32c_sw(uint32_t crc, const void *buf, size_t len);
+bool util_crc32c_hw_available(void);
+
+/* ---- clocks (util.c) ---- */
+
+/* CLOCK_MONOTONIC: for intervals and deadlines, never for timestamps. */
+uint64_t util_now_ns(void);
+uint64_t util_now_ms(void);
+/* CLOCK_REALTIME in ns: for timestamps stored or shown. */
+int64_t util_wall_ns(void);
+/* The CLOCK_MONOTONIC time ms from now, for pthread_cond_timedwait on a
+ * condition variable made by util_cond_init. */
+struct timespec util_deadline(unsigned ms);
+/* True once CLOCK_MONOTONIC has reached *d. */
+bool util_deadline_passed(const struct timespec *d);
+/* A condition variable whose timed waits use CLOCK_MONOTONIC. */
+void util_cond_init(pthread_cond_t *cond);
+
+/* ---- messages (util.c) ----
+ *
+ * Formats into msg[len] as snprintf does; msg NULL or len 0 is allowed
+ * and formats nothing (callers pass their caller's optional buffer). */
+void util_msg(char *msg, size_t len, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* ---- whole transfers (io.c) ----
+ *
+ * Each retries EINTR and continues short transfers.  The reads return
+ * the bytes read, fewer than len only at end of file, or -errno.  The
+ * writes return 0 or -errno (-EIO if the kernel wrote nothing without an
+ * error). */
+ssize_t util_pread_all(int fd, void *buf, size_t len, uint64_t off);
+ssize_t util_read_all(int fd, void *buf, size_t len);
+int util_pwrite_all(int fd, const void *buf, size_t len, uint64_t off);
+int util_write_all(int fd, const void *buf, size_t len);
+
+/* mkdir -p: creates path and its missing parents with mode (umask
+ * applies).  0, -ENOTDIR when path (or a parent) exists and is not a
+ * directory, -ENAMETOOLONG past PATH_MAX, or mkdir's -errno. */
+int util_mkdir_p(const char *path, mode_t mode);
+
+/* ---- bytes ---- */
+
+/* The value of one hex digit (either case), or -1. */
+static inline int util_hexval(int c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* Little-endian fields of the on-disk formats, whatever the host's order. */
+static inline void util_put32le(unsigned char *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static inline void util_put64le(unsigned char *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static inline uint32_t util_get32le(const unsigned char *p)
+{
+	uint32_t v = 0;
+
+	for (int i = 3; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+static inline uint64_t util_get64le(const unsigned char *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FMFS_UTIL_H */
