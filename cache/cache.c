@@ -816,26 +816,11 @@ int cache_file_ensure(struct cache_file *f, uint64_t off, uint64_t len)
 	return 0;
 }
 
-static int pread_all(int fd, char *buf, size_t len, uint64_t off)
-{
-	while (len) {
-		ssize_t n = pread(fd, buf, len, (off_t)off);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : -EIO;
-		buf += n;
-		off += (uint64_t)n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 ssize_t cache_file_read(struct cache_file *f, void *buf, size_t len,
 			uint64_t off)
 {
 	uint64_t end, at = off;
+	ssize_t n;
 	int rc;
 
 	if (off >= f->size_bytes || !len)
@@ -849,8 +834,9 @@ ssize_t cache_file_read(struct cache_file *f, void *buf, size_t len,
 		rc = cache_file_ensure_pinned(f, at, pe - at);
 		if (rc)
 			return rc;
-		rc = pread_all(f->fd, (char *)buf + (at - off),
-			       (size_t)(pe - at), at);
+		n = util_pread_all(f->fd, (char *)buf + (at - off),
+				   (size_t)(pe - at), at);
+		rc = n < 0 ? (int)n : n < (ssize_t)(pe - at) ? -EIO : 0;
 		cache_file_unpin(f, at, pe - at);
 		if (rc)
 			return rc;

@@ -239,7 +239,7 @@ void cache_w_setattr(struct cache_wfile *w, const struct cache_wattr *a,
 int cache_w_xattr_set(struct cache_wfile *w, const char *name,
 		      const char *value, size_t len, int flags);
 int cache_w_xattr_remove(struct cache_wfile *w, const char *name);
-/* Copies the metadata out (free with obj_meta_release-style loop). */
+/* Copies the metadata out (free with obj_kv_free). */
 int cache_w_xattrs(struct cache_wfile *w, struct obj_kv **out, size_t *n);
 /* Queues the file for upload (close: the row is committed, safe from a
  * daemon crash; durable: fdatasync and a synced commit, safe from power

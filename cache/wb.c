@@ -102,20 +102,11 @@ struct wb_tomb *wb_tomb_find(struct cache_wb *wb, const char *key)
 	return NULL;
 }
 
-void wb_meta_free(struct obj_kv *m, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		free(m[i].name);
-		free(m[i].value);
-	}
-	free(m);
-}
-
 static void wfile_free(struct cache_wfile *w)
 {
 	if (w->fd >= 0)
 		close(w->fd);
-	wb_meta_free(w->meta, w->nmeta);
+	obj_kv_free(w->meta, w->nmeta);
 	free(w->key);
 	free(w);
 }
@@ -246,7 +237,7 @@ static int meta_unpack(const char *b, size_t len, struct obj_kv **out,
 		m[i].value = strdup(b + o);
 		o += strlen(b + o) + 1;
 		if (!m[i].name || !m[i].value) {
-			wb_meta_free(m, i + 1);
+			obj_kv_free(m, i + 1);
 			return -ENOMEM;
 		}
 	}
@@ -1118,7 +1109,7 @@ int cache_w_xattrs(struct cache_wfile *w, struct obj_kv **out, size_t *n)
 	*n = w->nmeta;
 	pthread_mutex_unlock(&wb->lock);
 	if (!m || rc) {
-		wb_meta_free(m, m ? *n : 0);
+		obj_kv_free(m, m ? *n : 0);
 		return -ENOMEM;
 	}
 	*out = m;

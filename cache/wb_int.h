@@ -83,9 +83,7 @@ void wb_tomb_drop(struct cache_wb *wb, const char *key);
 struct wb_tomb *wb_tomb_find(struct cache_wb *wb, const char *key);
 /* wb_upload.c: an upload or a DELETE of key is out. */
 bool wb_key_busy(struct cache_wb *wb, const char *key);
-void wb_forget(struct cache *c, const char *key); /* wb->lock not held */
-void wb_meta_free(struct obj_kv *m, size_t n);
-void wb_dirty_path(uint64_t id, char *buf, size_t len);
+void wb_forget(struct cache *c, const char *key); void wb_dirty_path(uint64_t id, char *buf, size_t len);
 /* Gives n dirty bytes back to the cap (c->lock; not wb->lock). */
 void wb_uncharge(struct cache *c, uint64_t n);
 int wb_db_put(struct cache_wb *wb, const struct cache_wfile *w, bool queued);

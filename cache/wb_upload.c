@@ -311,7 +311,7 @@ static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
 	else
 		st = obj_put_fd(wb->c->st, key, w->fd, size, mcopy, nkv, etag,
 				&err);
-	wb_meta_free(mcopy, mcopy ? nkv : 0);
+	obj_kv_free(mcopy, nkv);
 
 	pthread_mutex_lock(&wb->lock);
 	w->uploading = false;

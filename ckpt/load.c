@@ -404,7 +404,7 @@ static int read_range(struct ckpt_reader *r, uint32_t i, uint64_t off,
 		      void *buf, uint64_t len, char *msg, size_t msg_len)
 {
 	char where[PATH_MAX + 128];
-	unsigned char *p = buf;
+	ssize_t n;
 
 	shard_where(r, r->m.shards[i].rank, where, sizeof(where));
 	if (r->remote)
@@ -423,21 +423,12 @@ static int read_range(struct ckpt_reader *r, uint32_t i, uint64_t off,
 			return -errno;
 		}
 	}
-	while (len) {
-		ssize_t n = pread(r->fds[i], p, len > (1u << 30) ? 1u << 30 :
-				  (size_t)len, (off_t)off);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			util_msg(msg, msg_len, "reading %s failed: %s", where,
-				 n ? strerror(errno) : "shorter than the "
-				 "manifest says (truncated)");
-			return n ? -errno : -EBADMSG;
-		}
-		p += n;
-		off += (uint64_t)n;
-		len -= (uint64_t)n;
+	n = util_pread_all(r->fds[i], buf, (size_t)len, off);
+	if (n < 0 || (uint64_t)n < len) {
+		util_msg(msg, msg_len, "reading %s failed: %s", where,
+			 n < 0 ? strerror((int)-n) : "shorter than the "
+			 "manifest says (truncated)");
+		return n < 0 ? (int)n : -EBADMSG;
 	}
 	return 0;
 }

@@ -77,23 +77,6 @@ int ckpt_fsync_path(const char *path)
 	return rc;
 }
 
-static int write_all(int fd, const void *buf, size_t len)
-{
-	const unsigned char *p = buf;
-
-	while (len) {
-		ssize_t n = write(fd, p, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : -EIO;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 int ckpt_write_atomic(const char *dir, const char *name, const void *buf,
 		      size_t len, char *msg, size_t msg_len)
 {
@@ -109,7 +92,7 @@ int ckpt_write_atomic(const char *dir, const char *name, const void *buf,
 			 strerror(-rc));
 		return rc;
 	}
-	rc = write_all(fd, buf, len);
+	rc = util_write_all(fd, buf, len);
 	if (!rc && fsync(fd))
 		rc = -errno;
 	if (close(fd) && !rc)
@@ -131,7 +114,7 @@ int ckpt_read_whole(const char *path, size_t max_bytes, unsigned char **out,
 {
 	unsigned char *buf;
 	struct stat sb;
-	size_t got = 0;
+	ssize_t n;
 	int fd, rc = 0;
 
 	*out = NULL;
@@ -155,18 +138,11 @@ int ckpt_read_whole(const char *path, size_t max_bytes, unsigned char **out,
 		close(fd);
 		return -ENOMEM;
 	}
-	while (got < (size_t)sb.st_size) {
-		ssize_t n = pread(fd, buf + got, (size_t)sb.st_size - got,
-				  (off_t)got);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			rc = n < 0 ? -errno : -EIO;
-			break;
-		}
-		got += (size_t)n;
-	}
+	n = util_pread_all(fd, buf, (size_t)sb.st_size, 0);
+	if (n < 0)
+		rc = (int)n;
+	else if (n < sb.st_size)
+		rc = -EIO;
 	close(fd);
 	if (rc) {
 		free(buf);
@@ -175,7 +151,7 @@ int ckpt_read_whole(const char *path, size_t max_bytes, unsigned char **out,
 		return rc;
 	}
 	*out = buf;
-	*len = got;
+	*len = (size_t)n;
 	return 0;
 }
 

@@ -224,22 +224,6 @@ static void chunk_written(struct ckpt *c, struct ckpt_chunk *ch, int rc)
 		writer_finish_local(c, s);
 }
 
-static int pwrite_all(int fd, const unsigned char *p, size_t len, off_t off)
-{
-	while (len) {
-		ssize_t n = pwrite(fd, p, len, off);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : -EIO;
-		p += n;
-		off += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 static void uring_submit(struct ckpt_io *io, int fd, struct ckpt_chunk *ch)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&io->ring);
@@ -270,8 +254,8 @@ static void writer_take(struct ckpt *c, struct ckpt_chunk *ch)
 	} else if (io->uring) {
 		uring_submit(io, s->fd, ch);
 	} else {
-		chunk_written(c, ch, pwrite_all(s->fd, ch->buf, ch->len,
-						(off_t)ch->off));
+		chunk_written(c, ch, util_pwrite_all(s->fd, ch->buf, ch->len,
+						     ch->off));
 	}
 }
 

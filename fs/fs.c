@@ -651,15 +651,6 @@ static void reply_xattr(fuse_req_t req, const char *val, size_t len,
 		fuse_reply_buf(req, val, len);
 }
 
-static void kv_free(struct obj_kv *m, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		free(m[i].name);
-		free(m[i].value);
-	}
-	free(m);
-}
-
 /* A copy of a file's user metadata: the dirty file's, or the object's
  * (HEAD, kept for refresh_s). */
 static int meta_of(struct fs *fs, struct fs_inode *in, struct obj_kv **out,
@@ -692,7 +683,7 @@ static int meta_of(struct fs *fs, struct fs_inode *in, struct obj_kv **out,
 	}
 	pthread_mutex_unlock(&fs->lock);
 	if (!m || rc) {
-		kv_free(m, *n);
+		obj_kv_free(m, *n);
 		*n = 0;
 		return -ENOMEM;
 	}
@@ -736,7 +727,7 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		}
 	if (rc)
 		fuse_reply_err(req, rc);
-	kv_free(m, n);
+	obj_kv_free(m, n);
 }
 
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
@@ -768,7 +759,7 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 		memcpy(list + len + 5, m[i].name, k - 5);
 		len += k;
 	}
-	kv_free(m, n);
+	obj_kv_free(m, n);
 	reply_xattr(req, list, len, size);
 }
 

@@ -90,11 +90,7 @@ void fs_listing_put(struct fs_listing *l)
 static void inode_free(struct fs_inode *in)
 {
 	cache_w_put(in->w_dead);
-	for (size_t i = 0; i < in->nmeta; i++) {
-		free(in->meta[i].name);
-		free(in->meta[i].value);
-	}
-	free(in->meta);
+	obj_kv_free(in->meta, in->nmeta);
 	free(in->name);
 	free(in->key);
 	free(in);

@@ -242,13 +242,20 @@ bool obj_meta_name_valid(const char *name)
 	return true;
 }
 
+void obj_kv_free(struct obj_kv *kv, size_t n)
+{
+	if (!kv)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		free(kv[i].name);
+		free(kv[i].value);
+	}
+	free(kv);
+}
+
 void obj_meta_release(struct obj_meta *m)
 {
-	for (size_t i = 0; i < m->nuser; i++) {
-		free(m->user[i].name);
-		free(m->user[i].value);
-	}
-	free(m->user);
+	obj_kv_free(m->user, m->nuser);
 	m->user = NULL;
 	m->nuser = 0;
 }

@@ -110,6 +110,9 @@ struct obj_kv {
 	char *name;
 	char *value;
 };
+/* Frees the names and values of kv[0..n) and the array itself (NULL is a
+ * no-op): for arrays whose strings the holder owns. */
+void obj_kv_free(struct obj_kv *kv, size_t n);
 
 struct obj_meta {
 	uint64_t size_bytes;

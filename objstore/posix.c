@@ -433,20 +433,9 @@ static obj_status px_get(struct obj_store *st, const char *key, uint64_t off,
 	else if (len > (uint64_t)sb.st_size - off)
 		len = (uint64_t)sb.st_size - off;
 	if (buf) {
-		uint64_t done = 0;
+		ssize_t r = util_pread_all(in, buf, (size_t)len, off);
 
-		while (done < len) {
-			ssize_t r = pread(in, (char *)buf + done,
-					  (size_t)(len - done),
-					  (off_t)(off + done));
-			if (r < 0 && errno == EINTR)
-				continue;
-			if (r <= 0) {
-				rc = r < 0 ? -errno : -EIO;
-				break;
-			}
-			done += (uint64_t)r;
-		}
+		rc = r < 0 ? (int)r : (uint64_t)r < len ? -EIO : 0;
 	} else {
 		rc = copy_in(fd, fd_off, NULL, in, (off_t)off, len, &side,
 			     &short_src);

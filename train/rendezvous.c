@@ -297,23 +297,12 @@ static int file_put(struct rdv *d, const char *path, const unsigned char *b,
  * -ENOENT, -EBADMSG for one too long to be ours, or -errno. */
 static ssize_t file_get(const char *path, unsigned char *b)
 {
-	ssize_t n, got = 0;
+	ssize_t got;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0)
 		return -errno;
-	for (;;) {
-		n = read(fd, b + got, RDV_REC_MAX + 1 - (size_t)got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		got += n;
-		if (got > RDV_REC_MAX)
-			break;
-	}
-	if (n < 0)
-		got = -errno;
+	got = util_read_all(fd, b, RDV_REC_MAX + 1);
 	close(fd);
 	return got > RDV_REC_MAX ? -EBADMSG : got;
 }

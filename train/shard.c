@@ -245,25 +245,6 @@ int train_shard_parse(const unsigned char *hdr, size_t have,
 }
 
 /* pread until len bytes or the end of the file; returns bytes or -errno. */
-static ssize_t pread_full(int fd, void *buf, size_t len, uint64_t off)
-{
-	size_t got = 0;
-
-	while (got < len) {
-		ssize_t n = pread(fd, (char *)buf + got, len - got,
-				  (off_t)(off + got));
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			break;
-		got += (size_t)n;
-	}
-	return (ssize_t)got;
-}
-
 int train_shard_info_fd(int fd, const char *path,
 			struct train_shard_info *out, char *msg,
 			size_t msg_len)
@@ -282,7 +263,7 @@ int train_shard_info_fd(int fd, const char *path,
 		util_msg(msg, msg_len, "%s: not a regular file", path);
 		return -EINVAL;
 	}
-	n = pread_full(fd, hdr, sizeof(hdr), 0);
+	n = util_pread_all(fd, hdr, sizeof(hdr), 0);
 	if (n < 0) {
 		util_msg(msg, msg_len, "%s: reading the header: %s", path,
 			  strerror((int)-n));
@@ -333,7 +314,7 @@ int train_shard_check_fd(int fd, const char *path,
 
 		if (cancel && atomic_load(cancel))
 			return -ECANCELED;
-		n = pread_full(fd, buf, len, info->data_offset + done);
+		n = util_pread_all(fd, buf, len, info->data_offset + done);
 		if (reads)
 			(*reads)++;
 		if (n < 0) {
@@ -446,7 +427,7 @@ int train_shard_read(const char *path, uint32_t model_vocab,
 	}
 	/* Verified a moment ago; read again and check the CRC once more,
 	 * as the file may have changed between the two reads. */
-	n = pread_full(fd, raw, bytes, si.data_offset);
+	n = util_pread_all(fd, raw, bytes, si.data_offset);
 	close(fd);
 	if (n != (ssize_t)bytes ||
 	    (si.has_crc && util_crc32c(0, raw, bytes) != si.payload_crc)) {
@@ -478,23 +459,6 @@ struct train_shard_writer {
 	unsigned char buf[WRITE_BUF_BYTES];
 };
 
-static int write_full(int fd, const void *buf, size_t len, uint64_t off)
-{
-	size_t done = 0;
-
-	while (done < len) {
-		ssize_t n = pwrite(fd, (const char *)buf + done, len - done,
-				   (off_t)(off + done));
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		done += (size_t)n;
-	}
-	return 0;
-}
-
 static int writer_flush(struct train_shard_writer *w, char *msg,
 			size_t msg_len)
 {
@@ -504,7 +468,7 @@ static int writer_flush(struct train_shard_writer *w, char *msg,
 	if (!w->used)
 		return 0;
 	w->crc = util_crc32c(w->crc, w->buf, w->used);
-	rc = write_full(w->fd, w->buf, w->used, off);
+	rc = util_pwrite_all(w->fd, w->buf, w->used, off);
 	w->used = 0;
 	if (rc) {
 		util_msg(msg, msg_len, "%s: write: %s", w->tmp,
@@ -652,7 +616,7 @@ int train_shard_writer_close(struct train_shard_writer *w, char *msg,
 	util_put64le(hdr + H_NTOKENS, w->n);
 	util_put32le(hdr + H_PAYLOAD_CRC, w->crc);
 	util_put32le(hdr + H_CRC, util_crc32c(0, hdr, H_CRC));
-	rc = write_full(w->fd, hdr, sizeof(hdr), 0);
+	rc = util_pwrite_all(w->fd, hdr, sizeof(hdr), 0);
 	if (!rc && fsync(w->fd))
 		rc = -errno;
 	if (!rc && rename(w->tmp, w->path))

@@ -125,15 +125,11 @@ static int tokenize_file(struct tok_out *o, const char *path, bool first,
 		rc = out_put(o, &eot, 1, msg, msg_len);
 	}
 	while (!rc) {
-		ssize_t n = read(fd, buf, READ_BYTES);
+		ssize_t n = util_read_all(fd, buf, READ_BYTES);
 
-		if (n < 0 && errno == EINTR)
-			continue;
 		if (n < 0) {
-			int e = errno;
-
 			util_msg(msg, msg_len, "%s: read: %s", path,
-				  strerror(e));
+				 strerror((int)-n));
 			rc = -EIO;
 			break;
 		}
