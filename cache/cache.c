@@ -357,11 +357,10 @@ void cache_file_put_locked(struct cache_file *f)
 {
 	struct cache *c = f->c;
 
-	if (!f->refs) {
+	if (!f->refs)
 		cache_log("cache_file_close of %s without an open handle",
 			  f->key);
-		abort(); /* a bug in the caller: the struct may be gone */
-	}
+	util_assert(f->refs > 0); /* a bug in the caller */
 	if (--f->refs)
 		return;
 	close(f->fd);
@@ -656,8 +655,12 @@ static void pin_blocks(struct cache_file *f, uint32_t b0, uint32_t b1,
 
 void cache_unpin_blocks(struct cache_file *f, uint32_t b0, uint32_t b1)
 {
-	for (uint32_t b = b0; b < b1; b++)
-		__atomic_fetch_sub(&f->pins[b], 1, __ATOMIC_SEQ_CST);
+	for (uint32_t b = b0; b < b1; b++) {
+		uint32_t was = __atomic_fetch_sub(&f->pins[b], 1,
+						  __ATOMIC_SEQ_CST);
+
+		util_assert(was > 0); /* an unpin without its pin */
+	}
 }
 
 /* The fast path of a hit: every block present and verified, seen

@@ -34,6 +34,7 @@
 #include <time.h>
 
 #include "cache.h"
+#include "wb.h"
 #include "util/util.h"
 
 #define CACHE_FORMAT_VERSION 1

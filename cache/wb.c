@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * wb.c - write-back: dirty files, tombstones and the persistent upload
- * queue (the API and its contract are in cache.h; the uploader threads
+ * queue (the API and its contract are in wb.h; the uploader threads
  * that drain the queue are in wb_upload.c).
  *
  * State: a table of dirty files by key and a set of tombstones (keys to
@@ -47,11 +47,11 @@ static uint32_t wb_hash(const char *key)
 
 	for (; *key; key++)
 		h = (h ^ (unsigned char)*key) * 16777619u;
-	return h % WB_HASH;
+	return h % CACHE_WB_HASH;
 }
 
 /* Logs and remembers the latest error (wb->lock held). */
-void wb_log_err(struct cache_wb *wb, const char *fmt, ...)
+void cache_wb_log_err(struct cache_wb *wb, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -63,8 +63,9 @@ void wb_log_err(struct cache_wb *wb, const char *fmt, ...)
 
 /* ---- the table ---- */
 
-struct cache_wfile *wb_find(struct cache_wb *wb, const char *key)
+struct cache_wfile *cache_wb_find(struct cache_wb *wb, const char *key)
 {
+	util_debug_assert_locked(&wb->lock);
 	for (struct cache_wfile *w = wb->tab[wb_hash(key)]; w; w = w->hnext)
 		if (!strcmp(w->key, key))
 			return w;
@@ -81,8 +82,9 @@ static void insert(struct cache_wb *wb, struct cache_wfile *w)
 	wb->nfiles++;
 }
 
-void wb_take_out(struct cache_wb *wb, struct cache_wfile *w)
+void cache_wb_take_out(struct cache_wb *wb, struct cache_wfile *w)
 {
+	util_debug_assert_locked(&wb->lock);
 	for (struct cache_wfile **pp = &wb->tab[wb_hash(w->key)]; *pp;
 	     pp = &(*pp)->hnext)
 		if (*pp == w) {
@@ -94,9 +96,10 @@ void wb_take_out(struct cache_wb *wb, struct cache_wfile *w)
 		}
 }
 
-struct wb_tomb *wb_tomb_find(struct cache_wb *wb, const char *key)
+struct cache_wb_tomb *cache_wb_tomb_find(struct cache_wb *wb, const char *key)
 {
-	for (struct wb_tomb *t = wb->tombs[wb_hash(key)]; t; t = t->next)
+	util_debug_assert_locked(&wb->lock);
+	for (struct cache_wb_tomb *t = wb->tombs[wb_hash(key)]; t; t = t->next)
 		if (!strcmp(t->key, key))
 			return t;
 	return NULL;
@@ -111,7 +114,7 @@ static void wfile_free(struct cache_wfile *w)
 	free(w);
 }
 
-void wb_dirty_path(uint64_t id, char *buf, size_t len)
+void cache_wb_dirty_path(uint64_t id, char *buf, size_t len)
 {
 	snprintf(buf, len, "dirty/%016" PRIx64, id);
 }
@@ -171,11 +174,12 @@ static void charge_anyway(struct cache *c, uint64_t need)
 				      (unsigned long long)c->cfg.size_bytes);
 }
 
-void wb_uncharge(struct cache *c, uint64_t n)
+void cache_wb_uncharge(struct cache *c, uint64_t n)
 {
 	if (!n)
 		return;
 	pthread_mutex_lock(&c->lock);
+	util_assert(c->used_bytes >= n);
 	c->used_bytes -= n;
 	atomic_fetch_sub(&c->dirty_bytes, n);
 	pthread_cond_broadcast(&c->room_cond);
@@ -192,7 +196,7 @@ static int db_step(struct cache_wb *wb, sqlite3_stmt *st, const char *what)
 	sqlite3_clear_bindings(st);
 	if (rc == SQLITE_DONE)
 		return 0;
-	wb_log_err(wb, "write-back store: %s failed: %s", what,
+	cache_wb_log_err(wb, "write-back store: %s failed: %s", what,
 		   sqlite3_errmsg(wb->db));
 	return -EIO;
 }
@@ -247,7 +251,7 @@ static int meta_unpack(const char *b, size_t len, struct obj_kv **out,
 }
 
 /* Writes w's row (wb->lock held). */
-int wb_db_put(struct cache_wb *wb, const struct cache_wfile *w,
+int cache_wb_db_put(struct cache_wb *wb, const struct cache_wfile *w,
 		  bool queued)
 {
 	sqlite3_stmt *s = wb->upsert;
@@ -255,6 +259,7 @@ int wb_db_put(struct cache_wb *wb, const struct cache_wfile *w,
 	char *mb = meta_pack(w, &ml);
 	int rc;
 
+	util_debug_assert_locked(&wb->lock);
 	if (!mb)
 		return -ENOMEM;
 	sqlite3_bind_int64(s, 1, (sqlite3_int64)w->id);
@@ -274,8 +279,9 @@ int wb_db_put(struct cache_wb *wb, const struct cache_wfile *w,
 	return rc;
 }
 
-int wb_db_del(struct cache_wb *wb, uint64_t id)
+int cache_wb_db_del(struct cache_wb *wb, uint64_t id)
 {
+	util_debug_assert_locked(&wb->lock);
 	sqlite3_bind_int64(wb->del, 1, (sqlite3_int64)id);
 	return db_step(wb, wb->del, "removing a dirty file");
 }
@@ -354,7 +360,7 @@ static void lost_found(struct cache_wb *wb, uint64_t id, const char *key)
 	char from[64], to[1200];
 
 	mkdirat(wb->c->dirfd, "lost+found", 0700);
-	wb_dirty_path(id, from, sizeof(from));
+	cache_wb_dirty_path(id, from, sizeof(from));
 	snprintf(to, sizeof(to), "lost+found/%016" PRIx64 "-", id);
 	for (size_t i = strlen(to), k = 0; key[k] && i < sizeof(to) - 1;
 	     i++, k++)
@@ -390,10 +396,10 @@ static int load_rows(struct cache_wb *wb)
 
 		if (id >= wb->next_id)
 			wb->next_id = id + 1;
-		wb_dirty_path(id, path, sizeof(path));
+		cache_wb_dirty_path(id, path, sizeof(path));
 		if (!sqlite3_column_int(s, 10)) {
 			lost_found(wb, id, key ? key : "?");
-			wb_db_del(wb, id);
+			cache_wb_db_del(wb, id);
 			continue;
 		}
 		fd = openat(c->dirfd, path, O_RDWR | O_CLOEXEC);
@@ -406,7 +412,7 @@ static int load_rows(struct cache_wb *wb)
 			if (fd >= 0)
 				close(fd);
 			free(w);
-			wb_db_del(wb, id);
+			cache_wb_db_del(wb, id);
 			continue;
 		}
 		w->c = c;
@@ -448,7 +454,7 @@ static int load_rows(struct cache_wb *wb)
 		return -EIO;
 	while (sqlite3_step(s) == SQLITE_ROW) {
 		const char *key = (const char *)sqlite3_column_text(s, 0);
-		struct wb_tomb *t;
+		struct cache_wb_tomb *t;
 		uint32_t h;
 
 		if (!key || !(t = calloc(1, sizeof(*t) + strlen(key) + 1)))
@@ -492,7 +498,7 @@ static void remove_orphans(struct cache_wb *wb)
 
 		if (de->d_name[0] == '.' || *end)
 			continue;
-		for (size_t h = 0; h < WB_HASH && !known; h++)
+		for (size_t h = 0; h < CACHE_WB_HASH && !known; h++)
 			for (struct cache_wfile *w = wb->tab[h]; w;
 			     w = w->hnext)
 				known |= w->id == id;
@@ -533,18 +539,19 @@ int cache_wb_open(struct cache *c, char *msg, size_t ml)
 
 /* ---- tombstones ---- */
 
-void wb_tomb_put(struct cache_wb *wb, const char *key, bool held)
+void cache_wb_tomb_put(struct cache_wb *wb, const char *key, bool held)
 {
-	struct wb_tomb *t = wb_tomb_find(wb, key);
+	struct cache_wb_tomb *t = cache_wb_tomb_find(wb, key);
 	uint32_t h;
 
+	util_debug_assert_locked(&wb->lock);
 	if (t) {
 		t->held += held;
 		return;
 	}
 	t = calloc(1, sizeof(*t) + strlen(key) + 1);
 	if (!t) {
-		wb_log_err(wb, "out of memory: %s will not be deleted in the "
+		cache_wb_log_err(wb, "out of memory: %s will not be deleted in the "
 			   "bucket", key);
 		return;
 	}
@@ -558,12 +565,13 @@ void wb_tomb_put(struct cache_wb *wb, const char *key, bool held)
 	pthread_cond_broadcast(&wb->cond);
 }
 
-void wb_tomb_drop(struct cache_wb *wb, const char *key)
+void cache_wb_tomb_drop(struct cache_wb *wb, const char *key)
 {
-	for (struct wb_tomb **pp = &wb->tombs[wb_hash(key)]; *pp;
+	util_debug_assert_locked(&wb->lock);
+	for (struct cache_wb_tomb **pp = &wb->tombs[wb_hash(key)]; *pp;
 	     pp = &(*pp)->next)
 		if (!strcmp((*pp)->key, key)) {
-			struct wb_tomb *t = *pp;
+			struct cache_wb_tomb *t = *pp;
 
 			if (t->running)
 				return; /* the DELETE is out: let it land */
@@ -584,7 +592,7 @@ void cache_wb_close(struct cache *c)
 	if (!wb)
 		return;
 	cache_wb_stop(c);
-	for (size_t h = 0; h < WB_HASH; h++) {
+	for (size_t h = 0; h < CACHE_WB_HASH; h++) {
 		for (struct cache_wfile *w = wb->tab[h], *n; w; w = n) {
 			n = w->hnext;
 			if (w->refs)
@@ -592,7 +600,7 @@ void cache_wb_close(struct cache *c)
 					  w->key);
 			wfile_free(w);
 		}
-		for (struct wb_tomb *t = wb->tombs[h], *n; t; t = n) {
+		for (struct cache_wb_tomb *t = wb->tombs[h], *n; t; t = n) {
 			n = t->next;
 			free(t);
 		}
@@ -672,7 +680,7 @@ int cache_w_create(struct cache *c, const char *key,
 	w->refs = 1;
 	w->gen = 1;
 	pthread_mutex_lock(&wb->lock);
-	if (wb_find(wb, key)) {
+	if (cache_wb_find(wb, key)) {
 		pthread_mutex_unlock(&wb->lock);
 		w->fd = -1;
 		wfile_free(w);
@@ -681,7 +689,7 @@ int cache_w_create(struct cache *c, const char *key,
 	w->id = wb->next_id++;
 	pthread_mutex_unlock(&wb->lock);
 
-	wb_dirty_path(w->id, path, sizeof(path));
+	cache_wb_dirty_path(w->id, path, sizeof(path));
 	w->fd = openat(c->dirfd, path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC,
 		       0600);
 	if (w->fd < 0) {
@@ -700,24 +708,24 @@ int cache_w_create(struct cache *c, const char *key,
 			rc = -errno;
 	}
 	pthread_mutex_lock(&wb->lock);
-	if (!rc && wb_find(wb, key))
+	if (!rc && cache_wb_find(wb, key))
 		rc = -EEXIST; /* lost a race with another opener */
 	if (!rc) {
 		insert(wb, w);
 		/* The upload will overwrite the old object; until then the
 		 * bucket has it, so an unlink or rename must delete it. */
-		if (wb->ntombs && wb_tomb_find(wb, key))
+		if (wb->ntombs && cache_wb_tomb_find(wb, key))
 			w->in_bucket = true;
-		wb_tomb_drop(wb, key);
-		rc = wb_db_put(wb, w, false);
+		cache_wb_tomb_drop(wb, key);
+		rc = cache_wb_db_put(wb, w, false);
 		if (rc) {
-			wb_take_out(wb, w);
+			cache_wb_take_out(wb, w);
 		}
 	}
 	pthread_mutex_unlock(&wb->lock);
 	if (rc) {
 		unlinkat(c->dirfd, path, 0);
-		wb_uncharge(c, w->charged);
+		cache_wb_uncharge(c, w->charged);
 		wfile_free(w);
 		return rc;
 	}
@@ -731,7 +739,7 @@ int cache_w_get(struct cache *c, const char *key, struct cache_wfile **out)
 	struct cache_wfile *w;
 
 	pthread_mutex_lock(&wb->lock);
-	w = wb_find(wb, key);
+	w = cache_wb_find(wb, key);
 	if (w)
 		w->refs++;
 	pthread_mutex_unlock(&wb->lock);
@@ -745,7 +753,7 @@ int cache_w_hold(struct cache *c, const char *key, struct cache_wfile **out)
 	struct cache_wfile *w;
 
 	pthread_mutex_lock(&wb->lock);
-	w = wb_find(wb, key);
+	w = cache_wb_find(wb, key);
 	if (w)
 		w->refs++, w->writers++;
 	pthread_mutex_unlock(&wb->lock);
@@ -771,11 +779,12 @@ void cache_w_put(struct cache_wfile *w)
 		return;
 	wb = w->c->wb;
 	pthread_mutex_lock(&wb->lock);
+	util_assert(w->refs > 0);
 	last = --w->refs == 0 && !w->in_table;
 	pthread_mutex_unlock(&wb->lock);
 	if (!last)
 		return;
-	wb_uncharge(w->c, w->charged); /* deleted: its bytes are gone now */
+	cache_wb_uncharge(w->c, w->charged); /* deleted: its bytes are gone now */
 	wfile_free(w);
 }
 
@@ -784,9 +793,10 @@ void cache_w_writer(struct cache_wfile *w, bool add)
 	struct cache_wb *wb = w->c->wb;
 
 	pthread_mutex_lock(&wb->lock);
+	util_assert(add || w->writers > 0);
 	if (add)
 		w->writers++;
-	else if (w->writers && --w->writers == 0)
+	else if (--w->writers == 0)
 		pthread_cond_broadcast(&wb->cond);
 	pthread_mutex_unlock(&wb->lock);
 }
@@ -806,12 +816,13 @@ int cache_w_fd(struct cache_wfile *w)
  * charged.  look: also decide whether it changed since the last look
  * (size or mtime moved, or written just now) and if so make it a new
  * version to upload, with the file's mtime (wb->lock held). */
-void wb_sync_external(struct cache_wfile *w, bool look)
+void cache_wb_sync_external(struct cache_wfile *w, bool look)
 {
 	struct timespec now;
 	struct stat st;
 	int64_t m, age;
 
+	util_debug_assert_locked(&w->c->wb->lock);
 	if (!w->external || fstat(w->fd, &st))
 		return;
 	if ((uint64_t)st.st_size > w->charged) {
@@ -860,6 +871,7 @@ void cache_w_external(struct cache_wfile *w, bool add)
 	struct stat st;
 
 	pthread_mutex_lock(&wb->lock);
+	util_assert(add || w->external > 0);
 	if (add && !w->external++ && !fstat(w->fd, &st)) {
 		/* From now on the file's mtime is the truth: the kernel's
 		 * writes set it, and so does cache_w_setattr. */
@@ -867,8 +879,8 @@ void cache_w_external(struct cache_wfile *w, bool add)
 		w->ext_size = (uint64_t)st.st_size;
 		w->ext_mtime_ns = w->a.mtime_ns;
 		w->ext_gen0 = w->gen;
-	} else if (!add && w->external) {
-		wb_sync_external(w, true);
+	} else if (!add) {
+		cache_wb_sync_external(w, true);
 		/* A store through a shared mapping to a page already dirty
 		 * moves neither size nor mtime: if an upload read the file
 		 * meanwhile, count it changed once more at the end. */
@@ -885,7 +897,7 @@ void cache_w_stat(struct cache_wfile *w, struct cache_wattr *a)
 	struct cache_wb *wb = w->c->wb;
 
 	pthread_mutex_lock(&wb->lock);
-	wb_sync_external(w, false);
+	cache_wb_sync_external(w, false);
 	*a = w->a;
 	pthread_mutex_unlock(&wb->lock);
 }
@@ -1000,7 +1012,7 @@ int cache_w_truncate(struct cache_wfile *w, uint64_t size)
 	}
 	touch(w);
 	pthread_mutex_unlock(&wb->lock);
-	wb_uncharge(w->c, drop);
+	cache_wb_uncharge(w->c, drop);
 	return 0;
 }
 
@@ -1124,11 +1136,11 @@ int cache_w_commit(struct cache_wfile *w, bool durable)
 	if (durable && fdatasync(w->fd))
 		return -errno;
 	pthread_mutex_lock(&wb->lock);
-	wb_sync_external(w, true);
+	cache_wb_sync_external(w, true);
 	if (w->in_table && (w->gen > w->queued_gen || !w->committed)) {
 		w->queued_gen = w->gen;
 		w->not_before_ms = (int64_t)util_now_ms() + wb->cfg.async_delay_ms;
-		rc = wb_db_put(wb, w, true);
+		rc = cache_wb_db_put(wb, w, true);
 		if (!rc) {
 			w->committed = true;
 			pthread_cond_broadcast(&wb->cond);
@@ -1150,10 +1162,10 @@ static struct cache_wfile *drop_locked(struct cache_wb *wb,
 {
 	char path[64];
 
-	wb_take_out(wb, w);
+	cache_wb_take_out(wb, w);
 	w->deleted = true;
-	wb_db_del(wb, w->id);
-	wb_dirty_path(w->id, path, sizeof(path));
+	cache_wb_db_del(wb, w->id);
+	cache_wb_dirty_path(w->id, path, sizeof(path));
 	unlinkat(wb->c->dirfd, path, 0);
 	pthread_cond_broadcast(&wb->cond);
 	return w->refs ? NULL : w;
@@ -1167,19 +1179,19 @@ int cache_w_unlink(struct cache *c, const char *key, bool in_bucket,
 	int rc = -ENOENT;
 
 	pthread_mutex_lock(&wb->lock);
-	w = wb_find(wb, key);
+	w = cache_wb_find(wb, key);
 	if (w) {
 		in_bucket |= w->in_bucket;
 		free_me = drop_locked(wb, w);
 		rc = 0;
 	}
 	if (in_bucket) {
-		wb_tomb_put(wb, key, held);
+		cache_wb_tomb_put(wb, key, held);
 		rc = 0;
 	}
 	pthread_mutex_unlock(&wb->lock);
 	if (free_me) {
-		wb_uncharge(c, free_me->charged);
+		cache_wb_uncharge(c, free_me->charged);
 		wfile_free(free_me);
 	}
 	return rc;
@@ -1187,18 +1199,18 @@ int cache_w_unlink(struct cache *c, const char *key, bool in_bucket,
 
 /* Drops key's dirty file without a DELETE: the bucket has what replaces
  * it (wb->lock not held). */
-void wb_forget(struct cache *c, const char *key)
+void cache_wb_forget(struct cache *c, const char *key)
 {
 	struct cache_wb *wb = c->wb;
 	struct cache_wfile *w, *free_me = NULL;
 
 	pthread_mutex_lock(&wb->lock);
-	w = wb_find(wb, key);
+	w = cache_wb_find(wb, key);
 	if (w)
 		free_me = drop_locked(wb, w);
 	pthread_mutex_unlock(&wb->lock);
 	if (free_me) {
-		wb_uncharge(c, free_me->charged);
+		cache_wb_uncharge(c, free_me->charged);
 		wfile_free(free_me);
 	}
 }
@@ -1214,38 +1226,38 @@ int cache_w_rename(struct cache *c, const char *from, const char *to,
 	if (!nk)
 		return -ENOMEM;
 	pthread_mutex_lock(&wb->lock);
-	w = wb_find(wb, from);
+	w = cache_wb_find(wb, from);
 	if (!w) {
 		rc = -ENOENT;
 		goto out;
 	}
-	old = wb_find(wb, to);
+	old = cache_wb_find(wb, to);
 	if (old && old != w) {
 		to_in_bucket |= old->in_bucket;
 		free_me = drop_locked(wb, old);
 	}
-	wb_take_out(wb, w);
+	cache_wb_take_out(wb, w);
 	if (w->in_bucket || from_in_bucket)
-		wb_tomb_put(wb, from, false);
+		cache_wb_tomb_put(wb, from, false);
 	free(w->key);
 	w->key = nk;
 	nk = NULL;
 	w->in_bucket = to_in_bucket; /* an unlink must delete that one */
 	w->base_etag[0] = '\0';
 	insert(wb, w);
-	wb_tomb_drop(wb, to);
+	cache_wb_tomb_drop(wb, to);
 	w->gen++;
 	if (w->committed) { /* queued: restart the delay under the name */
 		w->queued_gen = w->gen;
 		w->not_before_ms = (int64_t)util_now_ms() + wb->cfg.async_delay_ms;
 	}
-	rc = wb_db_put(wb, w, w->committed);
+	rc = cache_wb_db_put(wb, w, w->committed);
 	pthread_cond_broadcast(&wb->cond);
 out:
 	pthread_mutex_unlock(&wb->lock);
 	free(nk);
 	if (free_me) {
-		wb_uncharge(c, free_me->charged);
+		cache_wb_uncharge(c, free_me->charged);
 		wfile_free(free_me);
 	}
 	return rc;
@@ -1256,7 +1268,7 @@ int cache_w_tombstone(struct cache *c, const char *key, bool held)
 	struct cache_wb *wb = c->wb;
 
 	pthread_mutex_lock(&wb->lock);
-	wb_tomb_put(wb, key, held);
+	cache_wb_tomb_put(wb, key, held);
 	pthread_mutex_unlock(&wb->lock);
 	return 0;
 }
@@ -1264,10 +1276,10 @@ int cache_w_tombstone(struct cache *c, const char *key, bool held)
 void cache_w_release(struct cache *c, const char *key)
 {
 	struct cache_wb *wb = c->wb;
-	struct wb_tomb *t;
+	struct cache_wb_tomb *t;
 
 	pthread_mutex_lock(&wb->lock);
-	t = wb_tomb_find(wb, key);
+	t = cache_wb_tomb_find(wb, key);
 	if (t && t->held) {
 		t->held--;
 		pthread_cond_broadcast(&wb->cond);
@@ -1281,7 +1293,7 @@ bool cache_w_tombstoned(struct cache *c, const char *key)
 	bool r;
 
 	pthread_mutex_lock(&wb->lock);
-	r = wb->ntombs && wb_tomb_find(wb, key);
+	r = wb->ntombs && cache_wb_tomb_find(wb, key);
 	pthread_mutex_unlock(&wb->lock);
 	return r;
 }
@@ -1295,16 +1307,16 @@ size_t cache_w_list(struct cache *c, const char *prefix,
 	size_t pl = strlen(prefix), n = 0;
 
 	pthread_mutex_lock(&wb->lock);
-	for (size_t h = 0; (wb->nfiles || wb->ntombs) && h < WB_HASH; h++) {
+	for (size_t h = 0; (wb->nfiles || wb->ntombs) && h < CACHE_WB_HASH; h++) {
 		for (struct cache_wfile *w = wb->tab[h]; w; w = w->hnext)
 			if (!strncmp(w->key, prefix, pl)) {
 				/* a listing's sizes reach the kernel too */
-				wb_sync_external(w, false);
+				cache_wb_sync_external(w, false);
 				if (fn)
 					fn(arg, w->key, &w->a);
 				n++;
 			}
-		for (struct wb_tomb *t = wb->tombs[h]; t; t = t->next)
+		for (struct cache_wb_tomb *t = wb->tombs[h]; t; t = t->next)
 			if (!strncmp(t->key, prefix, pl)) {
 				if (fn)
 					fn(arg, t->key, NULL);

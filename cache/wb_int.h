@@ -5,16 +5,16 @@
  * uploader threads, flush and statistics).  Inside the cache module only.
  * The design and lock order are described at the top of wb.c.
  */
-#ifndef FMFS_WB_INT_H
-#define FMFS_WB_INT_H
+#ifndef FMFS_CACHE_WB_INT_H
+#define FMFS_CACHE_WB_INT_H
 
 #include <sqlite3.h>
 
 #include "cache_int.h"
 
-#define WB_HASH 4096u             /* buckets; chains grow past that */
-#define WB_BACKOFF_MAX_MS 30000
-#define WB_DELETE_BATCH 1000
+#define CACHE_WB_HASH 4096u             /* buckets; chains grow past that */
+#define CACHE_WB_BACKOFF_MAX_MS 30000
+#define CACHE_WB_DELETE_BATCH 1000
 
 struct cache_wfile {
 	struct cache *c;
@@ -34,7 +34,7 @@ struct cache_wfile {
 	unsigned refs, writers;
 	unsigned external;        /* writers outside cache_w_write_with */
 	uint64_t ext_size;        /* the file at the last look for their */
-	int64_t ext_mtime_ns;     /* changes (wb_sync_external) */
+	int64_t ext_mtime_ns;     /* changes (cache_wb_sync_external) */
 	uint64_t ext_gen0;        /* gen when the first of them came */
 	int64_t not_before_ms;
 	int64_t failed_ms;        /* latest failed upload */
@@ -42,8 +42,8 @@ struct cache_wfile {
 	char last_err[512];
 };
 
-struct wb_tomb {
-	struct wb_tomb *next;
+struct cache_wb_tomb {
+	struct cache_wb_tomb *next;
 	unsigned held;
 	bool running;
 	int64_t not_before_ms;
@@ -58,8 +58,8 @@ struct cache_wb {
 	sqlite3_stmt *upsert, *del, *tomb_add, *tomb_del;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;       /* work queued, an upload ended */
-	struct cache_wfile *tab[WB_HASH];
-	struct wb_tomb *tombs[WB_HASH];
+	struct cache_wfile *tab[CACHE_WB_HASH];
+	struct cache_wb_tomb *tombs[CACHE_WB_HASH];
 	uint64_t nfiles, ntombs;
 	uint64_t next_id;
 	char **busy_keys;          /* keys being uploaded (tombstones wait) */
@@ -74,22 +74,28 @@ struct cache_wb {
 };
 
 /* wb.c, shared with wb_upload.c; wb->lock held unless said otherwise. */
-void wb_log_err(struct cache_wb *wb, const char *fmt, ...)
+void cache_wb_log_err(struct cache_wb *wb, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
-struct cache_wfile *wb_find(struct cache_wb *wb, const char *key);
-void wb_take_out(struct cache_wb *wb, struct cache_wfile *w);
-void wb_tomb_put(struct cache_wb *wb, const char *key, bool held);
-void wb_tomb_drop(struct cache_wb *wb, const char *key);
-struct wb_tomb *wb_tomb_find(struct cache_wb *wb, const char *key);
-/* wb_upload.c: an upload or a DELETE of key is out. */
-bool wb_key_busy(struct cache_wb *wb, const char *key);
-void wb_forget(struct cache *c, const char *key); void wb_dirty_path(uint64_t id, char *buf, size_t len);
+struct cache_wfile *cache_wb_find(struct cache_wb *wb, const char *key);
+void cache_wb_take_out(struct cache_wb *wb, struct cache_wfile *w);
+void cache_wb_tomb_put(struct cache_wb *wb, const char *key, bool held);
+void cache_wb_tomb_drop(struct cache_wb *wb, const char *key);
+struct cache_wb_tomb *cache_wb_tomb_find(struct cache_wb *wb,
+					 const char *key);
+void cache_wb_dirty_path(uint64_t id, char *buf, size_t len);
 /* Gives n dirty bytes back to the cap (c->lock; not wb->lock). */
-void wb_uncharge(struct cache *c, uint64_t n);
-int wb_db_put(struct cache_wb *wb, const struct cache_wfile *w, bool queued);
+void cache_wb_uncharge(struct cache *c, uint64_t n);
+int cache_wb_db_put(struct cache_wb *wb, const struct cache_wfile *w,
+		    bool queued);
+int cache_wb_db_del(struct cache_wb *wb, uint64_t id);
 /* A file the kernel writes behind our back (cache_w_external): its size
  * from the file; look: also count it changed if it was (wb->lock). */
-void wb_sync_external(struct cache_wfile *w, bool look);
-int wb_db_del(struct cache_wb *wb, uint64_t id);
+void cache_wb_sync_external(struct cache_wfile *w, bool look);
 
-#endif /* FMFS_WB_INT_H */
+/* wb_upload.c, shared with wb.c. */
+/* An upload or a DELETE of key is out (wb->lock). */
+bool cache_wb_key_busy(struct cache_wb *wb, const char *key);
+/* key became clean or was deleted: tell the file system (no lock). */
+void cache_wb_forget(struct cache *c, const char *key);
+
+#endif /* FMFS_CACHE_WB_INT_H */

@@ -19,7 +19,7 @@ static int64_t backoff_ms(unsigned attempts)
 {
 	int64_t ms = 500ll << (attempts < 6 ? attempts : 6);
 
-	return ms < WB_BACKOFF_MAX_MS ? ms : WB_BACKOFF_MAX_MS;
+	return ms < CACHE_WB_BACKOFF_MAX_MS ? ms : CACHE_WB_BACKOFF_MAX_MS;
 }
 
 static void busy_add(struct cache_wb *wb, char *key)
@@ -55,10 +55,12 @@ static bool busy(struct cache_wb *wb, const char *key)
 
 /* An upload of key is out, or its DELETE is, or a caller's own request
  * (cache_w_key_begin). */
-bool wb_key_busy(struct cache_wb *wb, const char *key)
+bool cache_wb_key_busy(struct cache_wb *wb, const char *key)
 {
-	struct wb_tomb *t = wb->ntombs ? wb_tomb_find(wb, key) : NULL;
+	struct cache_wb_tomb *t =
+		wb->ntombs ? cache_wb_tomb_find(wb, key) : NULL;
 
+	util_debug_assert_locked(&wb->lock);
 	return busy(wb, key) || (t && t->running);
 }
 
@@ -68,10 +70,10 @@ void cache_w_key_begin(struct cache *c, const char *key)
 	char *mine = strdup(key);
 
 	pthread_mutex_lock(&wb->lock);
-	wb_tomb_drop(wb, key);
-	while (wb_key_busy(wb, key))
+	cache_wb_tomb_drop(wb, key);
+	while (cache_wb_key_busy(wb, key))
 		pthread_cond_wait(&wb->cond, &wb->lock);
-	wb_tomb_drop(wb, key); /* one that was out and failed */
+	cache_wb_tomb_drop(wb, key); /* one that was out and failed */
 	if (mine)
 		busy_add(wb, mine);
 	pthread_mutex_unlock(&wb->lock);
@@ -93,7 +95,7 @@ void cache_w_key_end(struct cache *c, const char *key, bool done)
 	pthread_cond_broadcast(&wb->cond);
 	pthread_mutex_unlock(&wb->lock);
 	if (done)
-		wb_forget(c, key);
+		cache_wb_forget(c, key);
 }
 
 /* Uploaded as it stands and no writer left: only the move to the read
@@ -110,7 +112,7 @@ static struct cache_wfile *next_upload(struct cache_wb *wb, int64_t now,
 {
 	struct cache_wfile *best = NULL;
 
-	for (size_t h = 0; h < WB_HASH; h++)
+	for (size_t h = 0; h < CACHE_WB_HASH; h++)
 		for (struct cache_wfile *w = wb->tab[h]; w; w = w->hnext) {
 			if (w->uploading || (w->queued_gen <= w->uploaded_gen &&
 					     !cleanable(w)))
@@ -118,7 +120,7 @@ static struct cache_wfile *next_upload(struct cache_wb *wb, int64_t now,
 			/* One request per key at a time, in order: an older
 			 * version's PUT or a DELETE of the name still out
 			 * must land before this one starts. */
-			if (wb_key_busy(wb, w->key))
+			if (cache_wb_key_busy(wb, w->key))
 				continue;
 			if (w->not_before_ms > now) {
 				if (w->not_before_ms < *wake)
@@ -176,7 +178,7 @@ static void check_conflict(struct cache_wb *wb, const char *key,
 		return;
 	pthread_mutex_lock(&wb->lock);
 	wb->conflicts++;
-	wb_log_err(wb, "conflict on %s: the bucket's copy changed since "
+	cache_wb_log_err(wb, "conflict on %s: the bucket's copy changed since "
 		   "this cache read it; the local version is uploaded over "
 		   "it (mode iw: last close wins)", key);
 	pthread_mutex_unlock(&wb->lock);
@@ -236,17 +238,17 @@ static void try_clean(struct cache_wb *wb, struct cache_wfile *w,
 		return;
 	}
 #undef CLEAN_NOW
-	wb_dirty_path(w->id, path, sizeof(path));
+	cache_wb_dirty_path(w->id, path, sizeof(path));
 	charged = w->charged;
 	adopted = crcs && size &&
 		  !cache_adopt(c, key, etag, size, path, crcs, charged);
-	wb_take_out(wb, w);
-	wb_db_del(wb, w->id);
+	cache_wb_take_out(wb, w);
+	cache_wb_db_del(wb, w->id);
 	w->charged = 0;
 	pthread_mutex_unlock(&wb->lock);
 	if (!adopted) { /* the bucket has it: the local copy just goes */
 		unlinkat(c->dirfd, path, 0);
-		wb_uncharge(c, charged);
+		cache_wb_uncharge(c, charged);
 	}
 	free(crcs);
 	pthread_mutex_lock(&wb->lock);
@@ -276,7 +278,7 @@ static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
 
 	if (!key)
 		return; /* with the lock held, as always */
-	wb_sync_external(w, false); /* the kernel may be writing it */
+	cache_wb_sync_external(w, false); /* the kernel may be writing it */
 	g = w->gen;
 	size = w->a.size;
 	skip_put = cleanable(w);
@@ -338,7 +340,7 @@ static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
 		w->not_before_ms = w->failed_ms + backoff_ms(w->attempts);
 		snprintf(w->last_err, sizeof(w->last_err), "%s", line);
 		wb->failures++;
-		wb_log_err(wb, "upload of %s failed (attempt %u, retried in "
+		cache_wb_log_err(wb, "upload of %s failed (attempt %u, retried in "
 			   "%lld ms): %s", key, w->attempts,
 			   (long long)backoff_ms(w->attempts), line);
 		pthread_cond_broadcast(&wb->cond);
@@ -356,8 +358,8 @@ static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
 		wb->uploaded_files++;
 		wb->uploaded_bytes += size;
 	}
-	if (strcmp(w->key, key) && !wb_find(wb, key))
-		wb_tomb_put(wb, key, false); /* renamed while it went up */
+	if (strcmp(w->key, key) && !cache_wb_find(wb, key))
+		cache_wb_tomb_put(wb, key, false); /* renamed while it went up */
 	try_clean(wb, w, key, etag, g);
 	pthread_cond_broadcast(&wb->cond);
 	pthread_mutex_unlock(&wb->lock);
@@ -366,15 +368,16 @@ static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
 	pthread_mutex_lock(&wb->lock); /* the caller's loop holds it */
 }
 
-/* Up to WB_DELETE_BATCH due tombstones, marked running (wb->lock held). */
+/* Up to CACHE_WB_DELETE_BATCH due tombstones, marked running (wb->lock
+ * held). */
 static size_t next_deletes(struct cache_wb *wb, int64_t now, int64_t *wake,
-			   struct wb_tomb **out)
+			   struct cache_wb_tomb **out)
 {
 	size_t n = 0;
 
-	for (size_t h = 0; h < WB_HASH && n < WB_DELETE_BATCH; h++)
-		for (struct wb_tomb *t = wb->tombs[h];
-		     t && n < WB_DELETE_BATCH; t = t->next) {
+	for (size_t h = 0; h < CACHE_WB_HASH && n < CACHE_WB_DELETE_BATCH; h++)
+		for (struct cache_wb_tomb *t = wb->tombs[h];
+		     t && n < CACHE_WB_DELETE_BATCH; t = t->next) {
 			if (t->running || t->held || busy(wb, t->key))
 				continue;
 			if (t->not_before_ms > now) {
@@ -388,7 +391,8 @@ static size_t next_deletes(struct cache_wb *wb, int64_t now, int64_t *wake,
 	return n;
 }
 
-static void delete_batch(struct cache_wb *wb, struct wb_tomb **ts, size_t n)
+static void delete_batch(struct cache_wb *wb, struct cache_wb_tomb **ts,
+			 size_t n)
 {
 	const char **keys = calloc(n, sizeof(*keys));
 	struct obj_error err;
@@ -411,7 +415,7 @@ static void delete_batch(struct cache_wb *wb, struct wb_tomb **ts, size_t n)
 		if (keys)
 			obj_error_format(&err, line, sizeof(line));
 		wb->failures++;
-		wb_log_err(wb, "deleting %zu keys in the bucket failed: %s",
+		cache_wb_log_err(wb, "deleting %zu keys in the bucket failed: %s",
 			   n, line);
 		for (size_t i = 0; i < n; i++) {
 			ts[i]->failed_ms = (int64_t)util_now_ms();
@@ -424,7 +428,7 @@ static void delete_batch(struct cache_wb *wb, struct wb_tomb **ts, size_t n)
 	/* The fs hears of each delete (and forgets its listing) while the
 	 * tombstone still hides the name: a listing fetched before the
 	 * DELETE must not show it in between.  Running tombstones stay put
-	 * meanwhile (wb_tomb_drop leaves them). */
+	 * meanwhile (cache_wb_tomb_drop leaves them). */
 	for (size_t i = 0; wb->cfg.on_done && i < n; i++) {
 		pthread_mutex_unlock(&wb->lock);
 		wb->cfg.on_done(wb->cfg.arg, ts[i]->key, NULL, 0, true);
@@ -433,7 +437,7 @@ static void delete_batch(struct cache_wb *wb, struct wb_tomb **ts, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		ts[i]->running = false;
 		if (!ts[i]->held)
-			wb_tomb_drop(wb, ts[i]->key);
+			cache_wb_tomb_drop(wb, ts[i]->key);
 	}
 	pthread_cond_broadcast(&wb->cond);
 	free(keys);
@@ -442,7 +446,7 @@ static void delete_batch(struct cache_wb *wb, struct wb_tomb **ts, size_t n)
 static void *uploader(void *arg)
 {
 	struct cache_wb *wb = arg;
-	struct wb_tomb **batch = calloc(WB_DELETE_BATCH, sizeof(*batch));
+	struct cache_wb_tomb **batch = calloc(CACHE_WB_DELETE_BATCH, sizeof(*batch));
 
 	pthread_mutex_lock(&wb->lock);
 	while (!wb->stop) {
@@ -520,7 +524,7 @@ static size_t pending(struct cache_wb *wb, const char *prefix, int64_t t0,
 	*failed = 0;
 	if (rl)
 		report[0] = '\0';
-	for (size_t h = 0; h < WB_HASH; h++) {
+	for (size_t h = 0; h < CACHE_WB_HASH; h++) {
 		for (struct cache_wfile *w = wb->tab[h]; w; w = w->hnext) {
 			if (strncmp(w->key, prefix, pl) ||
 			    (w->queued_gen <= w->uploaded_gen &&
@@ -535,7 +539,7 @@ static size_t pending(struct cache_wb *wb, const char *prefix, int64_t t0,
 						w->last_err);
 			}
 		}
-		for (struct wb_tomb *t = wb->tombs[h]; t; t = t->next) {
+		for (struct cache_wb_tomb *t = wb->tombs[h]; t; t = t->next) {
 			if (strncmp(t->key, prefix, pl) || t->held)
 				continue;
 			n++;
@@ -568,21 +572,21 @@ int cache_w_flush(struct cache *c, const char *prefix, bool wait,
 		return -EPERM;
 	}
 	pthread_mutex_lock(&wb->lock);
-	for (size_t h = 0; h < WB_HASH; h++) {
+	for (size_t h = 0; h < CACHE_WB_HASH; h++) {
 		for (struct cache_wfile *w = wb->tab[h]; w; w = w->hnext) {
 			if (strncmp(w->key, prefix, pl))
 				continue;
-			wb_sync_external(w, true);
+			cache_wb_sync_external(w, true);
 			if (w->gen > w->queued_gen) {
 				/* Written but not closed yet: what is there
 				 * now goes up, like sync(1). */
 				w->queued_gen = w->gen;
-				if (!wb_db_put(wb, w, true))
+				if (!cache_wb_db_put(wb, w, true))
 					w->committed = true;
 			}
 			w->not_before_ms = 0;
 		}
-		for (struct wb_tomb *t = wb->tombs[h]; t; t = t->next)
+		for (struct cache_wb_tomb *t = wb->tombs[h]; t; t = t->next)
 			if (!strncmp(t->key, prefix, pl))
 				t->not_before_ms = 0;
 	}
@@ -613,10 +617,10 @@ void cache_wb_get_stats(struct cache *c, struct cache_wb_stats *o)
 	memset(o, 0, sizeof(*o));
 	pthread_mutex_lock(&wb->lock);
 	o->dirty_files = wb->nfiles;
-	for (size_t h = 0; h < WB_HASH && (wb->nfiles || wb->ntombs); h++) {
+	for (size_t h = 0; h < CACHE_WB_HASH && (wb->nfiles || wb->ntombs); h++) {
 		for (struct cache_wfile *w = wb->tab[h]; w; w = w->hnext)
 			o->queued += w->queued_gen > w->uploaded_gen;
-		for (struct wb_tomb *t = wb->tombs[h]; t; t = t->next)
+		for (struct cache_wb_tomb *t = wb->tombs[h]; t; t = t->next)
 			o->queued++;
 	}
 	o->uploads_inflight = wb->inflight;

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "cache/wb.h"
 #include "fs.h"
 #include "util/util.h"
 

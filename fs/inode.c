@@ -79,7 +79,13 @@ nomem:
 
 void fs_listing_put(struct fs_listing *l)
 {
-	if (!l || atomic_fetch_sub(&l->refs, 1) != 1)
+	unsigned was;
+
+	if (!l)
+		return;
+	was = atomic_fetch_sub(&l->refs, 1);
+	util_assert(was > 0);
+	if (was != 1)
 		return;
 	for (size_t i = 0; i < l->n; i++)
 		free(l->e[i].name);
@@ -162,7 +168,10 @@ static void maybe_free(struct fs *fs, struct fs_inode *in)
 void fs_inode_forget(struct fs *fs, struct fs_inode *in, uint64_t n)
 {
 	pthread_mutex_lock(&fs->lock);
-	in->nlookup = in->nlookup > n ? in->nlookup - n : 0;
+	/* The kernel forgets no more than we handed out: each reply with
+	 * an entry counted one (fs_inode_get, fs_reply_entry). */
+	util_assert(in->nlookup >= n);
+	in->nlookup -= n;
 	maybe_free(fs, in);
 	pthread_mutex_unlock(&fs->lock);
 }

@@ -49,6 +49,13 @@ void util_assert_fail(const char *cond, const char *file, int line,
 #define util_debug_assert(cond) ((void)0)
 #endif
 
+/* The precondition "lock held" of a function that says so: in debug
+ * builds, that the (non-recursive) mutex is locked.  It cannot tell by
+ * which thread, but a caller that forgot the lock is caught unless
+ * another thread happens to hold it at that moment. */
+#define util_debug_assert_locked(mutex)                                     \
+	util_debug_assert(pthread_mutex_trylock(mutex) != 0)
+
 /* ---- CRC32C (crc32c.c) ----
  *
  * CRC32C (Castagnoli), the checksum of cache blocks, checkpoint tensors
