@@ -495,9 +495,10 @@ static bool newest_complete(const struct ckpt_found *v, size_t n,
 	return false;
 }
 
-int ckpt_retain_local(const char *dir, unsigned keep, bool keep_all,
-		      bool remove_all_incomplete, size_t *removed, char *msg,
-		      size_t msg_len)
+/* Retention in a directory (dir) or a bucket (st): exactly one is set. */
+static int retain(const char *dir, struct obj_store *st, unsigned keep,
+		  bool keep_all, bool remove_all_incomplete, size_t *removed,
+		  char *msg, size_t msg_len)
 {
 	struct ckpt_found *v;
 	uint64_t newest = 0;
@@ -506,7 +507,8 @@ int ckpt_retain_local(const char *dir, unsigned keep, bool keep_all,
 	size_t n, gone = 0;
 	int rc, first = 0;
 
-	rc = ckpt_local_scan(dir, &v, &n, msg, msg_len);
+	rc = dir ? ckpt_local_scan(dir, &v, &n, msg, msg_len) :
+		   ckpt_remote_scan(st, &v, &n, msg, msg_len);
 	if (rc)
 		return rc;
 	have = newest_complete(v, n, &newest);
@@ -514,16 +516,23 @@ int ckpt_retain_local(const char *dir, unsigned keep, bool keep_all,
 		if (!retain_drop(v, i, &kept, keep, keep_all, newest, have,
 				 remove_all_incomplete))
 			continue;
-		rc = ckpt_local_remove(dir, v[i].step, v[i].complete);
-		if (rc && !first) {
-			first = rc;
-			util_msg(msg, msg_len, "cannot remove step %llu in "
-				 "%s: %s", (unsigned long long)v[i].step, dir,
-				 strerror(-rc));
+		if (!dir) {
+			rc = ckpt_remote_remove(st, v[i].step,
+						first ? NULL : msg,
+						first ? 0 : msg_len);
+		} else {
+			rc = ckpt_local_remove(dir, v[i].step, v[i].complete);
+			if (rc && !first)
+				util_msg(msg, msg_len, "cannot remove step "
+					 "%llu in %s: %s",
+					 (unsigned long long)v[i].step, dir,
+					 strerror(-rc));
 		}
+		if (rc && !first)
+			first = rc;
 		gone += !rc;
 	}
-	if (!keep_all || remove_all_incomplete)
+	if (dir && (!keep_all || remove_all_incomplete))
 		ckpt_fsync_path(dir);
 	free(v);
 	if (removed)
@@ -531,35 +540,20 @@ int ckpt_retain_local(const char *dir, unsigned keep, bool keep_all,
 	return first;
 }
 
+int ckpt_retain_local(const char *dir, unsigned keep, bool keep_all,
+		      bool remove_all_incomplete, size_t *removed, char *msg,
+		      size_t msg_len)
+{
+	return retain(dir, NULL, keep, keep_all, remove_all_incomplete,
+		      removed, msg, msg_len);
+}
+
 int ckpt_retain_remote(struct obj_store *st, unsigned keep, bool keep_all,
 		       bool remove_all_incomplete, size_t *removed,
 		       char *msg, size_t msg_len)
 {
-	struct ckpt_found *v;
-	uint64_t newest = 0;
-	bool have = false;
-	unsigned kept = 0;
-	size_t n, gone = 0;
-	int rc, first = 0;
-
-	rc = ckpt_remote_scan(st, &v, &n, msg, msg_len);
-	if (rc)
-		return rc;
-	have = newest_complete(v, n, &newest);
-	for (size_t i = 0; i < n; i++) {
-		if (!retain_drop(v, i, &kept, keep, keep_all, newest, have,
-				 remove_all_incomplete))
-			continue;
-		rc = ckpt_remote_remove(st, v[i].step, first ? NULL : msg,
-					first ? 0 : msg_len);
-		if (rc && !first)
-			first = rc;
-		gone += !rc;
-	}
-	free(v);
-	if (removed)
-		*removed = gone;
-	return first;
+	return retain(NULL, st, keep, keep_all, remove_all_incomplete,
+		      removed, msg, msg_len);
 }
 
 /* ---- reading objects ---- */

@@ -39,14 +39,6 @@ static struct fs *FS(fuse_req_t req)
 	return fuse_req_userdata(req);
 }
 
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 void fs_handle_put(struct fs_handle *h)
 {
 	struct fs *fs = h->fs;
@@ -291,7 +283,7 @@ static void ctx_attr(fuse_req_t req, enum cache_wkind kind, mode_t mode,
 	a->mode = mode & 07777;
 	a->uid = ctx->uid;
 	a->gid = ctx->gid;
-	a->mtime_ns = now_ns();
+	a->mtime_ns = util_wall_ns();
 }
 
 /* ---- operations ---- */
@@ -554,7 +546,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 	if (to_set & FUSE_SET_ATTR_GID)
 		mask |= CACHE_WA_GID, a.gid = attr->st_gid;
 	if (to_set & FUSE_SET_ATTR_MTIME_NOW)
-		mask |= CACHE_WA_MTIME, a.mtime_ns = now_ns();
+		mask |= CACHE_WA_MTIME, a.mtime_ns = util_wall_ns();
 	else if (to_set & FUSE_SET_ATTR_MTIME)
 		mask |= CACHE_WA_MTIME,
 		a.mtime_ns = (int64_t)attr->st_mtim.tv_sec * 1000000000 +
@@ -608,8 +600,11 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 	fuse_reply_attr(req, &st, fs->cfg.refresh_s);
 }
 
-static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
-		     mode_t mode)
+/* mkdir and symlink: a new directory marker or link object under parent,
+ * created as a dirty file holding data (the link's target; nothing for a
+ * directory) and committed at once, then replied as a new entry. */
+static void make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
+		      enum cache_wkind kind, mode_t mode, const char *data)
 {
 	struct fs *fs = FS(req);
 	char key[OBJ_KEY_MAX + 2];
@@ -617,6 +612,7 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct cache_wattr a;
 	struct fs_inode *dir, *in;
 	struct fs_entry e;
+	size_t len = data ? strlen(data) : 0;
 	int err, rc;
 
 	dir = dir_of(fs, parent, &err);
@@ -624,59 +620,19 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
 		fuse_reply_err(req, err);
 		return;
 	}
-	rc = child_key(dir, name, true, key, sizeof(key));
+	rc = child_key(dir, name, kind == CACHE_WK_DIR, key, sizeof(key));
 	if (!rc) {
 		rc = fs_find(fs, dir, name, &e);
 		rc = rc == 0 ? -EEXIST : rc == -ENOENT ? 0 : rc;
 	}
-	ctx_attr(req, CACHE_WK_DIR, mode, &a);
+	ctx_attr(req, kind, mode, &a);
 	if (!rc)
 		rc = cache_w_create(fs->cfg.cache, key, &a, false, NULL, NULL,
 				    &w);
 	if (!rc) {
-		rc = cache_w_commit(w, false); /* the marker goes up */
-		cache_w_put(w);
-	}
-	if (rc) {
-		fuse_reply_err(req, -rc);
-		return;
-	}
-	in = new_entry(fs, dir, name, &a);
-	if (in)
-		fs_reply_entry(req, fs, in);
-	else
-		fuse_reply_err(req, ENOMEM);
-}
+		ssize_t n = len ? cache_w_pwrite(w, data, len, 0) : 0;
 
-static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
-		       const char *name)
-{
-	struct fs *fs = FS(req);
-	char key[OBJ_KEY_MAX + 2];
-	struct cache_wfile *w;
-	struct cache_wattr a;
-	struct fs_inode *dir, *in;
-	struct fs_entry e;
-	size_t len = strlen(link);
-	int err, rc;
-
-	dir = dir_of(fs, parent, &err);
-	if (!dir) {
-		fuse_reply_err(req, err);
-		return;
-	}
-	rc = child_key(dir, name, false, key, sizeof(key));
-	if (!rc) {
-		rc = fs_find(fs, dir, name, &e);
-		rc = rc == 0 ? -EEXIST : rc == -ENOENT ? 0 : rc;
-	}
-	ctx_attr(req, CACHE_WK_SYMLINK, 0777, &a);
-	if (!rc)
-		rc = cache_w_create(fs->cfg.cache, key, &a, false, NULL, NULL,
-				    &w);
-	if (!rc) {
-		ssize_t n = cache_w_pwrite(w, link, len, 0);
-
+		/* commit: the marker or link goes up */
 		rc = n < 0 ? (int)n : cache_w_commit(w, false);
 		cache_w_put(w);
 	}
@@ -690,6 +646,18 @@ static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
 		fs_reply_entry(req, fs, in);
 	else
 		fuse_reply_err(req, ENOMEM);
+}
+
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
+		     mode_t mode)
+{
+	make_node(req, parent, name, CACHE_WK_DIR, mode, NULL);
+}
+
+static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
+		       const char *name)
+{
+	make_node(req, parent, name, CACHE_WK_SYMLINK, 0777, link);
 }
 
 void fs_op_readlink(fuse_req_t req, fuse_ino_t ino)

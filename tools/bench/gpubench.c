@@ -33,14 +33,7 @@
 
 #include "train/gpu.h"
 #include "train/model.h"
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
+#include "util/util.h"
 
 static double peak_for(const char *name)
 {
@@ -144,7 +137,7 @@ int main(int argc, char **argv)
 	}
 	for (unsigned s = 0; s < warmup + steps; s++) {
 		if (s == warmup)
-			t0 = now_s();
+			t0 = util_now_ns() / 1e9;
 		rc = cpu ? train_step(m, inp, tgt, &loss, msg, sizeof(msg))
 			 : train_gpu_step(g, inp, tgt, &loss, msg, sizeof(msg));
 		if (rc) {
@@ -152,7 +145,7 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	secs = now_s() - t0;
+	secs = util_now_ns() / 1e9 - t0;
 	np = cpu ? train_model_num_params(m) : train_gpu_num_params(g);
 	flops = (6.0 * (double)np + 12.0 * cfg.layers * cfg.seq_len *
 		 cfg.channels) * (double)N * steps;

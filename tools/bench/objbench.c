@@ -53,6 +53,7 @@
 #include <unistd.h>
 
 #include "objstore/objstore.h"
+#include "util/util.h"
 
 enum sink { SINK_NULL, SINK_MEMFD, SINK_BUF };
 
@@ -82,14 +83,6 @@ static void usage(void)
 		"options: --endpoint URL --part-size BYTES --threshold BYTES\n"
 		"         --max-parallel N -v (sizes take K, M, G)\n");
 	exit(2);
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 /* Parses "8M", "5242880", "1G"; exits on anything else. */
@@ -354,7 +347,7 @@ int main(int argc, char **argv)
 		free(b.items);
 		return 1;
 	}
-	t0 = now_s();
+	t0 = util_now_ns() / 1e9;
 	for (unsigned t = 0; t < parallel; t++) {
 		if (pthread_create(&thr[t], NULL, worker, &b))
 			break;
@@ -364,7 +357,7 @@ int main(int argc, char **argv)
 		worker(&b); /* no thread could start: do it all here */
 	for (size_t t = 0; t < started; t++)
 		pthread_join(thr[t], NULL);
-	secs = now_s() - t0;
+	secs = util_now_ns() / 1e9 - t0;
 	free(thr);
 	obj_get_stats(b.st, &stats);
 	obj_close(b.st);
