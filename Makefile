@@ -168,7 +168,7 @@ BENCH_PROGS = tools/bench/objbench tools/bench/gpubench
 FMCKPT_SO_VERSION = 0
 FMCKPT_LIB_OBJS = $(CKPT_OBJS) $(OBJSTORE_OBJS) $(UTIL_OBJS)
 FMCKPT_SO = ckpt/libfmckpt.so.$(FMCKPT_SO_VERSION)
-FMCKPT_INSTALL = ckpt/libfmckpt.a $(FMCKPT_SO) ckpt/fmckpt.pc
+FMCKPT_INSTALL = ckpt/libfmckpt.a $(FMCKPT_SO)
 ckpt/libfmckpt.a: $(FMCKPT_LIB_OBJS)
 LIBS_A += ckpt/libfmckpt.a
 
@@ -178,11 +178,10 @@ $(FMCKPT_SO): $(FMCKPT_LIB_OBJS) ckpt/libfmckpt.map
 		-Wl,--version-script=ckpt/libfmckpt.map -o $@ \
 		$(FMCKPT_LIB_OBJS) $(CKPT_LIBS)
 
-ckpt/fmckpt.pc: ckpt/fmckpt.pc.in config.mak
-	$(E) "  GEN     $@"
-	$(Q)sed -e 's|@prefix@|$(prefix)|' -e 's|@libdir@|$(libdir)|' \
-		-e 's|@includedir@|$(includedir)|' -e 's|@version@|$(VERSION)|' \
-		-e 's|@libs_private@|$(strip $(CKPT_LIBS))|' $< >$@
+# fmckpt.pc is written at install time, for the prefix installed to.
+FMCKPT_PC_SED = -e 's|@prefix@|$(prefix)|' -e 's|@libdir@|$(libdir)|' \
+	-e 's|@includedir@|$(includedir)|' -e 's|@version@|$(VERSION)|' \
+	-e 's|@libs_private@|$(strip $(CKPT_LIBS))|'
 
 # ---- rules ------------------------------------------------------------------
 
@@ -237,7 +236,7 @@ install: $(PROGS) $(FMCKPT_INSTALL)
 	ln -sf libfmckpt.so.$(FMCKPT_SO_VERSION) $(DESTDIR)$(libdir)/libfmckpt.so
 	install -m 644 ckpt/ckpt.h $(DESTDIR)$(includedir)/fmfs/
 	install -m 644 objstore/objstore.h $(DESTDIR)$(includedir)/fmfs/objstore/
-	install -m 644 ckpt/fmckpt.pc $(DESTDIR)$(pkgconfigdir)/
+	sed $(FMCKPT_PC_SED) ckpt/fmckpt.pc.in >$(DESTDIR)$(pkgconfigdir)/fmckpt.pc
 
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(bindir)/,$(notdir $(PROGS))) \

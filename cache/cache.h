@@ -38,7 +38,8 @@
 struct cache_config {
 	const char *dir;              /* cache directory; created if missing */
 	const char *store_id;         /* the store URL; a cache dir serves one */
-	uint64_t size_bytes;          /* cap on cached bytes (never exceeded) */
+	uint64_t size_bytes;          /* cap on cached bytes: clean blocks never
+	                               * exceed it; dirty data may, see wb.h */
 	uint32_t block_bytes;         /* 0: 1 MiB; fixed for a cache dir */
 	unsigned high_pct, low_pct;   /* evict above high until low; 0: 95/85 */
 	uint64_t readahead_first_bytes; /* first window; 0: 1 MiB */

@@ -2,8 +2,8 @@
 /*
  * ctl.c - the control socket of a mount: a Unix stream socket (path in
  * fs_config.ctl_path, published as the root's FS_CTL_XATTR) answering
- * `fmfs status`, `fmfs prefetch` and `fmfs evict` with the protocol in
- * fs.h.  One request per connection; each connection is served by a
+ * `fmfs status`, `fmfs flush`, `fmfs prefetch`, `fmfs evict` and the
+ * drain before `fmfs umount`, with the protocol in fs.h.  One request per connection; each connection is served by a
  * detached thread, at most CTL_CONN_MAX at once.  Prefetch warms files
  * with CTL_WARM_THREADS workers, so thousands of small files go in
  * parallel, bounded by the cache's own in-flight limits.

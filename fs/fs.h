@@ -3,8 +3,10 @@
  * fs.h - the FUSE filesystem of fmfs (libfuse3 low-level API) over the
  * cache (cache/) and the object store (objstore/): prefixes appear as
  * directories, listings come from paginated ListObjectsV2 cached for
- * `refresh_s`, file bytes come from the cache, and a control socket
- * answers `fmfs status / prefetch / evict`.
+ * `refresh_s`, file bytes come from the cache, files written through the
+ * mount go to the bucket by the cache's write-back (cache/wb.h), and a
+ * control socket answers `fmfs status / flush / prefetch / evict` and the
+ * drain of `fmfs umount`.
  *
  * fs_run mounts, serves until the filesystem is unmounted (fusermount3 -u,
  * `fmfs umount`) or the process gets SIGTERM/SIGINT/SIGHUP, then unmounts

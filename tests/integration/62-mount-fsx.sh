@@ -13,7 +13,7 @@
 # both read them back byte-exact.
 #
 # The seed is printed; FSX_SEED=N replays a run, FSX_STEPS=N changes its
-# length (default 3000).
+# length (default 1000).
 #
 # Two runs: first with --async-delay 0, where files are uploaded (and
 # leave the dirty table) between nearly every pair of operations, so

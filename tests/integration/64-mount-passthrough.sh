@@ -8,7 +8,9 @@
 # change: sizes while the file is open (stat, ls -l, a second reader),
 # mmap writes, an explicit mtime after the data (cp -p), overwrite after
 # upload, and the bucket must end up with exactly the bytes (aws CLI).
-# --no-passthrough turns it off.  On a kernel without it the same checks
+# --no-passthrough turns it off.  Also: FUSE_HANDLE_KILLPRIV_V2 is
+# negotiated (no GETXATTR of security.capability per write, counted over
+# 2000 writes), and `-o suid` leaves it out.  On a kernel without it the same checks
 # run on the usual path and the passthrough-only ones are reported as not
 # applicable.
 . "$TOP/tests/lib/common.sh"
