@@ -161,7 +161,7 @@ static int nccl_fail(ncclResult_t r, const char *what, char *msg,
 		     size_t len)
 {
 	util_msg(msg, len, "%s: %s (NCCL %d)", what, ncclGetErrorString(r),
-	     (int)r);
+		 (int)r);
 	return -EIO;
 }
 #endif
@@ -182,7 +182,7 @@ static void no_gpu(cudaError_t e, char *msg, size_t msg_len)
 	else if (e != cudaSuccess)
 		why = cudaGetErrorString(e);
 	util_msg(msg, msg_len, "no usable GPU: %s (check nvidia-smi; "
-	     "CUDA_VISIBLE_DEVICES if set)", why);
+		 "CUDA_VISIBLE_DEVICES if set)", why);
 }
 
 int train_gpu_probe(char *name, size_t name_len, char *msg, size_t msg_len)
@@ -204,8 +204,8 @@ int train_gpu_probe(char *name, size_t name_len, char *msg, size_t msg_len)
 		       -ENOMEM ? -ENOMEM : -ENODEV;
 	if (p.major < 8) {
 		util_msg(msg, msg_len, "GPU %s has compute capability %d.%d; the "
-		     "bf16 kernels need 8.0 (Ampere) or newer", p.name,
-		     p.major, p.minor);
+			 "bf16 kernels need 8.0 (Ampere) or newer", p.name,
+			 p.major, p.minor);
 		return -ENODEV;
 	}
 	if (name && name_len)
@@ -226,8 +226,8 @@ int train_gpu_nccl_id(unsigned char id[TRAIN_NCCL_ID_BYTES], char *msg,
 	return 0;
 #else
 	util_msg(msg, msg_len, "fmtrain was built without NCCL, so it runs on one "
-	     "GPU only: install NCCL (libnccl-dev, or the one of the CUDA "
-	     "toolkit), then ./configure and make again");
+		 "GPU only: install NCCL (libnccl-dev, or the one of the CUDA "
+		 "toolkit), then ./configure and make again");
 	return -ENOTSUP;
 #endif
 }
@@ -357,7 +357,7 @@ static int pick_device(const struct train_gpu_dist *dist, int *device,
 		  : (int)((dist ? dist->local_rank : 0) % (unsigned)n);
 	if (*device >= n) {
 		util_msg(msg, msg_len, "GPU %d asked for, but this machine has %d "
-		     "(0 .. %d)", *device, n, n - 1);
+			 "(0 .. %d)", *device, n, n - 1);
 		return -EINVAL;
 	}
 	return 0;
@@ -393,7 +393,7 @@ static int init_params(struct train_gpu *g, char *msg, size_t msg_len)
 
 	if (!host) {
 		util_msg(msg, msg_len, "cannot allocate %zu bytes of host memory "
-		     "for the initial parameters", bytes);
+			 "for the initial parameters", bytes);
 		return -ENOMEM;
 	}
 	train_params_init(&g->cfg, host);
@@ -432,7 +432,7 @@ int train_gpu_init(const struct train_config *cfg,
 		return rc;
 	if (dist && (dist->world_size < 1 || dist->rank >= dist->world_size)) {
 		util_msg(msg, msg_len, "rank %u of world size %u: the rank must be "
-		     "0 .. world size - 1", dist->rank, dist->world_size);
+			 "0 .. world size - 1", dist->rank, dist->world_size);
 		return -EINVAL;
 	}
 	/* the column sums launch one block row per GK_ROW_CHUNK positions,
@@ -440,9 +440,9 @@ int train_gpu_init(const struct train_config *cfg,
 	if ((uint64_t)cfg->batch * cfg->seq_len > INT32_MAX / 4 ||
 	    (uint64_t)cfg->batch * cfg->seq_len > 65535ull * GK_ROW_CHUNK) {
 		util_msg(msg, msg_len, "batch * seq_len %llu is too large for the "
-		     "GPU path (at most %llu)",
-		     (unsigned long long)cfg->batch * cfg->seq_len,
-		     65535ull * GK_ROW_CHUNK);
+			 "GPU path (at most %llu)",
+			 (unsigned long long)cfg->batch * cfg->seq_len,
+			 65535ull * GK_ROW_CHUNK);
 		return -EINVAL;
 	}
 	rc = pick_device(dist, &device, msg, msg_len);
@@ -455,8 +455,8 @@ int train_gpu_init(const struct train_config *cfg,
 		return cuda_fail(e, "selecting the GPU", msg, msg_len);
 	if (p.major < 8) {
 		util_msg(msg, msg_len, "GPU %d (%s) has compute capability %d.%d; "
-		     "the bf16 kernels need 8.0 or newer", device, p.name,
-		     p.major, p.minor);
+			 "the bf16 kernels need 8.0 or newer", device, p.name,
+			 p.major, p.minor);
 		return -ENODEV;
 	}
 
@@ -494,9 +494,9 @@ int train_gpu_init(const struct train_config *cfg,
 		cudaGetLastError();   /* not sticky: clear it */
 		cudaMemGetInfo(&free_b, &total_b);
 		util_msg(msg, msg_len, "this model needs %.2f GiB of GPU memory; "
-		     "GPU %d (%s) has %.2f GiB free: a smaller batch, seq_len "
-		     "or model needs less", c.used / 1073741824.0, device,
-		     p.name, free_b / 1073741824.0);
+			 "GPU %d (%s) has %.2f GiB free: a smaller batch, seq_len "
+			 "or model needs less", c.used / 1073741824.0, device,
+			 p.name, free_b / 1073741824.0);
 		train_gpu_free(g);
 		return -ENOMEM;
 	}
@@ -511,7 +511,7 @@ int train_gpu_init(const struct train_config *cfg,
 	if (cublasCreate(&g->blas) != CUBLAS_STATUS_SUCCESS) {
 		g->blas = NULL;
 		util_msg(msg, msg_len, "cublasCreate failed: is the GPU out of "
-		     "memory or the driver older than this CUDA?");
+			 "memory or the driver older than this CUDA?");
 		rc = -EIO;
 		goto out_free;
 	}
@@ -740,7 +740,7 @@ int train_gpu_backward(struct train_gpu *g, char *msg, size_t msg_len)
 
 	if (!g->backward_ready) {
 		util_msg(msg, msg_len, "train_gpu_backward needs a successful "
-		     "train_gpu_forward with targets first");
+			 "train_gpu_forward with targets first");
 		return -EINVAL;
 	}
 	g->backward_ready = false;   /* the logits are consumed below */
@@ -860,8 +860,8 @@ int train_gpu_update(struct train_gpu *g, float *grad_norm_out, char *msg,
 		*grad_norm_out = (float)norm;
 	if (!isfinite(norm)) {
 		util_msg(msg, msg_len, "the gradient norm at step %llu is %g: "
-		     "nothing updated (a lower learning rate may help)",
-		     (unsigned long long)t, norm);
+			 "nothing updated (a lower learning rate may help)",
+			 (unsigned long long)t, norm);
 		return -ERANGE;
 	}
 	if (cfg->grad_clip > 0 && norm > cfg->grad_clip)
@@ -961,7 +961,7 @@ int train_gpu_all_max(struct train_gpu *g, uint32_t *values, unsigned n,
 {
 	if (n > TRAIN_GPU_AGREE_MAX) {
 		util_msg(msg, msg_len, "%u values to agree on; at most %u", n,
-		     TRAIN_GPU_AGREE_MAX);
+			 TRAIN_GPU_AGREE_MAX);
 		return -EINVAL;
 	}
 	if (g->world == 1 || !n)

@@ -486,7 +486,7 @@ static int reader_open(struct train_loader *l, const struct shard *sh,
 		    now.payload_crc != sh->info.payload_crc ||
 		    now.vocab_size != sh->info.vocab_size)) {
 		util_msg(msg, msg_len, "%s: the shard changed since the "
-			  "loader opened it; reopen the loader", sh->path);
+			 "loader opened it; reopen the loader", sh->path);
 		rc = -EBADMSG;
 	}
 	if (rc) {
@@ -536,8 +536,8 @@ static int fill(struct train_loader *l, struct shard *sh, int fd,
 		a1 = in->file_bytes;
 	if (a1 - a0 > l->buf_bytes) { /* open sized the buffers for this */
 		util_msg(msg, msg_len, "%s: internal error: span of %llu "
-			  "bytes in %zu-byte buffers", sh->path,
-			  (unsigned long long)(a1 - a0), l->buf_bytes);
+			 "bytes in %zu-byte buffers", sh->path,
+			 (unsigned long long)(a1 - a0), l->buf_bytes);
 		return -EIO;
 	}
 	while (a0 + done < a1) {
@@ -556,15 +556,15 @@ static int fill(struct train_loader *l, struct shard *sh, int fd,
 			int e = errno;
 
 			util_msg(msg, msg_len, "%s: read error at offset "
-				  "%llu: %s", sh->path,
-				  (unsigned long long)(a0 + done), strerror(e));
+				 "%llu: %s", sh->path,
+				 (unsigned long long)(a0 + done), strerror(e));
 			return -EIO;
 		}
 		if (n == 0) {
 			util_msg(msg, msg_len, "%s: truncated: the file ends "
-				  "at %llu bytes, the header says %llu",
-				  sh->path, (unsigned long long)(a0 + done),
-				  (unsigned long long)in->file_bytes);
+				 "at %llu bytes, the header says %llu",
+				 sh->path, (unsigned long long)(a0 + done),
+				 (unsigned long long)in->file_bytes);
 			return -EBADMSG;
 		}
 		add_stat(&l->st_bytes, (uint64_t)n);
@@ -576,9 +576,9 @@ static int fill(struct train_loader *l, struct shard *sh, int fd,
 
 		if (crc != in->payload_crc) {
 			util_msg(msg, msg_len, "%s: payload checksum mismatch "
-				  "(header says 0x%08x, the tokens give "
-				  "0x%08x): the shard is corrupt", sh->path,
-				  in->payload_crc, crc);
+				 "(header says 0x%08x, the tokens give "
+				 "0x%08x): the shard is corrupt", sh->path,
+				 in->payload_crc, crc);
 			return -EBADMSG;
 		}
 		add_stat(&l->st_verified, 1);
@@ -870,7 +870,7 @@ static int add_path(struct train_loader *l, size_t *cap, const char *path,
 {
 	if (l->nshards == TRAIN_SHARDS_MAX) {
 		util_msg(msg, msg_len, "%s: more than %u shards", path,
-			  TRAIN_SHARDS_MAX);
+			 TRAIN_SHARDS_MAX);
 		return -EINVAL;
 	}
 	if (l->nshards == *cap) {
@@ -927,7 +927,7 @@ static int add_dir(struct train_loader *l, size_t *cap, const char *dir,
 		if (!rc && (size_t)snprintf(path, sizeof(path), "%s/%s", dir,
 					    list[i]->d_name) >= sizeof(path)) {
 			util_msg(msg, msg_len, "%s/%s: path too long", dir,
-				  list[i]->d_name);
+				 list[i]->d_name);
 			rc = -ENAMETOOLONG;
 		}
 		if (!rc && !stat(path, &st) && S_ISREG(st.st_mode))
@@ -937,7 +937,7 @@ static int add_dir(struct train_loader *l, size_t *cap, const char *dir,
 	free(list);
 	if (!rc && l->nshards == before) {
 		util_msg(msg, msg_len, "%s: no shard (*.bin) in this "
-			  "directory", dir);
+			 "directory", dir);
 		rc = -ENOENT;
 	}
 	return rc;
@@ -949,21 +949,21 @@ static int check_config(const struct train_loader_config *c, int rank,
 	if (!c->batch || !c->seq_len || c->seq_len > TRAIN_SEQ_LEN_MAX ||
 	    (uint64_t)c->batch * (c->seq_len + 1) > TRAIN_BATCH_TOKENS_MAX) {
 		util_msg(msg, msg_len, "loader: batch %u x sequence length %u"
-			  " is not allowed (T 1..%u, B x (T+1) at most %u)",
-			  c->batch, c->seq_len, TRAIN_SEQ_LEN_MAX,
-			  TRAIN_BATCH_TOKENS_MAX);
+			 " is not allowed (T 1..%u, B x (T+1) at most %u)",
+			 c->batch, c->seq_len, TRAIN_SEQ_LEN_MAX,
+			 TRAIN_BATCH_TOKENS_MAX);
 		return -EINVAL;
 	}
 	if (!c->vocab_size || c->vocab_size > INT32_MAX) {
 		util_msg(msg, msg_len, "loader: the model's vocabulary size "
-			  "must be 1..%d (given %u)", INT32_MAX, c->vocab_size);
+			 "must be 1..%d (given %u)", INT32_MAX, c->vocab_size);
 		return -EINVAL;
 	}
 	if (world < 1 || world > TRAIN_WORLD_MAX || rank < 0 ||
 	    rank >= world) {
 		util_msg(msg, msg_len, "loader: rank %d of world size %d is "
-			  "not allowed (check RANK and WORLD_SIZE)", rank,
-			  world);
+			 "not allowed (check RANK and WORLD_SIZE)", rank,
+			 world);
 		return -EINVAL;
 	}
 	if (c->buffers == 1 || c->buffers > TRAIN_BUFFERS_MAX ||
@@ -971,11 +971,11 @@ static int check_config(const struct train_loader_config *c, int rank,
 	     (c->span_bytes < SPAN_BYTES_MIN ||
 	      c->span_bytes > TRAIN_SPAN_BYTES_MAX))) {
 		util_msg(msg, msg_len, "loader: %u buffers of %llu bytes is "
-			  "not allowed (2..%u buffers, spans of %llu bytes to "
-			  "%llu)", c->buffers,
-			  (unsigned long long)c->span_bytes,
-			  TRAIN_BUFFERS_MAX, SPAN_BYTES_MIN,
-			  (unsigned long long)TRAIN_SPAN_BYTES_MAX);
+			 "not allowed (2..%u buffers, spans of %llu bytes to "
+			 "%llu)", c->buffers,
+			 (unsigned long long)c->span_bytes,
+			 TRAIN_BUFFERS_MAX, SPAN_BYTES_MIN,
+			 (unsigned long long)TRAIN_SPAN_BYTES_MAX);
 		return -EINVAL;
 	}
 	return 0;
@@ -997,9 +997,9 @@ static int plan(struct train_loader *l, char *msg, size_t msg_len)
 			return rc;
 		if (in->vocab_size > l->cfg.vocab_size) {
 			util_msg(msg, msg_len, "%s: tokenized with a "
-				  "vocabulary of %u tokens; the model's "
-				  "vocabulary size is %u", sh->path,
-				  in->vocab_size, l->cfg.vocab_size);
+				 "vocabulary of %u tokens; the model's "
+				 "vocabulary size is %u", sh->path,
+				 in->vocab_size, l->cfg.vocab_size);
 			return -ERANGE;
 		}
 		sh->nseq = in->ntokens > T ? (in->ntokens - 1) / T : 0;
@@ -1023,7 +1023,7 @@ static int plan(struct train_loader *l, char *msg, size_t msg_len)
 		}
 		if (sh->nspans > UINT32_MAX || sh->spq > UINT32_MAX) {
 			util_msg(msg, msg_len, "%s: too many sequences for "
-				  "one span; use a larger span size", sh->path);
+				 "one span; use a larger span size", sh->path);
 			return -EINVAL;
 		}
 		if (read_tokens * in->dtype > need)
@@ -1042,11 +1042,11 @@ static int plan(struct train_loader *l, char *msg, size_t msg_len)
 	l->data_id = mix64(mix64(h ^ l->nshards) + T) + l->cfg.shuffle;
 	if (l->sequences < l->world) {
 		util_msg(msg, msg_len, "loader: the shards hold %llu "
-			  "sequences of %llu tokens, fewer than the %u ranks "
-			  "(%llu tokens in %zu shards)",
-			  (unsigned long long)l->sequences,
-			  (unsigned long long)(T + 1), l->world,
-			  (unsigned long long)l->ntokens, l->nshards);
+			 "sequences of %llu tokens, fewer than the %u ranks "
+			 "(%llu tokens in %zu shards)",
+			 (unsigned long long)l->sequences,
+			 (unsigned long long)(T + 1), l->world,
+			 (unsigned long long)l->ntokens, l->nshards);
 		return -EINVAL;
 	}
 	/* A span may start anywhere in a page: one page of slack each
@@ -1076,10 +1076,10 @@ static int check_resume(struct train_loader *l, const struct train_pos *p,
 		       "epoch (a damaged position)";
 	if (what) {
 		util_msg(msg, msg_len, "loader: cannot resume: the position "
-			  "(rank %u of %u, T %u, seed %llu, epoch %llu) was "
-			  "saved with %s", p->rank, p->world_size, p->seq_len,
-			  (unsigned long long)p->seed,
-			  (unsigned long long)p->epoch, what);
+			 "(rank %u of %u, T %u, seed %llu, epoch %llu) was "
+			 "saved with %s", p->rank, p->world_size, p->seq_len,
+			 (unsigned long long)p->seed,
+			 (unsigned long long)p->epoch, what);
 		return -EINVAL;
 	}
 	l->start.epoch = p->epoch;
@@ -1125,7 +1125,7 @@ static int verify_all(struct train_loader *l, char *msg, size_t msg_len)
 		if (fd < 0) {
 			rc = -errno;
 			util_msg(msg, msg_len, "%s: %s", sh->path,
-				  strerror(-rc));
+				 strerror(-rc));
 			return rc;
 		}
 		rc = train_shard_check_fd(fd, sh->path, &sh->info,
@@ -1181,7 +1181,7 @@ int train_loader_open(const struct train_loader_config *cfg,
 		if (stat(paths[i], &st)) {
 			rc = -errno;
 			util_msg(msg, msg_len, "%s: %s", paths[i],
-				  strerror(-rc));
+				 strerror(-rc));
 		} else if (S_ISDIR(st.st_mode)) {
 			rc = add_dir(l, &cap, paths[i], msg, msg_len);
 		} else {
@@ -1194,7 +1194,7 @@ int train_loader_open(const struct train_loader_config *cfg,
 		rc = check_resume(l, cfg->resume, msg, msg_len);
 	if (!rc && (rc = alloc_buffers(l)))
 		util_msg(msg, msg_len, "loader: out of memory for %u buffers "
-			  "of %zu bytes", l->nslots, l->buf_bytes);
+			 "of %zu bytes", l->nslots, l->buf_bytes);
 	if (!rc && cfg->verify_at_open)
 		rc = verify_all(l, msg, msg_len);
 	if (!rc) {
@@ -1203,7 +1203,7 @@ int train_loader_open(const struct train_loader_config *cfg,
 		rc = -pthread_create(&l->thread, NULL, reader_main, l);
 		if (rc)
 			util_msg(msg, msg_len, "loader: cannot start the "
-				  "reader thread: %s", strerror(-rc));
+				 "reader thread: %s", strerror(-rc));
 		l->thread_started = !rc;
 	}
 	if (rc) {

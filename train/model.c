@@ -556,8 +556,8 @@ out_free:
 	train_model_free(m);
 out_nomem:
 	util_msg(msg, msg_len, "cannot allocate %llu bytes for the model; a "
-	     "smaller batch, seq_len or model needs less",
-	     (unsigned long long)bytes);
+		 "smaller batch, seq_len or model needs less",
+		 (unsigned long long)bytes);
 	return -ENOMEM;
 }
 
@@ -619,8 +619,8 @@ static int check_tokens(const struct train_config *cfg, const int32_t *tok,
 	for (size_t n = 0; n < N; n++) {
 		if (tok[n] < 0 || (unsigned)tok[n] >= cfg->vocab_size) {
 			util_msg(msg, msg_len, "%s token %ld at [b=%zu, t=%zu] is "
-			     "not in the vocabulary 0..%u", what,
-			     (long)tok[n], n / T, n % T, cfg->vocab_size - 1);
+				 "not in the vocabulary 0..%u", what,
+				 (long)tok[n], n / T, n % T, cfg->vocab_size - 1);
 			return -EINVAL;
 		}
 	}
@@ -755,7 +755,7 @@ int train_backward(struct train_model *m, char *msg, size_t msg_len)
 
 	if (!m->backward_ready) {
 		util_msg(msg, msg_len, "train_backward needs a successful "
-		     "train_forward with targets first");
+			 "train_forward with targets first");
 		return -EINVAL;
 	}
 
@@ -878,8 +878,8 @@ int train_update(struct train_model *m, float *grad_norm_out, char *msg,
 		*grad_norm_out = (float)norm;
 	if (!isfinite(norm)) {
 		util_msg(msg, msg_len, "the gradient norm at step %llu is %g: "
-		     "nothing updated (a lower learning rate may help)",
-		     (unsigned long long)t, norm);
+			 "nothing updated (a lower learning rate may help)",
+			 (unsigned long long)t, norm);
 		return -ERANGE;
 	}
 	if (cfg->grad_clip > 0 && norm > cfg->grad_clip)

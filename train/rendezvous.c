@@ -274,8 +274,8 @@ static int file_put(struct rdv *d, const char *path, const unsigned char *b,
 	if (fd < 0) {
 		rc = -errno;
 		util_msg(d->msg, d->msg_len, "rendezvous %s: cannot create "
-			  "%s: %s (the directory must exist and be writable "
-			  "by every rank)", d->where, tmp, strerror(-rc));
+			 "%s: %s (the directory must exist and be writable "
+			 "by every rank)", d->where, tmp, strerror(-rc));
 		return rc;
 	}
 	w = write(fd, b, len);
@@ -287,7 +287,7 @@ static int file_put(struct rdv *d, const char *path, const unsigned char *b,
 		rc = -errno;
 	if (rc) {
 		util_msg(d->msg, d->msg_len, "rendezvous %s: cannot write "
-			  "%s: %s", d->where, path, strerror(-rc));
+			 "%s: %s", d->where, path, strerror(-rc));
 		unlink(tmp);
 	}
 	return rc;
@@ -353,11 +353,11 @@ static int file_serve(struct rdv *d, unsigned char *b)
 		if (!left_ms(d->deadline_ms)) {
 			list_missing(got, d->world, missing, sizeof(missing));
 			util_msg(d->msg, d->msg_len, "rendezvous %s: %s (%u "
-				  "of %u) did not answer within %u ms: are "
-				  "they running, with the same rendezvous and "
-				  "job '%s'?%s%s", d->where, missing, pending,
-				  d->world - 1, d->timeout_ms, d->job,
-				  d->seen[0] ? " " : "", d->seen);
+				 "of %u) did not answer within %u ms: are "
+				 "they running, with the same rendezvous and "
+				 "job '%s'?%s%s", d->where, missing, pending,
+				 d->world - 1, d->timeout_ms, d->job,
+				 d->seen[0] ? " " : "", d->seen);
 			rc = -ETIMEDOUT;
 			break;
 		}
@@ -425,19 +425,19 @@ static int file_join(struct rdv *d, unsigned char *b)
 		if (!left_ms(d->deadline_ms)) {
 			if (acked)
 				util_msg(d->msg, d->msg_len, "rendezvous %s: "
-					  "rank %u answered rank 0, but rank 0 "
-					  "did not hear from every rank within "
-					  "%u ms (another rank missing?)",
-					  d->where, d->rank, d->timeout_ms);
+					 "rank %u answered rank 0, but rank 0 "
+					 "did not hear from every rank within "
+					 "%u ms (another rank missing?)",
+					 d->where, d->rank, d->timeout_ms);
 			else
 				util_msg(d->msg, d->msg_len, "rendezvous %s: "
-					  "no word from rank 0 of job '%s' "
-					  "within %u ms (%s): is rank 0 "
-					  "running, and do all ranks see the "
-					  "same file?", d->where, d->job,
-					  d->timeout_ms, d->seen[0] ? d->seen :
-					  any ? "a record that is not ours" :
-					  "no such file yet");
+					 "no word from rank 0 of job '%s' "
+					 "within %u ms (%s): is rank 0 "
+					 "running, and do all ranks see the "
+					 "same file?", d->where, d->job,
+					 d->timeout_ms, d->seen[0] ? d->seen :
+					 any ? "a record that is not ours" :
+					 "no such file yet");
 			rc = -ETIMEDOUT;
 			break;
 		}
@@ -606,10 +606,10 @@ static int tcp_serve(struct rdv *d, unsigned char *b)
 	if (lfd < 0) {
 		rc = lfd;
 		util_msg(d->msg, d->msg_len, "rendezvous %s: rank 0 cannot "
-			  "listen on port %s: %s%s", d->where, d->port,
-			  strerror(-rc), rc == -EADDRINUSE ? " (another "
-			  "program has it: under torchrun MASTER_PORT is "
-			  "torchrun's own; give another port)" : "");
+			 "listen on port %s: %s%s", d->where, d->port,
+			 strerror(-rc), rc == -EADDRINUSE ? " (another "
+			 "program has it: under torchrun MASTER_PORT is "
+			 "torchrun's own; give another port)" : "");
 		free(got);
 		return rc;
 	}
@@ -621,12 +621,12 @@ static int tcp_serve(struct rdv *d, unsigned char *b)
 		if (!left_ms(d->deadline_ms)) {
 			list_missing(got, d->world, missing, sizeof(missing));
 			util_msg(d->msg, d->msg_len, "rendezvous %s: %s (%u "
-				  "of %u) did not connect to port %s within "
-				  "%u ms: are they running, with the same "
-				  "rendezvous and job '%s'?%s%s", d->where,
-				  missing, pending, d->world - 1, d->port,
-				  d->timeout_ms, d->job, d->seen[0] ? " " : "",
-				  d->seen);
+				 "of %u) did not connect to port %s within "
+				 "%u ms: are they running, with the same "
+				 "rendezvous and job '%s'?%s%s", d->where,
+				 missing, pending, d->world - 1, d->port,
+				 d->timeout_ms, d->job, d->seen[0] ? " " : "",
+				 d->seen);
 			rc = -ETIMEDOUT;
 			break;
 		}
@@ -634,8 +634,8 @@ static int tcp_serve(struct rdv *d, unsigned char *b)
 		if (pr < 0 && errno != EINTR) {
 			rc = -errno;
 			util_msg(d->msg, d->msg_len, "rendezvous %s: waiting "
-				  "for connections: %s", d->where,
-				  strerror(-rc));
+				 "for connections: %s", d->where,
+				 strerror(-rc));
 			break;
 		}
 		if (pr <= 0)
@@ -722,8 +722,8 @@ static int tcp_join_once(struct rdv *d, unsigned char *b)
 		rc = sock_get(fd, b, &r, deadline);
 	if (!rc && r.kind == RDV_REFUSE) {
 		util_msg(d->msg, d->msg_len, "rendezvous %s: rank 0 refused "
-			  "rank %u: %.*s", d->where, d->rank,
-			  (int)r.payload_len, (const char *)r.payload);
+			 "rank %u: %.*s", d->where, d->rank,
+			 (int)r.payload_len, (const char *)r.payload);
 		close(fd);
 		return -EPROTO;
 	}
@@ -763,8 +763,8 @@ static int tcp_join(struct rdv *d, unsigned char *b)
 		wait = backoff(wait, RDV_RETRY_MAX_MS);
 	}
 	util_msg(d->msg, d->msg_len, "rendezvous %s: no answer from rank 0 "
-		  "within %u ms (%s): is rank 0 running, and is %s its "
-		  "address?", d->where, d->timeout_ms, d->seen, d->host);
+		 "within %u ms (%s): is rank 0 running, and is %s its "
+		 "address?", d->where, d->timeout_ms, d->seen, d->host);
 	return -ETIMEDOUT;
 }
 
@@ -773,8 +773,8 @@ static int tcp_join(struct rdv *d, unsigned char *b)
 static int bad_where(struct rdv *d, const char *why)
 {
 	util_msg(d->msg, d->msg_len, "rendezvous '%s': %s; give file:PATH "
-		  "(a file every rank sees) or tcp:HOST:PORT (rank 0's "
-		  "address and a free port)", d->where, why);
+		 "(a file every rank sees) or tcp:HOST:PORT (rank 0's "
+		 "address and a free port)", d->where, why);
 	return -EINVAL;
 }
 
@@ -842,20 +842,20 @@ int train_rendezvous(const char *where, const char *job, unsigned rank,
 	d.job_len = strlen(d.job);
 	if (d.job_len > RDV_JOB_MAX) {
 		util_msg(msg, msg_len, "rendezvous %s: the job string is %zu "
-			  "bytes, over the %d-byte limit", d.where, d.job_len,
-			  RDV_JOB_MAX);
+			 "bytes, over the %d-byte limit", d.where, d.job_len,
+			 RDV_JOB_MAX);
 		return -EINVAL;
 	}
 	if (len > RDV_BLOB_MAX || (len && !blob)) {
 		util_msg(msg, msg_len, "rendezvous %s: a blob of %zu bytes%s; "
-			  "at most %d", d.where, len, len && !blob ?
-			  " without its buffer" : "", RDV_BLOB_MAX);
+			 "at most %d", d.where, len, len && !blob ?
+			 " without its buffer" : "", RDV_BLOB_MAX);
 		return -EINVAL;
 	}
 	if (!world_size || world_size > RDV_WORLD_MAX || rank >= world_size) {
 		util_msg(msg, msg_len, "rendezvous %s: rank %u of a world of "
-			  "%u: give 0 <= rank < world size <= %u", d.where,
-			  rank, world_size, RDV_WORLD_MAX);
+			 "%u: give 0 <= rank < world size <= %u", d.where,
+			 rank, world_size, RDV_WORLD_MAX);
 		return -EINVAL;
 	}
 	if (world_size == 1)

@@ -104,21 +104,21 @@ int train_range_error(const char *path, const struct train_shard_info *info,
 {
 	if (info->vocab_size && token >= info->vocab_size) {
 		util_msg(msg, msg_len, "%s: token %u at index %llu is not "
-			  "below the shard's own vocabulary size %u: the "
-			  "shard is corrupt", path, token,
-			  (unsigned long long)idx, info->vocab_size);
+			 "below the shard's own vocabulary size %u: the "
+			 "shard is corrupt", path, token,
+			 (unsigned long long)idx, info->vocab_size);
 		return -EBADMSG;
 	}
 	if (model_vocab && token >= model_vocab) {
 		util_msg(msg, msg_len, "%s: token %u at index %llu is not "
-			  "below the model's vocabulary size %u (data "
-			  "tokenized for another model?)", path, token,
-			  (unsigned long long)idx, model_vocab);
+			 "below the model's vocabulary size %u (data "
+			 "tokenized for another model?)", path, token,
+			 (unsigned long long)idx, model_vocab);
 		return -ERANGE;
 	}
 	util_msg(msg, msg_len, "%s: token %u at index %llu does not fit "
-		  "in a 31-bit token id", path, token,
-		  (unsigned long long)idx);
+		 "in a 31-bit token id", path, token,
+		 (unsigned long long)idx);
 	return -ERANGE;
 }
 
@@ -133,27 +133,27 @@ static int parse_llmc(const unsigned char *hdr, size_t have,
 
 	if (have < TRAIN_LLMC_HEADER_BYTES) {
 		util_msg(msg, msg_len, "%s: truncated llm.c shard: %llu "
-			  "bytes, shorter than its %u-byte header", path,
-			  (unsigned long long)file_bytes,
-			  TRAIN_LLMC_HEADER_BYTES);
+			 "bytes, shorter than its %u-byte header", path,
+			 (unsigned long long)file_bytes,
+			 TRAIN_LLMC_HEADER_BYTES);
 		return -EBADMSG;
 	}
 	version = util_get32le(hdr + 4);
 	if (version != TRAIN_LLMC_VERSION) {
 		util_msg(msg, msg_len, "%s: llm.c shard version %u; fmtrain "
-			  "reads llm.c version %u (uint16 tokens) only", path,
-			  version, TRAIN_LLMC_VERSION);
+			 "reads llm.c version %u (uint16 tokens) only", path,
+			 version, TRAIN_LLMC_VERSION);
 		return -EPROTONOSUPPORT;
 	}
 	count = util_get32le(hdr + 8);
 	want = TRAIN_LLMC_HEADER_BYTES + 2ull * count;
 	if (file_bytes != want) {
 		util_msg(msg, msg_len, "%s: %s llm.c shard: %llu bytes, the "
-			  "header says %u + %u tokens x 2 bytes = %llu", path,
-			  file_bytes < want ? "truncated" : "oversized",
-			  (unsigned long long)file_bytes,
-			  TRAIN_LLMC_HEADER_BYTES, count,
-			  (unsigned long long)want);
+			 "header says %u + %u tokens x 2 bytes = %llu", path,
+			 file_bytes < want ? "truncated" : "oversized",
+			 (unsigned long long)file_bytes,
+			 TRAIN_LLMC_HEADER_BYTES, count,
+			 (unsigned long long)want);
 		return -EBADMSG;
 	}
 	memset(out, 0, sizeof(*out));
@@ -178,33 +178,33 @@ int train_shard_parse(const unsigned char *hdr, size_t have,
 				  msg_len);
 	if (have < 8 || memcmp(hdr + H_MAGIC, TRAIN_SHARD_MAGIC, 8)) {
 		util_msg(msg, msg_len, "%s: not a token shard (%s; expected "
-			  "magic %s or llm.c's %u)", path,
-			  have < 8 ? "shorter than a magic number"
+			 "magic %s or llm.c's %u)", path,
+			 have < 8 ? "shorter than a magic number"
 				   : "bad magic", TRAIN_SHARD_MAGIC,
-			  TRAIN_LLMC_MAGIC);
+			 TRAIN_LLMC_MAGIC);
 		return -EBADMSG;
 	}
 	if (have < TRAIN_SHARD_HEADER_BYTES) {
 		util_msg(msg, msg_len, "%s: truncated: %llu bytes, shorter "
-			  "than the %u-byte shard header", path,
-			  (unsigned long long)file_bytes,
-			  TRAIN_SHARD_HEADER_BYTES);
+			 "than the %u-byte shard header", path,
+			 (unsigned long long)file_bytes,
+			 TRAIN_SHARD_HEADER_BYTES);
 		return -EBADMSG;
 	}
 	stored = util_get32le(hdr + H_CRC);
 	crc = util_crc32c(0, hdr, H_CRC);
 	if (stored != crc) {
 		util_msg(msg, msg_len, "%s: header checksum mismatch (stored "
-			  "0x%08x, computed 0x%08x): the header is corrupt",
-			  path, stored, crc);
+			 "0x%08x, computed 0x%08x): the header is corrupt",
+			 path, stored, crc);
 		return -EBADMSG;
 	}
 	version = util_get32le(hdr + H_VERSION);
 	if (version != TRAIN_SHARD_VERSION) {
 		util_msg(msg, msg_len, "%s: token-shard format version %u; "
-			  "this fmtrain reads version %u only (written by a "
-			  "newer fmtrain: upgrade to read it)", path, version,
-			  TRAIN_SHARD_VERSION);
+			 "this fmtrain reads version %u only (written by a "
+			 "newer fmtrain: upgrade to read it)", path, version,
+			 TRAIN_SHARD_VERSION);
 		return -EPROTONOSUPPORT;
 	}
 	hdr_bytes = util_get32le(hdr + H_HDR_BYTES);
@@ -216,19 +216,19 @@ int train_shard_parse(const unsigned char *hdr, size_t have,
 	    (dt == TRAIN_U16 && vocab > 65536) ||
 	    util_get32le(hdr + H_FLAGS) != 0 || n > (UINT64_MAX >> 3)) {
 		util_msg(msg, msg_len, "%s: impossible header (header size "
-			  "%u, token size %u, vocabulary %u, %llu tokens): "
-			  "the shard is corrupt", path, hdr_bytes, dt, vocab,
-			  (unsigned long long)n);
+			 "%u, token size %u, vocabulary %u, %llu tokens): "
+			 "the shard is corrupt", path, hdr_bytes, dt, vocab,
+			 (unsigned long long)n);
 		return -EBADMSG;
 	}
 	want = TRAIN_SHARD_HEADER_BYTES + n * dt;
 	if (file_bytes != want) {
 		util_msg(msg, msg_len, "%s: %s: %llu bytes, the header says "
-			  "%u + %llu tokens x %u bytes = %llu", path,
-			  file_bytes < want ? "truncated" : "trailing bytes",
-			  (unsigned long long)file_bytes,
-			  TRAIN_SHARD_HEADER_BYTES, (unsigned long long)n, dt,
-			  (unsigned long long)want);
+			 "%u + %llu tokens x %u bytes = %llu", path,
+			 file_bytes < want ? "truncated" : "trailing bytes",
+			 (unsigned long long)file_bytes,
+			 TRAIN_SHARD_HEADER_BYTES, (unsigned long long)n, dt,
+			 (unsigned long long)want);
 		return -EBADMSG;
 	}
 	memset(out, 0, sizeof(*out));
@@ -266,7 +266,7 @@ int train_shard_info_fd(int fd, const char *path,
 	n = util_pread_all(fd, hdr, sizeof(hdr), 0);
 	if (n < 0) {
 		util_msg(msg, msg_len, "%s: reading the header: %s", path,
-			  strerror((int)-n));
+			 strerror((int)-n));
 		return -EIO;
 	}
 	return train_shard_parse(hdr, (size_t)n, (uint64_t)st.st_size, path,
@@ -319,18 +319,18 @@ int train_shard_check_fd(int fd, const char *path,
 			(*reads)++;
 		if (n < 0) {
 			util_msg(msg, msg_len, "%s: read error at offset %llu:"
-				  " %s", path, (unsigned long long)(
-				  info->data_offset + done), strerror((int)-n));
+				 " %s", path, (unsigned long long)(
+				 info->data_offset + done), strerror((int)-n));
 			return -EIO;
 		}
 		if (bytes_read)
 			*bytes_read += (uint64_t)n;
 		if ((size_t)n < len) {
 			util_msg(msg, msg_len, "%s: truncated: the file ended "
-				  "at %llu bytes, the header says %llu", path,
-				  (unsigned long long)(info->data_offset +
+				 "at %llu bytes, the header says %llu", path,
+				 (unsigned long long)(info->data_offset +
 						       done + (uint64_t)n),
-				  (unsigned long long)info->file_bytes);
+				 (unsigned long long)info->file_bytes);
 			return -EBADMSG;
 		}
 		if (info->has_crc)
@@ -344,8 +344,8 @@ int train_shard_check_fd(int fd, const char *path,
 	}
 	if (info->has_crc && crc != info->payload_crc) {
 		util_msg(msg, msg_len, "%s: payload checksum mismatch (header "
-			  "says 0x%08x, the tokens give 0x%08x): the shard is "
-			  "corrupt", path, info->payload_crc, crc);
+			 "says 0x%08x, the tokens give 0x%08x): the shard is "
+			 "corrupt", path, info->payload_crc, crc);
 		return -EBADMSG;
 	}
 	return 0;
@@ -422,7 +422,7 @@ int train_shard_read(const char *path, uint32_t model_vocab,
 		free(raw);
 		close(fd);
 		util_msg(msg, msg_len, "%s: no memory for %llu tokens", path,
-			  (unsigned long long)si.ntokens);
+			 (unsigned long long)si.ntokens);
 		return -ENOMEM;
 	}
 	/* Verified a moment ago; read again and check the CRC once more,
@@ -472,7 +472,7 @@ static int writer_flush(struct train_shard_writer *w, char *msg,
 	w->used = 0;
 	if (rc) {
 		util_msg(msg, msg_len, "%s: write: %s", w->tmp,
-			  strerror(-rc));
+			 strerror(-rc));
 		w->err = rc;
 	}
 	return rc;
@@ -489,10 +489,10 @@ int train_shard_writer_open(const char *path, enum train_dtype dtype,
 	if (!path || !*path || (dtype != TRAIN_U16 && dtype != TRAIN_U32) ||
 	    vocab_size == 0 || (dtype == TRAIN_U16 && vocab_size > 65536)) {
 		util_msg(msg, msg_len, "%s: a shard needs a token size of 2 "
-			  "or 4 bytes and a vocabulary of 1 to %s tokens "
-			  "(given %d bytes, %u tokens)", path ? path : "(null)",
-			  dtype == TRAIN_U16 ? "65536" : "2^32-1", (int)dtype,
-			  vocab_size);
+			 "or 4 bytes and a vocabulary of 1 to %s tokens "
+			 "(given %d bytes, %u tokens)", path ? path : "(null)",
+			 dtype == TRAIN_U16 ? "65536" : "2^32-1", (int)dtype,
+			 vocab_size);
 		return -EINVAL;
 	}
 	w = calloc(1, sizeof(*w));
@@ -528,15 +528,15 @@ int train_shard_writer_append(struct train_shard_writer *w,
 {
 	if (w->err) {
 		util_msg(msg, msg_len, "%s: the writer failed before; abort "
-			  "it", w->path);
+			 "it", w->path);
 		return w->err;
 	}
 	for (size_t i = 0; i < n; i++) {
 		if (tokens[i] >= w->vocab) {
 			util_msg(msg, msg_len, "%s: token %u (at index %llu) "
-				  "is not below the vocabulary size %u",
-				  w->path, tokens[i],
-				  (unsigned long long)w->n, w->vocab);
+				 "is not below the vocabulary size %u",
+				 w->path, tokens[i],
+				 (unsigned long long)w->n, w->vocab);
 			w->err = -ERANGE;
 			return -ERANGE;
 		}
@@ -599,7 +599,7 @@ int train_shard_writer_close(struct train_shard_writer *w, char *msg,
 
 	if (rc) {
 		util_msg(msg, msg_len, "%s: the writer failed before; nothing "
-			  "written", w->path);
+			 "written", w->path);
 		train_shard_writer_abort(w);
 		return rc;
 	}

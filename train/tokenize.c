@@ -78,7 +78,7 @@ static int out_put(struct tok_out *o, const uint32_t *t, size_t n,
 					     o->prefix, o->shards) >=
 			    sizeof(path)) {
 				util_msg(msg, msg_len, "%s: path too long",
-					  o->dir);
+					 o->dir);
 				return -ENAMETOOLONG;
 			}
 			rc = train_shard_writer_open(path, TRAIN_U16,
@@ -159,7 +159,7 @@ int train_tokenize_files(const char *const *inputs, size_t ninputs,
 	if (!out_dir || !prefix || (ninputs && !inputs) ||
 	    strchr(prefix, '/')) {
 		util_msg(msg, msg_len, "tokenize: an output directory and a "
-			  "prefix without '/' are needed");
+			 "prefix without '/' are needed");
 		return -EINVAL;
 	}
 	buf = malloc(READ_BYTES);
