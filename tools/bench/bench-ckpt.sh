@@ -18,8 +18,9 @@
 # Round by round, each method once, ratios taken within a round, medians
 # over rounds. A benchmark, not a test: it fails only when something does
 # not work. "In the bucket": a HEAD every 0.1 s until the object's size is
-# the file's. The gateway, mounts, polling and the summary's common part
-# are in lib.sh, shared with bench-write.sh.
+# the file's. The gateway, mounts, polling, clean-up and the summary's
+# common part are in lib.sh, which it sources (lib.sh sources vm.sh),
+# shared with the other bench-*.sh.
 #
 #   tools/bench/bench-ckpt.sh             (or: make bench)
 #
@@ -32,26 +33,23 @@
 #   BENCH_FMCKPT=PATH     the fmckpt to run (default tools/fmckpt; a
 #                         sanitizer build is replaced by an optimized copy)
 #
-# The gateway keeps objects in RAM (memstore, 4 GiB cap) and frees
+# The gateway keeps objects in RAM (memstore, 10 GiB cap) and frees
 # deleted ones only at garbage collection, so every method's objects are
 # deleted and `radosgw-admin gc process --include-all` run before the
 # next. Cost: ~3 GiB of RAM for the data and staging, ~1.5 GiB in the
-# gateway, 2 GiB on the local disk; ~2-4 minutes with 3 rounds on the
-# 2-core test machine. Everything goes away at the end, on failure and
-# on Ctrl-C. Mounting s3fs/rclone needs root and /dev/fuse.
+# gateway, 2 GiB on the local disk; ~2-4 minutes with 3 rounds on a
+# 2-core machine. Everything goes away at the end, on failure and on
+# Ctrl-C. Mounting s3fs/rclone needs root and /dev/fuse.
 #
 # Exit status: 0 when the benchmark ran (goals met or not), 1 when the
 # set-up or a measurement failed, 2 on a usage error.
 
 set -euo pipefail
-export LC_ALL=C
 
 PROG=bench-ckpt.sh
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
-FMCKPT=${BENCH_FMCKPT:-$ROOT/tools/fmckpt}
 # shellcheck source=tools/bench/lib.sh
-source "$HERE/lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+FMCKPT=${BENCH_FMCKPT:-$ROOT/tools/fmckpt}
 
 bench_args "$@"
 [ -x "$FMCKPT" ] || die "$FMCKPT missing: run ./configure && make"
@@ -60,18 +58,10 @@ bench_init ckpt
 
 # A sanitizer build spends CPU per byte that a release build does not;
 # measure an optimized copy of the same sources instead.
-if [ -z "${BENCH_FMCKPT:-}" ] &&
-   grep -qa -e __asan_init -e __ubsan_handle "$FMCKPT"; then
+if [ -z "${BENCH_FMCKPT:-}" ] && sanitized "$FMCKPT"; then
 	msg "tools/fmckpt is a sanitizer build; building an optimized copy"
-	vars=$(make -s -C "$ROOT" -pnq config.mak 2>/dev/null)
-	srcs="$(sed -n 's/^CKPT_SRCS = //p' <<<"$vars") $(sed -n 's/^OBJSTORE_SRCS = //p' <<<"$vars")"
-	[ -n "${srcs// /}" ] || die "could not read the sources from the Makefile"
-	# shellcheck disable=SC2046,SC2086 # lists of words
-	(cd "$ROOT" && ${CC:-cc} -std=gnu11 -O2 -g -pthread -D_GNU_SOURCE \
-		-I. -Iobjstore $(pkg-config --cflags libcurl 2>/dev/null) \
-		-o "$TMP/fmckpt" tools/fmckpt.c $srcs cache/crc32c.c \
-		-luring -lcurl -lcrypto -lexpat -lm) ||
-		die "could not build an optimized fmckpt"
+	build_optimized fmckpt tools/fmckpt.c "CKPT_SRCS OBJSTORE_SRCS" \
+		cache/crc32c.c "-luring -lcurl -lcrypto -lexpat -lm"
 	FMCKPT=$TMP/fmckpt
 fi
 
@@ -102,9 +92,7 @@ EOF
 	# aws s3 cp of the same bytes, from the page cache.
 	measure_aws
 
-	for s in "${RUN_SYSTEMS[@]}"; do
-		measure_peer "$s" "$s-$ROUND.bin"
-	done
+	measure_peers
 done
 
 summarize "$RESULTS" "$BYTES" "${BENCH_JSON:-}" "${RUN_SYSTEMS[*]:-}" <<'EOF'

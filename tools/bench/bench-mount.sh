@@ -82,35 +82,43 @@
 #
 # Cost: ~0.6 GiB of local files plus one system's cache (<= 0.55 GiB) at
 # a time, ~1.5 GB of RAM in the gateway; with 3 rounds and all four
-# systems about 6.5 minutes on the 2-core test machine (fio alone is 3 min
-# of it). Needs root (drop_caches, FUSE). In a VM with free page
-# reporting it turns reporting off for the run (tools/bench/vm.sh; put
-# back at exit; BENCH_PAGE_REPORTING=keep to leave it on).
+# systems about 6.5 minutes on a 2-core machine (fio alone is 3 min of
+# it). Needs root (drop_caches, FUSE). In a VM with free page reporting
+# it turns reporting off for the run (tools/bench/vm.sh; put back at
+# exit; BENCH_PAGE_REPORTING=keep to leave it on).
 # Everything - mounts, daemons, gateway, files - goes away at the end, on
 # failure and on Ctrl-C.
+#
+# It sources lib.sh (which sources vm.sh), shared with the other
+# bench-*.sh: the gateway and its configs, presigned URLs and the curl
+# batch, the mounts of fmfs and the peers, steady memory in a VM and the
+# clean-up are there; the measurements and the summary are here, and
+# plot-mount.py draws the PNG.
 #
 # Exit status: 0 when the benchmark ran (goals met or not, fmfs there or
 # not), 1 when the set-up or a measurement failed, 2 on a usage error.
 
-# Functions are called through traps and "mount_$s"-style names, and
+# Functions are called through traps and "avail_$s"-style names, and
 # "A && record || fail" is meant: record cannot fail.
 # shellcheck disable=SC2317,SC2015
 
 set -euo pipefail
-export LC_ALL=C
 
 PROG=bench-mount.sh
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
-RGW_SH=$ROOT/tests/lib/rgw.sh
-FMFS=${BENCH_FMFS:-$ROOT/tools/fmfs}
+# The gateway's default memstore cap, 4 GiB: the data here is 0.6 GiB
+# and nothing is deleted (lib.sh's 10 GiB is for the others' 1 GiB
+# objects).
+export RGW_MEMSTORE_BYTES=${RGW_MEMSTORE_BYTES:-4294967296}
+# shellcheck source=tools/bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-ROUNDS=${BENCH_ROUNDS:-3}
 SYSTEMS=${BENCH_SYSTEMS:-fmfs s3fs rclone}
+SIZE=                # no BENCH_SIZE here
+USAGE="[BENCH_ROUNDS=N] [BENCH_JSON=PATH] [BENCH_PNG=PATH]"
+NEED_HINT="Debian: apt-get install -y fio fuse3 curl"
 FIO_RUNTIME=${BENCH_FIO_RUNTIME:-15}
 OP_TIMEOUT=${BENCH_OP_TIMEOUT:-300}
-MOUNT_TIMEOUT=30     # seconds for a mount to go live
-EXIT_TIMEOUT=30      # seconds for a daemon to exit after its unmount
+FMFS=${BENCH_FMFS:-$ROOT/tools/fmfs}
 FMFS_OPTS=${BENCH_FMFS_OPTS:-}
 S3FS_OPTS=${BENCH_S3FS_OPTS--o kernel_cache -o parallel_count=8 -o multipart_size=32}
 RCLONE_OPTS=${BENCH_RCLONE_OPTS:-}
@@ -123,180 +131,40 @@ SMALL_BYTES=4096
 SMALL_PAR=8          # cat processes over small/
 FIO_JOBS=4
 
-msg() { echo "$PROG: $*" >&2; }
-die() { msg "$*"; exit 1; }
-usage() {
-	echo "usage: [BENCH_ROUNDS=N] [BENCH_JSON=PATH] [BENCH_PNG=PATH] $PROG" >&2
-	exit 2
-}
-
-[ $# -eq 0 ] || usage
-for v in ROUNDS FIO_RUNTIME OP_TIMEOUT; do
-	case ${!v} in
-	'' | *[!0-9]* | 0) msg "BENCH_$v must be a positive integer"; exit 2 ;;
-	esac
-done
+bench_positive FIO_RUNTIME OP_TIMEOUT
 for s in $SYSTEMS; do
 	case $s in
 	fmfs | s3fs | rclone) ;;
 	*) msg "BENCH_SYSTEMS: unknown system '$s' (fmfs s3fs rclone)"; exit 2 ;;
 	esac
 done
-
+bench_args "$@"
 [ "$(id -u)" = 0 ] || die "needs root (drop_caches, FUSE mounts)"
 [ -w /proc/sys/vm/drop_caches ] || die "cannot write /proc/sys/vm/drop_caches"
-for tool in aws curl python3 fio dd timeout mountpoint fusermount3 \
-	    radosgw ceph-mon ceph-osd; do
-	command -v "$tool" >/dev/null ||
-		die "needs $tool on PATH (Debian: apt-get install -y fio fuse3 curl)"
-done
+bench_need curl fio dd timeout mountpoint fusermount3
 curl --help all 2>/dev/null | grep -q -- --aws-sigv4 ||
 	die "curl has no --aws-sigv4 (needs curl >= 7.75)"
 
 # ---------------------------------------------------------------------
-# Temporary directory, mounts, daemons, gateway, and cleaning up after
-# all of them.
+# Temporary directory (lib.sh cleans up after it on exit: mounts,
+# daemons, gateway, files) and steady memory in a VM (vm.sh).
 
-TMP=
-CLEANED=0
-
-# Pids of processes whose argv holds STRING: the daemons behind a mount
-# point (fmfs daemonizes, so its pid is found this way), or anything left
-# that names our temporary directory. Never this shell.
-pids_naming() {
-	local f p
-	# shellcheck disable=SC2013 # file names, one a line, no spaces
-	for f in $(grep -alsF -- "$1" /proc/[0-9]*/cmdline 2>/dev/null); do
-		p=${f#/proc/}
-		p=${p%/cmdline}
-		[ "$p" != $$ ] && [ "$p" != "$BASHPID" ] || continue
-		# grep itself named STRING and has exited; check again.
-		grep -aqsF -- "$1" "/proc/$p/cmdline" 2>/dev/null && echo "$p"
-	done
-	return 0
-}
-
-# Wait up to SECS for the processes PIDS... to exit; then TERM, then KILL.
-reap() {
-	local secs=$1 p i alive
-	shift
-	for ((i = 0; i < secs * 10; i++)); do
-		alive=
-		for p in "$@"; do
-			kill -0 "$p" 2>/dev/null && alive="$alive $p"
-		done
-		[ -n "$alive" ] || return 0
-		sleep 0.1
-	done
-	msg "pids$alive still running ${secs}s after the unmount or stop; killing them"
-	# shellcheck disable=SC2086 # one pid a word
-	kill -TERM $alive 2>/dev/null || true
-	sleep 1
-	# shellcheck disable=SC2086
-	kill -KILL $alive 2>/dev/null || true
-	return 0
-}
-
-# Whether anything is mounted on MNT. Not `mountpoint -q`: a FUSE mount
-# whose daemon died fails stat ("Transport endpoint is not connected")
-# and looks unmounted to it, yet still needs unmounting.
-is_mounted() { grep -qF " $1 " /proc/self/mounts; }
-
-# Unmount MNT, gently first. Returns 0 once nothing is mounted there.
-fuse_unmount() {
-	is_mounted "$1" || return 0
-	fusermount3 -u "$1" 2>/dev/null ||
-		timeout 30 umount "$1" 2>/dev/null ||
-		umount -l "$1" 2>/dev/null || true
-	! is_mounted "$1"
-}
-
-cleanup() {
-	local rc=$? m pids
-	[ "$CLEANED" = 1 ] && return
-	CLEANED=1
-	trap '' INT TERM
-	vm_memory_restore
-	if [ -n "$TMP" ] && [ -d "$TMP" ]; then
-		for m in "$TMP"/mnt/*; do
-			[ -d "$m" ] || continue
-			case ${m##*/} in
-			fmfs) [ -x "$FMFS" ] && mountpoint -q "$m" 2>/dev/null &&
-				timeout 30 "$FMFS" umount "$m" >/dev/null 2>&1 ;;
-			esac
-			fuse_unmount "$m" || msg "could not unmount $m"
-		done
-		# Our daemons and any batch we were interrupted in.
-		pids=$(jobs -pr)
-		# shellcheck disable=SC2086 # one pid a word
-		[ -z "$pids" ] || reap 10 $pids
-		if [ -d "$TMP/rgw" ] &&
-		   ! "$RGW_SH" stop "$TMP/rgw" >/dev/null 2>&1; then
-			msg "could not stop the gateway in $TMP/rgw"
-		fi
-		# Anything else still naming our directory (an fmfs daemon that
-		# outlived its unmount, a gateway daemon stop missed).
-		pids=$(pids_naming "$TMP/")
-		# shellcheck disable=SC2086
-		[ -z "$pids" ] || reap 5 $pids
-		if grep -qF " $TMP/" /proc/self/mounts; then
-			msg "something is still mounted under $TMP; leaving it"
-		else
-			rm -rf "$TMP"
-		fi
-	fi
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'msg interrupted; exit 130' INT
-trap 'msg terminated; exit 143' TERM
-
-TMP=$(mktemp -d "${BENCH_TMPDIR:-/tmp}/fmfs-bench-mount.XXXXXX")
+bench_init mount
 DATA=$TMP/data          # the local copy, laid out as the bucket is
 LOG=$TMP/log
-mkdir -p "$DATA/shards" "$DATA/ls10k" "$DATA/small" "$LOG" "$TMP/mnt" \
-	"$TMP/cache"
-RESULTS=$TMP/results.tsv     # ROUND SYSTEM MEASURE VALUE PAIR
+mkdir -p "$DATA/shards" "$DATA/ls10k" "$DATA/small"
+# RESULTS: ROUND SYSTEM MEASURE VALUE [PAIR]
 FAILS=$TMP/failures.tsv      # ROUND SYSTEM MEASURE REASON
 UNAVAIL=$TMP/unavailable.tsv # SYSTEM REASON
 INFO=$TMP/info.tsv           # KEY VALUE (notes for the report)
-: >"$RESULTS"; : >"$FAILS"; : >"$UNAVAIL"; : >"$INFO"
+: >"$FAILS"; : >"$UNAVAIL"; : >"$INFO"
 ROUND=0
-# shellcheck source=tools/bench/vm.sh
-source "$HERE/vm.sh"
-vm_memory_hold
 
 # ---------------------------------------------------------------------
 # Gateway and data.
 
 T_START=$EPOCHREALTIME
-elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.6f", b - a }'; }
-
-msg "starting the gateway"
-"$RGW_SH" start "$TMP/rgw" >/dev/null 2>"$LOG/rgw.err" || {
-	cat "$LOG/rgw.err" >&2
-	die "could not start the gateway"
-}
-# shellcheck disable=SC1091
-source "$TMP/rgw/env"
-BUCKET=$RGW_BUCKET
-
-# The aws CLI's defaults written out, so that a ~/.aws on the machine
-# cannot change what we compare against; keys come from the environment.
-export AWS_CONFIG_FILE=$TMP/aws-config
-export AWS_SHARED_CREDENTIALS_FILE=$TMP/aws-credentials
-unset AWS_PROFILE AWS_DEFAULT_PROFILE AWS_ENDPOINT_URL
-cat >"$AWS_CONFIG_FILE" <<EOF
-[default]
-region = $AWS_REGION
-s3 =
-    max_concurrent_requests = 10
-    multipart_threshold = 8MB
-    multipart_chunksize = 8MB
-    addressing_style = path
-EOF
-: >"$AWS_SHARED_CREDENTIALS_FILE"
-awsx() { aws --endpoint-url "$RGW_ENDPOINT" "$@"; }
+bench_gateway
 
 msg "writing the data: $NSHARD x $SHARD_MIB MiB, $NLIST x 1 B," \
 	"$NSMALL x $SMALL_BYTES B"
@@ -342,52 +210,22 @@ echo "upload_seconds shards $(elapsed "$t0" "$t1") ls10k $(elapsed "$t1" "$t2") 
 n=$(awsx s3 ls "s3://$BUCKET/small/" | wc -l)
 [ "$n" = "$NSMALL" ] || die "small/ holds $n objects after the upload, not $NSMALL"
 
-# Presigned URLs for the curl reference, made before any clock runs.
-pids=()
+# Presigned URLs for the curl reference (TMP/url1..8), made before any
+# clock runs.
+keys=()
 for i in $(seq 1 "$NSHARD"); do
-	awsx s3 presign --expires-in 604800 "s3://$BUCKET/shards/shard$i" \
-		>"$TMP/url$i" &
-	pids+=($!)
+	keys+=("shards/shard$i")
 done
-for i in "${!pids[@]}"; do
-	wait "${pids[$i]}" && [ -s "$TMP/url$((i + 1))" ] ||
-		die "aws s3 presign failed for shard$((i + 1))"
-done
+presign "${keys[@]}"
 
 # ---------------------------------------------------------------------
 # The systems. Each has avail_X (prints why not and fails when it cannot
-# run), cmd_X (the command line, for the report), mount_X MNT CACHE
-# (returns once the mount is live) and unmount_X MNT (returns once the
-# daemon is gone); prefetch_X DIR where it has a prefetch. Adding a
-# system is adding these and its name to BENCH_SYSTEMS's list above.
-
-declare -A DAEMON_PID   # mount point -> pid of a daemon we run
-
-wait_mounted() { # MNT [PID]: 0 once MNT is a mount point
-	local i
-	for ((i = 0; i < MOUNT_TIMEOUT * 10; i++)); do
-		mountpoint -q "$1" && return 0
-		if [ -n "${2:-}" ] && ! kill -0 "$2" 2>/dev/null; then
-			WHY="the daemon exited before the mount went live"
-			return 1
-		fi
-		sleep 0.1
-	done
-	WHY="not mounted after ${MOUNT_TIMEOUT}s"
-	return 1
-}
-
-# Unmount a mount whose daemon is our child (pid in DAEMON_PID).
-unmount_child() { # MNT
-	local pid=${DAEMON_PID[$1]:-}
-	fuse_unmount "$1" || { WHY="could not unmount $1"; return 1; }
-	if [ -n "$pid" ]; then
-		reap "$EXIT_TIMEOUT" "$pid"
-		wait "$pid" 2>/dev/null || true
-		unset "DAEMON_PID[$1]"
-	fi
-	return 0
-}
+# run; lib.sh's avail_peer for s3fs and rclone) and cmd_X (the command
+# line, for the report); mount_one SYS MNT CACHE returns once the mount
+# is live and unmount_one SYS MNT once the daemon is gone (lib.sh's
+# mount_fmfs and mount_sys, and their unmounts); prefetch_X DIR where it
+# has a prefetch. Adding a system is adding these and its name to
+# BENCH_SYSTEMS's list above.
 
 # fmfs
 avail_fmfs() {
@@ -400,25 +238,17 @@ cmd_fmfs() {
 		"warm read after fmfs umount + mount on the same cache dir;" \
 		"prefetch: fmfs prefetch MNT MNT/small --wait"
 }
-mount_fmfs() {
-	# shellcheck disable=SC2086 # options are words
-	timeout $(( 2 * MOUNT_TIMEOUT )) "$FMFS" mount "s3://$BUCKET" "$1" \
-		--cache-dir "$2" --endpoint "$RGW_ENDPOINT" $FMFS_OPTS \
-		>>"$LOG/fmfs.log" 2>&1 ||
-		{ WHY="fmfs mount failed: $(tail -n 3 "$LOG/fmfs.log" | tr '\n' ' ')"; return 1; }
-	wait_mounted "$1"
-}
-unmount_fmfs() {
+# fmfs daemonizes: its daemon is found by name before `fmfs umount` and
+# waited for after it; if the umount fails, fusermount3 unmounts.
+unmount_fmfs() { # MNT
 	local pids
 	pids=$(pids_naming "$1")
-	if ! timeout 60 "$FMFS" umount "$1" >>"$LOG/fmfs.log" 2>&1 ||
-	   is_mounted "$1"; then
-		msg "fmfs umount $1 failed; unmounting with fusermount3"
-		fuse_unmount "$1" || { WHY="could not unmount $1"; return 1; }
+	if ! umount_fmfs "$1" 60; then
+		msg "$WHY; unmounting with fusermount3"
+		fuse_unmount "$1" || return 1
 	fi
 	# shellcheck disable=SC2086 # one pid a word
 	[ -z "$pids" ] || reap "$EXIT_TIMEOUT" $pids
-	! is_mounted "$1" || { WHY="$1 still mounted after fmfs umount"; return 1; }
 }
 prefetch_fmfs() { # MNT DIR (DIR relative to the mount's root)
 	timeout "$OP_TIMEOUT" "$FMFS" prefetch "$1" "$1/$2" --wait \
@@ -428,71 +258,43 @@ prefetch_fmfs() { # MNT DIR (DIR relative to the mount's root)
 }
 
 # s3fs
-avail_s3fs() {
-	command -v s3fs >/dev/null ||
-		{ echo "not installed (apt-get install -y s3fs)"; return 1; }
-}
 cmd_s3fs() {
 	echo "s3fs $BUCKET MNT -f -o url=$RGW_ENDPOINT -o use_path_request_style" \
 		"-o passwd_file=F -o use_cache=DIR $S3FS_OPTS" \
 		"($(s3fs --version 2>/dev/null | head -n 1 | sed 's/.*File System //; s/ (.*//'))"
 }
-mount_s3fs() {
-	# shellcheck disable=SC2086 # options are words
-	s3fs "$BUCKET" "$1" -f -o url="$RGW_ENDPOINT" -o use_path_request_style \
-		-o passwd_file="$TMP/s3fs.passwd" -o use_cache="$2" $S3FS_OPTS \
-		>>"$LOG/s3fs.log" 2>&1 &
-	DAEMON_PID[$1]=$!
-	wait_mounted "$1" "$!"
-}
-unmount_s3fs() { unmount_child "$1"; }
 
 # rclone
-avail_rclone() {
-	command -v rclone >/dev/null ||
-		{ echo "not installed (apt-get install -y rclone)"; return 1; }
-}
 cmd_rclone() {
 	echo "rclone --config F mount bench:$BUCKET MNT --vfs-cache-mode full" \
 		"--cache-dir DIR${RCLONE_OPTS:+ $RCLONE_OPTS} (AWS_CA_BUNDLE unset;" \
 		"remote: type s3, provider Ceph, force_path_style;" \
 		"$(rclone version 2>/dev/null | head -n 1))"
 }
-mount_rclone() {
-	# shellcheck disable=SC2086 # options are words
-	env -u AWS_CA_BUNDLE rclone --config "$TMP/rclone.conf" mount \
-		"bench:$BUCKET" "$1" --vfs-cache-mode full --cache-dir "$2" \
-		$RCLONE_OPTS >>"$LOG/rclone.log" 2>&1 &
-	DAEMON_PID[$1]=$!
-	wait_mounted "$1" "$!"
-}
-unmount_rclone() { unmount_child "$1"; }
 
-printf '%s:%s\n' "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY" >"$TMP/s3fs.passwd"
-chmod 600 "$TMP/s3fs.passwd"
-cat >"$TMP/rclone.conf" <<EOF
-[bench]
-type = s3
-provider = Ceph
-endpoint = $RGW_ENDPOINT
-force_path_style = true
-access_key_id = $AWS_ACCESS_KEY_ID
-secret_access_key = $AWS_SECRET_ACCESS_KEY
-region = $AWS_REGION
-EOF
-chmod 600 "$TMP/rclone.conf"
-
-RUN_SYSTEMS=()
-for s in $SYSTEMS; do
-	if why=$("avail_$s"); then
-		RUN_SYSTEMS+=("$s")
-		echo "cmd $s $("cmd_$s")" >>"$INFO"
+mount_one() { # SYS MNT CACHE
+	if [ "$1" = fmfs ]; then
+		mount_fmfs "$2" "$3"
 	else
-		msg "$s: $why"
-		printf '%s\t%s\n' "$s" "$why" >>"$UNAVAIL"
+		mount_sys "$@"
 	fi
+}
+unmount_one() { # SYS MNT
+	if [ "$1" = fmfs ]; then
+		unmount_fmfs "$2"
+	else
+		unmount_sys "$2"
+	fi
+}
+
+bench_systems
+for s in "${RUN_SYSTEMS[@]}"; do
+	echo "cmd $s $("cmd_$s")" >>"$INFO"
 done
-if [ -x "$FMFS" ] && grep -qa -e __asan_init -e __tsan_init -e __ubsan_handle "$FMFS"; then
+if [ ${#SKIPPED[@]} -gt 0 ]; then
+	printf '%s\n' "${SKIPPED[@]}" >"$UNAVAIL"
+fi
+if [ -x "$FMFS" ] && sanitized "$FMFS"; then
 	msg "warning: $FMFS is a sanitizer build; its figures are not what fmfs ships"
 	echo "warning fmfs is a sanitizer build (./configure --enable-sanitizers): its figures are several times slower than a release build" >>"$INFO"
 fi
@@ -500,14 +302,11 @@ fi
 # ---------------------------------------------------------------------
 # Measurements. Each sets RES (the figure) and returns 0, or sets WHY and
 # returns 1. Clocks are EPOCHREALTIME around the whole batch, process
-# start-up included.
+# start-up included. record SYS MEASURE VALUE [PAIR] is lib.sh's.
 
 RES=
-WHY=
 SHARDS_BYTES=$(( NSHARD * SHARD_MIB * 1048576 ))
 
-drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
-record() { echo "$ROUND $1 $2 $3 ${4:--}" >>"$RESULTS"; }   # SYS MEAS VALUE [PAIR]
 fail() { # SYS MEASURE REASON
 	printf '%s\t%s\t%s\t%s\n' "$ROUND" "$1" "$2" "$3" >>"$FAILS"
 	msg "FAILED: round $ROUND $1 $2: $3"
@@ -542,27 +341,11 @@ read_shards() { # DIR
 
 # The reference: 8 curl GETs of presigned URLs at once; RES = MiB/s.
 curl_shards() {
-	local t0 t1 i n got=0 pids=() bad=
-	t0=$EPOCHREALTIME
-	for i in $(seq 1 "$NSHARD"); do
-		curl -sSf -o /dev/null -w '%{size_download}\n' --max-time "$OP_TIMEOUT" \
-			"$(cat "$TMP/url$i")" >"$TMP/curl$i.out" 2>"$TMP/curl$i.err" &
-		pids+=($!)
-	done
-	for i in "${!pids[@]}"; do
-		wait "${pids[$i]}" || bad="$bad shard$((i + 1))"
-	done
-	t1=$EPOCHREALTIME
-	[ -z "$bad" ] ||
-		{ WHY="curl GET failed for$bad: $(cat "$TMP"/curl*.err | head -n 1)"; return 1; }
-	for i in $(seq 1 "$NSHARD"); do
-		n=$(cat "$TMP/curl$i.out")
-		got=$(( got + n ))
-	done
-	[ "$got" = "$SHARDS_BYTES" ] ||
-		{ WHY="curl read $got bytes, expected $SHARDS_BYTES"; return 1; }
-	RES=$(awk -v b="$got" -v a="$t0" -v c="$t1" \
-		'BEGIN { printf "%.1f", b / 1048576 / (c - a) }')
+	curl_batch "$NSHARD" --max-time "$OP_TIMEOUT" || return 1
+	[ "$GOT" = "$SHARDS_BYTES" ] ||
+		{ WHY="curl read $GOT bytes, expected $SHARDS_BYTES"; return 1; }
+	RES=$(awk -v b="$GOT" -v s="$SECS" \
+		'BEGIN { printf "%.1f", b / 1048576 / s }')
 }
 
 # fio random 8 KiB reads, job N on DIR/shardN; RES = IOPS (all jobs).
@@ -672,7 +455,7 @@ give_up() { # SYS MEASURE MNT [MOUNTED]: MOUNTED (default SYS) owns MNT
 		tail -n 5 "$f" | sed 's/^/    /' >&2
 	done
 	if is_mounted "$3"; then
-		"unmount_$owner" "$3" || fuse_unmount "$3" || true
+		unmount_one "$owner" "$3" || fuse_unmount "$3" || true
 	fi
 	return 1
 }
@@ -684,7 +467,7 @@ bench_mounted() { # SYS
 
 	# Cold: the gateway reference, then a fresh mount on an empty cache.
 	curl_shards && record curl cold "$RES" "$s" || { fail curl cold "$WHY"; return 1; }
-	"mount_$s" "$m" "$c" || give_up "$s" mount "$m" || return 1
+	mount_one "$s" "$m" "$c" || give_up "$s" mount "$m" || return 1
 	[ "$ROUND" != 1 ] || echo "readahead_kb $s $(read_ahead_kb "$m")" >>"$INFO"
 	drop_caches
 	read_shards "$m/shards" && record "$s" cold "$RES" ||
@@ -693,8 +476,8 @@ bench_mounted() { # SYS
 
 	# Warm: unmount, mount on the same cache dir, page cache dropped;
 	# the local disk read next to it.
-	"unmount_$s" "$m" || give_up "$s" unmount "$m" || return 1
-	"mount_$s" "$m" "$c" || give_up "$s" remount "$m" || return 1
+	unmount_one "$s" "$m" || give_up "$s" unmount "$m" || return 1
+	mount_one "$s" "$m" "$c" || give_up "$s" remount "$m" || return 1
 	drop_caches
 	read_shards "$DATA/shards" && record local warm "$RES" "$s" ||
 		give_up local warm "$m" "$s" || return 1
@@ -716,11 +499,11 @@ bench_mounted() { # SYS
 	fio_shards "$m/shards" && record "$s" randread "$RES" ||
 		give_up "$s" randread "$m" || return 1
 	line="$line, randread $RES IOPS"
-	"unmount_$s" "$m" || give_up "$s" unmount "$m" || return 1
+	unmount_one "$s" "$m" || give_up "$s" unmount "$m" || return 1
 	rm -rf "$c"; mkdir -p "$c"
 
 	# Listing and small files: a fresh mount on an empty cache again.
-	"mount_$s" "$m" "$c" || give_up "$s" mount "$m" || return 1
+	mount_one "$s" "$m" "$c" || give_up "$s" mount "$m" || return 1
 	drop_caches
 	list_dir "$m/ls10k" && record "$s" ls "$RES" ||
 		give_up "$s" ls "$m" || return 1
@@ -738,7 +521,7 @@ bench_mounted() { # SYS
 		timeout 30 "$FMFS" status "$m" --json >"$LOG/fmfs-status-r$ROUND.json" \
 			2>>"$LOG/fmfs.log" || true
 	fi
-	"unmount_$s" "$m" || give_up "$s" unmount "$m" || return 1
+	unmount_one "$s" "$m" || give_up "$s" unmount "$m" || return 1
 	rm -rf "$c"
 	msg "round $ROUND $s: $line"
 }
@@ -779,9 +562,9 @@ systems = systems.split()
 
 rows = []
 for line in open(res_path):
-    rnd, sysname, meas, value, pair = line.split()
+    rnd, sysname, meas, value, *pair = line.split()
     rows.append({"round": int(rnd), "system": sysname, "measure": meas,
-                 "value": float(value), "next_to": None if pair == "-" else pair})
+                 "value": float(value), "next_to": pair[0] if pair else None})
 fails = []
 for line in open(fail_path):
     rnd, sysname, meas, why = line.rstrip("\n").split("\t", 3)

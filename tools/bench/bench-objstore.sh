@@ -7,7 +7,10 @@
 # parallel 64 MiB multipart PUTs through objstore against the aws CLI.
 # The goal is objstore at least as fast as each (ratio >= 1.0). This is a
 # benchmark, not a test: it prints figures and whether the goal is met,
-# and fails only when something does not work.
+# and fails only when something does not work. The gateway, the aws
+# CLI's config, presigned URLs, the curl batch and clean-up are in
+# lib.sh, which it sources (lib.sh sources vm.sh, whose memory hold
+# this benchmark does not use), shared with the other bench-*.sh.
 #
 #   tools/bench/bench-objstore.sh          (or: make bench)
 #
@@ -46,9 +49,9 @@
 #
 # Cost: ~0.8 GiB on the local disk at most (8 x 64 MiB source files and
 # the gateway's small files), ~1.5-3 GB of RAM in the gateway; with the
-# default 5 rounds 45-80 s on the 2-core test machine (the more others
-# load it, the longer; BENCH_ROUNDS=20 took 3 min there). All of
-# it, gateway included, goes away at the end, on failure and on Ctrl-C.
+# default 5 rounds 45-80 s on a 2-core machine (the more others load it,
+# the longer; BENCH_ROUNDS=20 took 3 min there). All of it, gateway
+# included, goes away at the end, on failure and on Ctrl-C.
 #
 # Exit status: 0 when the benchmark ran (goal met or not), 1 when a
 # transfer or the set-up failed, 2 on a usage error.
@@ -56,27 +59,21 @@
 set -euo pipefail
 
 PROG=bench-objstore.sh
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
-OBJBENCH=$ROOT/tools/bench/objbench
-RGW_SH=$ROOT/tests/lib/rgw.sh
-
+# The gateway's default memstore cap, 4 GiB (lib.sh's 10 GiB is for the
+# others' 1 GiB objects): garbage collection runs every round here.
+export RGW_MEMSTORE_BYTES=${RGW_MEMSTORE_BYTES:-4294967296}
+# shellcheck source=tools/bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+OBJBENCH=$HERE/objbench
 ROUNDS=${BENCH_ROUNDS:-5}
+SIZE=                 # no BENCH_SIZE here
+USAGE="[BENCH_ROUNDS=N] [BENCH_JSON=PATH]"
 NGET=8            # objects read in parallel
 NPUT=4            # files written in parallel
 SIZE_MIB=64       # size of each object
 
-msg() { echo "$PROG: $*" >&2; }
-die() { msg "$*"; exit 1; }
-
-case $ROUNDS in
-'' | *[!0-9]* | 0) msg "BENCH_ROUNDS must be a positive integer"; exit 2 ;;
-esac
-[ $# -eq 0 ] || { echo "usage: [BENCH_ROUNDS=N] [BENCH_JSON=PATH] $PROG" >&2; exit 2; }
-
-for tool in aws curl python3 radosgw ceph-mon ceph-osd; do
-	command -v "$tool" >/dev/null || die "needs $tool on PATH"
-done
+bench_args "$@"
+bench_need curl
 if [ "${BENCH_DROP_CACHES:-0}" = 1 ] && ! [ -w /proc/sys/vm/drop_caches ]; then
 	die "BENCH_DROP_CACHES=1 needs root (/proc/sys/vm/drop_caches)"
 fi
@@ -91,88 +88,32 @@ elif ! [ -x "$OBJBENCH" ]; then
 fi
 
 # ---------------------------------------------------------------------
-# Temporary directory, gateway, and cleaning up after both.
+# Temporary directory (lib.sh cleans up after it and the gateway). No
+# memory hold in a VM: this benchmark never did one.
 
-TMP=
-CLEANED=0
-cleanup() {
-	local rc=$?
-	[ "$CLEANED" = 1 ] && return
-	CLEANED=1
-	trap '' INT TERM
-	# Our own background transfers, if we were interrupted amid a batch.
-	local pids
-	pids=$(jobs -pr)
-	# shellcheck disable=SC2086 # one pid a word
-	[ -z "$pids" ] || kill $pids 2>/dev/null || true
-	wait 2>/dev/null || true
-	if [ -n "$TMP" ] && [ -d "$TMP" ]; then
-		if [ -d "$TMP/rgw" ] &&
-		   ! "$RGW_SH" stop "$TMP/rgw" >/dev/null 2>&1; then
-			msg "could not stop the gateway in $TMP/rgw"
-		fi
-		rm -rf "$TMP"
-	fi
-	exit $rc
-}
-trap cleanup EXIT
-trap 'msg interrupted; exit 130' INT
-trap 'msg terminated; exit 143' TERM
-
-TMP=$(mktemp -d "${BENCH_TMPDIR:-/tmp}/fmfs-bench.XXXXXX")
+bench_init objstore no-vm
 DATA=$TMP/data
-mkdir -p "$DATA" "$TMP/log"
+mkdir -p "$DATA"
 
 # A sanitizer build (./configure with sanitizers on) is not what fmfs
-# ships and spends extra CPU per byte on this 2-core machine, which the
+# ships and spends extra CPU per byte, which on a 2-core machine the
 # gateway needs too; measure an optimized copy of the same sources
 # instead, built here, outside the tree.
 OBJBENCH_NOTE="$OBJBENCH"
-if [ -z "${BENCH_OBJBENCH:-}" ] &&
-   grep -qa -e __asan_init -e __tsan_init -e __ubsan_handle "$OBJBENCH"; then
+if [ -z "${BENCH_OBJBENCH:-}" ] && sanitized "$OBJBENCH"; then
 	msg "tools/bench/objbench is a sanitizer build; building an" \
 		"optimized copy of the same sources for the benchmark"
-	# The library's sources as the Makefile lists them.
-	srcs=$(make -s -C "$ROOT" -pnq config.mak 2>/dev/null |
-		sed -n 's/^OBJSTORE_SRCS = //p')
-	[ -n "$srcs" ] || die "could not read OBJSTORE_SRCS from the Makefile"
-	# shellcheck disable=SC2046,SC2086 # lists of words
-	(cd "$ROOT" && ${CC:-cc} -std=gnu11 -O2 -g -pthread -D_GNU_SOURCE \
-		-I. -Iobjstore $(pkg-config --cflags libcurl 2>/dev/null) \
-		-o "$TMP/objbench" tools/bench/objbench.c $srcs \
-		-lcurl -lcrypto -lexpat) ||
-		die "could not build an optimized objbench"
+	build_optimized objbench tools/bench/objbench.c OBJSTORE_SRCS "" \
+		"-lcurl -lcrypto -lexpat"
 	OBJBENCH=$TMP/objbench
 	OBJBENCH_NOTE="optimized copy (-O2, no sanitizers) of the tree's sources"
 fi
 
 T_START=$EPOCHREALTIME
-msg "starting the gateway"
-"$RGW_SH" start "$TMP/rgw" >/dev/null 2>"$TMP/log/rgw.err" || {
-	cat "$TMP/log/rgw.err" >&2
-	die "could not start the gateway"
-}
-# shellcheck disable=SC1091
-source "$TMP/rgw/env"
-BUCKET=$RGW_BUCKET
+# The gateway and the aws CLI's defaults written out (lib.sh), so that a
+# ~/.aws/config on the machine cannot change what we compare against.
+bench_gateway
 URL=s3://$BUCKET/bench
-
-# The aws CLI's defaults written out, so that a ~/.aws/config on the
-# machine cannot change what we compare against.
-export AWS_CONFIG_FILE=$TMP/aws-config
-export AWS_SHARED_CREDENTIALS_FILE=$TMP/aws-credentials
-unset AWS_PROFILE AWS_DEFAULT_PROFILE AWS_ENDPOINT_URL
-cat >"$AWS_CONFIG_FILE" <<EOF
-[default]
-region = $AWS_REGION
-s3 =
-    max_concurrent_requests = 10
-    multipart_threshold = 8MB
-    multipart_chunksize = 8MB
-    addressing_style = path
-EOF
-: >"$AWS_SHARED_CREDENTIALS_FILE"
-awsx() { aws --endpoint-url "$RGW_ENDPOINT" "$@"; }
 
 msg "writing $NGET random files of $SIZE_MIB MiB"
 for i in $(seq 1 "$NGET"); do
@@ -185,9 +126,8 @@ awsx s3 cp --recursive --only-show-errors "$DATA" "s3://$BUCKET/bench/src/" ||
 GET_KEYS=()
 for i in $(seq 1 "$NGET"); do
 	GET_KEYS+=("src/f$i")
-	awsx s3 presign --expires-in 3600 "s3://$BUCKET/bench/src/f$i" \
-		>"$TMP/url$i" || die "aws s3 presign failed"
 done
+presign "${GET_KEYS[@]/#/bench/}"
 PUT_FILES=()
 for i in $(seq 1 "$NPUT"); do
 	PUT_FILES+=("$DATA/f$i")
@@ -199,74 +139,52 @@ PUT_BYTES=$(( NPUT * SIZE_MIB * 1048576 ))
 # The four methods. Each appends "ROUND METHOD BYTES SECONDS INNER" to
 # results.tsv (INNER: objbench's own seconds, else -).
 
-RESULTS=$TMP/results.tsv
-: >"$RESULTS"
 ROUND=0
 
-elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.6f", b - a }'; }
-record() { echo "$ROUND $1 $2 $3 $4" >>"$RESULTS"; }
 inner_secs() { python3 -c 'import json,sys; print(json.load(sys.stdin)["seconds"])'; }
 
-get_objstore() {
-	local t0 t1 out
+# objbench OP (get or put) of ARG... (keys or files) in the bucket's
+# bench/: records METHOD with BYTES (checked against objbench's own
+# count), the batch's seconds and objbench's.
+objbench_batch() { # OP METHOD BYTES ARG...
+	local op=$1 meth=$2 bytes=$3 t0 t1 out
+	shift 3
 	t0=$EPOCHREALTIME
-	out=$("$OBJBENCH" get "$URL" "${GET_KEYS[@]}" \
-		--endpoint "$RGW_ENDPOINT") || die "objbench get failed"
+	out=$("$OBJBENCH" "$op" "$URL" "$@" --endpoint "$RGW_ENDPOINT") ||
+		die "objbench $op failed"
 	t1=$EPOCHREALTIME
 	echo "$out" >>"$TMP/log/objbench.jsonl"
 	case $out in
-	*"\"bytes\":$GET_BYTES,"*) ;;
-	*) die "objbench get read the wrong number of bytes: $out" ;;
+	*"\"bytes\":$bytes,"*) ;;
+	*) die "objbench $op moved the wrong number of bytes: $out" ;;
 	esac
-	record get-objstore "$GET_BYTES" "$(elapsed "$t0" "$t1")" \
+	record "$meth" "$bytes" "$(elapsed "$t0" "$t1")" \
 		"$(echo "$out" | inner_secs)"
 }
 
+get_objstore() {
+	objbench_batch get get-objstore "$GET_BYTES" "${GET_KEYS[@]}"
+}
+
 get_curl() {
-	local t0 t1 i pids=() got=0 n
-	t0=$EPOCHREALTIME
-	for i in $(seq 1 "$NGET"); do
-		curl -sSf -o /dev/null -w '%{size_download}\n' \
-			"$(cat "$TMP/url$i")" >"$TMP/curl$i.out" &
-		pids+=($!)
-	done
-	for i in "${!pids[@]}"; do
-		wait "${pids[$i]}" || die "curl GET of src/f$((i + 1)) failed"
-	done
-	t1=$EPOCHREALTIME
-	for i in $(seq 1 "$NGET"); do
-		n=$(cat "$TMP/curl$i.out")
-		got=$(( got + n ))
-	done
-	[ "$got" = "$GET_BYTES" ] ||
-		die "curl read $got bytes, expected $GET_BYTES"
-	record get-curl "$GET_BYTES" "$(elapsed "$t0" "$t1")" -
+	curl_batch "$NGET" || die "$WHY"
+	[ "$GOT" = "$GET_BYTES" ] ||
+		die "curl read $GOT bytes, expected $GET_BYTES"
+	record get-curl "$GET_BYTES" "$SECS" -
 }
 
 prepare_put() {
 	if [ "${BENCH_DROP_CACHES:-0}" = 1 ]; then
-		sync
-		echo 3 >/proc/sys/vm/drop_caches
+		drop_caches
 	else
 		cat "${PUT_FILES[@]}" >/dev/null
 	fi
 }
 
 put_objstore() {
-	local t0 t1 out
 	prepare_put
-	t0=$EPOCHREALTIME
-	out=$("$OBJBENCH" put "$URL" "${PUT_FILES[@]}" \
-		--key-prefix put-objstore/ --endpoint "$RGW_ENDPOINT") ||
-		die "objbench put failed"
-	t1=$EPOCHREALTIME
-	echo "$out" >>"$TMP/log/objbench.jsonl"
-	case $out in
-	*"\"bytes\":$PUT_BYTES,"*) ;;
-	*) die "objbench put wrote the wrong number of bytes: $out" ;;
-	esac
-	record put-objstore "$PUT_BYTES" "$(elapsed "$t0" "$t1")" \
-		"$(echo "$out" | inner_secs)"
+	objbench_batch put put-objstore "$PUT_BYTES" "${PUT_FILES[@]}" \
+		--key-prefix put-objstore/
 }
 
 put_aws() {
@@ -286,12 +204,8 @@ put_aws() {
 }
 
 # Space of overwritten objects goes back to the gateway's RAM only after
-# its garbage collection; run it between rounds (not timed) so that many
-# rounds do not fill the 4 GiB memstore.
-collect_garbage() {
-	timeout 60 radosgw-admin -c "$CEPH_CONF" gc process --include-all \
-		>/dev/null 2>&1 || true
-}
+# its garbage collection: collect_garbage (lib.sh) runs between rounds
+# (not timed) so that many rounds do not fill the 4 GiB memstore.
 
 # ---------------------------------------------------------------------
 

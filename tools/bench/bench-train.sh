@@ -21,7 +21,9 @@
 # spent blocked in checkpoints. Goals (issue 6): warm tokens/s >= 0.98 x local; data wait
 # <= 1% of step time. Round by round, each case once, ratios taken within
 # a round, medians over rounds. A benchmark, not a test: it fails only
-# when something does not work.
+# when something does not work. The gateway, the fmfs mounts, clean-up
+# and the summary's common part are in lib.sh, which it sources (lib.sh
+# sources vm.sh), shared with the other bench-*.sh.
 #
 # The data: BENCH_DATA_MIB (64) MiB of text made from the repository's
 # docs repeated, tokenized once (byte tokenizer, 2 bytes a token, shards
@@ -32,10 +34,10 @@
 #
 # Environment:
 #   BENCH_ROUNDS=5            rounds
-#   BENCH_STEPS=1000          steps a run (the 2-core machine's compute
-#                             swings +-10% from run to run, against a 2%
-#                             goal: 300 steps x 3 rounds gave warm/local
-#                             per round 0.88-1.15)
+#   BENCH_STEPS=1000          steps a run (on a 2-core machine the
+#                             compute swings +-10% from run to run,
+#                             against a 2% goal: 300 steps x 3 rounds gave
+#                             warm/local per round 0.88-1.15)
 #   BENCH_CKPT_EVERY=50       checkpoint interval of the ckpt case
 #   BENCH_DATA_MIB=64         text size
 #   BENCH_SHARD_TOKENS=4M     tokens a shard
@@ -44,51 +46,44 @@
 #   BENCH_TMPDIR=DIR          where the temporary directory goes (/tmp)
 #
 # Cost: ~2 x BENCH_DATA_MIB of disk for the shards and the cache, ~1.5 GiB
-# of RAM in the gateway; about 7 minutes with the defaults on the 2-core
-# test machine. Needs root (drop_caches, FUSE). Everything goes away at
-# the end, on failure and on Ctrl-C.
+# of RAM in the gateway; about 7 minutes with the defaults on a 2-core
+# machine. Needs root (drop_caches, FUSE). Everything goes away at the
+# end, on failure and on Ctrl-C.
 #
 # Exit status: 0 when the benchmark ran (goals met or not), 1 when the
 # set-up or a measurement failed, 2 on a usage error or a sanitizer build.
 
 set -euo pipefail
-export LC_ALL=C
 
 PROG=bench-train.sh
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
-FMFS=$ROOT/tools/fmfs
+# shellcheck source=tools/bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# FMFS: lib.sh's default, tools/fmfs. No FUSE peers here (no
+# bench_systems).
 FMTRAIN=$ROOT/tools/fmtrain
+ROUNDS=${BENCH_ROUNDS:-5}
 STEPS=${BENCH_STEPS:-1000}
-export BENCH_ROUNDS=${BENCH_ROUNDS:-5}
 CKPT_EVERY=${BENCH_CKPT_EVERY:-50}
 DATA_MIB=${BENCH_DATA_MIB:-64}
 SHARD_TOKENS=${BENCH_SHARD_TOKENS:-4M}
 TRAIN_OPTS=${BENCH_TRAIN_OPTS:-}
-SYSTEMS=                      # no FUSE peers here
-# shellcheck source=tools/bench/lib.sh
-source "$HERE/lib.sh"
 
 bench_args "$@"
-for v in STEPS CKPT_EVERY DATA_MIB; do
-	case ${!v} in
-	'' | *[!0-9]* | 0) msg "BENCH_$v must be a positive integer"; exit 2 ;;
-	esac
-done
+bench_positive STEPS CKPT_EVERY DATA_MIB
 bench_need fusermount3
 for p in "$FMFS" "$FMTRAIN"; do
 	[ -x "$p" ] || die "$p missing: run ./configure && make"
-	if grep -qa -e __asan_init -e __ubsan_handle "$p"; then
+	if sanitized "$p"; then
 		msg "$p is a sanitizer build; its figures would say nothing." \
 			"Build without sanitizers (./configure && make clean && make)."
 		exit 2
 	fi
 done
-[ -e /dev/fuse ] && [ "$(id -u)" = 0 ] || die "needs root and /dev/fuse"
+if [ ! -e /dev/fuse ] || [ "$(id -u)" != 0 ]; then
+	die "needs root and /dev/fuse"
+fi
 
 bench_init train
-
-drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 
 # One fmtrain run: records METHOD tok_s, wait_pct, step_ms, ckpt_pct.
 train() { # METHOD DATA_DIR [fmtrain options...]
@@ -155,19 +150,19 @@ for ROUND in $(seq 1 "$ROUNDS"); do
 	train local "$TMP/local"
 
 	rm -rf "$C"
-	mount_fmfs "$M" "$C"
+	mount_fmfs "$M" "$C" || die "$WHY"
 	drop_caches
 	train cold "$M/shards"
-	umount_fmfs "$M"
+	umount_fmfs "$M" || die "$WHY"
 
-	mount_fmfs "$M" "$C"
+	mount_fmfs "$M" "$C" || die "$WHY"
 	drop_caches
 	train warm "$M/shards"
 	rm -rf "$M/ckpt-$ROUND"
 	drop_caches
 	train ckpt "$M/shards" --ckpt "$M/ckpt-$ROUND" \
 		--ckpt-every "$CKPT_EVERY"
-	umount_fmfs "$M"
+	umount_fmfs "$M" || die "$WHY"
 done
 
 summarize "$RESULTS" "$((DATA_MIB << 20))" "${BENCH_JSON:-}" \

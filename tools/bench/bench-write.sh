@@ -40,8 +40,9 @@
 # local reference next to fmfs pass 1, so both dd runs get the same free
 # memory), ratios taken within a round, medians over rounds. A
 # benchmark, not a test: it fails only when something does not work.
-# The gateway, mounts, polling and the summary's common part are in
-# lib.sh, shared with bench-ckpt.sh.
+# The gateway, mounts, polling, clean-up and the summary's common part
+# are in lib.sh, which it sources (lib.sh sources vm.sh), shared with
+# the other bench-*.sh.
 #
 #   tools/bench/bench-write.sh            (or: make bench)
 #
@@ -65,31 +66,28 @@
 # deleted and `radosgw-admin gc process --include-all` run before the
 # next. Cost: 1 GiB of data plus one 1 GiB copy at a time on the disk
 # under BENCH_TMPDIR, ~1.5 GiB of RAM in the gateway; ~3-5 minutes with
-# 3 rounds on the 2-core test machine. Everything goes away at the end,
-# on failure and on Ctrl-C. Mounting needs root and /dev/fuse.
+# 3 rounds on a 2-core machine. Everything goes away at the end, on
+# failure and on Ctrl-C. Mounting needs root and /dev/fuse.
 #
 # Exit status: 0 when the benchmark ran (goals met or not), 1 when the
 # set-up or a measurement failed, 2 on a usage error or a sanitizer build.
 
 set -euo pipefail
-export LC_ALL=C
 
 PROG=bench-write.sh
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
-FMFS=${BENCH_FMFS:-$ROOT/tools/fmfs}
-FMFS_OPTS=${BENCH_FMFS_OPTS:-}
 COPY="dd"                     # copy_onto: dd bs=1M
 # Deleted objects stay in the memstore until gc; 10 GiB ran out in round
 # 3 of a 1 GiB run (a multipart POST timed out).
 export RGW_MEMSTORE_BYTES=${RGW_MEMSTORE_BYTES:-15032385536}
 # shellcheck source=tools/bench/lib.sh
-source "$HERE/lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+FMFS=${BENCH_FMFS:-$ROOT/tools/fmfs}
+FMFS_OPTS=${BENCH_FMFS_OPTS:-}
 
 bench_args "$@"
 bench_need fusermount3
 [ -x "$FMFS" ] || die "$FMFS missing: run ./configure && make"
-if grep -qa -e __asan_init -e __tsan_init -e __ubsan_handle "$FMFS"; then
+if sanitized "$FMFS"; then
 	msg "$FMFS is a sanitizer build: it spends CPU per byte that a release" \
 		"build does not, so its figures would say nothing. Build without" \
 		"sanitizers (./configure && make clean && make) and run again."
@@ -104,7 +102,7 @@ bench_init write
 unmount_fmfs() { # METHOD MNT: records METHOD umount_s
 	local t0
 	t0=$(now)
-	umount_fmfs "$2"
+	umount_fmfs "$2" || die "$WHY"
 	record "$1" umount_s "$(elapsed "$t0" "$(now)")"
 }
 
@@ -117,15 +115,15 @@ measure_local() {
 	for conv in $convs; do
 		source_ready
 		t0=$(now)
-		if [ $conv = fsync ]; then
+		if [ "$conv" = fsync ]; then
 			key=fsync_s
 			dd if="$TMP/data.bin" of="$TMP/local/x" bs=1M conv=fsync status=none
 		else
 			key=blocking_s
-			[ $conv = again ] && key=blocking2_s
+			[ "$conv" = again ] && key=blocking2_s
 			dd if="$TMP/data.bin" of="$TMP/local/x" bs=1M status=none
 		fi || die "dd to the local disk failed"
-		record local $key "$(elapsed "$t0" "$(now)")"
+		record local "$key" "$(elapsed "$t0" "$(now)")"
 		rm -f "$TMP/local/x"
 	done
 	sync
@@ -144,7 +142,7 @@ measure_fmfs() { # poll|flush
 	key=$meth-$ROUND.bin
 	rm -rf "$c"
 	mkdir -p "$m" "$c"
-	mount_fmfs "$m" "$c"
+	mount_fmfs "$m" "$c" || die "$WHY"
 	source_ready
 	t0=$(now)
 	dd if="$TMP/data.bin" of="$m/$key" bs=1M status=none ||
@@ -189,9 +187,7 @@ for ROUND in $(seq 1 "$ROUNDS"); do
 	measure_fmfs poll
 	measure_local again
 	measure_fmfs flush
-	for s in "${RUN_SYSTEMS[@]}"; do
-		measure_peer "$s" "$s-$ROUND.bin"
-	done
+	measure_peers
 done
 
 summarize "$RESULTS" "$BYTES" "${BENCH_JSON:-}" "${RUN_SYSTEMS[*]:-}" <<'EOF'

@@ -1,21 +1,25 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 #
-# gpu-pack.sh - packs what the GPU checks need for a machine that has a GPU
-# but not our build dependencies (the `device` machines of our workplace
-# have CUDA 13 but no OpenBLAS, libcurl headers or Ceph): the CUDA test,
-# gpubench and fmtrain as built here, and every shared library they load
-# that is not glibc's or CUDA's, into .gpu/pack.tar.xz (.gpu/ is ignored
-# by git), with .gpu/run.sh to unpack and run it there:
+# gpu-pack.sh - packs what the GPU checks need, for a GPU machine that
+# has the NVIDIA driver and the CUDA toolkit but not the project's other
+# build dependencies (OpenBLAS, libcurl headers, Ceph...): the CUDA
+# test, gpubench and fmtrain as built here, and every shared library
+# they load that is not glibc's or CUDA's, into .gpu/pack.tar.xz (.gpu/
+# is ignored by git), with .gpu/run.sh (tools/bench/gpu-run.sh) to
+# unpack and run it there:
 #
-#   here:   tools/bench/gpu-pack.sh
-#   there:  bash .gpu/run.sh [OUT_DIR]     (the device's run, carry .gpu)
+#   here:   tools/bench/gpu-pack.sh        (configures and builds first;
+#                                          needs nvcc for a CUDA build)
+#   then:   copy the .gpu/ directory to the GPU machine (scp -r, rsync)
+#   there:  bash .gpu/run.sh [OUT_DIR]
 #
 # run.sh runs tests/unit/test_train_gpu, then gpubench for GPT-2 124M
 # (three runs), then fmtrain --device cuda on a small tokenized text
 # with checkpoints to a local directory, and writes their output to
 # OUT_DIR (default .gpu/out).  libnccl comes from the CUDA toolkit there,
-# or from the nvidia-nccl pip package of its Python.
+# or from the nvidia-nccl pip package of its Python. This script sources
+# nothing; it runs ./configure (if config.mak is missing) and make.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 [ -f config.mak ] || ./configure
@@ -36,4 +40,4 @@ cp README.md .gpu/stage/sample.txt
 tar -C .gpu/stage -cJf .gpu/pack.tar.xz .
 rm -rf .gpu/stage
 ls -la .gpu/pack.tar.xz
-echo "carry .gpu and run: bash .gpu/run.sh \$OUT"
+echo "copy .gpu/ to a machine with an NVIDIA GPU and the CUDA toolkit, and run there: bash .gpu/run.sh OUT_DIR"

@@ -1,63 +1,122 @@
 # SPDX-License-Identifier: MIT
 # shellcheck shell=bash
 #
-# lib.sh - what bench-ckpt.sh and bench-write.sh share; sourced, not run.
+# lib.sh - what the gateway benchmarks (bench-ckpt.sh, bench-mount.sh,
+# bench-objstore.sh, bench-train.sh, bench-write.sh) share; sourced, not
+# run. It sources vm.sh (steady memory in a VM) and runs
+# tests/lib/rgw.sh (the private gateway).
 #
-# The caller sets PROG (its name, for messages) and ROOT (the source
-# tree) before sourcing it, and may set COPY (how a file is written onto
-# a mount: cp, the default, or dd for `dd bs=1M`). From the environment:
+# The caller sets PROG (its name, for messages) and may set, before
+# sourcing, COPY (how a file is written onto a mount: cp, the default,
+# or dd for `dd bs=1M`) and RGW_MEMSTORE_BYTES (the gateway's memstore
+# cap; 10 GiB unless set). Sourcing sets HERE (tools/bench) and ROOT
+# (the source tree), exports LC_ALL=C, and takes from the environment
 # ROUNDS (BENCH_ROUNDS, 3), SIZE (BENCH_SIZE, 1G), SYSTEMS (BENCH_SYSTEMS,
 # the FUSE peers to compare: "s3fs rclone"), BENCH_MEMLOG (a file: the
 # memory, dirty-page limits and daemons' RSS before each timed step, and
-# each figure, for finding out why a step was slow). Then:
+# each figure, for finding out why a step was slow). After sourcing, the
+# caller may change ROUNDS's default (ROUNDS=${BENCH_ROUNDS:-5}), set
+# SIZE= (no BENCH_SIZE: no size check, no BYTES), USAGE (the usage
+# line's variables), NEED_HINT (how to install a missing tool), FMFS (the
+# fmfs binary, tools/fmfs unless set), FMFS_OPTS (extra `fmfs mount`
+# options), S3FS_OPTS and RCLONE_OPTS (the peers' tuning; defaults
+# below). Then:
 #
+#   msg TEXT / die TEXT  a message on stderr, PROG first; die exits 1
+#   bench_need TOOL...   exit 1 unless each TOOL is on PATH
+#   bench_positive VAR...  exit 2 unless each VAR is a positive integer
+#                        (the message names BENCH_VAR)
 #   bench_args "$@"      checks the command line (none), ROUNDS and SIZE
 #                        (exit 2), sets BYTES, checks the tools every
 #                        benchmark needs (exit 1)
-#   bench_init NAME      traps (cleanup on exit, Ctrl-C, TERM), a fresh
-#                        temporary directory TMP (BENCH_TMPDIR, else /tmp)
-#                        with log/, mnt/, cache/ and RESULTS (results.tsv:
-#                        ROUND METHOD KEY VALUE, one figure a line), and
-#                        steady memory in a VM (vm.sh: free page
-#                        reporting off until exit)
+#   sanitized FILE       whether FILE is a sanitizer build
+#   build_optimized NAME MAIN.c "MAKE_VARS" "EXTRA_SRCS" "LIBS"
+#                        TMP/NAME: MAIN.c and the sources the Makefile
+#                        lists in MAKE_VARS built with -O2, no sanitizers
+#   bench_init NAME [no-vm]  traps (cleanup on exit, Ctrl-C, TERM), a
+#                        fresh temporary directory TMP (BENCH_TMPDIR,
+#                        else /tmp) with log/, mnt/, cache/ and RESULTS
+#                        (results.tsv, empty), and, unless no-vm, steady
+#                        memory in a VM (vm.sh: free page reporting off
+#                        until exit)
 #   bench_gateway        a private gateway (tests/lib/rgw.sh) in TMP/rgw:
 #                        RGW_ENDPOINT, BUCKET, CEPH_CONF, credentials; an
 #                        aws CLI config of its own (10 requests in flight,
 #                        8 MiB parts, path style); s3fs and rclone configs
 #   bench_data           TMP/data.bin: BYTES random bytes
 #   bench_systems        RUN_SYSTEMS: those of SYSTEMS that can run here
+#                        (the caller's avail_SYS, else avail_peer SYS,
+#                        prints why not); SKIPPED: "SYS<TAB>WHY" of the rest
 #   awsx ARGS...         aws against the gateway
-#   reclaim PREFIX       delete PREFIX's objects and run the gateway's GC
-#   now / elapsed T0 T1 / record METHOD KEY VALUE   (ROUND is the caller's)
-#   durable_at KEY T0    seconds from T0 until KEY holds BYTES bytes
+#   presign KEY...       TMP/url1..N: presigned GET URLs of the KEYs
+#   curl_batch N [OPT...]  GET TMP/url1..N at once, one curl each, to
+#                        /dev/null: SECS (the batch) and GOT (bytes)
+#   collect_garbage      run the gateway's garbage collection (not timed)
+#   reclaim PREFIX       delete PREFIX's objects, abort unfinished
+#                        multipart uploads, collect_garbage
+#   now / elapsed T0 T1 / record METHOD KEY VALUE [MORE...]
+#                        a line "ROUND METHOD KEY VALUE [MORE...]" in
+#                        RESULTS (ROUND is the caller's)
+#   drop_caches / source_ready   sync and drop the page cache; the
+#                        latter (before a timed copy) drops it only where
+#                        it may, then reads data.bin back into it
+#   head_size KEY / durable_at KEY T0   KEY's size in the bucket; seconds
+#                        from T0 until KEY holds BYTES bytes
 #   copy_onto SRC DST    write SRC to DST as COPY says
+#   is_mounted MNT / fuse_unmount MNT / wait_mounted MNT [PID]
+#   reap SECS PID...     give PIDs SECS seconds to exit, then TERM, KILL
+#   pids_naming STRING   pids of the processes whose argv holds STRING
+#   mount_sys SYS MNT CACHE / unmount_sys MNT   a peer (s3fs, rclone)
+#                        run in the foreground as our child (DAEMONS)
+#   mount_fmfs MNT CACHE / umount_fmfs MNT [SECS]   fmfs (FMFS_MNT)
+#   fmfs_log             the last lines of the fmfs logs, for a message
 #   measure_aws          aws s3 cp of data.bin (page cache warmed): records
 #                        aws put_s; reclaims
 #   measure_peer SYS KEY one pass of a peer: mount on a fresh cache dir,
 #                        copy data.bin (synced, page cache warmed first)
 #                        onto it, record SYS cp_blocking_s and durable_s,
 #                        unmount, reclaim KEY
+#   measure_peers        measure_peer for each of RUN_SYSTEMS, on the key
+#                        SYS-ROUND.bin
 #   summarize ARGS... <<'EOF'   python3: the shared part below (rows, med,
 #                        ratio, rate, show_goals, write_json; argv RESULTS
 #                        BYTES JSON_PATH ...), then the caller's code
 #
-# The caller may define cleanup_hook (run first at cleanup, e.g. to
-# unmount what the lib does not know about). On exit everything started
-# here goes: mounts in MOUNTS, daemons in DAEMONS, the gateway, any
-# process still naming TMP, then TMP itself.
+# Functions that can fail without ending the run (wait_mounted,
+# fuse_unmount, mount_sys, unmount_sys, mount_fmfs, umount_fmfs,
+# curl_batch) return 1 with the reason in WHY; the caller decides
+# (`mount_fmfs M C || die "$WHY"`).
+#
+# The caller may define cleanup_hook (run at cleanup, after fmfs is
+# unmounted). On exit everything started here goes: the fmfs mount, the
+# caller's hook, whatever is still mounted under TMP, our own background
+# jobs (the peers' daemons, a batch cut short), the gateway, any process
+# still naming TMP, then TMP itself.
 
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+export LC_ALL=C
 RGW_SH=$ROOT/tests/lib/rgw.sh
 # shellcheck source=tools/bench/vm.sh
-source "$ROOT/tools/bench/vm.sh"
+source "$HERE/vm.sh"
 # 10 GiB of memstore: several 1 GiB objects can wait for the gateway's
 # garbage collection at once without the OSD filling up (then every
 # write stalls and the figures mean nothing).
 export RGW_MEMSTORE_BYTES=${RGW_MEMSTORE_BYTES:-10737418240}
-MOUNT_TIMEOUT=30
+MOUNT_TIMEOUT=30     # seconds for a mount to go live
+EXIT_TIMEOUT=30      # seconds for a daemon to exit after its unmount
 COPY=${COPY:-cp}
+# shellcheck disable=SC2034 # read through ${!v} in bench_positive
 ROUNDS=${BENCH_ROUNDS:-3}
 SIZE=${BENCH_SIZE:-1G}
 SYSTEMS=${BENCH_SYSTEMS-s3fs rclone}
+USAGE="[BENCH_ROUNDS=N] [BENCH_SIZE=1G]"
+NEED_HINT=
+FMFS=$ROOT/tools/fmfs
+FMFS_OPTS=
+S3FS_OPTS="-o parallel_count=8 -o multipart_size=32"
+RCLONE_OPTS=
+WHY=
 
 msg() { echo "$PROG: $*" >&2; }
 die() { msg "$*"; exit 1; }
@@ -65,17 +124,64 @@ die() { msg "$*"; exit 1; }
 bench_need() { # TOOL...
 	local tool
 	for tool in "$@"; do
-		command -v "$tool" >/dev/null || die "needs $tool on PATH"
+		command -v "$tool" >/dev/null ||
+			die "needs $tool on PATH${NEED_HINT:+ ($NEED_HINT)}"
 	done
+}
+
+bench_positive() { # VAR...
+	local v
+	for v in "$@"; do
+		case ${!v} in
+		'' | *[!0-9]* | 0) msg "BENCH_$v must be a positive integer"; exit 2 ;;
+		esac
+	done
+}
+
+bench_args() { # "$@" of the script
+	if [ $# -ne 0 ]; then
+		echo "usage: $USAGE $PROG" >&2
+		exit 2
+	fi
+	bench_positive ROUNDS
+	if [ -n "$SIZE" ]; then
+		BYTES=$(numfmt --from=iec "${SIZE%B}" 2>/dev/null) || BYTES=0
+		if [ "$BYTES" -le 0 ]; then
+			msg "BENCH_SIZE '$SIZE' is not a size (1G, 512M, ...)"
+			exit 2
+		fi
+	fi
+	bench_need aws python3 radosgw radosgw-admin ceph-mon ceph-osd
+}
+
+sanitized() { # FILE
+	grep -qa -e __asan_init -e __tsan_init -e __ubsan_handle "$1"
+}
+
+# A sanitizer build spends CPU per byte that a release build does not
+# (and the gateway needs the same cores): the benchmarks measure a copy
+# of the same sources built here, outside the tree.
+build_optimized() { # NAME MAIN.c "MAKE_VARS" "EXTRA_SRCS" "LIBS"
+	local vars v srcs=
+	vars=$(make -s -C "$ROOT" -pnq config.mak 2>/dev/null)
+	for v in $3; do
+		srcs="$srcs $(sed -n "s/^$v = //p" <<<"$vars")"
+	done
+	[ -n "${srcs// /}" ] || die "could not read $3 from the Makefile"
+	# shellcheck disable=SC2046,SC2086 # lists of words
+	(cd "$ROOT" && ${CC:-cc} -std=gnu11 -O2 -g -pthread -D_GNU_SOURCE \
+		-I. -Iobjstore $(pkg-config --cflags libcurl 2>/dev/null) \
+		-o "$TMP/$1" "$2" $srcs $4 $5) ||
+		die "could not build an optimized $1"
 }
 
 TMP=
 CLEANED=0
-MOUNTS=()
 DAEMONS=()
 
-# Pids of processes whose argv holds STRING (a daemon that outlived its
-# unmount: fmfs daemonizes, so it is not our child). Never this shell.
+# Pids of processes whose argv holds STRING: the daemons behind a mount
+# point (fmfs daemonizes, so it is not our child), or anything left that
+# names our temporary directory. Never this shell.
 pids_naming() { # STRING
 	local f p
 	# shellcheck disable=SC2013 # file names, one a line, no spaces
@@ -85,44 +191,95 @@ pids_naming() { # STRING
 		if [ "$p" = $$ ] || [ "$p" = "$BASHPID" ]; then
 			continue
 		fi
+		# grep itself named STRING and has exited; check again.
 		grep -aqsF -- "$1" "/proc/$p/cmdline" 2>/dev/null && echo "$p"
 	done
 	return 0
 }
 
+# Give the processes PID... SECS seconds to exit on their own (saying so
+# when they do not), then TERM them, and KILL what is left 5 s later.
+reap() { # SECS PID...
+	local secs=$1 p i alive
+	shift
+	for ((i = 0; ; i++)); do
+		alive=
+		for p in "$@"; do
+			if kill -0 "$p" 2>/dev/null; then
+				alive="$alive $p"
+			fi
+		done
+		[ -n "$alive" ] || return 0
+		[ "$i" -lt $((secs * 10)) ] || break
+		sleep 0.1
+	done
+	[ "$secs" = 0 ] ||
+		msg "pids$alive still running ${secs}s after the unmount or stop; killing them"
+	# shellcheck disable=SC2086 # one pid a word
+	kill -TERM $alive 2>/dev/null || true
+	for ((i = 0; i < 50; i++)); do
+		# shellcheck disable=SC2086
+		kill -0 $alive 2>/dev/null || return 0
+		sleep 0.1
+	done
+	# shellcheck disable=SC2086
+	kill -KILL $alive 2>/dev/null || true
+	return 0
+}
+
+# Whether anything is mounted on MNT. Not `mountpoint -q`: a FUSE mount
+# whose daemon died fails stat ("Transport endpoint is not connected")
+# and looks unmounted to it, yet still needs unmounting.
+is_mounted() { grep -qF " $1 " /proc/self/mounts; }
+
+# Unmount MNT, gently first. Returns 0 once nothing is mounted there.
+fuse_unmount() { # MNT
+	is_mounted "$1" || return 0
+	fusermount3 -u "$1" 2>/dev/null ||
+		timeout 30 umount "$1" 2>/dev/null ||
+		umount -l "$1" 2>/dev/null || true
+	! is_mounted "$1" || { WHY="could not unmount $1"; return 1; }
+}
+
 cleanup() {
-	local rc=$? m p i pids
+	local rc=$? m pids
 	[ "$CLEANED" = 1 ] && return
 	CLEANED=1
 	trap '' INT TERM
+	# An fmfs mount still up (a failure or Ctrl-C): unmount it gently.
+	if [ -n "${FMFS_MNT:-}" ] && is_mounted "$FMFS_MNT"; then
+		timeout 30 "$FMFS" umount "$FMFS_MNT" --timeout 10 >/dev/null 2>&1 ||
+			true
+	fi
 	if declare -F cleanup_hook >/dev/null; then
 		cleanup_hook || true
 	fi
 	vm_memory_restore
-	for m in "${MOUNTS[@]}"; do
-		fusermount3 -u "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
-	done
-	for p in "${DAEMONS[@]}"; do
-		kill "$p" 2>/dev/null || true
-		wait "$p" 2>/dev/null || true
-	done
+	if [ -n "$TMP" ] && [ -d "$TMP" ]; then
+		# Whatever else is mounted under TMP: a peer's mount, a mount
+		# that went live after we gave up on it.
+		while read -r m; do
+			fuse_unmount "$m" || msg "could not unmount $m"
+		done < <(awk -v t="$TMP/" 'index($2, t) == 1 { print $2 }' /proc/self/mounts)
+	fi
+	# Our own background jobs: the peers' daemons, a batch we were
+	# interrupted in.
+	pids=$(jobs -pr)
+	if [ -n "$pids" ]; then
+		# shellcheck disable=SC2086 # one pid a word
+		reap 0 $pids
+		wait 2>/dev/null || true
+	fi
 	if [ -n "$TMP" ] && [ -d "$TMP" ]; then
 		if [ -d "$TMP/rgw" ] &&
 		   ! "$RGW_SH" stop "$TMP/rgw" >/dev/null 2>&1; then
 			msg "could not stop the gateway in $TMP/rgw"
 		fi
+		# Anything else still naming our directory (an fmfs daemon that
+		# outlived its unmount, a gateway daemon stop missed).
 		pids=$(pids_naming "$TMP/")
-		if [ -n "$pids" ]; then
-			# shellcheck disable=SC2086 # one pid a word
-			kill -TERM $pids 2>/dev/null || true
-			for ((i = 0; i < 50; i++)); do
-				# shellcheck disable=SC2086
-				kill -0 $pids 2>/dev/null || break
-				sleep 0.1
-			done
-			# shellcheck disable=SC2086
-			kill -KILL $pids 2>/dev/null || true
-		fi
+		# shellcheck disable=SC2086 # one pid a word
+		[ -z "$pids" ] || reap 0 $pids
 		if grep -qF " $TMP/" /proc/self/mounts; then
 			msg "something is still mounted under $TMP; leaving it"
 		else
@@ -132,31 +289,15 @@ cleanup() {
 	exit "$rc"
 }
 
-bench_init() { # NAME
+bench_init() { # NAME [no-vm]
 	trap cleanup EXIT
 	trap 'msg interrupted; exit 130' INT
 	trap 'msg terminated; exit 143' TERM
 	TMP=$(mktemp -d "${BENCH_TMPDIR:-/tmp}/fmfs-bench-$1.XXXXXX")
 	mkdir -p "$TMP/log" "$TMP/mnt" "$TMP/cache"
-	RESULTS=$TMP/results.tsv      # ROUND METHOD KEY VALUE
+	RESULTS=$TMP/results.tsv
 	: >"$RESULTS"
-	vm_memory_hold
-}
-
-bench_args() { # "$@" of the script
-	if [ $# -ne 0 ]; then
-		echo "usage: [BENCH_ROUNDS=N] [BENCH_SIZE=1G] $PROG" >&2
-		exit 2
-	fi
-	case $ROUNDS in
-	'' | *[!0-9]* | 0) msg "BENCH_ROUNDS must be a positive integer"; exit 2 ;;
-	esac
-	BYTES=$(numfmt --from=iec "${SIZE%B}" 2>/dev/null) || BYTES=0
-	if [ "$BYTES" -le 0 ]; then
-		msg "BENCH_SIZE '$SIZE' is not a size (1G, 512M, ...)"
-		exit 2
-	fi
-	bench_need aws python3 radosgw radosgw-admin ceph-mon ceph-osd
+	[ "${2:-}" = no-vm ] || vm_memory_hold
 }
 
 awsx() { aws --endpoint-url "$RGW_ENDPOINT" "$@"; }
@@ -170,6 +311,9 @@ bench_gateway() {
 	# shellcheck disable=SC1091
 	source "$TMP/rgw/env"
 	BUCKET=$RGW_BUCKET
+	# The aws CLI's defaults written out, so that a ~/.aws on the machine
+	# cannot change what we compare against; keys come from the
+	# environment.
 	export AWS_CONFIG_FILE=$TMP/aws-config
 	export AWS_SHARED_CREDENTIALS_FILE=$TMP/aws-credentials
 	unset AWS_PROFILE AWS_DEFAULT_PROFILE AWS_ENDPOINT_URL
@@ -208,7 +352,59 @@ EOF
 	fi
 }
 
+# Presigned GET URLs (valid a week), made in parallel before any clock
+# runs: TMP/urlN for the Nth KEY (URL_KEYS: the KEYs).
+URL_KEYS=()
+presign() { # KEY...
+	local i pids=()
+	URL_KEYS=("$@")
+	for i in "${!URL_KEYS[@]}"; do
+		awsx s3 presign --expires-in 604800 "s3://$BUCKET/${URL_KEYS[$i]}" \
+			>"$TMP/url$((i + 1))" &
+		pids+=($!)
+	done
+	for i in "${!pids[@]}"; do
+		if ! wait "${pids[$i]}" || [ ! -s "$TMP/url$((i + 1))" ]; then
+			die "aws s3 presign failed for ${URL_KEYS[$i]}"
+		fi
+	done
+}
+
+# N curl GETs at once of TMP/url1..N, each to /dev/null (OPT... added to
+# every curl): SECS, the wall clock of the batch (process start-up
+# included); GOT, the bytes received in all.
+curl_batch() { # N [OPT...]
+	local n=$1 t0 t1 i b pids=() bad=
+	shift
+	t0=$EPOCHREALTIME
+	for i in $(seq 1 "$n"); do
+		curl -sSf -o /dev/null -w '%{size_download}\n' "$@" \
+			"$(cat "$TMP/url$i")" >"$TMP/curl$i.out" 2>"$TMP/curl$i.err" &
+		pids+=($!)
+	done
+	for i in "${!pids[@]}"; do
+		wait "${pids[$i]}" || bad="$bad ${URL_KEYS[$i]:-url$((i + 1))}"
+	done
+	t1=$EPOCHREALTIME
+	if [ -n "$bad" ]; then
+		WHY="curl GET failed for$bad: $(cat "$TMP"/curl*.err | head -n 1)"
+		return 1
+	fi
+	GOT=0
+	for i in $(seq 1 "$n"); do
+		b=$(cat "$TMP/curl$i.out")
+		GOT=$(( GOT + ${b:-0} ))
+	done
+	# shellcheck disable=SC2034 # the caller's
+	SECS=$(elapsed "$t0" "$t1")
+}
+
 # Deleted objects stay in the gateway's RAM until garbage collection.
+collect_garbage() {
+	timeout 120 radosgw-admin -c "$CEPH_CONF" gc process --include-all \
+		>/dev/null 2>&1 || msg "radosgw-admin gc process failed"
+}
+
 reclaim() { # PREFIX
 	awsx s3 rm --quiet --recursive "s3://$BUCKET/$1" >/dev/null 2>&1 || true
 	# Parts of multipart uploads never completed (a peer's, or one that
@@ -216,12 +412,13 @@ reclaim() { # PREFIX
 	awsx s3api list-multipart-uploads --bucket "$BUCKET" \
 		--query 'Uploads[].[Key,UploadId]' --output text 2>/dev/null |
 		while read -r k id; do
-			[ -n "$id" ] && [ "$k" != None ] || continue
+			if [ -z "$id" ] || [ "$k" = None ]; then
+				continue
+			fi
 			awsx s3api abort-multipart-upload --bucket "$BUCKET" \
 				--key "$k" --upload-id "$id" >/dev/null 2>&1 || true
 		done
-	timeout 120 radosgw-admin -c "$CEPH_CONF" gc process --include-all \
-		>/dev/null 2>&1 || msg "radosgw-admin gc process failed"
+	collect_garbage
 }
 
 bench_data() {
@@ -231,9 +428,9 @@ bench_data() {
 now() { echo "$EPOCHREALTIME"; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.6f", b - a }'; }
 # shellcheck disable=SC2153 # ROUND: the caller's loop variable
-record() {
-	echo "$ROUND $1 $2 $3" >>"$RESULTS"
-	[ -z "${BENCH_MEMLOG:-}" ] || echo "-> $1 $2 $3" >>"$BENCH_MEMLOG"
+record() { # METHOD KEY VALUE [MORE...]
+	echo "$ROUND $*" >>"$RESULTS"
+	[ -z "${BENCH_MEMLOG:-}" ] || echo "-> $*" >>"$BENCH_MEMLOG"
 }
 
 # The size of KEY in the bucket, or nothing when it is not there.
@@ -271,59 +468,89 @@ copy_onto() { # SRC DST
 	esac
 }
 
-wait_mounted() { # MNT PID
+wait_mounted() { # MNT [PID]: 0 once MNT is a mount point
 	local i
 	for ((i = 0; i < MOUNT_TIMEOUT * 10; i++)); do
 		mountpoint -q "$1" && return 0
-		kill -0 "$2" 2>/dev/null || return 1
+		if [ -n "${2:-}" ] && ! kill -0 "$2" 2>/dev/null; then
+			WHY="the daemon exited before the mount went live"
+			return 1
+		fi
 		sleep 0.1
 	done
+	WHY="not mounted after ${MOUNT_TIMEOUT}s"
 	return 1
 }
 
 # s3fs and rclone run in the foreground as our children, so that their
 # pids are ours to wait for after the unmount (rclone writes its cache
-# for a while after `fusermount3 -u` returns).
+# for a while after `fusermount3 -u` returns). AWS_CA_BUNDLE unset: with
+# it set, rclone 1.60 refuses to start.
 mount_sys() { # SYS MNT CACHE
 	case $1 in
 	s3fs)
+		# shellcheck disable=SC2086 # options are words
 		s3fs "$BUCKET" "$2" -f -o url="$RGW_ENDPOINT" \
 			-o use_path_request_style -o passwd_file="$TMP/s3fs.passwd" \
-			-o use_cache="$3" -o parallel_count=8 -o multipart_size=32 \
+			-o use_cache="$3" $S3FS_OPTS \
 			>>"$TMP/log/s3fs.log" 2>&1 & ;;
 	rclone)
+		# shellcheck disable=SC2086 # options are words
 		env -u AWS_CA_BUNDLE rclone --config "$TMP/rclone.conf" mount \
 			"bench:$BUCKET" "$2" --vfs-cache-mode full --cache-dir "$3" \
-			>>"$TMP/log/rclone.log" 2>&1 & ;;
+			$RCLONE_OPTS >>"$TMP/log/rclone.log" 2>&1 & ;;
+	*)
+		WHY="no such peer: $1"
+		return 1 ;;
 	esac
 	DAEMONS+=($!)
-	MOUNTS+=("$2")
 	wait_mounted "$2" "$!"
 }
 
+# Unmount a peer; returns once its daemon is gone too.
 unmount_sys() { # MNT
 	local p
-	fusermount3 -u "$1" 2>/dev/null || umount -l "$1" 2>/dev/null || true
-	for p in "${DAEMONS[@]}"; do
-		wait "$p" 2>/dev/null || true
-	done
+	fuse_unmount "$1" || return 1
+	if [ ${#DAEMONS[@]} -gt 0 ]; then
+		reap "$EXIT_TIMEOUT" "${DAEMONS[@]}"
+		for p in "${DAEMONS[@]}"; do
+			wait "$p" 2>/dev/null || true
+		done
+	fi
 	DAEMONS=()
-	MOUNTS=()
+}
+
+# Why the peer SYS cannot run here (printed, and a failure), or nothing.
+avail_peer() { # SYS
+	if ! command -v "$1" >/dev/null; then
+		echo "not installed (apt-get install -y $1)"
+		return 1
+	fi
+	if [ ! -e /dev/fuse ] || [ "$(id -u)" != 0 ]; then
+		echo "needs root and /dev/fuse"
+		return 1
+	fi
 }
 
 bench_systems() {
-	local s
+	local s why check
 	RUN_SYSTEMS=()
+	SKIPPED=()
 	for s in $SYSTEMS; do
-		if ! command -v "$s" >/dev/null; then
-			msg "$s not installed: skipped (apt-get install -y $s)"
-		elif [ ! -e /dev/fuse ] || [ "$(id -u)" != 0 ]; then
-			msg "$s needs root and /dev/fuse: skipped"
-		else
+		check=avail_peer
+		if declare -F "avail_$s" >/dev/null; then
+			check=avail_$s
+		fi
+		if why=$("$check" "$s"); then
 			RUN_SYSTEMS+=("$s")
+		else
+			msg "$s: $why: skipped"
+			SKIPPED+=("$s"$'\t'"$why")
 		fi
 	done
 }
+
+drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 
 # Before each timed copy: earlier methods' dirty pages on the disk, clean
 # caches dropped (as root) so that every writer finds the same free memory
@@ -331,9 +558,10 @@ bench_systems() {
 # GiB of page cache first: 3 s against 0.4 s for the same dd), and the
 # source file in the page cache again.
 source_ready() {
-	sync
 	if [ -w /proc/sys/vm/drop_caches ]; then
-		echo 3 >/proc/sys/vm/drop_caches
+		drop_caches
+	else
+		sync
 	fi
 	cat "$TMP/data.bin" >/dev/null
 	if [ -n "${BENCH_MEMLOG:-}" ]; then
@@ -364,7 +592,7 @@ measure_peer() { # SYS KEY
 	mkdir -p "$m" "$c"
 	if ! mount_sys "$s" "$m" "$c"; then
 		msg "$s did not mount; skipped (log in $TMP/log)"
-		unmount_sys "$m"
+		unmount_sys "$m" || msg "$s: $WHY"
 		return 0
 	fi
 	source_ready
@@ -379,9 +607,16 @@ measure_peer() { # SYS KEY
 	else
 		msg "$s: $COPY onto the mount failed"
 	fi
-	unmount_sys "$m"
+	unmount_sys "$m" || msg "$s: $WHY"
 	rm -rf "$c"
 	reclaim "$key"
+}
+
+measure_peers() {
+	local s
+	for s in "${RUN_SYSTEMS[@]}"; do
+		measure_peer "$s" "$s-$ROUND.bin"
+	done
 }
 
 # The summary's shared half. rows[(METHOD, KEY)] = {ROUND: VALUE}; med()
@@ -428,19 +663,11 @@ def write_json(name, ratios, goals):
 EOF
 )
 
-# fmfs mounts of the gateway's bucket (bench-write.sh, bench-train.sh):
-# FMFS is the binary, FMFS_OPTS extra mount options, FMFS_MNT the mount
-# that is up; on failure or Ctrl-C cleanup_hook unmounts it (the lib then
-# stops whatever still names TMP, the daemon included).
+# fmfs mounts of the gateway's bucket: FMFS is the binary, FMFS_OPTS
+# extra mount options, FMFS_MNT the mount that is up; on failure or
+# Ctrl-C cleanup unmounts it (and then stops whatever still names TMP,
+# the daemon included).
 FMFS_MNT=
-cleanup_hook() {
-	[ -n "$FMFS_MNT" ] || return 0
-	if grep -qF " $FMFS_MNT " /proc/self/mounts; then
-		timeout 30 "$FMFS" umount "$FMFS_MNT" --timeout 10 >/dev/null 2>&1 ||
-			fusermount3 -u "$FMFS_MNT" 2>/dev/null ||
-			umount -l "$FMFS_MNT" 2>/dev/null || true
-	fi
-}
 
 # The last lines of the fmfs commands' output and of the daemon's log.
 fmfs_log() {
@@ -448,19 +675,23 @@ fmfs_log() {
 		tr '\n' ' '
 }
 
+# fmfs daemonizes and returns once the mount is live.
 mount_fmfs() { # MNT CACHE
 	# shellcheck disable=SC2086 # options are words
-	timeout 60 "$FMFS" mount "s3://$BUCKET" "$1" --cache-dir "$2" \
-		--endpoint "$RGW_ENDPOINT" ${FMFS_OPTS:-} >>"$TMP/log/fmfs.log" 2>&1 ||
-		die "fmfs mount failed: $(fmfs_log)"
+	timeout $(( 2 * MOUNT_TIMEOUT )) "$FMFS" mount "s3://$BUCKET" "$1" \
+		--cache-dir "$2" --endpoint "$RGW_ENDPOINT" ${FMFS_OPTS:-} \
+		>>"$TMP/log/fmfs.log" 2>&1 ||
+		{ WHY="fmfs mount failed: $(fmfs_log)"; return 1; }
 	FMFS_MNT=$1
-	mountpoint -q "$1" || die "fmfs mount returned but $1 is not mounted"
+	wait_mounted "$1"
 }
 
-umount_fmfs() { # MNT
-	timeout 600 "$FMFS" umount "$1" >>"$TMP/log/fmfs.log" 2>&1 ||
-		die "fmfs umount $1 failed: $(fmfs_log)"
-	! grep -qF " $1 " /proc/self/mounts || die "$1 still mounted after fmfs umount"
+# `fmfs umount` waits for what is still to upload: SECS (600) at most.
+umount_fmfs() { # MNT [SECS]
+	timeout "${2:-600}" "$FMFS" umount "$1" >>"$TMP/log/fmfs.log" 2>&1 ||
+		{ WHY="fmfs umount $1 failed: $(fmfs_log)"; return 1; }
+	! is_mounted "$1" ||
+		{ WHY="$1 still mounted after fmfs umount"; return 1; }
 	FMFS_MNT=
 }
 

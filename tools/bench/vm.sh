@@ -2,12 +2,12 @@
 # shellcheck shell=bash
 #
 # vm.sh - steady memory for benchmarks inside a virtual machine; sourced
-# by lib.sh and bench-mount.sh, not run.
+# by lib.sh (and so by every bench-*.sh), not run. It sources nothing.
 #
 # A guest with free page reporting (virtio-balloon; the page_reporting
 # module) hands the pages it frees back to its host, and the host
 # discards them. The next first touch of such a page is a fault in the
-# host: on the test machine ~3.3 s per GiB, against ~0.3 s to write a GiB
+# host: in one VM measured ~3.3 s per GiB, against ~0.3 s to write a GiB
 # into the page cache. A benchmark drops the page cache before each timed
 # step, so whether a 1 GiB dd lands on pages the host still backs or on
 # reported ones is chance: the same dd took 0.33 s or 2-3.2 s, all of it
