@@ -10,12 +10,8 @@
 # prefetch/evict/status, and bad options.
 . "$TOP/tests/lib/common.sh"
 
-[ -e /dev/fuse ] || { echo "SKIP: no /dev/fuse"; exit 77; }
-B=$(new_bucket mnt)
-cd "$TEST_DIR"
-MNT=$TEST_DIR/mnt
-CACHE=$TEST_DIR/cache
-mkdir -p "$MNT" data
+mount_setup mnt
+mkdir -p data
 
 trap 'unmount_quietly "$MNT"; cleanup_common' EXIT
 

@@ -15,12 +15,8 @@
 # usual path and the passthrough counts are not.
 . "$TOP/tests/lib/common.sh"
 
-[ -e /dev/fuse ] || { echo "SKIP: no /dev/fuse"; exit 77; }
-B=$(new_bucket rpt)
-cd "$TEST_DIR"
-MNT=$TEST_DIR/mnt
-CACHE=$TEST_DIR/cache
-mkdir -p "$MNT" data
+mount_setup rpt
+mkdir -p data
 trap 'unmount_quietly "$MNT"; cleanup_common' EXIT
 
 mnt() { # OPTION...

@@ -8,11 +8,8 @@
 # never served wrong).
 . "$TOP/tests/lib/common.sh"
 
-[ -e /dev/fuse ] || { echo "SKIP: no /dev/fuse"; exit 77; }
-B=$(new_bucket crash)
-cd "$TEST_DIR"
-MNT=$TEST_DIR/mnt
-mkdir -p "$MNT" data
+mount_setup crash
+mkdir -p data
 for i in 1 2 3 4; do random_file data/s$i 5; done
 awsx s3 cp --quiet --recursive data "s3://$B/data/"
 trap 'unmount_quietly "$MNT"; cleanup_common' EXIT

@@ -7,11 +7,8 @@
 # resumes on its own when the gateway comes back.
 . "$TOP/tests/lib/common.sh"
 
-[ -e /dev/fuse ] || { echo "SKIP: no /dev/fuse"; exit 77; }
-B=$(new_bucket off)
-cd "$TEST_DIR"
-MNT=$TEST_DIR/mnt
-mkdir -p "$MNT" data
+mount_setup off
+mkdir -p data
 random_file data/cached 6
 random_file data/uncached 6
 awsx s3 cp --quiet --recursive data "s3://$B/data/"

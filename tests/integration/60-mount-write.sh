@@ -12,12 +12,8 @@
 # (ENOSPC, nothing lost), umount draining, and bad options.
 . "$TOP/tests/lib/common.sh"
 
-[ -e /dev/fuse ] || { echo "SKIP: no /dev/fuse"; exit 77; }
-B=$(new_bucket wr)
-cd "$TEST_DIR"
-MNT=$TEST_DIR/mnt
-CACHE=$TEST_DIR/cache
-mkdir -p "$MNT" data got
+mount_setup wr
+mkdir -p data got
 
 gw_back() { "$TOP/tests/lib/rgw.sh" start-gw "$RGW_DIR" >/dev/null 2>&1 || true; }
 trap 'gw_back; unmount_quietly "$MNT"; cleanup_common' EXIT

@@ -22,12 +22,7 @@
 # the uploads; that one is also read back after a remount and cold.
 . "$TOP/tests/lib/common.sh"
 
-[ -e /dev/fuse ] || { echo "SKIP: no /dev/fuse"; exit 77; }
-B=$(new_bucket fsx)
-cd "$TEST_DIR"
-MNT=$TEST_DIR/mnt
-CACHE=$TEST_DIR/cache
-mkdir -p "$MNT"
+mount_setup fsx
 SEED=${FSX_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
 STEPS=${FSX_STEPS:-1000}
 MANIFEST=$TEST_DIR/fsx.json

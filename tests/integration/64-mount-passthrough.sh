@@ -15,12 +15,8 @@
 # applicable.
 . "$TOP/tests/lib/common.sh"
 
-[ -e /dev/fuse ] || { echo "SKIP: no /dev/fuse"; exit 77; }
-B=$(new_bucket pt)
-cd "$TEST_DIR"
-MNT=$TEST_DIR/mnt
-CACHE=$TEST_DIR/cache
-mkdir -p "$MNT" data got
+mount_setup pt
+mkdir -p data got
 trap 'unmount_quietly "$MNT"; cleanup_common' EXIT
 
 mnt() { # extra options...

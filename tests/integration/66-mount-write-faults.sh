@@ -16,11 +16,7 @@
 #     and the files closed before are not lost.
 . "$TOP/tests/lib/common.sh"
 
-[ -e /dev/fuse ] || { echo "SKIP: no /dev/fuse"; exit 77; }
-B=$(new_bucket wf)
-cd "$TEST_DIR"
-MNT=$TEST_DIR/mnt
-CACHE=$TEST_DIR/cache
+mount_setup wf
 SMALL=$TEST_DIR/small
 mkdir -p "$MNT" "$SMALL" data got
 trap 'unmount_quietly "$MNT"; umount "$SMALL" 2>/dev/null || true; cleanup_common' EXIT

@@ -16,11 +16,7 @@
 # options.
 . "$TOP/tests/lib/common.sh"
 
-[ -e /dev/fuse ] || { echo "SKIP: no /dev/fuse"; exit 77; }
-B=$(new_bucket train)
-cd "$TEST_DIR"
-MNT=$TEST_DIR/mnt
-CACHE=$TEST_DIR/cache
+mount_setup train
 FT=$TOP/tools/fmtrain
 mkdir -p "$MNT" local
 unset RANK WORLD_SIZE FMCKPT_RUN_ID OMP_NUM_THREADS

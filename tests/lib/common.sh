@@ -50,6 +50,19 @@ expect_exit() {
 	fi
 }
 
+# mount_setup NAME: the start of every test that mounts: skips (77)
+# without /dev/fuse, makes TEST_DIR the working directory, and sets B (a
+# fresh bucket NAME-PID), MNT (TEST_DIR/mnt, created) and CACHE
+# (TEST_DIR/cache, left for fmfs to create).
+mount_setup() {
+	[ -e /dev/fuse ] || { echo "SKIP: no /dev/fuse"; exit 77; }
+	B=$(new_bucket "$1")
+	cd "$TEST_DIR"
+	MNT=$TEST_DIR/mnt
+	CACHE=$TEST_DIR/cache
+	mkdir -p "$MNT"
+}
+
 # same_file A B: byte-exact comparison.
 same_file() {
 	cmp -s "$1" "$2" || fail "$1 and $2 differ"
