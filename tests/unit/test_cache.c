@@ -16,7 +16,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -37,23 +36,11 @@
 
 #include <cmocka.h>
 
+#include "helpers.h"
 #include "cache/cache.h"
 #include "cache/cache_int.h"
 
-#define KIB 1024ull
-#define MIB (1024ull * 1024)
 #define B64K (64 * KIB)
-
-#define assert_contains(hay, needle)                                      \
-	do {                                                              \
-		const char *h_ = (hay), *n_ = (needle);                   \
-		if (!h_ || !strstr(h_, n_))                               \
-			fail_msg("\"%s\" does not contain \"%s\"",        \
-				 h_ ? h_ : "(null)", n_);                 \
-	} while (0)
-
-static char g_tmp[PATH_MAX - 128];
-static unsigned g_seq;
 
 struct env {
 	char store_dir[PATH_MAX];
@@ -98,21 +85,6 @@ static void check_bytes(uint32_t seed, uint64_t off, const void *buf,
 }
 
 /* ---- environment ---- */
-
-static int rm_cb(const char *path, const struct stat *sb, int flag,
-		 struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	remove(path);
-	return 0;
-}
-
-static void rm_rf(const char *path)
-{
-	nftw(path, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 static int env_setup(void **state)
 {
@@ -581,20 +553,13 @@ static void test_crc_corruption(void **state)
 	char path[PATH_MAX + 300];
 	struct obj o;
 	uint64_t in0;
-	unsigned char byte;
-	int fd;
 
 	put_obj(e, &o, "crc/x", 4 * B64K + 100, 77);
 	env_open(e);
 	read_all(e, &o);
 	env_close(e);
 	the_cache_file(e, path, sizeof(path));
-	fd = open(path, O_RDWR);
-	assert_true(fd >= 0);
-	assert_int_equal(pread(fd, &byte, 1, 2 * B64K + 100), 1);
-	byte ^= 0x20;
-	assert_int_equal(pwrite(fd, &byte, 1, 2 * B64K + 100), 1);
-	close(fd);
+	flip_bit(path, 2 * B64K + 100, 5);
 	env_open(e);
 	in0 = bytes_in(e);
 	read_all(e, &o);
@@ -1287,7 +1252,6 @@ static void test_uring_fallback(void **state)
 
 int main(void)
 {
-	const char *tmp = getenv("TMPDIR");
 	const struct CMUnitTest tests[] = {
 #define T(name) cmocka_unit_test_setup_teardown(name, env_setup, env_teardown)
 		cmocka_unit_test(test_crc32c_vectors),
@@ -1317,16 +1281,7 @@ int main(void)
 		T(test_uring_fallback),
 #undef T
 	};
-	int rc;
 
-	snprintf(g_tmp, sizeof(g_tmp), "%s/fmfs-test-cache.XXXXXX",
-		 tmp && *tmp ? tmp : "/tmp");
-	if (!mkdtemp(g_tmp)) {
-		perror("mkdtemp");
-		return 1;
-	}
 	signal(SIGPIPE, SIG_IGN);
-	rc = cmocka_run_group_tests(tests, NULL, NULL);
-	rm_rf(g_tmp);
-	return rc;
+	return run_tests_in_tmp_dir("fmfs-test-cache", tests);
 }

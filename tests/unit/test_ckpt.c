@@ -13,7 +13,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -30,30 +29,9 @@
 
 #include <cmocka.h>
 
+#include "helpers.h"
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_int.h"
-
-#define KIB 1024ull
-#define MIB (1024ull * 1024)
-
-#define assert_contains(hay, needle)                                      \
-	do {                                                              \
-		const char *h_ = (hay), *n_ = (needle);                   \
-		if (!h_ || !strstr(h_, n_))                               \
-			fail_msg("\"%s\" does not contain \"%s\"",        \
-				 h_ ? h_ : "(null)", n_);                 \
-	} while (0)
-
-#define assert_ok(rc, msg)                                                \
-	do {                                                              \
-		int rc_ = (rc);                                           \
-		if (rc_)                                                  \
-			fail_msg("%s: %d (%s): %s", #rc, rc_,              \
-				 strerror(-rc_), (msg));                   \
-	} while (0)
-
-static char g_tmp[PATH_MAX - 256];
-static unsigned g_seq;
 
 struct env {
 	char dir[PATH_MAX];
@@ -150,21 +128,6 @@ static void tset_free(struct tset *t)
 }
 
 /* ---- environment ---- */
-
-static int rm_cb(const char *path, const struct stat *sb, int flag,
-		 struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	remove(path);
-	return 0;
-}
-
-static void rm_rf(const char *path)
-{
-	nftw(path, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 static int env_setup(void **state)
 {
@@ -272,18 +235,6 @@ static void step_path(struct env *e, uint64_t step, const char *name,
 {
 	snprintf(buf, len, "%s/step-%010llu/%s", e->dir,
 		 (unsigned long long)step, name);
-}
-
-static void flip_bit(const char *path, off_t off, unsigned bit)
-{
-	int fd = open(path, O_RDWR);
-	unsigned char b;
-
-	assert_true(fd >= 0);
-	assert_int_equal(pread(fd, &b, 1, off), 1);
-	b ^= (unsigned char)(1u << bit);
-	assert_int_equal(pwrite(fd, &b, 1, off), 1);
-	close(fd);
 }
 
 static off_t file_size(const char *path)
@@ -582,12 +533,6 @@ static void test_corrupt_manifest(void **state)
 	tset_free(&t);
 }
 
-static void put32(unsigned char *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
 static void test_unknown_version(void **state)
 {
 	struct env *e = *state;
@@ -601,9 +546,9 @@ static void test_unknown_version(void **state)
 	step_path(e, 2, "manifest", path, sizeof(path));
 	assert_ok(ckpt_read_whole(path, 1 << 20, &buf, &len, e->msg,
 				  sizeof(e->msg)), e->msg);
-	put32(buf + 8, 2);
-	put32(buf + 60, util_crc32c(0, buf, 60));
-	put32(buf + len - 16, util_crc32c(0, buf, len - 16));
+	util_put32le(buf + 8, 2);
+	util_put32le(buf + 60, util_crc32c(0, buf, 60));
+	util_put32le(buf + len - 16, util_crc32c(0, buf, len - 16));
 	{
 		int fd = open(path, O_WRONLY | O_TRUNC);
 
@@ -999,20 +944,6 @@ static void test_crash_points(void **state)
 	crash_at(e, "remote-manifest", true, 3);
 }
 
-static long rss_kb(void)
-{
-	FILE *f = fopen("/proc/self/status", "r");
-	char line[256];
-	long kb = -1;
-
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld", &kb) == 1)
-			break;
-	if (f)
-		fclose(f);
-	return kb;
-}
-
 static void test_rss_stable(void **state)
 {
 	struct env *e = *state;
@@ -1030,9 +961,9 @@ static void test_rss_stable(void **state)
 		save(e, c, &t, s, 0);
 		wait_ok(e, c, s, CKPT_DURABLE);
 		if (s == 10)
-			rss10 = rss_kb();
+			rss10 = rss_kib();
 	}
-	rss100 = rss_kb();
+	rss100 = rss_kib();
 	/* Staging is reused: no growth beyond allocator noise.  Under
 	 * AddressSanitizer freed memory sits in its quarantine (256 MiB by
 	 * default) before reuse, so RSS creeps up there whatever we do. */
@@ -1280,9 +1211,9 @@ static void test_barrier_refused_marker(void **state)
 	assert_int_equal(mkdir(path, 0755), 0);
 	strcat(path, "/rank-00001.done");
 	assert_ok(ckpt_mf_encode(&m, &buf, &len), "encode");
-	put32(buf + 8, 2);
-	put32(buf + 60, util_crc32c(0, buf, 60));
-	put32(buf + len - 16, util_crc32c(0, buf, len - 16));
+	util_put32le(buf + 8, 2);
+	util_put32le(buf + 60, util_crc32c(0, buf, 60));
+	util_put32le(buf + len - 16, util_crc32c(0, buf, len - 16));
 	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	assert_true(fd >= 0);
 	assert_int_equal(write(fd, buf, len), (ssize_t)len);
@@ -1346,19 +1277,9 @@ int main(void)
 		T(test_barrier_refused_marker),
 #undef T
 	};
-	const char *base = getenv("TMPDIR");
-	int rc;
 
-	snprintf(g_tmp, sizeof(g_tmp), "%s/fmfs-test-ckpt.XXXXXX",
-		 base && *base ? base : "/tmp");
-	if (!mkdtemp(g_tmp)) {
-		perror("mkdtemp");
-		return 1;
-	}
 	unsetenv("RANK");
 	unsetenv("WORLD_SIZE");
 	unsetenv("FMCKPT_RUN_ID");
-	rc = cmocka_run_group_tests(tests, NULL, NULL);
-	rm_rf(g_tmp);
-	return rc;
+	return run_tests_in_tmp_dir("fmfs-test-ckpt", tests);
 }

@@ -17,7 +17,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -31,43 +30,14 @@
 
 #include <cmocka.h>
 
+#include "helpers.h"
 #include "util/util.h"
 #include "train/data.h"
-
-#define assert_contains(hay, needle)                                      \
-	do {                                                              \
-		const char *h_ = (hay), *n_ = (needle);                   \
-		if (!h_ || !strstr(h_, n_))                               \
-			fail_msg("\"%s\" does not contain \"%s\"",        \
-				 h_ ? h_ : "(null)", n_);                 \
-	} while (0)
-
-#define assert_ok(rc, msg)                                                \
-	do {                                                              \
-		int rc_ = (rc);                                           \
-		if (rc_)                                                  \
-			fail_msg("%s: %d (%s): %s", #rc, rc_,              \
-				 strerror(-rc_), (msg));                   \
-	} while (0)
-
-static char g_tmp[PATH_MAX - 256];
-static unsigned g_seq;
 
 struct env {
 	char dir[PATH_MAX];
 	char msg[1024];
 };
-
-static int rm_one(const char *p, const struct stat *st, int flag,
-		  struct FTW *f)
-{
-	return remove(p);
-}
-
-static void rm_rf(const char *p)
-{
-	nftw(p, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 static int env_setup(void **state)
 {
@@ -109,12 +79,6 @@ static uint64_t rnd(uint64_t *s)
 	return z ^ (z >> 31);
 }
 
-static void put32(unsigned char *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
 /* An llm.c shard, from its description: 256 int32 (magic, version,
  * count, zeros), then the tokens as uint16, little-endian. */
 static void write_llmc(const char *path, uint32_t magic, uint32_t version,
@@ -125,9 +89,9 @@ static void write_llmc(const char *path, uint32_t magic, uint32_t version,
 	FILE *f = fopen(path, "wb");
 
 	assert_non_null(f);
-	put32(hdr, magic);
-	put32(hdr + 4, version);
-	put32(hdr + 8, n);
+	util_put32le(hdr, magic);
+	util_put32le(hdr + 4, version);
+	util_put32le(hdr + 8, n);
 	for (uint32_t i = 0; i < n; i++) {
 		body[2 * i] = (unsigned char)tok[i];
 		body[2 * i + 1] = (unsigned char)(tok[i] >> 8);
@@ -151,18 +115,6 @@ static void write_ids(struct env *e, const char *path, enum train_dtype dt,
 	free(t);
 }
 
-static void flip_bit(const char *path, off_t off, unsigned bit)
-{
-	int fd = open(path, O_RDWR);
-	unsigned char c;
-
-	assert_true(fd >= 0);
-	assert_int_equal(pread(fd, &c, 1, off), 1);
-	c ^= (unsigned char)(1u << bit);
-	assert_int_equal(pwrite(fd, &c, 1, off), 1);
-	close(fd);
-}
-
 /* Rewrites header fields of our shard and its header CRC. */
 static void patch_header(const char *path, off_t off, uint32_t v)
 {
@@ -171,8 +123,9 @@ static void patch_header(const char *path, off_t off, uint32_t v)
 
 	assert_true(fd >= 0);
 	assert_int_equal(pread(fd, hdr, sizeof(hdr), 0), sizeof(hdr));
-	put32(hdr + off, v);
-	put32(hdr + sizeof(hdr) - 4, util_crc32c(0, hdr, sizeof(hdr) - 4));
+	util_put32le(hdr + off, v);
+	util_put32le(hdr + sizeof(hdr) - 4,
+		     util_crc32c(0, hdr, sizeof(hdr) - 4));
 	assert_int_equal(pwrite(fd, hdr, sizeof(hdr), 0), sizeof(hdr));
 	close(fd);
 }
@@ -990,20 +943,6 @@ static void test_loader_memory_bounded(void **state)
 	free_dataset(&d);
 }
 
-static long rss_kib(void)
-{
-	FILE *f = fopen("/proc/self/status", "r");
-	char line[256];
-	long kib = -1;
-
-	while (f && fgets(line, sizeof(line), f))
-		if (!strncmp(line, "VmRSS:", 6))
-			kib = strtol(line + 6, NULL, 10);
-	if (f)
-		fclose(f);
-	return kib;
-}
-
 /* 8 MiB of tokens read six times over through 2 x 1 MiB buffers: the
  * resident size after the first epoch does not grow with what is read. */
 static void test_loader_rss_stable(void **state)
@@ -1195,18 +1134,8 @@ int main(void)
 		T(test_loader_dir_and_config),
 #undef T
 	};
-	const char *base = getenv("TMPDIR");
-	int rc;
 
-	snprintf(g_tmp, sizeof(g_tmp), "%s/fmfs-test-data.XXXXXX",
-		 base && *base ? base : "/tmp");
-	if (!mkdtemp(g_tmp)) {
-		perror("mkdtemp");
-		return 1;
-	}
 	unsetenv("RANK");
 	unsetenv("WORLD_SIZE");
-	rc = cmocka_run_group_tests(tests, NULL, NULL);
-	rm_rf(g_tmp);
-	return rc;
+	return run_tests_in_tmp_dir("fmfs-test-data", tests);
 }

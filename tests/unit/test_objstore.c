@@ -15,7 +15,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <malloc.h>
 #include <setjmp.h>
@@ -34,6 +33,7 @@
 
 #include <cmocka.h>
 
+#include "helpers.h"
 #include "objstore/objstore.h"
 #include "objstore/objstore_int.h"
 #include "objstore/s3_int.h"
@@ -50,28 +50,9 @@
 size_t __sanitizer_get_current_allocated_bytes(void);
 #endif
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-
-#define assert_contains(hay, needle)                                      \
-	do {                                                              \
-		const char *h_ = (hay), *n_ = (needle);                   \
-		if (!h_ || !strstr(h_, n_))                               \
-			fail_msg("\"%s\" does not contain \"%s\"",        \
-				 h_ ? h_ : "(null)", n_);                 \
-	} while (0)
-
-#define assert_not_contains(hay, needle)                                  \
-	do {                                                              \
-		const char *h_ = (hay), *n_ = (needle);                   \
-		if (h_ && strstr(h_, n_))                                 \
-			fail_msg("\"%s\" contains \"%s\"", h_, n_);       \
-	} while (0)
-
 /* ---- shared helpers ---- */
 
-static char g_tmp[PATH_MAX - 64]; /* private temporary directory */
-static unsigned g_seq;         /* for fresh subdirectories */
-static bool g_xattrs;          /* the temp file system keeps user.* xattrs */
+static bool g_xattrs; /* the temp file system (g_tmp) keeps user.* xattrs */
 
 /* A fresh empty directory under g_tmp. */
 static void new_dir(char *out, size_t len)
@@ -3448,15 +3429,6 @@ static void test_status_names(void **state)
  * main
  * ====================================================================== */
 
-static int rm_entry(const char *path, const struct stat *sb, int flag,
-		    struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	return remove(path);
-}
-
 static bool probe_xattrs(void)
 {
 	char path[PATH_MAX + 16];
@@ -3609,15 +3581,10 @@ int main(void)
 		cmocka_unit_test(test_errfmt_exact_fit),
 		cmocka_unit_test(test_status_names),
 	};
-	const char *tmpdir = getenv("TMPDIR");
 	int failed = 0;
 
-	snprintf(g_tmp, sizeof(g_tmp), "%s/test_objstore.XXXXXX",
-		 tmpdir && *tmpdir ? tmpdir : "/tmp");
-	if (!mkdtemp(g_tmp)) {
-		perror("mkdtemp");
+	if (tmp_dir_create("test_objstore"))
 		return 1;
-	}
 	g_xattrs = probe_xattrs();
 	if (!g_xattrs)
 		fprintf(stderr, "note: %s keeps no user.* xattrs; metadata "
@@ -3636,6 +3603,6 @@ int main(void)
 	failed += cmocka_run_group_tests_name("obj_error_format",
 					      errfmt_tests, NULL, NULL);
 
-	nftw(g_tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	tmp_dir_remove();
 	return failed ? 1 : 0;
 }

@@ -18,7 +18,6 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <ftw.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <setjmp.h>
@@ -37,23 +36,13 @@
 
 #include <cmocka.h>
 
+#include "helpers.h"
 #include "train/gpu.h"
 
 #define BLOB_BYTES 160          /* what fmtrain hands: NCCL id + run id */
 #define OK_MS 20000             /* a rendezvous that must succeed */
 #define SHORT_MS 300            /* one that must time out */
 #define WORLD_MAX 8
-
-#define assert_contains(hay, needle)                                      \
-	do {                                                              \
-		const char *h_ = (hay), *n_ = (needle);                   \
-		if (!h_ || !strstr(h_, n_))                               \
-			fail_msg("\"%s\" does not contain \"%s\"",        \
-				 h_ ? h_ : "(null)", n_);                 \
-	} while (0)
-
-static char g_tmp[PATH_MAX - 64];
-static unsigned g_seq;
 
 static double now_ms(void)
 {
@@ -461,12 +450,6 @@ static void test_file_no_dir(void **state)
 
 /* ---- main ---- */
 
-static int rm_one(const char *p, const struct stat *st, int flag,
-		  struct FTW *f)
-{
-	return remove(p);
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -483,16 +466,6 @@ int main(void)
 		cmocka_unit_test(test_bad_args),
 		cmocka_unit_test(test_file_no_dir),
 	};
-	const char *t = getenv("TMPDIR");
-	int fails;
 
-	snprintf(g_tmp, sizeof(g_tmp), "%s/test_rendezvous.XXXXXX",
-		 t && *t ? t : "/tmp");
-	if (!mkdtemp(g_tmp)) {
-		perror("mkdtemp");
-		return 1;
-	}
-	fails = cmocka_run_group_tests(tests, NULL, NULL);
-	nftw(g_tmp, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-	return fails ? 1 : 0;
+	return run_tests_in_tmp_dir("test_rendezvous", tests) ? 1 : 0;
 }

@@ -39,9 +39,8 @@
 
 #include <cmocka.h>
 
+#include "helpers.h"
 #include "objstore/sigv4.h"
-
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 #define EMPTY_SHA256 \
 	"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"

@@ -31,16 +31,9 @@
 #include <omp.h>
 #endif
 
+#include "helpers.h"
 #include "train/model.h"
 #include "train/train_int.h"
-
-#define assert_ok(rc, msg)                                                \
-	do {                                                              \
-		int rc_ = (rc);                                           \
-		if (rc_)                                                  \
-			fail_msg("%s: %d (%s): %s", #rc, rc_,              \
-				 strerror(-rc_), (msg));                   \
-	} while (0)
 
 /* L=2, NH=2, C=8, T=4, V=16 padded to 20, B=2. */
 static void tiny_config(struct train_config *cfg)
