@@ -105,10 +105,13 @@ train/libtrain.a: $(TRAIN_OBJS)
 # ---- programs -----------------------------------------------------------
 
 # tools/: the three front ends (tools/tools.h: their shape)
-TOOLS_COMMON = tools/util.o
-FMFS_OBJS = tools/fmfs.o tools/cmd_obj.o tools/cmd_mount.o $(TOOLS_COMMON)
-FMCKPT_OBJS = tools/fmckpt.o $(TOOLS_COMMON)
-FMTRAIN_OBJS = tools/fmtrain.o tools/fmtrain_run.o tools/fmtrain_ckpt.o \
+TOOLS_COMMON = tools/tools.o
+FMFS_OBJS = tools/fmfs.o tools/fmfs_mount.o tools/fmfs_ctl.o \
+	tools/fmfs_obj.o $(TOOLS_COMMON)
+FMCKPT_OBJS = tools/fmckpt.o tools/fmckpt_store.o tools/fmckpt_status.o \
+	tools/fmckpt_bench.o $(TOOLS_COMMON)
+FMTRAIN_OBJS = tools/fmtrain.o tools/fmtrain_tokenize.o \
+	tools/fmtrain_train.o tools/fmtrain_run.o tools/fmtrain_ckpt.o \
 	tools/fmtrain_cpu.o tools/fmtrain_cuda.o $(TOOLS_COMMON)
 tools/fmtrain_run.o: CFLAGS += $(OPENMP_CFLAGS)
 

@@ -4,8 +4,8 @@
  * sees: struct cache and struct cache_file, and the functions that cache.c
  * (open/close, files, ensure/read), evict.c (space and eviction), index.c
  * (the SQLite index and its flusher), fetch.c (fetch workers and
- * readahead), uring.c (the io_uring engine) and crc32c.c offer one
- * another.
+ * readahead), uring.c (the io_uring engine) and the write-back (wb.c,
+ * wb_upload.c, with their own wb_int.h) offer one another.
  *
  * Locks, outermost first; no thread takes an outer lock while it holds an
  * inner one:

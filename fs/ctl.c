@@ -492,7 +492,7 @@ void fs_ctl_stop(struct fs *fs)
 	close(fs->ctl_fd);
 	pthread_join(fs->ctl_thread, NULL);
 	/* The socket file stays until the process has closed the cache:
-	 * `fmfs umount` waits for it to go (see cmd_mount.c). */
+	 * `fmfs umount` waits for it to go (tools/fmfs_ctl.c). */
 	fs->ctl_fd = -1;
 	/* Detached connection threads finish on their own; wait briefly. */
 	for (int i = 0; i < 100 && atomic_load(&ctl_conns) > 0; i++)

@@ -1,15 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fmfs.c - the fmfs command: dispatches to a cmd_<verb>() per subcommand:
- * `fmfs obj ...` (cmd_obj.c: the object-store client by hand) and mount,
- * umount, status, prefetch, evict (cmd_mount.c).
+ * fmfs.c - the fmfs command: its usage text and the table of its
+ * subcommands, each a cmd_<verb>() (fmfs.h): mount (fmfs_mount.c);
+ * umount, flush, status, prefetch, evict (fmfs_ctl.c: they talk to a
+ * running mount's daemon); obj (fmfs_obj.c: the object-store client by
+ * hand).  Exit codes as in tools.h (and docs/fmfs.1).
  */
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "config.h"
-#include "tools.h"
+#include "fmfs.h"
 
 static void usage(FILE *f)
 {
@@ -21,35 +21,25 @@ static void usage(FILE *f)
 "  fmfs flush MOUNTPOINT [PATH] [--wait] [--timeout SECONDS]\n"
 "  fmfs status MOUNTPOINT [--json]\n"
 "  fmfs prefetch MOUNTPOINT (PATH... | --list FILE) [--wait]\n"
-"  fmfs evict MOUNTPOINT PATH...\n"
+"  fmfs evict MOUNTPOINT (PATH... | --list FILE)\n"
 "  fmfs obj ls|stat|get|put|rm|cp|check ...   object-store client\n"
 "  fmfs --version\n"
 "\n"
 "Run 'fmfs obj --help' for the object commands.  See fmfs(1).\n");
 }
 
+static const struct tools_cmd cmds[] = {
+	{ "mount", cmd_mount },
+	{ "umount", cmd_umount }, { "unmount", cmd_umount },
+	{ "flush", cmd_flush },
+	{ "status", cmd_status },
+	{ "prefetch", cmd_prefetch },
+	{ "evict", cmd_evict },
+	{ "obj", cmd_obj },
+};
+
 int main(int argc, char **argv)
 {
-	int rc;
-
-	if (argc < 2) {
-		usage(stderr);
-		return EXIT_USAGE;
-	}
-	if (!strcmp(argv[1], "obj"))
-		return cmd_obj(argc - 1, argv + 1);
-	if ((rc = cmd_fs(argv[1], argc - 1, argv + 1)) >= 0)
-		return rc;
-	if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
-		printf("fmfs %s\n", FMFS_VERSION);
-		return EXIT_OK;
-	}
-	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") ||
-	    !strcmp(argv[1], "help")) {
-		usage(stdout);
-		return EXIT_OK;
-	}
-	fprintf(stderr, "fmfs: unknown command '%s'\n", argv[1]);
-	usage(stderr);
-	return EXIT_USAGE;
+	return tools_main(argc, argv, "fmfs", "fmfs " FMFS_VERSION, usage, cmds,
+			  sizeof(cmds) / sizeof(cmds[0]));
 }

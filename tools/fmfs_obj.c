@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cmd_obj.c - `fmfs obj`: the object-store client by hand, for debugging
- * and for users (ls, stat, get, put, rm, cp, check).  Each verb opens one
- * store for the bucket (s3://) or directory (file://) its URL names, runs
- * the operation and maps failures to the exit codes in tools.h.
+ * fmfs_obj.c - `fmfs obj`: one subcommand, cmd_obj(), the object-store
+ * client by hand, for debugging and for users, with verbs of its own (ls,
+ * stat, get, put, rm, cp, check).  Each verb opens one store for the
+ * bucket (s3://) or directory (file://) its URL names, runs the operation
+ * and maps failures to the exit codes in tools.h.
  *
  * For file:// URLs the store root is the longest existing directory at the
  * start of the path and the rest is the key: file:///srv/data/a/b.bin with
@@ -20,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tools.h"
+#include "fmfs.h"
 
 #define META_MAX 32
 
@@ -84,14 +85,10 @@ static int parse_ms(const char *opt, const char *v, unsigned *out)
 /* Parses options; leaves positional args in argv[optind..]. */
 static int parse_opts(int argc, char **argv, struct obj_opts *o)
 {
-	enum { OPT_ENDPOINT = 256, OPT_REGION, OPT_PROFILE, OPT_PATH, OPT_VHOST,
-	       OPT_PARALLEL, OPT_PART, OPT_TIMEOUT, OPT_CTIMEOUT, OPT_RETRIES,
-	       OPT_RTIME };
+	enum { OPT_VHOST = 256, OPT_PARALLEL, OPT_PART, OPT_TIMEOUT,
+	       OPT_CTIMEOUT, OPT_RETRIES, OPT_RTIME };
 	static const struct option lo[] = {
-		{ "endpoint", required_argument, 0, OPT_ENDPOINT },
-		{ "region", required_argument, 0, OPT_REGION },
-		{ "profile", required_argument, 0, OPT_PROFILE },
-		{ "path-style", no_argument, 0, OPT_PATH },
+		TOOLS_OBJ_OPTIONS,
 		{ "virtual-hosted", no_argument, 0, OPT_VHOST },
 		{ "parallel", required_argument, 0, OPT_PARALLEL },
 		{ "part-size", required_argument, 0, OPT_PART },
@@ -113,12 +110,8 @@ static int parse_opts(int argc, char **argv, struct obj_opts *o)
 
 	obj_config_init(&o->cfg);
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "m:rlvh", lo, NULL)) != -1) {
+	while ((c = tools_getopt(argc, argv, "m:rlvh", lo, &o->cfg)) != -1) {
 		switch (c) {
-		case OPT_ENDPOINT: o->cfg.endpoint = optarg; break;
-		case OPT_REGION: o->cfg.region = optarg; break;
-		case OPT_PROFILE: o->cfg.profile = optarg; break;
-		case OPT_PATH: o->cfg.path_style = 1; break;
 		case OPT_VHOST: o->cfg.path_style = 0; break;
 		case OPT_PARALLEL:
 			n = strtoul(optarg, &end, 10);
@@ -128,11 +121,9 @@ static int parse_opts(int argc, char **argv, struct obj_opts *o)
 			break;
 		case OPT_PART:
 			if (tools_parse_size(optarg, &sz) || sz < (5u << 20) ||
-			    sz > (5ull << 30)) {
-				fprintf(stderr, "fmfs obj: --part-size '%s': "
-					"give 5M to 5G\n", optarg);
-				return -1;
-			}
+			    sz > (5ull << 30))
+				return tools_bad_opt("fmfs obj", "--part-size",
+						     optarg, "5M to 5G");
 			o->cfg.part_size_bytes = (size_t)sz;
 			o->cfg.multipart_threshold_bytes = (size_t)sz;
 			break;

@@ -1,7 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fmtrain.h - shared by fmtrain's files (tools/fmtrain*.c): the options
- * of `fmtrain train` as parsed, the run loop, and the checkpoint state.
+ * fmtrain.h - shared by fmtrain's files (tools/fmtrain*.c): the
+ * subcommands and the usage text, the options of `fmtrain train` as
+ * parsed, the run loop, the back ends and the checkpoint state.
+ *
+ * fmtrain.c: main(), the usage text, the table of subcommands.
+ * fmtrain_tokenize.c: tokenize.  fmtrain_train.c: train's options and
+ * their checks; the parts of train: fmtrain_run.c (the run loop),
+ * fmtrain_ckpt.c (what a checkpoint holds, --resume), fmtrain_cpu.c and
+ * fmtrain_cuda.c (the back ends).
  *
  * Where the run loop lives.  It stays in tools/, not in train/: it is
  * glue between three modules (train's model and loader, libfmckpt, and
@@ -80,6 +87,15 @@ struct fmtrain_opts {
 	uint64_t resume_step;        /* CKPT_STEP_LATEST: the newest */
 	const char *csv;
 };
+
+/* ---- the subcommands (fmtrain_tokenize.c, fmtrain_train.c) ---- */
+
+/* argv[0] is the verb; each returns an exit code. */
+int cmd_tokenize(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+/* The usage text (fmtrain.c), which --help prints, and -h after either
+ * verb. */
+void fmtrain_usage(FILE *f);
 
 /* The training run: returns an exit code, having said why on stderr. */
 int fmtrain_run(const struct fmtrain_opts *o);

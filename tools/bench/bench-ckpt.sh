@@ -60,8 +60,7 @@ bench_init ckpt
 # measure an optimized copy of the same sources instead.
 if [ -z "${BENCH_FMCKPT:-}" ] && sanitized "$FMCKPT"; then
 	msg "tools/fmckpt is a sanitizer build; building an optimized copy"
-	build_optimized fmckpt tools/fmckpt.c "CKPT_SRCS OBJSTORE_SRCS" \
-		cache/crc32c.c "-luring -lcurl -lcrypto -lexpat -lm"
+	build_optimized fmckpt tools/fmckpt
 	FMCKPT=$TMP/fmckpt
 fi
 

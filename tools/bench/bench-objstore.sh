@@ -103,8 +103,7 @@ OBJBENCH_NOTE="$OBJBENCH"
 if [ -z "${BENCH_OBJBENCH:-}" ] && sanitized "$OBJBENCH"; then
 	msg "tools/bench/objbench is a sanitizer build; building an" \
 		"optimized copy of the same sources for the benchmark"
-	build_optimized objbench tools/bench/objbench.c OBJSTORE_SRCS "" \
-		"-lcurl -lcrypto -lexpat"
+	build_optimized objbench tools/bench/objbench
 	OBJBENCH=$TMP/objbench
 	OBJBENCH_NOTE="optimized copy (-O2, no sanitizers) of the tree's sources"
 fi

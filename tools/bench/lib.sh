@@ -30,9 +30,10 @@
 #                        (exit 2), sets BYTES, checks the tools every
 #                        benchmark needs (exit 1)
 #   sanitized FILE       whether FILE is a sanitizer build
-#   build_optimized NAME MAIN.c "MAKE_VARS" "EXTRA_SRCS" "LIBS"
-#                        TMP/NAME: MAIN.c and the sources the Makefile
-#                        lists in MAKE_VARS built with -O2, no sanitizers
+#   build_optimized NAME TARGET   TMP/NAME: the Makefile's TARGET built
+#                        in a copy of the tree configured without
+#                        sanitizers (-O2), for timing a sanitizer build's
+#                        program
 #   bench_init NAME [no-vm]  traps (cleanup on exit, Ctrl-C, TERM), a
 #                        fresh temporary directory TMP (BENCH_TMPDIR,
 #                        else /tmp) with log/, mnt/, cache/ and RESULTS
@@ -161,18 +162,16 @@ sanitized() { # FILE
 # A sanitizer build spends CPU per byte that a release build does not
 # (and the gateway needs the same cores): the benchmarks measure a copy
 # of the same sources built here, outside the tree.
-build_optimized() { # NAME MAIN.c "MAKE_VARS" "EXTRA_SRCS" "LIBS"
-	local vars v srcs=
-	vars=$(make -s -C "$ROOT" -pnq config.mak 2>/dev/null)
-	for v in $3; do
-		srcs="$srcs $(sed -n "s/^$v = //p" <<<"$vars")"
-	done
-	[ -n "${srcs// /}" ] || die "could not read $3 from the Makefile"
-	# shellcheck disable=SC2046,SC2086 # lists of words
-	(cd "$ROOT" && ${CC:-cc} -std=gnu11 -O2 -g -pthread -D_GNU_SOURCE \
-		-I. -Iobjstore $(pkg-config --cflags libcurl 2>/dev/null) \
-		-o "$TMP/$1" "$2" $srcs $4 $5) ||
-		die "could not build an optimized $1"
+build_optimized() { # NAME TARGET
+	local src=$TMP/opt-src
+	mkdir -p "$src"
+	tar -C "$ROOT" --exclude=.git --exclude='*.o' --exclude='*.d' \
+		--exclude='*.a' -cf - . | tar -C "$src" -xf - ||
+		die "could not copy the tree to $src"
+	(cd "$src" && ./configure >"$TMP/log/configure-opt.log" 2>&1 &&
+		make -j2 "$2" >"$TMP/log/make-opt.log" 2>&1) ||
+		die "could not build an optimized $1 (see $TMP/log/make-opt.log)"
+	cp "$src/$2" "$TMP/$1"
 }
 
 TMP=

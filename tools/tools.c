@@ -1,0 +1,159 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tools.c - what the three front ends (fmfs, fmckpt, fmtrain) share
+ * (tools.h): what main() does around its table of subcommands (help,
+ * version, an unknown verb), parsers for sizes and numbers, getopt_long
+ * with the object-store options every tool takes, the message for a bad
+ * option value, and exit codes for objstore statuses.  What one tool
+ * alone uses is in its own files.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools.h"
+
+int tools_builtin_verb(int argc, char **argv, void (*usage)(FILE *f),
+		       const char *version)
+{
+	const char *verb = argc < 2 ? NULL : argv[1];
+
+	if (!verb) {
+		usage(stderr);
+		return EXIT_USAGE;
+	}
+	if (!strcmp(verb, "-h") || !strcmp(verb, "--help") ||
+	    !strcmp(verb, "help")) {
+		usage(stdout);
+		return EXIT_OK;
+	}
+	if (!strcmp(verb, "--version") || !strcmp(verb, "version")) {
+		printf("%s\n", version);
+		return EXIT_OK;
+	}
+	return -1;
+}
+
+int tools_unknown_verb(const char *prog, const char *verb,
+		       void (*usage)(FILE *f))
+{
+	fprintf(stderr, "%s: unknown command '%s'\n", prog, verb);
+	usage(stderr);
+	return EXIT_USAGE;
+}
+
+int tools_main(int argc, char **argv, const char *prog, const char *version,
+	       void (*usage)(FILE *f), const struct tools_cmd *cmds,
+	       size_t ncmds)
+{
+	int rc = tools_builtin_verb(argc, argv, usage, version);
+
+	if (rc >= 0)
+		return rc;
+	for (size_t i = 0; i < ncmds; i++)
+		if (!strcmp(argv[1], cmds[i].name))
+			return cmds[i].fn(argc - 1, argv + 1);
+	return tools_unknown_verb(prog, argv[1], usage);
+}
+
+int tools_parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	double v;
+	double mul = 1;
+
+	if (!s || !*s)
+		return -1;
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || v < 0 || !isfinite(v))
+		return -1;
+	switch (*end) {
+	case 'k': case 'K': mul = 1024.0; end++; break;
+	case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
+	case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+	case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+	default: break;
+	}
+	if (*end == 'i' && mul > 1)
+		end++;
+	if ((*end == 'B' || *end == 'b') && end[1] == '\0')
+		end++;
+	if (*end || v * mul > 1.8e19)
+		return -1;
+	*out = (uint64_t)(v * mul);
+	return 0;
+}
+
+int tools_parse_u64(const char *s, uint64_t min, uint64_t max,
+		    uint64_t *out)
+{
+	unsigned long long v;
+	char *end;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s || *end || *s == '-' || v < min || v > max)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+int tools_parse_double(const char *s, double *out)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || *end || !isfinite(v))
+		return -1;
+	*out = v;
+	return 0;
+}
+
+int tools_bad_opt(const char *prog, const char *opt, const char *v,
+		  const char *want)
+{
+	fprintf(stderr, "%s: %s '%s': give %s\n", prog, opt, v, want);
+	return -1;
+}
+
+int tools_getopt(int argc, char **argv, const char *shortopts,
+		 const struct option *longopts, struct obj_config *cfg)
+{
+	for (;;) {
+		int ch = getopt_long(argc, argv, shortopts, longopts, NULL);
+
+		switch (ch) {
+		case TOOLS_OPT_ENDPOINT: cfg->endpoint = optarg; break;
+		case TOOLS_OPT_REGION: cfg->region = optarg; break;
+		case TOOLS_OPT_PROFILE: cfg->profile = optarg; break;
+		case TOOLS_OPT_PATH_STYLE: cfg->path_style = 1; break;
+		default: return ch;
+		}
+	}
+}
+
+int tools_exit_code(obj_status st)
+{
+	switch (st) {
+	case OBJ_OK:
+		return EXIT_OK;
+	case OBJ_ERR_INVALID:
+		return EXIT_USAGE;
+	case OBJ_ERR_CREDENTIALS:
+	case OBJ_ERR_AUTH:
+	case OBJ_ERR_DENIED:
+		return EXIT_AUTH;
+	case OBJ_ERR_NO_BUCKET:
+	case OBJ_ERR_NOT_FOUND:
+		return EXIT_NOT_FOUND;
+	case OBJ_ERR_CONNECT:
+	case OBJ_ERR_TIMEOUT:
+		return EXIT_UNREACHABLE;
+	default:
+		return EXIT_FAIL;
+	}
+}
