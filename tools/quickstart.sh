@@ -59,7 +59,7 @@ cmp "$work/data.bin" "$work/back.bin"
 if [ -e /dev/fuse ] && { [ "$(id -u)" = 0 ] || command -v fusermount3 >/dev/null; }; then
 	# Mount the store, read through the cache, look at the status.
 	mkdir "$work/mnt"
-	trap 'tools/fmfs umount "$work/mnt" 2>/dev/null; rm -rf "$work"' EXIT
+	trap 'tools/fmfs umount "$work/mnt" 2>/dev/null || true; rm -rf "$work"' EXIT
 	set -x
 	$F mount "$store" "$work/mnt" --cache-dir "$work/cache" --cache-size 1G
 	ls -l "$work/mnt/quickstart/"
