@@ -7,6 +7,11 @@
 # archive; <M>_A names the archives a program of module M links, in link
 # order, and <M>_LIBS the system libraries they need.
 
+ifeq ($(wildcard config.mak),)
+ifeq ($(filter clean distclean,$(MAKECMDGOALS)),)
+$(error config.mak is missing: run ./configure first)
+endif
+endif
 -include config.mak
 
 ifeq ($(V),1)
@@ -189,9 +194,6 @@ FMCKPT_PC_SED = -e 's|@prefix@|$(prefix)|' -e 's|@libdir@|$(libdir)|' \
 # ---- rules ------------------------------------------------------------------
 
 all: $(PROGS) $(UNIT_TESTS) $(BENCH_PROGS) $(TEST_PROGS) $(FMCKPT_INSTALL)
-
-config.mak:
-	@echo "Run ./configure first." >&2; exit 1
 
 %.o: %.c config.mak config.h
 	$(E) "  CC      $@"
