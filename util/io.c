@@ -17,77 +17,61 @@
 /* pread/pwrite take off_t; past this a transfer is split. */
 #define IO_CHUNK_MAX ((size_t)1 << 30)
 
-ssize_t util_pread_all(int fd, void *buf, size_t len, uint64_t off)
+/* The one loop behind the four below: off < 0 means read/write at the
+ * file position.  Returns the bytes moved (fewer than len only when a
+ * read reached end of file, or a write moved nothing) or -errno. */
+static ssize_t transfer(int fd, bool write_, void *buf, size_t len,
+			int64_t off)
 {
-	size_t got = 0;
+	size_t done = 0;
 
-	while (got < len) {
-		size_t n = len - got > IO_CHUNK_MAX ? IO_CHUNK_MAX : len - got;
-		ssize_t r = pread(fd, (char *)buf + got, n, (off_t)(off + got));
+	while (done < len) {
+		size_t n = len - done > IO_CHUNK_MAX ? IO_CHUNK_MAX : len - done;
+		char *p = (char *)buf + done;
+		ssize_t r;
 
+		if (write_)
+			r = off < 0 ? write(fd, p, n) :
+				      pwrite(fd, p, n, (off_t)off + (off_t)done);
+		else
+			r = off < 0 ? read(fd, p, n) :
+				      pread(fd, p, n, (off_t)off + (off_t)done);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0)
 			return -errno;
 		if (r == 0)
 			break;
-		got += (size_t)r;
+		done += (size_t)r;
 	}
-	return (ssize_t)got;
+	return (ssize_t)done;
+}
+
+ssize_t util_pread_all(int fd, void *buf, size_t len, uint64_t off)
+{
+	return transfer(fd, false, buf, len, (int64_t)off);
 }
 
 ssize_t util_read_all(int fd, void *buf, size_t len)
 {
-	size_t got = 0;
+	return transfer(fd, false, buf, len, -1);
+}
 
-	while (got < len) {
-		size_t n = len - got > IO_CHUNK_MAX ? IO_CHUNK_MAX : len - got;
-		ssize_t r = read(fd, (char *)buf + got, n);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		if (r == 0)
-			break;
-		got += (size_t)r;
-	}
-	return (ssize_t)got;
+/* A write that moved less than asked without an error: -EIO. */
+static int written(ssize_t r, size_t len)
+{
+	return r < 0 ? (int)r : (size_t)r < len ? -EIO : 0;
 }
 
 int util_pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
 {
-	size_t done = 0;
-
-	while (done < len) {
-		size_t n = len - done > IO_CHUNK_MAX ? IO_CHUNK_MAX : len - done;
-		ssize_t w = pwrite(fd, (const char *)buf + done, n,
-				   (off_t)(off + done));
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return w < 0 ? -errno : -EIO;
-		done += (size_t)w;
-	}
-	return 0;
+	return written(transfer(fd, true, (void *)buf, len, (int64_t)off),
+		       len);
 }
 
 int util_write_all(int fd, const void *buf, size_t len)
 {
-	size_t done = 0;
-
-	while (done < len) {
-		size_t n = len - done > IO_CHUNK_MAX ? IO_CHUNK_MAX : len - done;
-		ssize_t w = write(fd, (const char *)buf + done, n);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return w < 0 ? -errno : -EIO;
-		done += (size_t)w;
-	}
-	return 0;
+	return written(transfer(fd, true, (void *)buf, len, -1), len);
 }
 
 int util_mkdir_p(const char *path, mode_t mode)
