@@ -52,7 +52,7 @@ OBJSTORE_LIBS = $(CURL_LIBS) $(CRYPTO_LIBS) $(EXPAT_LIBS) $(UTIL_LIBS)
 # cache/: the persistent NVMe cache (blocks, SQLite index, io_uring,
 # write-back)
 CACHE_OBJS = cache/cache.o cache/evict.o cache/index.o cache/fetch.o \
-	cache/uring.o cache/wb.o cache/wb_upload.o
+	cache/uring.o cache/wb.o cache/wb_upload.o cache/wb_meta.o
 CACHE_A = cache/libcache.a $(OBJSTORE_A)
 CACHE_LIBS = $(SQLITE_LIBS) $(URING_LIBS) $(OBJSTORE_LIBS)
 

@@ -110,6 +110,8 @@ static void wfile_free(struct cache_wfile *w)
 	if (w->fd >= 0)
 		close(w->fd);
 	obj_kv_free(w->meta, w->nmeta);
+	free(w->sums);
+	free(w->stale);
 	free(w->key);
 	free(w);
 }
@@ -117,6 +119,21 @@ static void wfile_free(struct cache_wfile *w)
 void cache_wb_dirty_path(uint64_t id, char *buf, size_t len)
 {
 	snprintf(buf, len, "dirty/%016" PRIx64, id);
+}
+
+/* The bytes [off, off + len) are about to change (len 0: somewhere): their
+ * sums go stale, and a committed file is marked changing in its row, so
+ * that a crash from now on uploads it as it stands rather than taking
+ * it for damage (wb->lock held). */
+static int changed(struct cache_wb *wb, struct cache_wfile *w, uint64_t off,
+		   uint64_t len)
+{
+	int rc = cache_wb_sums_mark(w, off, len);
+
+	if (rc || w->changing || !w->committed || !w->in_table)
+		return rc;
+	w->changing = true;
+	return cache_wb_db_put(wb, w, true);
 }
 
 /* ---- charging the cap ---- */
@@ -201,62 +218,13 @@ static int db_step(struct cache_wb *wb, sqlite3_stmt *st, const char *what)
 	return -EIO;
 }
 
-static char *meta_pack(const struct cache_wfile *w, size_t *len)
-{
-	size_t n = 0, o = 0;
-	char *b;
-
-	for (size_t i = 0; i < w->nmeta; i++)
-		n += strlen(w->meta[i].name) + strlen(w->meta[i].value) + 2;
-	b = malloc(n + 1);
-	if (!b)
-		return NULL;
-	for (size_t i = 0; i < w->nmeta; i++) {
-		size_t a = strlen(w->meta[i].name) + 1;
-		size_t v = strlen(w->meta[i].value) + 1;
-
-		memcpy(b + o, w->meta[i].name, a);
-		memcpy(b + o + a, w->meta[i].value, v);
-		o += a + v;
-	}
-	*len = o;
-	return b;
-}
-
-static int meta_unpack(const char *b, size_t len, struct obj_kv **out,
-		       size_t *n)
-{
-	size_t cnt = 0, o = 0;
-	struct obj_kv *m;
-
-	for (size_t i = 0; i < len; i++)
-		cnt += b[i] == '\0';
-	cnt /= 2;
-	m = calloc(cnt + 1, sizeof(*m));
-	if (!m)
-		return -ENOMEM;
-	for (size_t i = 0; i < cnt; i++) {
-		m[i].name = strdup(b + o);
-		o += strlen(b + o) + 1;
-		m[i].value = strdup(b + o);
-		o += strlen(b + o) + 1;
-		if (!m[i].name || !m[i].value) {
-			obj_kv_free(m, i + 1);
-			return -ENOMEM;
-		}
-	}
-	*out = m;
-	*n = cnt;
-	return 0;
-}
-
 /* Writes w's row (wb->lock held). */
 int cache_wb_db_put(struct cache_wb *wb, const struct cache_wfile *w,
 		  bool queued)
 {
 	sqlite3_stmt *s = wb->upsert;
 	size_t ml = 0;
-	char *mb = meta_pack(w, &ml);
+	char *mb = cache_wb_meta_pack(w->meta, w->nmeta, &ml);
 	int rc;
 
 	util_debug_assert_locked(&wb->lock);
@@ -274,6 +242,8 @@ int cache_wb_db_put(struct cache_wb *wb, const struct cache_wfile *w,
 	sqlite3_bind_text(s, 10, w->base_etag, -1, SQLITE_STATIC);
 	sqlite3_bind_int(s, 11, queued);
 	sqlite3_bind_blob(s, 12, mb, (int)ml, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 13, (sqlite3_int64)w->seq);
+	sqlite3_bind_int(s, 14, w->changing);
 	rc = db_step(wb, s, "saving a dirty file");
 	free(mb);
 	return rc;
@@ -306,8 +276,31 @@ static const char WB_SCHEMA[] =
 	"CREATE TABLE IF NOT EXISTS files(id INTEGER PRIMARY KEY, "
 	"key TEXT NOT NULL, kind INTEGER, mode INTEGER, uid INTEGER, "
 	"gid INTEGER, mtime_ns INTEGER, size INTEGER, in_bucket INTEGER, "
-	"base_etag TEXT, queued INTEGER, meta BLOB);"
+	"base_etag TEXT, queued INTEGER, meta BLOB, seq INTEGER DEFAULT 0, "
+	"changing INTEGER DEFAULT 0);"
 	"CREATE TABLE IF NOT EXISTS deletes(key TEXT PRIMARY KEY);";
+
+/* user_version 2: every committed row has its DIR/dirty/ID.meta (a
+ * committed row without one is damage, not an older fmfs). */
+#define WB_DB_VERSION 2
+
+/* Columns added since version 0 (ignored when already there). */
+static void db_upgrade(struct cache_wb *wb)
+{
+	sqlite3_stmt *s;
+
+	sqlite3_exec(wb->db, "ALTER TABLE files ADD COLUMN seq INTEGER "
+		     "DEFAULT 0", NULL, NULL, NULL);
+	sqlite3_exec(wb->db, "ALTER TABLE files ADD COLUMN changing INTEGER "
+		     "DEFAULT 0", NULL, NULL, NULL);
+	wb->db_version = 0;
+	if (sqlite3_prepare_v2(wb->db, "PRAGMA user_version", -1, &s,
+			       NULL) == SQLITE_OK) {
+		if (sqlite3_step(s) == SQLITE_ROW)
+			wb->db_version = sqlite3_column_int(s, 0);
+		sqlite3_finalize(s);
+	}
+}
 
 static int db_open(struct cache_wb *wb, char *msg, size_t ml)
 {
@@ -327,8 +320,13 @@ static int db_open(struct cache_wb *wb, char *msg, size_t ml)
 	if (rc == SQLITE_OK)
 		rc = sqlite3_exec(wb->db, WB_SCHEMA, NULL, NULL, NULL);
 	if (rc == SQLITE_OK)
+		db_upgrade(wb);
+	if (rc == SQLITE_OK)
 		rc = sqlite3_prepare_v2(wb->db, "INSERT OR REPLACE INTO files "
-					"VALUES(?,?,?,?,?,?,?,?,?,?,?,?)", -1,
+					"(id, key, kind, mode, uid, gid, "
+					"mtime_ns, size, in_bucket, base_etag, "
+					"queued, meta, seq, changing) VALUES("
+					"?,?,?,?,?,?,?,?,?,?,?,?,?,?)", -1,
 					&wb->upsert, NULL);
 	if (rc == SQLITE_OK)
 		rc = sqlite3_prepare_v2(wb->db, "DELETE FROM files WHERE "
@@ -344,10 +342,12 @@ static int db_open(struct cache_wb *wb, char *msg, size_t ml)
 		/* Never move this file aside: it is the list of data not
 		 * yet in the bucket. */
 		snprintf(msg, ml, "write-back store %s is unusable (%s); it "
-			 "lists files not yet uploaded: copy the cache dir "
-			 "somewhere safe and ask for help, or remove it to "
-			 "drop them", path, wb->db ? sqlite3_errmsg(wb->db) :
-			 "out of memory");
+			 "lists files not yet uploaded. Move it aside (mv %s "
+			 "%s.bad; and its -wal file) and mount again: the "
+			 "queue is rebuilt from %s/dirty/*.meta (deletions "
+			 "not yet sent are lost)", path, wb->db ?
+			 sqlite3_errmsg(wb->db) : "out of memory", path, path,
+			 dir);
 		return -EIO;
 	}
 	return 0;
@@ -355,17 +355,52 @@ static int db_open(struct cache_wb *wb, char *msg, size_t ml)
 
 /* ---- replay at open ---- */
 
-static void lost_found(struct cache_wb *wb, uint64_t id, const char *key)
+/* Keeps "what: why" for flush and umount to report (wb->lock not needed:
+ * only at open). */
+static void lost_add(struct cache_wb *wb, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void lost_add(struct cache_wb *wb, const char *fmt, ...)
 {
-	char from[64], to[1200];
+	char line[1400], **l;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	cache_log("%s", line);
+	l = realloc(wb->lost, (wb->nlost + 1) * sizeof(*l));
+	if (!l)
+		return;
+	wb->lost = l;
+	if ((l[wb->nlost] = strdup(line)))
+		wb->nlost++;
+}
+
+/* Moves DIR/dirty/ID[suffix] to DIR/lost+found/ID-KEY[suffix]; the name
+ * it got in to (or "" if it could not). */
+static void move_aside(struct cache_wb *wb, uint64_t id, const char *key,
+		       const char *suffix, char *to, size_t tl)
+{
+	char from[80];
+	size_t i;
 
 	mkdirat(wb->c->dirfd, "lost+found", 0700);
-	cache_wb_dirty_path(id, from, sizeof(from));
-	snprintf(to, sizeof(to), "lost+found/%016" PRIx64 "-", id);
-	for (size_t i = strlen(to), k = 0; key[k] && i < sizeof(to) - 1;
-	     i++, k++)
-		to[i] = key[k] == '/' ? '%' : key[k], to[i + 1] = '\0';
-	if (renameat(wb->c->dirfd, from, wb->c->dirfd, to) == 0) {
+	snprintf(from, sizeof(from), "dirty/%016" PRIx64 "%s", id, suffix);
+	i = (size_t)snprintf(to, tl, "lost+found/%016" PRIx64 "-", id);
+	for (size_t k = 0; key[k] && i + 1 < tl - strlen(suffix); i++, k++)
+		to[i] = key[k] == '/' ? '%' : key[k];
+	snprintf(to + i, tl - i, "%s", suffix);
+	if (renameat(wb->c->dirfd, from, wb->c->dirfd, to))
+		to[0] = '\0';
+}
+
+/* A dirty file never committed (the writer had not closed it). */
+static void lost_found(struct cache_wb *wb, uint64_t id, const char *key)
+{
+	char to[1300];
+
+	move_aside(wb, id, key, "", to, sizeof(to));
+	if (to[0]) {
 		cache_log("%s had not been closed when fmfs stopped; its "
 			  "bytes were not uploaded and are in %s/%s",
 			  key, wb->c->cfg.dir, to);
@@ -373,81 +408,270 @@ static void lost_found(struct cache_wb *wb, uint64_t id, const char *key)
 	}
 }
 
+/* The row of a dirty file, as a wfile (NULL: out of memory). */
+static struct cache_wfile *row_wfile(struct cache_wb *wb, sqlite3_stmt *s,
+				     uint64_t id)
+{
+	struct cache_wfile *w = calloc(1, sizeof(*w));
+	const char *key = (const char *)sqlite3_column_text(s, 1);
+	const char *etag = (const char *)sqlite3_column_text(s, 9);
+
+	if (!w)
+		return NULL;
+	w->c = wb->c;
+	w->fd = -1;
+	w->id = id;
+	w->key = strdup(key ? key : "?");
+	w->a.kind = (enum cache_wkind)sqlite3_column_int(s, 2);
+	w->a.mode = (uint32_t)sqlite3_column_int64(s, 3);
+	w->a.uid = (uint32_t)sqlite3_column_int64(s, 4);
+	w->a.gid = (uint32_t)sqlite3_column_int64(s, 5);
+	w->a.mtime_ns = sqlite3_column_int64(s, 6);
+	w->a.size = (uint64_t)sqlite3_column_int64(s, 7);
+	w->in_bucket = sqlite3_column_int(s, 8);
+	snprintf(w->base_etag, sizeof(w->base_etag), "%s", etag ? etag : "");
+	if (sqlite3_column_bytes(s, 11) > 0)
+		cache_wb_meta_unpack(sqlite3_column_blob(s, 11),
+				     (size_t)sqlite3_column_bytes(s, 11),
+				     &w->meta, &w->nmeta);
+	w->seq = (uint64_t)sqlite3_column_int64(s, 12);
+	w->changing = sqlite3_column_int(s, 13);
+	if (!w->key) {
+		wfile_free(w);
+		return NULL;
+	}
+	return w;
+}
+
+/*
+ * Replays dirty file id from its row r (NULL if it has none; queued: the
+ * row says committed) and its DIR/dirty/ID.meta; takes r.  A committed
+ * file goes back in the table: to be uploaded as it stands (it was being
+ * changed at the stop), to be checked against its sums first, or as
+ * damaged (never uploaded, reported).  One never committed goes to
+ * lost+found; one whose bytes are gone is reported.
+ */
+/*
+ * Replays dirty file id from its row r (NULL if it has none; queued: the
+ * row says committed) and its DIR/dirty/ID.meta; takes r.  A committed
+ * file goes back in the table: to be uploaded as it stands (it was being
+ * changed at the stop), to be checked against its sums first, or as
+ * damaged (never uploaded, reported).  One never committed goes to
+ * lost+found; one whose bytes are gone is reported.
+ */
+static void replay_one(struct cache_wb *wb, uint64_t id,
+		       struct cache_wfile *r, bool queued, uint64_t *charge)
+{
+	struct cache *c = wb->c;
+	struct cache_wfile *s = calloc(1, sizeof(*s)), *w;
+	char path[64], why[600] = "", to[1300];
+	bool had_row = r != NULL, committed, have_s, from_s;
+	const char *key;
+	struct stat sb;
+	int src, fd;
+
+	if (!s) {
+		if (r)
+			wfile_free(r);
+		return;
+	}
+	s->c = c;
+	s->fd = -1;
+	src = cache_wb_meta_read(wb, id, s, why, sizeof(why));
+	have_s = src == 0;
+	from_s = have_s && (!r || s->seq >= r->seq);
+	key = from_s ? s->key : r ? r->key : "?";
+	cache_wb_dirty_path(id, path, sizeof(path));
+	fd = openat(c->dirfd, path, O_RDWR | O_CLOEXEC);
+	committed = (r && queued) || have_s;
+	if (!committed) {
+		if (fd >= 0 && !r && src == -ENOENT && !fstat(fd, &sb) &&
+		    !sb.st_size) {
+			unlinkat(c->dirfd, path, 0); /* made just before a crash */
+		} else if (fd >= 0 && (r || src == -ENOENT)) {
+			lost_found(wb, id, key);
+		} else if (fd >= 0) {
+			/* No row and a damaged .meta: committed or not, nobody
+			 * knows, nor its name; its bytes are kept. */
+			move_aside(wb, id, key, "", to, sizeof(to));
+			lost_add(wb, "%s/%s: a dirty file not yet uploaded "
+				 "whose name is unknown (no row in "
+				 "writeback.sqlite, and %s); it was not "
+				 "uploaded", c->cfg.dir, to[0] ? to : path, why);
+			wb->lost_found++;
+		}
+		if (src == -EBADMSG)
+			move_aside(wb, id, key, CACHE_WB_META_SUFFIX, to,
+				   sizeof(to));
+		if (r)
+			cache_wb_db_del(wb, id);
+		goto out;
+	}
+	if (fd < 0) {
+		lost_add(wb, "%s: its dirty file %s/%s is gone (%s): what was "
+			 "written to it through the mount was lost before it "
+			 "was uploaded", key, c->cfg.dir, path,
+			 strerror(errno));
+		if (r)
+			cache_wb_db_del(wb, id);
+		if (have_s)
+			move_aside(wb, id, key, CACHE_WB_META_SUFFIX, to,
+				   sizeof(to));
+		goto out;
+	}
+	if (from_s) {
+		s->changing = r && r->changing && r->seq == s->seq;
+		w = s, s = NULL;
+	} else {
+		w = r, r = NULL;
+	}
+	w->fd = fd;
+	fd = -1;
+	w->gen = w->queued_gen = 1;
+	w->committed = true;
+	if (fstat(w->fd, &sb))
+		sb.st_size = 0;
+	if (w->changing || (from_s && !w->sums_ok) ||
+	    (!have_s && wb->db_version < WB_DB_VERSION)) {
+		/* Being changed at the stop, or left by an older fmfs: as it
+		 * stands (docs/semantics.md), unchecked. */
+		w->changing = true;
+	} else if (!from_s) {
+		if (have_s)
+			cache_wb_damaged(wb, w, "has checksums in %016" PRIx64
+					 ".meta older than its last close", id);
+		else
+			cache_wb_damaged(wb, w, "has no usable checksums (%s)",
+					 why);
+	} else if ((uint64_t)sb.st_size != w->a.size) {
+		cache_wb_damaged(wb, w, "is %lld bytes where its last close "
+				 "left %" PRIu64, (long long)sb.st_size,
+				 w->a.size);
+	} else {
+		w->sums_gen = 1; /* checked before it is read or uploaded */
+	}
+	if (!w->sums_gen) {
+		/* Nothing to check against: the next commit sums it all. */
+		w->a.size = (uint64_t)sb.st_size;
+		w->checked = true;
+		w->ext_seen = true;
+		cache_wb_sums_resize(w, w->a.size);
+	}
+	w->charged = (uint64_t)sb.st_size;
+	*charge += w->charged;
+	insert(wb, w);
+	if (from_s && (!had_row || !queued)) {
+		wb->rebuilt++;
+		cache_log("write-back: %s re-queued from %s/dirty/%016" PRIx64
+			  ".meta (writeback.sqlite had %s)", w->key,
+			  c->cfg.dir, id, had_row ? "an older row" :
+			  "no row for it");
+	}
+	if (from_s)
+		cache_wb_db_put(wb, w, true);
+out:
+	if (fd >= 0)
+		close(fd);
+	if (s)
+		wfile_free(s);
+	if (r)
+		wfile_free(r);
+}
+
+static int id_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Files in dirty/ that have no row: .meta files of committed files whose
+ * row is gone (writeback.sqlite lost, or its -wal), files created just
+ * before a crash, debris of a .meta being written. */
+static void replay_dir(struct cache_wb *wb, uint64_t *done, size_t ndone,
+		       uint64_t *charge)
+{
+	int fd = openat(wb->c->dirfd, "dirty", O_RDONLY | O_DIRECTORY |
+			O_CLOEXEC);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	struct dirent *de;
+
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	qsort(done, ndone, sizeof(*done), id_cmp);
+	while ((de = readdir(d))) {
+		char *end, data[64];
+		uint64_t id = strtoull(de->d_name, &end, 16);
+
+		if (de->d_name[0] == '.' || end == de->d_name)
+			continue;
+		if (!strcmp(end, CACHE_WB_META_SUFFIX ".tmp")) {
+			unlinkat(fd, de->d_name, 0);
+			continue;
+		}
+		if (*end && strcmp(end, CACHE_WB_META_SUFFIX))
+			continue;
+		snprintf(data, sizeof(data), "%016" PRIx64, id);
+		/* a .meta with its data file: handled with the file */
+		if (*end && !faccessat(fd, data, F_OK, 0))
+			continue;
+		if (ndone && bsearch(&id, done, ndone, sizeof(*done), id_cmp))
+			continue;
+		if (id >= wb->next_id)
+			wb->next_id = id + 1;
+		replay_one(wb, id, NULL, false, charge);
+	}
+	closedir(d);
+}
+
 static int load_rows(struct cache_wb *wb)
 {
 	struct cache *c = wb->c;
 	sqlite3_stmt *s;
-	uint64_t charge_total = 0;
+	uint64_t charge_total = 0, *done = NULL;
+	size_t ndone = 0, cap = 0;
 	int rc;
 
 	rc = sqlite3_prepare_v2(wb->db, "SELECT id, key, kind, mode, uid, "
 				"gid, mtime_ns, size, in_bucket, base_etag, "
-				"queued, meta FROM files ORDER BY id", -1,
-				&s, NULL);
+				"queued, meta, seq, changing FROM files "
+				"ORDER BY id", -1, &s, NULL);
 	if (rc != SQLITE_OK)
 		return -EIO;
 	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
 		uint64_t id = (uint64_t)sqlite3_column_int64(s, 0);
-		const char *key = (const char *)sqlite3_column_text(s, 1);
-		const char *etag = (const char *)sqlite3_column_text(s, 9);
-		struct cache_wfile *w;
-		char path[64];
-		int fd;
+		struct cache_wfile *r = row_wfile(wb, s, id);
 
 		if (id >= wb->next_id)
 			wb->next_id = id + 1;
-		cache_wb_dirty_path(id, path, sizeof(path));
-		if (!sqlite3_column_int(s, 10)) {
-			lost_found(wb, id, key ? key : "?");
-			cache_wb_db_del(wb, id);
-			continue;
-		}
-		fd = openat(c->dirfd, path, O_RDWR | O_CLOEXEC);
-		w = calloc(1, sizeof(*w));
-		if (fd < 0 || !w || !key || !(w->key = strdup(key))) {
-			cache_log("dirty file %s/%s of %s is missing (%s); it "
-				  "cannot be uploaded", c->cfg.dir, path,
-				  key ? key : "?", fd < 0 ? strerror(errno) :
-				  "out of memory");
-			if (fd >= 0)
-				close(fd);
-			free(w);
-			cache_wb_db_del(wb, id);
-			continue;
-		}
-		w->c = c;
-		w->id = id;
-		w->fd = fd;
-		w->a.kind = (enum cache_wkind)sqlite3_column_int(s, 2);
-		w->a.mode = (uint32_t)sqlite3_column_int64(s, 3);
-		w->a.uid = (uint32_t)sqlite3_column_int64(s, 4);
-		w->a.gid = (uint32_t)sqlite3_column_int64(s, 5);
-		w->a.mtime_ns = sqlite3_column_int64(s, 6);
-		w->a.size = (uint64_t)sqlite3_column_int64(s, 7);
-		w->in_bucket = sqlite3_column_int(s, 8);
-		snprintf(w->base_etag, sizeof(w->base_etag), "%s",
-			 etag ? etag : "");
-		if (sqlite3_column_bytes(s, 11) > 0)
-			meta_unpack(sqlite3_column_blob(s, 11),
-				    (size_t)sqlite3_column_bytes(s, 11),
-				    &w->meta, &w->nmeta);
-		/* The file as it stands on the cache disk is the version
-		 * to upload (see docs/semantics.md). */
-		{
-			struct stat sb;
+		if (ndone == cap) {
+			uint64_t *d = realloc(done, (cap ? cap * 2 : 64) *
+					      sizeof(*d));
 
-			if (!fstat(fd, &sb))
-				w->a.size = (uint64_t)sb.st_size;
+			if (!d) {
+				rc = SQLITE_NOMEM;
+				if (r)
+					wfile_free(r);
+				break;
+			}
+			done = d;
+			cap = cap ? cap * 2 : 64;
 		}
-		w->gen = w->queued_gen = 1;
-		w->committed = true;
-		w->charged = w->a.size;
-		charge_total += w->a.size;
-		insert(wb, w);
+		done[ndone++] = id;
+		if (r)
+			replay_one(wb, id, r, sqlite3_column_int(s, 10),
+				   &charge_total);
 	}
 	sqlite3_finalize(s);
-	if (rc != SQLITE_DONE)
+	if (rc != SQLITE_DONE) {
+		free(done);
 		return -EIO;
+	}
+	replay_dir(wb, done, ndone, &charge_total);
+	free(done);
 	rc = sqlite3_prepare_v2(wb->db, "SELECT key FROM deletes", -1, &s,
 				NULL);
 	if (rc != SQLITE_OK)
@@ -475,37 +699,13 @@ static int load_rows(struct cache_wb *wb)
 		cache_log("write-back: %" PRIu64 " files and %" PRIu64
 			  " deletions from before are queued", wb->nfiles,
 			  wb->ntombs);
+	if (wb->rebuilt)
+		cache_log("write-back: %" PRIu64 " files were missing from "
+			  "%s/writeback.sqlite (lost or rolled back) and were "
+			  "re-queued from their .meta files in dirty/; "
+			  "deletions it held, if any, are not known any more",
+			  wb->rebuilt, c->cfg.dir);
 	return 0;
-}
-
-/* Files in dirty/ without a row: created just before a crash. */
-static void remove_orphans(struct cache_wb *wb)
-{
-	int fd = openat(wb->c->dirfd, "dirty", O_RDONLY | O_DIRECTORY |
-			O_CLOEXEC);
-	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-	struct dirent *de;
-
-	if (!d) {
-		if (fd >= 0)
-			close(fd);
-		return;
-	}
-	while ((de = readdir(d))) {
-		char *end;
-		uint64_t id = strtoull(de->d_name, &end, 16);
-		bool known = false;
-
-		if (de->d_name[0] == '.' || *end)
-			continue;
-		for (size_t h = 0; h < CACHE_WB_HASH && !known; h++)
-			for (struct cache_wfile *w = wb->tab[h]; w;
-			     w = w->hnext)
-				known |= w->id == id;
-		if (!known)
-			unlinkat(fd, de->d_name, 0);
-	}
-	closedir(d);
 }
 
 int cache_wb_open(struct cache *c, char *msg, size_t ml)
@@ -527,13 +727,17 @@ int cache_wb_open(struct cache *c, char *msg, size_t ml)
 			 strerror(errno));
 		return -errno;
 	}
+	wb->dirty_fd = openat(c->dirfd, "dirty", O_RDONLY | O_DIRECTORY |
+			      O_CLOEXEC);
 	rc = db_open(wb, msg, ml);
 	if (!rc && (rc = load_rows(wb)))
 		snprintf(msg, ml, "write-back store %s/writeback.sqlite "
 			 "cannot be read: %s", c->cfg.dir,
 			 sqlite3_errmsg(wb->db));
-	if (!rc)
-		remove_orphans(wb);
+	if (!rc && wb->db_version < WB_DB_VERSION &&
+	    sqlite3_exec(wb->db, "PRAGMA user_version=2", NULL, NULL,
+			 NULL) == SQLITE_OK)
+		wb->db_version = WB_DB_VERSION;
 	return rc;
 }
 
@@ -611,6 +815,11 @@ void cache_wb_close(struct cache *c)
 	sqlite3_finalize(wb->tomb_del);
 	if (wb->db)
 		sqlite3_close_v2(wb->db);
+	if (wb->dirty_fd > 0)
+		close(wb->dirty_fd);
+	for (size_t i = 0; i < wb->nlost; i++)
+		free(wb->lost[i]);
+	free(wb->lost);
 	free(wb->busy_keys);
 	pthread_mutex_destroy(&wb->lock);
 	pthread_cond_destroy(&wb->cond);
@@ -700,8 +909,12 @@ int cache_w_create(struct cache *c, const char *key,
 		return rc;
 	}
 	rc = charge(c, a->size);
+	if (!rc)
+		rc = cache_wb_sums_resize(w, a->size);
 	if (!rc) {
 		w->charged = a->size;
+		if (w->nsums)
+			memset(w->stale, 1, w->nsums);
 		if (src)
 			rc = copy_from(w->fd, src, a->size);
 		else if (a->size && ftruncate(w->fd, (off_t)a->size))
@@ -806,6 +1019,33 @@ int cache_w_fd(struct cache_wfile *w)
 	return w->fd;
 }
 
+int cache_w_check(struct cache_wfile *w)
+{
+	struct cache_wb *wb = w->c->wb;
+	uint32_t *crcs;
+	uint64_t g, size;
+	int rc;
+
+	pthread_mutex_lock(&wb->lock);
+	if (w->checked || w->sums_gen != w->gen) {
+		rc = w->damaged[0] ? -EIO : 0;
+		pthread_mutex_unlock(&wb->lock);
+		return rc;
+	}
+	g = w->gen;
+	size = w->a.size;
+	pthread_mutex_unlock(&wb->lock);
+	crcs = size ? cache_wb_file_crcs(w->c, w->fd, size) : NULL;
+	pthread_mutex_lock(&wb->lock);
+	if (!w->checked && w->gen == g && w->sums_gen == g &&
+	    (!size || crcs) && cache_wb_sums_match(wb, w, crcs, size))
+		w->checked = true;
+	rc = w->damaged[0] ? -EIO : 0;
+	pthread_mutex_unlock(&wb->lock);
+	free(crcs);
+	return rc;
+}
+
 /* The kernel's writes within this long of a look may share its mtime
  * where timestamps are coarse (a jiffy; multigrain ones, Linux >= 6.13,
  * differ): a file written this recently counts as changed. */
@@ -879,6 +1119,8 @@ void cache_w_external(struct cache_wfile *w, bool add)
 		w->ext_size = (uint64_t)st.st_size;
 		w->ext_mtime_ns = w->a.mtime_ns;
 		w->ext_gen0 = w->gen;
+		w->ext_seen = true;
+		changed(wb, w, 0, 0);
 	} else if (!add) {
 		cache_wb_sync_external(w, true);
 		/* A store through a shared mapping to a page already dirty
@@ -934,6 +1176,8 @@ ssize_t cache_w_write_with(struct cache_wfile *w, uint64_t off, size_t len,
 
 	pthread_mutex_lock(&wb->lock);
 	rc = grow(w, off + len);
+	if (!rc)
+		rc = changed(wb, w, off, len);
 	pthread_mutex_unlock(&wb->lock);
 	if (rc)
 		return rc;
@@ -997,6 +1241,8 @@ int cache_w_truncate(struct cache_wfile *w, uint64_t size)
 
 	pthread_mutex_lock(&wb->lock);
 	rc = grow(w, size);
+	if (!rc)
+		rc = changed(wb, w, 0, 0);
 	if (!rc) /* before the bytes go: an upload reading them is stale */
 		w->gen++;
 	pthread_mutex_unlock(&wb->lock);
@@ -1006,6 +1252,11 @@ int cache_w_truncate(struct cache_wfile *w, uint64_t size)
 		return -errno;
 	pthread_mutex_lock(&wb->lock);
 	w->a.size = size;
+	cache_wb_sums_resize(w, size);
+	if (!size && w->damaged[0]) { /* nothing left of the damage */
+		w->damaged[0] = '\0';
+		w->checked = true;
+	}
 	if (w->charged > size) {
 		drop = w->charged - size;
 		w->charged = size;
@@ -1133,14 +1384,29 @@ int cache_w_commit(struct cache_wfile *w, bool durable)
 	struct cache_wb *wb = w->c->wb;
 	int rc = 0;
 
+	bool ok;
+
 	if (durable && fdatasync(w->fd))
 		return -errno;
+	ok = cache_wb_sums_update(wb, w);
 	pthread_mutex_lock(&wb->lock);
 	cache_wb_sync_external(w, true);
 	if (w->in_table && (w->gen > w->queued_gen || !w->committed)) {
 		w->queued_gen = w->gen;
 		w->not_before_ms = (int64_t)util_now_ms() + wb->cfg.async_delay_ms;
-		rc = cache_wb_db_put(wb, w, true);
+		/* The sums first, then the row: a crash in between leaves
+		 * a .meta newer than the row, which the replay prefers. */
+		w->seq++;
+		w->sums_ok = ok && w->gen == w->queued_gen;
+		w->sums_gen = w->sums_ok ? w->gen : 0;
+		w->changing = !w->sums_ok;
+		if (w->sums_ok) {
+			w->checked = true;
+			w->damaged[0] = '\0';
+		}
+		rc = cache_wb_meta_write(wb, w, durable);
+		if (!rc)
+			rc = cache_wb_db_put(wb, w, true);
 		if (!rc) {
 			w->committed = true;
 			pthread_cond_broadcast(&wb->cond);
@@ -1167,6 +1433,7 @@ static struct cache_wfile *drop_locked(struct cache_wb *wb,
 	cache_wb_db_del(wb, w->id);
 	cache_wb_dirty_path(w->id, path, sizeof(path));
 	unlinkat(wb->c->dirfd, path, 0);
+	cache_wb_meta_remove(wb, w->id);
 	pthread_cond_broadcast(&wb->cond);
 	return w->refs ? NULL : w;
 }
@@ -1251,7 +1518,12 @@ int cache_w_rename(struct cache *c, const char *from, const char *to,
 		w->queued_gen = w->gen;
 		w->not_before_ms = (int64_t)util_now_ms() + wb->cfg.async_delay_ms;
 	}
-	rc = cache_wb_db_put(wb, w, w->committed);
+	if (w->committed) {
+		w->seq++;
+		rc = cache_wb_meta_write(wb, w, false);
+	}
+	if (!rc)
+		rc = cache_wb_db_put(wb, w, w->committed);
 	pthread_cond_broadcast(&wb->cond);
 out:
 	pthread_mutex_unlock(&wb->lock);

@@ -116,6 +116,11 @@ void cache_w_writer(struct cache_wfile *w, bool add);
  * would be lost.  Undo with cache_w_writer(w, false), then cache_w_put. */
 int cache_w_hold(struct cache *c, const char *key, struct cache_wfile **out);
 int cache_w_fd(struct cache_wfile *w);
+/* Before a file replayed from before the mount is first read or written
+ * through a handle: reads it and checks it against the checksums of its
+ * last commit (once per mount).  -EIO if it does not match (it is then
+ * never uploaded: flush reports it), or did not at open. */
+int cache_w_check(struct cache_wfile *w);
 /* Registers (add) or drops a writer that changes the file through its
  * descriptor behind our back (the kernel, with FUSE passthrough): while
  * one is registered, cache_w_stat takes the size from the file and
@@ -199,6 +204,9 @@ struct cache_wb_stats {
 	uint64_t uploaded_files, uploaded_bytes, deleted_keys;
 	uint64_t conflicts;       /* iw: bucket changed under a dirty file */
 	uint64_t lost_found;      /* uncommitted files moved aside at open */
+	uint64_t damaged_files;   /* not matching their checksums: held */
+	uint64_t lost_files;      /* committed, bytes gone at open */
+	uint64_t rebuilt;         /* re-queued from dirty/ID.meta at open */
 	char last_error[256];
 };
 void cache_wb_get_stats(struct cache *c, struct cache_wb_stats *out);

@@ -40,6 +40,25 @@ struct cache_wfile {
 	int64_t failed_ms;        /* latest failed upload */
 	unsigned attempts;
 	char last_err[512];
+	/* Block checksums (wb_meta.c), protected by wb->lock: sums[i] is
+	 * the CRC32C of block i as of the last commit (seq), whose
+	 * DIR/dirty/ID.meta holds them; stale[i] says block i changed
+	 * since.  sums_gen: the generation they describe (0: none valid,
+	 * the file is uploaded as it stands, unchecked). */
+	uint32_t *sums;
+	uint8_t *stale;
+	uint64_t nsums, sums_cap;
+	uint64_t sums_gen;
+	uint64_t seq;             /* commits so far, kept across mounts */
+	bool sums_ok;             /* the last commit's sums are complete */
+	bool changing;            /* changed since the last commit (kept in
+	                           * the row: a crash then uploads the file
+	                           * as it stands, unchecked) */
+	bool ext_seen;            /* a writer behind our back since the last
+	                           * commit: every block is stale */
+	bool checked;             /* read and found equal to its sums since
+	                           * the mount (or written by it) */
+	char damaged[600];        /* why it cannot be uploaded; "" if fine */
 };
 
 struct cache_wb_tomb {
@@ -70,6 +89,11 @@ struct cache_wb {
 	/* statistics */
 	uint64_t inflight, failures, uploaded_files, uploaded_bytes;
 	uint64_t deleted_keys, conflicts, lost_found;
+	uint64_t rebuilt;          /* rows re-made from dirty/ID.meta at open */
+	char **lost;               /* "what: why" of committed files whose */
+	size_t nlost;              /* bytes were gone at open (flush says so) */
+	int dirty_fd;              /* DIR/dirty, for fsync of renames */
+	int db_version;            /* PRAGMA user_version at open */
 	char last_error[256];
 };
 
@@ -91,6 +115,42 @@ int cache_wb_db_del(struct cache_wb *wb, uint64_t id);
 /* A file the kernel writes behind our back (cache_w_external): its size
  * from the file; look: also count it changed if it was (wb->lock). */
 void cache_wb_sync_external(struct cache_wfile *w, bool look);
+
+/* wb_meta.c: block checksums and DIR/dirty/ID.meta, shared with wb.c
+ * and wb_upload.c (wb->lock held unless said otherwise). */
+#define CACHE_WB_META_SUFFIX ".meta"
+/* Blocks [off, off + len) changed (and the file is at least that long). */
+int cache_wb_sums_mark(struct cache_wfile *w, uint64_t off, uint64_t len);
+/* The file was cut or grown to size. */
+int cache_wb_sums_resize(struct cache_wfile *w, uint64_t size);
+/* Brings the sums up to date with the file for a commit: reads the stale
+ * blocks back (wb->lock NOT held; it is taken and dropped inside).
+ * Returns true when every block's sum is valid for w->gen then. */
+bool cache_wb_sums_update(struct cache_wb *wb, struct cache_wfile *w);
+/* Writes DIR/dirty/ID.meta (atomically: a temporary file renamed over
+ * it; durable: synced, and the rename too). */
+int cache_wb_meta_write(struct cache_wb *wb, struct cache_wfile *w,
+			bool durable);
+/* Reads and checks DIR/dirty/ID.meta into w (key, attributes, metadata,
+ * sums, seq); 0, -ENOENT, or -EBADMSG with why in msg. */
+int cache_wb_meta_read(struct cache_wb *wb, uint64_t id,
+		       struct cache_wfile *w, char *msg, size_t ml);
+void cache_wb_meta_remove(struct cache_wb *wb, uint64_t id);
+/* The CRC32C of each block of fd's first size bytes (NULL on failure or
+ * for size 0); no lock needed. */
+uint32_t *cache_wb_file_crcs(struct cache *c, int fd, uint64_t size);
+/* Compares crcs (of the file at w->sums_gen) with w's sums; on a
+ * mismatch marks w damaged, logs it and returns false (wb->lock held). */
+bool cache_wb_sums_match(struct cache_wb *wb, struct cache_wfile *w,
+			 const uint32_t *crcs, uint64_t size);
+/* Marks w damaged with a reason (logged once). */
+void cache_wb_damaged(struct cache_wb *wb, struct cache_wfile *w,
+		      const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* meta blobs as in the row (NUL-separated name, value pairs). */
+char *cache_wb_meta_pack(const struct obj_kv *m, size_t n, size_t *len);
+int cache_wb_meta_unpack(const char *b, size_t len, struct obj_kv **out,
+			 size_t *n);
 
 /* wb_upload.c, shared with wb.c. */
 /* An upload or a DELETE of key is out (wb->lock). */

@@ -114,8 +114,9 @@ static struct cache_wfile *next_upload(struct cache_wb *wb, int64_t now,
 
 	for (size_t h = 0; h < CACHE_WB_HASH; h++)
 		for (struct cache_wfile *w = wb->tab[h]; w; w = w->hnext) {
-			if (w->uploading || (w->queued_gen <= w->uploaded_gen &&
-					     !cleanable(w)))
+			if (w->uploading || w->damaged[0] ||
+			    (w->queued_gen <= w->uploaded_gen &&
+			     !cleanable(w)))
 				continue;
 			/* One request per key at a time, in order: an older
 			 * version's PUT or a DELETE of the name still out
@@ -184,41 +185,17 @@ static void check_conflict(struct cache_wb *wb, const char *key,
 	pthread_mutex_unlock(&wb->lock);
 }
 
-/* The block CRCs of a dirty file of size bytes (NULL on failure; for an
- * empty file too). */
-static uint32_t *file_crcs(struct cache *c, int fd, uint64_t size)
-{
-	uint64_t bb = c->cfg.block_bytes, nb = (size + bb - 1) / bb;
-	uint32_t *crcs = nb ? calloc(nb, sizeof(*crcs)) : NULL;
-	char *buf = crcs ? malloc(bb) : NULL;
-	int rc = buf ? 0 : -ENOMEM;
-
-	for (uint64_t b = 0; !rc && b < nb; b++) {
-		uint64_t len = b + 1 < nb ? bb : size - b * bb;
-
-		rc = cache_uring_pread(c->uring, fd, buf, len, b * bb);
-		if (!rc)
-			crcs[b] = util_crc32c(0, buf, len);
-	}
-	free(buf);
-	if (rc) {
-		free(crcs);
-		return NULL;
-	}
-	return crcs;
-}
-
 /* After an upload of generation g under key: when nothing changed and no
  * writer has it open, the file leaves the table and its bytes become the
  * read cache's copy of the new version.  The fs hears of the new version
  * (on_done) before the file leaves, so that no open in between sees
  * neither.  Called and returns with wb->lock held. */
 static void try_clean(struct cache_wb *wb, struct cache_wfile *w,
-		      const char *key, const char *etag, uint64_t g)
+		      const char *key, const char *etag, uint64_t g,
+		      uint32_t *crcs)
 {
 	struct cache *c = wb->c;
 	uint64_t size = w->a.size, charged;
-	uint32_t *crcs;
 	char path[64];
 	bool adopted;
 
@@ -228,7 +205,8 @@ static void try_clean(struct cache_wb *wb, struct cache_wfile *w,
 		return;
 	w->uploading = true; /* no second uploader on it meanwhile */
 	pthread_mutex_unlock(&wb->lock);
-	crcs = w->a.kind == CACHE_WK_FILE ? file_crcs(c, w->fd, size) : NULL;
+	if (!crcs && w->a.kind == CACHE_WK_FILE)
+		crcs = cache_wb_file_crcs(c, w->fd, size);
 	if (wb->cfg.on_done)
 		wb->cfg.on_done(wb->cfg.arg, key, etag, size, false);
 	pthread_mutex_lock(&wb->lock);
@@ -244,6 +222,7 @@ static void try_clean(struct cache_wb *wb, struct cache_wfile *w,
 		  !cache_adopt(c, key, etag, size, path, crcs, charged);
 	cache_wb_take_out(wb, w);
 	cache_wb_db_del(wb, w->id);
+	cache_wb_meta_remove(wb, w->id);
 	w->charged = 0;
 	pthread_mutex_unlock(&wb->lock);
 	if (!adopted) { /* the bucket has it: the local copy just goes */
@@ -274,7 +253,8 @@ static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
 	bool was_in_bucket = w->in_bucket, meta_ok = w->nmeta <= 64;
 	struct obj_kv *mcopy = NULL;
 	enum cache_wkind kind = w->a.kind;
-	bool skip_put;
+	bool skip_put, check;
+	uint32_t *crcs = NULL;
 
 	if (!key)
 		return; /* with the lock held, as always */
@@ -282,6 +262,10 @@ static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
 	g = w->gen;
 	size = w->a.size;
 	skip_put = cleanable(w);
+	/* The sums of its last commit describe what goes up: check them
+	 * (and keep them for the read cache). */
+	check = !skip_put && kind == CACHE_WK_FILE && w->sums_gen == g &&
+		!w->external;
 	w->uploading = true;
 	w->in_bucket = true; /* from now on a rename must delete it */
 	w->refs++;
@@ -299,6 +283,27 @@ static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
 	}
 	pthread_mutex_unlock(&wb->lock);
 
+	if (check && size) {
+		crcs = cache_wb_file_crcs(wb->c, w->fd, size);
+		pthread_mutex_lock(&wb->lock);
+		if (w->gen == g && !w->external &&
+		    !cache_wb_sums_match(wb, w, crcs, size)) {
+			w->uploading = false;
+			wb->inflight--;
+			busy_del(wb, key);
+			wb->failures++;
+			w->failed_ms = (int64_t)util_now_ms();
+			pthread_cond_broadcast(&wb->cond);
+			pthread_mutex_unlock(&wb->lock);
+			obj_kv_free(mcopy, nkv);
+			free(crcs);
+			cache_w_put(w);
+			free(key);
+			pthread_mutex_lock(&wb->lock);
+			return;
+		}
+		pthread_mutex_unlock(&wb->lock);
+	}
 	if (skip_put)
 		st = OBJ_OK, snprintf(etag, sizeof(etag), "%s", base);
 	else if (wb->cfg.check_conflicts && base[0])
@@ -328,6 +333,7 @@ static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
 		pthread_mutex_unlock(&wb->lock);
 		cache_w_put(w);
 		free(key);
+		free(crcs);
 		pthread_mutex_lock(&wb->lock);
 		return;
 	}
@@ -347,6 +353,7 @@ static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
 		pthread_mutex_unlock(&wb->lock);
 		cache_w_put(w);
 		free(key);
+		free(crcs);
 		pthread_mutex_lock(&wb->lock);
 		return;
 	}
@@ -360,7 +367,7 @@ static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
 	}
 	if (strcmp(w->key, key) && !cache_wb_find(wb, key))
 		cache_wb_tomb_put(wb, key, false); /* renamed while it went up */
-	try_clean(wb, w, key, etag, g);
+	try_clean(wb, w, key, etag, g, crcs); /* takes crcs */
 	pthread_cond_broadcast(&wb->cond);
 	pthread_mutex_unlock(&wb->lock);
 	cache_w_put(w);
@@ -528,14 +535,16 @@ static size_t pending(struct cache_wb *wb, const char *prefix, int64_t t0,
 		for (struct cache_wfile *w = wb->tab[h]; w; w = w->hnext) {
 			if (strncmp(w->key, prefix, pl) ||
 			    (w->queued_gen <= w->uploaded_gen &&
-			     !w->uploading))
+			     !w->uploading && !w->damaged[0]))
 				continue;
 			n++;
-			if (w->failed_ms >= t0 && !w->uploading) {
+			if (w->damaged[0] || (w->failed_ms >= t0 &&
+					      !w->uploading)) {
 				(*failed)++;
 				if (o < rl)
 					o += (size_t)snprintf(report + o,
 						rl - o, "%s: %s\n", w->key,
+						w->damaged[0] ? w->damaged :
 						w->last_err);
 			}
 		}
@@ -551,6 +560,17 @@ static size_t pending(struct cache_wb *wb, const char *prefix, int64_t t0,
 						t->key);
 			}
 		}
+	}
+	/* What the replay found gone, for the whole mount: reported, never
+	 * waited for. */
+	for (size_t i = 0; i < wb->nlost; i++) {
+		if (strncmp(wb->lost[i], prefix, pl))
+			continue;
+		n++;
+		(*failed)++;
+		if (o < rl)
+			o += (size_t)snprintf(report + o, rl - o, "%s\n",
+					      wb->lost[i]);
 	}
 	return n;
 }
@@ -579,8 +599,9 @@ int cache_w_flush(struct cache *c, const char *prefix, bool wait,
 			cache_wb_sync_external(w, true);
 			if (w->gen > w->queued_gen) {
 				/* Written but not closed yet: what is there
-				 * now goes up, like sync(1). */
+				 * now goes up, like sync(1), unchecked. */
 				w->queued_gen = w->gen;
+				w->changing = true;
 				if (!cache_wb_db_put(wb, w, true))
 					w->committed = true;
 			}
@@ -618,8 +639,10 @@ void cache_wb_get_stats(struct cache *c, struct cache_wb_stats *o)
 	pthread_mutex_lock(&wb->lock);
 	o->dirty_files = wb->nfiles;
 	for (size_t h = 0; h < CACHE_WB_HASH && (wb->nfiles || wb->ntombs); h++) {
-		for (struct cache_wfile *w = wb->tab[h]; w; w = w->hnext)
+		for (struct cache_wfile *w = wb->tab[h]; w; w = w->hnext) {
 			o->queued += w->queued_gen > w->uploaded_gen;
+			o->damaged_files += w->damaged[0] != '\0';
+		}
 		for (struct cache_wb_tomb *t = wb->tombs[h]; t; t = t->next)
 			o->queued++;
 	}
@@ -630,6 +653,8 @@ void cache_wb_get_stats(struct cache *c, struct cache_wb_stats *o)
 	o->deleted_keys = wb->deleted_keys;
 	o->conflicts = wb->conflicts;
 	o->lost_found = wb->lost_found;
+	o->lost_files = wb->nlost;
+	o->rebuilt = wb->rebuilt;
 	memcpy(o->last_error, wb->last_error, sizeof(o->last_error));
 	pthread_mutex_unlock(&wb->lock);
 	o->dirty_bytes = atomic_load(&c->dirty_bytes);

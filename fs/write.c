@@ -207,19 +207,32 @@ int fs_open_w(struct fs *fs, struct fs_inode *in, int flags,
 		 * dirty file while open (fs_pt_choose). */
 		if (cache_w_hold(fs->cfg.cache, in->key, &h->w))
 			return 1;
+		if ((rc = cache_w_check(h->w))) {
+			cache_w_writer(h->w, false);
+			cache_w_put(h->w);
+			h->w = NULL;
+			return rc;
+		}
 		h->pin = true;
 		return 0;
 	}
-	if (!wr)
-		return cache_w_get(fs->cfg.cache, in->key, &h->w) ? 1 : 0;
+	if (!wr) {
+		if (cache_w_get(fs->cfg.cache, in->key, &h->w))
+			return 1;
+		if ((rc = cache_w_check(h->w))) {
+			cache_w_put(h->w);
+			h->w = NULL;
+		}
+		return rc;
+	}
 	if (!cache_w_hold(fs->cfg.cache, in->key, &w)) {
-		if (flags & O_TRUNC) {
-			rc = cache_w_truncate(w, 0);
-			if (rc) {
-				cache_w_writer(w, false);
-				cache_w_put(w);
-				return rc;
-			}
+		/* O_TRUNC drops what a damaged file held */
+		rc = flags & O_TRUNC ? cache_w_truncate(w, 0) :
+		     cache_w_check(w);
+		if (rc) {
+			cache_w_writer(w, false);
+			cache_w_put(w);
+			return rc;
 		}
 	} else {
 		rc = materialize(fs, in, flags & O_TRUNC, &w);
