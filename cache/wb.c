@@ -492,13 +492,14 @@ static void replay_one(struct cache_wb *wb, uint64_t id,
 			lost_found(wb, id, key);
 		} else if (fd >= 0) {
 			/* No row and a damaged .meta: committed or not, nobody
-			 * knows, nor its name; its bytes are kept. */
-			move_aside(wb, id, key, "", to, sizeof(to));
+			 * knows, nor its name.  Both stay where they are, and
+			 * every mount says so, until someone acts. */
 			lost_add(wb, "%s/%s: a dirty file not yet uploaded "
 				 "whose name is unknown (no row in "
-				 "writeback.sqlite, and %s); it was not "
-				 "uploaded", c->cfg.dir, to[0] ? to : path, why);
-			wb->lost_found++;
+				 "writeback.sqlite, and %s); it is not "
+				 "uploaded: copy its bytes out, then remove it "
+				 "and its .meta", c->cfg.dir, path, why);
+			goto out;
 		}
 		if (src == -EBADMSG)
 			move_aside(wb, id, key, CACHE_WB_META_SUFFIX, to,
@@ -508,15 +509,15 @@ static void replay_one(struct cache_wb *wb, uint64_t id,
 		goto out;
 	}
 	if (fd < 0) {
+		/* The .meta stays: every mount says so until it is
+		 * removed. */
 		lost_add(wb, "%s: its dirty file %s/%s is gone (%s): what was "
 			 "written to it through the mount was lost before it "
-			 "was uploaded", key, c->cfg.dir, path,
-			 strerror(errno));
+			 "was uploaded (remove %s/%s%s to stop this message)",
+			 key, c->cfg.dir, path, strerror(errno), c->cfg.dir,
+			 path, have_s ? CACHE_WB_META_SUFFIX : "");
 		if (r)
 			cache_wb_db_del(wb, id);
-		if (have_s)
-			move_aside(wb, id, key, CACHE_WB_META_SUFFIX, to,
-				   sizeof(to));
 		goto out;
 	}
 	if (from_s) {

@@ -433,30 +433,27 @@ int cache_wb_meta_read(struct cache_wb *wb, uint64_t id,
 	fd = openat(c->dirfd, path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		rc = -errno;
-		snprintf(msg, ml, "%s/%s: %s", c->cfg.dir, path,
-			 strerror(errno));
+		snprintf(msg, ml, "%s: %s", path, strerror(errno));
 		return rc == -ENOENT ? -ENOENT : -EBADMSG;
 	}
 	if (fstat(fd, &sb) || sb.st_size < META_HEAD + 4 ||
 	    sb.st_size > (1ll << 30) || !(b = malloc((size_t)sb.st_size)) ||
 	    util_pread_all(fd, b, (size_t)sb.st_size, 0) != sb.st_size) {
-		snprintf(msg, ml, "%s/%s is cut short or unreadable",
-			 c->cfg.dir, path);
+		snprintf(msg, ml, "%s is cut short or unreadable", path);
 		goto out;
 	}
 	r.b = b;
 	r.len = (size_t)sb.st_size;
 	if (memcmp(b, META_MAGIC, 8) ||
 	    util_crc32c(0, b, r.len - 4) != util_get32le(b + r.len - 4)) {
-		snprintf(msg, ml, "%s/%s is damaged (bad magic or checksum)",
-			 c->cfg.dir, path);
+		snprintf(msg, ml, "%s is damaged (bad magic or checksum)",
+			 path);
 		goto out;
 	}
 	r.len -= 4;
 	take(&r, 8);
 	if (take64(&r) != id) {
-		snprintf(msg, ml, "%s/%s belongs to another file", c->cfg.dir,
-			 path);
+		snprintf(msg, ml, "%s belongs to another file", path);
 		goto out;
 	}
 	w->id = id;
@@ -480,8 +477,8 @@ int cache_wb_meta_read(struct cache_wb *wb, uint64_t id,
 	    memchr(key, '\0', kl) || w->a.kind > CACHE_WK_SYMLINK ||
 	    nb > (r.len - r.o) / 4 || nb != (r.len - r.o) / 4 ||
 	    bb != c->cfg.block_bytes || nb != nblocks(c, w->a.size)) {
-		snprintf(msg, ml, "%s/%s is damaged (fields out of range)",
-			 c->cfg.dir, path);
+		snprintf(msg, ml, "%s is damaged (fields out of range)",
+			 path);
 		goto out;
 	}
 	rc = -ENOMEM;
@@ -491,8 +488,7 @@ int cache_wb_meta_read(struct cache_wb *wb, uint64_t id,
 	snprintf(w->base_etag, sizeof(w->base_etag), "%.*s", (int)el, etag);
 	if (mlen && cache_wb_meta_unpack(meta, mlen, &w->meta, &w->nmeta)) {
 		rc = -EBADMSG;
-		snprintf(msg, ml, "%s/%s is damaged (metadata)", c->cfg.dir,
-			 path);
+		snprintf(msg, ml, "%s is damaged (metadata)", path);
 		goto out;
 	}
 	for (uint64_t i = 0; i < nb; i++)

@@ -1,0 +1,165 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+#
+# The write-back queue without a single point of failure
+# (docs/cache-format.md, "Dirty files"): files closed through the mount
+# and not yet uploaded when the daemon was killed survive the loss of
+# writeback.sqlite, or of its -wal alone (re-queued from dirty/ID.meta);
+# a dirty file damaged on the cache disk (cut short, a flipped byte, its
+# .meta gone) is never uploaded: flush --wait and umount name it and exit
+# 1, `fmfs status` counts it, reads of it fail with EIO, its bytes stay
+# in the cache dir, and writing it again with O_TRUNC or removing it
+# through the mount ends the matter.  A file reopened and being changed
+# when the daemon died is uploaded as it stands (docs/semantics.md).
+# The bucket is read back with the aws CLI.
+. "$TOP/tests/lib/common.sh"
+
+mount_setup wbdmg
+mkdir -p data got
+trap 'unmount_quietly "$MNT"; cleanup_common' EXIT
+
+mnt() { # extra options...
+	$FMFS mount "s3://$B" "$MNT" --cache-dir "$CACHE" --refresh 1 "$@" ||
+		fail "mount failed (see $CACHE/fmfs.log)"
+}
+obj() { # KEY OUT
+	awsx s3 cp --quiet "s3://$B/$1" "$2" || fail "aws cannot read $1"
+}
+absent() { # KEY
+	! awsx s3api head-object --bucket "$B" --key "$1" >/dev/null 2>&1 ||
+		fail "$1 should not be in the bucket"
+}
+kill_daemon() {
+	local pid
+	pid=$(pgrep -f "fmfs mount s3://$B " | head -1)
+	[ -n "$pid" ] || fail "no daemon"
+	kill -9 "$pid"
+	sleep 0.3
+	$FMFS umount "$MNT" >/dev/null 2>&1 || true
+}
+dirty_of() { # KEY: the dirty file holding KEY (from its .meta)
+	local m
+	for m in "$CACHE"/dirty/*.meta; do
+		if grep -aq "$1" "$m"; then
+			echo "${m%.meta}"
+			return
+		fi
+	done
+	fail "no dirty file for $1"
+}
+# pending NAME...: writes data/NAME (1.4 MB, not block aligned) through a
+# mount that will not upload them, then kills the daemon.
+pending() {
+	mnt --async-delay 3600
+	for n in "$@"; do
+		head -c 1400000 /dev/urandom >"data/$n"
+		cp "data/$n" "$MNT/$n" || fail "cp $n"
+	done
+	kill_daemon
+}
+uploaded() { # NAME...: the bucket holds exactly data/NAME
+	for n in "$@"; do
+		obj "$n" "got/$n"
+		same_file "data/$n" "got/$n"
+	done
+}
+
+note "writeback.sqlite removed: the queue is rebuilt from dirty/*.meta"
+pending a1 a2
+[ -s "$CACHE/writeback.sqlite" ] || fail "no writeback.sqlite to remove"
+rm -f "$CACHE"/writeback.sqlite*
+mnt 2>mount.err
+$FMFS flush "$MNT" --wait --timeout 60 || fail "flush --wait failed"
+uploaded a1 a2
+grep -q "a1 re-queued from .*dirty/.*meta" mount.err ||
+	fail "the mount did not say it rebuilt the queue: $(cat mount.err)"
+$FMFS umount "$MNT" || fail "umount"
+
+note "only writeback.sqlite-wal removed"
+pending b1
+[ -s "$CACHE/writeback.sqlite-wal" ] || fail "no -wal to remove"
+rm -f "$CACHE/writeback.sqlite-wal" "$CACHE/writeback.sqlite-shm"
+mnt
+$FMFS flush "$MNT" --wait --timeout 60 || fail "flush --wait failed"
+uploaded b1
+$FMFS umount "$MNT" || fail "umount"
+
+note "a garbage writeback.sqlite: refused, naming the file and the way out"
+pending g1
+cp "$CACHE/writeback.sqlite" keep.sqlite
+head -c 8192 /dev/urandom >"$CACHE/writeback.sqlite"
+rm -f "$CACHE/writeback.sqlite-wal" "$CACHE/writeback.sqlite-shm"
+expect_exit 1 "writeback.sqlite.*(mv|aside).*dirty" \
+	$FMFS mount "s3://$B" "$MNT" --cache-dir "$CACHE"
+[ -s "$(dirty_of g1)" ] || fail "the refused mount lost g1's bytes"
+mv "$CACHE/writeback.sqlite" "$CACHE/writeback.sqlite.bad"
+mnt
+$FMFS flush "$MNT" --wait --timeout 60 || fail "flush --wait after moving it aside"
+uploaded g1
+$FMFS umount "$MNT" || fail "umount"
+
+note "dirty files damaged on the cache disk are held, not uploaded"
+pending cut flip nometa ok
+d_cut=$(dirty_of cut)
+d_flip=$(dirty_of flip)
+d_nometa=$(dirty_of nometa)
+truncate -s 1000 "$d_cut"
+printf '\xff' | dd of="$d_flip" bs=1 seek=1200000 conv=notrunc 2>/dev/null
+cmp -s "$d_flip" data/flip && fail "the flip did not change anything"
+rm -f "$d_nometa.meta"
+mnt
+rc=0
+$FMFS flush "$MNT" --wait --timeout 60 2>err || rc=$?
+[ "$rc" = 1 ] || fail "flush --wait exited $rc with damaged dirty files"
+for k in cut flip nometa; do
+	grep -q "^$k: .*dirty file .*not uploaded" err ||
+		fail "flush did not name $k: $(cat err)"
+	absent "$k"
+done
+grep -q "is 1000 bytes where its last close left 1400000" err ||
+	fail "the cut file's message lacks the sizes: $(cat err)"
+uploaded ok
+[ "$(stat_of damaged_files)" = 3 ] || fail "status: damaged_files $(stat_of damaged_files)"
+for k in cut flip nometa; do
+	cat "$MNT/$k" >/dev/null 2>&1 && fail "reading damaged $k succeeded"
+done
+[ "$(stat -c %s "$d_flip")" = 1400000 ] || fail "flip's bytes were not kept"
+cmp -s "$d_cut" <(head -c 1000 data/cut) || fail "cut's bytes were not kept"
+rc=0
+$FMFS umount "$MNT" 2>err || rc=$?
+[ "$rc" = 1 ] || fail "umount exited $rc with damaged dirty files"
+grep -q "^cut: " err || fail "umount did not name cut: $(cat err)"
+
+note "the next mount holds them again; O_TRUNC and rm end it"
+mnt
+rc=0
+$FMFS flush "$MNT" --wait --timeout 60 2>err || rc=$?
+[ "$rc" = 1 ] || fail "damage was forgotten by the remount (flush exited $rc)"
+head -c 5000 /dev/urandom >data/cut
+cp data/cut "$MNT/cut" || fail "rewriting cut with O_TRUNC failed"
+rm "$MNT/flip" "$MNT/nometa" || fail "rm of damaged files failed"
+$FMFS flush "$MNT" --wait --timeout 60 || fail "flush after the repair failed"
+uploaded cut
+absent flip
+$FMFS umount "$MNT" || fail "umount after the repair"
+
+note "a file reopened and being changed at the kill goes up as it stands"
+mnt --async-delay 3600
+head -c 1400000 /dev/urandom >data/re
+cp data/re "$MNT/re"
+python3 - "$MNT/re" data/re "$B" <<'EOF'
+import os, subprocess, sys
+fd = os.open(sys.argv[1], os.O_WRONLY)  # left open: no close before the kill
+os.pwrite(fd, b"X" * 5000, 100000)
+with open(sys.argv[2], "r+b") as f:
+    f.seek(100000)
+    f.write(b"X" * 5000)
+subprocess.run(["pkill", "-9", "-f", "fmfs mount s3://" + sys.argv[3] + " "])
+EOF
+sleep 0.3
+$FMFS umount "$MNT" >/dev/null 2>&1 || true
+mnt
+$FMFS flush "$MNT" --wait --timeout 60 || fail "flush --wait of the changed file"
+uploaded re
+$FMFS umount "$MNT" || fail "umount"
+echo "write-back damage ok"
