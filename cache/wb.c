@@ -1039,7 +1039,8 @@ int cache_w_check(struct cache_wfile *w)
 	crcs = size ? cache_wb_file_crcs(w->c, w->fd, size) : NULL;
 	pthread_mutex_lock(&wb->lock);
 	if (!w->checked && w->gen == g && w->sums_gen == g &&
-	    (!size || crcs) && cache_wb_sums_match(wb, w, crcs, size))
+	    cache_wb_sums_fresh(w) && (!size || crcs) &&
+	    cache_wb_sums_match(wb, w, crcs, size))
 		w->checked = true;
 	rc = w->damaged[0] ? -EIO : 0;
 	pthread_mutex_unlock(&wb->lock);
@@ -1205,6 +1206,9 @@ ssize_t cache_w_write_with(struct cache_wfile *w, uint64_t off, size_t len,
 	pthread_mutex_lock(&wb->lock);
 	if (off + done > w->a.size)
 		w->a.size = off + done;
+	/* Again: a commit may have summed these blocks while the bytes
+	 * were on their way. */
+	cache_wb_sums_mark(w, off, done);
 	touch(w);
 	pthread_mutex_unlock(&wb->lock);
 	return (ssize_t)done;
@@ -1398,7 +1402,7 @@ int cache_w_commit(struct cache_wfile *w, bool durable)
 		/* The sums first, then the row: a crash in between leaves
 		 * a .meta newer than the row, which the replay prefers. */
 		w->seq++;
-		w->sums_ok = ok && w->gen == w->queued_gen;
+		w->sums_ok = ok && cache_wb_sums_fresh(w);
 		w->sums_gen = w->sums_ok ? w->gen : 0;
 		w->changing = !w->sums_ok;
 		if (w->sums_ok) {

@@ -127,6 +127,10 @@ int cache_wb_sums_resize(struct cache_wfile *w, uint64_t size);
  * blocks back (wb->lock NOT held; it is taken and dropped inside).
  * Returns true when every block's sum is valid for w->gen then. */
 bool cache_wb_sums_update(struct cache_wb *wb, struct cache_wfile *w);
+/* No block changed since the sums were taken, and none is being
+ * changed (a write marks its blocks before it starts): the file's bytes
+ * are those the sums describe. */
+bool cache_wb_sums_fresh(const struct cache_wfile *w);
 /* Writes DIR/dirty/ID.meta (atomically: a temporary file renamed over
  * it; durable: synced, and the rename too). */
 int cache_wb_meta_write(struct cache_wb *wb, struct cache_wfile *w,

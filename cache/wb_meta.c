@@ -80,6 +80,8 @@ static int sums_extend(struct cache_wfile *w, uint64_t n)
 	rc = sums_reserve(w, n);
 	if (rc)
 		return rc;
+	if (w->nsums) /* the old last block grows to a whole one */
+		w->stale[w->nsums - 1] = 1;
 	memset(w->sums + w->nsums, 0, (n - w->nsums) * sizeof(*w->sums));
 	memset(w->stale + w->nsums, 1, n - w->nsums);
 	w->nsums = n;
@@ -124,8 +126,11 @@ uint32_t *cache_wb_file_crcs(struct cache *c, int fd, uint64_t size)
 	for (uint64_t b = 0; !rc && b < nb; b++) {
 		uint64_t len = b + 1 < nb ? bb : size - b * bb;
 
-		rc = cache_uring_pread(c->uring, fd, buf, len, b * bb);
-		if (!rc)
+		ssize_t k = util_pread_all(fd, buf, len, (off_t)(b * bb));
+
+		if (k < 0 || (uint64_t)k != len)
+			rc = k < 0 ? (int)k : -EIO;
+		else
 			crcs[b] = util_crc32c(0, buf, len);
 	}
 	free(buf);
@@ -134,6 +139,16 @@ uint32_t *cache_wb_file_crcs(struct cache *c, int fd, uint64_t size)
 		return NULL;
 	}
 	return crcs;
+}
+
+bool cache_wb_sums_fresh(const struct cache_wfile *w)
+{
+	if (w->external || w->ext_seen) /* the kernel wrote behind us */
+		return false;
+	for (uint64_t b = 0; b < w->nsums; b++)
+		if (w->stale[b])
+			return false;
+	return true;
 }
 
 bool cache_wb_sums_update(struct cache_wb *wb, struct cache_wfile *w)
@@ -176,8 +191,8 @@ bool cache_wb_sums_update(struct cache_wb *wb, struct cache_wfile *w)
 			if (!todo[b])
 				continue;
 			k = util_pread_all(w->fd, buf, len, (off_t)(b * bb));
-			/* short: cut meanwhile, and marked stale again */
-			if (k < 0)
+			/* short: being cut meanwhile; try again */
+			if (k < 0 || (uint64_t)k != len)
 				io_ok = false;
 			else
 				got[b] = util_crc32c(0, buf, (size_t)k);
@@ -194,9 +209,7 @@ bool cache_wb_sums_update(struct cache_wb *wb, struct cache_wfile *w)
 		free(got);
 		if (!io_ok)
 			break;
-		ok = w->gen == g && !w->external;
-		for (uint64_t b = 0; ok && b < w->nsums; b++)
-			ok = !w->stale[b];
+		ok = w->gen == g && cache_wb_sums_fresh(w);
 	}
 	pthread_mutex_unlock(&wb->lock);
 	free(buf);

@@ -6,6 +6,7 @@
  * answer flush and statistics.  See wb.c for the state they work on.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -262,10 +263,10 @@ static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
 	g = w->gen;
 	size = w->a.size;
 	skip_put = cleanable(w);
-	/* The sums of its last commit describe what goes up: check them
-	 * (and keep them for the read cache). */
+	/* A file replayed from the cache disk goes up only if it is what
+	 * its last commit's sums say (they then serve the read cache). */
 	check = !skip_put && kind == CACHE_WK_FILE && w->sums_gen == g &&
-		!w->external;
+		!w->external && !w->checked;
 	w->uploading = true;
 	w->in_bucket = true; /* from now on a rename must delete it */
 	w->refs++;
@@ -286,8 +287,15 @@ static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
 	if (check && size) {
 		crcs = cache_wb_file_crcs(wb->c, w->fd, size);
 		pthread_mutex_lock(&wb->lock);
-		if (w->gen == g && !w->external &&
-		    !cache_wb_sums_match(wb, w, crcs, size)) {
+		/* Only a file nobody changed meanwhile: a write on its way
+		 * has marked its blocks, and one done has moved gen. */
+		if (w->gen == g && cache_wb_sums_fresh(w) && !crcs)
+			cache_wb_damaged(wb, w, "cannot be read back whole "
+					 "(%" PRIu64 " bytes expected)", size);
+		else if (crcs && w->gen == g && cache_wb_sums_fresh(w) &&
+			 cache_wb_sums_match(wb, w, crcs, size))
+			w->checked = true;
+		if (w->damaged[0]) {
 			w->uploading = false;
 			wb->inflight--;
 			busy_del(wb, key);
