@@ -47,6 +47,7 @@ void ckpt_step_fail(struct ckpt *c, struct ckpt_step *s, int rc,
 		    unsigned levels, const char *fmt, ...)
 {
 	char why[512];
+	bool fresh = false;
 	va_list ap;
 
 	va_start(ap, fmt);
@@ -55,12 +56,19 @@ void ckpt_step_fail(struct ckpt *c, struct ckpt_step *s, int rc,
 	if ((levels & CKPT_LOCAL) && !s->local_rc) {
 		s->local_rc = rc;
 		memcpy(s->local_err, why, sizeof(why));
+		fresh = true;
 	}
 	if ((levels & CKPT_REMOTE) && !s->remote_rc) {
 		s->remote_rc = rc;
 		memcpy(s->remote_err, why, sizeof(why));
+		fresh = true;
 	}
-	snprintf(c->stats.last_error, sizeof(c->stats.last_error), "%s", why);
+	/* Only the cause: what follows from it (the chunks of a shard that
+	 * could not be created, the marker not written) would replace the
+	 * reason with a consequence, or with nothing. */
+	if (fresh)
+		snprintf(c->stats.last_error, sizeof(c->stats.last_error),
+			 "%s", why);
 }
 
 void ckpt_chunk_release(struct ckpt *c, struct ckpt_chunk *ch)

@@ -182,7 +182,13 @@ struct ckpt_stats {
 	uint64_t pending_waits;       /* begins that waited for old steps */
 	uint64_t bytes_written;       /* to local shard files */
 	uint64_t bytes_uploaded;      /* parts and objects stored remotely */
-	uint64_t steps_failed;
+	uint64_t steps_failed;        /* at any level */
+	/* Steps that finished well at each level: committed in dir
+	 * (fsynced, renamed) and in remote (the manifest stored) by rank 0;
+	 * on other ranks, this rank's shard and marker durable there.
+	 * commits counts what was handed over, these what was kept. */
+	uint64_t local_steps;
+	uint64_t remote_steps;
 	uint64_t last_local_step;     /* CKPT_STEP_NONE until one */
 	uint64_t last_remote_step;
 	unsigned steps_in_flight;

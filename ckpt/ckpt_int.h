@@ -301,7 +301,10 @@ static inline void ckpt_crash_point(const char *point, uint64_t step)
 
 /* Fails step at levels (CKPT_LOCAL, CKPT_REMOTE or both: a local write
  * error fails the upload that reads the file too): the first error of
- * each level wins; also the handle's last error.  c->lock held. */
+ * each level wins, and becomes the handle's last error; a later one of a
+ * level already failed changes nothing.  The message is formatted here,
+ * at the failure, from the errno the caller captured: say the cause and
+ * the path.  c->lock held. */
 void ckpt_step_fail(struct ckpt *c, struct ckpt_step *s, int rc,
 		    unsigned levels, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));

@@ -556,6 +556,7 @@ static void handle_local(struct ckpt *c, struct ckpt_step *s)
 	if (commit_rc)
 		commit_fail(c, s, commit_rc, CKPT_LOCAL, why);
 	if (!s->local_rc) {
+		c->stats.local_steps++;
 		c->stats.last_local_step = s->step;
 		s->t_local_ns = util_now_ns();
 	}
@@ -585,6 +586,7 @@ static void handle_remote(struct ckpt *c, struct ckpt_step *s)
 	if (commit_rc)
 		commit_fail(c, s, commit_rc, CKPT_REMOTE, why);
 	if (!s->remote_rc) {
+		c->stats.remote_steps++;
 		c->stats.last_remote_step = s->step;
 		s->t_remote_ns = util_now_ns();
 	}

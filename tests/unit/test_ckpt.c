@@ -1249,6 +1249,52 @@ static void test_barrier_refused_marker(void **state)
 	tset_free(&t);
 }
 
+/* The checkpoint storage dies under a job (here: the place of step 2's
+ * temporary directory is taken by a file): every later failure must
+ * say why, in ckpt_wait and in the stats' last_error, not end in an
+ * empty reason ("step 2: ") or one read later that is not the cause. */
+static void test_background_error_reason(void **state)
+{
+	struct env *e = *state;
+	struct ckpt_config cfg = cfg_of(e, true, false);
+	char path[PATH_MAX + 64];
+	struct ckpt_stats st;
+	struct tset t;
+	struct ckpt *c;
+	size_t len;
+
+	tset_init(&t, 3, 1 * KIB);
+	c = open_cfg(e, &cfg);
+	save(e, c, &t, 1, 0);
+	wait_ok(e, c, 1, CKPT_LOCAL);
+	snprintf(path, sizeof(path), "%s/.tmp-step-0000000002", e->dir);
+	close(open(path, O_CREAT | O_WRONLY, 0644));
+	save(e, c, &t, 2, 0);
+	assert_int_equal(ckpt_wait(c, 2, CKPT_LOCAL, 10000, e->msg,
+				   sizeof(e->msg)), -ENOTDIR);
+	assert_contains(e->msg, "step 2: ");
+	assert_contains(e->msg, ".tmp-step-0000000002");
+	assert_contains(e->msg, strerror(ENOTDIR));
+	ckpt_get_stats(c, &st);
+	assert_int_equal(st.steps_failed, 1);
+	len = strlen(st.last_error);
+	assert_true(len > 2 && strcmp(st.last_error + len - 2, ": "));
+	assert_contains(st.last_error, ".tmp-step-0000000002");
+	assert_contains(st.last_error, strerror(ENOTDIR));
+	assert_int_equal(st.local_steps, 1);
+	/* The next step is fine again; the counts say what is committed. */
+	save(e, c, &t, 3, 0);
+	wait_ok(e, c, 3, CKPT_LOCAL);
+	ckpt_get_stats(c, &st);
+	assert_int_equal(st.commits, 3);
+	assert_int_equal(st.local_steps, 2);
+	assert_int_equal(st.remote_steps, 0);
+	assert_int_equal(st.steps_failed, 1);
+	unlink(path);
+	ckpt_close(c, NULL, 0);
+	tset_free(&t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1275,6 +1321,7 @@ int main(void)
 		T(test_remote_barrier_many_ranks),
 		T(test_remote_error_kept),
 		T(test_barrier_refused_marker),
+		T(test_background_error_reason),
 #undef T
 	};
 
