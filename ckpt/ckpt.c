@@ -548,6 +548,22 @@ static bool committed_locally(struct ckpt *c, uint64_t step)
 	return !stat(path, &sb);
 }
 
+/* Committed, not merely there: a step-N whose manifest is damaged or
+ * whose shards are missing or cut short is not a checkpoint, and a save
+ * of step N moves it aside (drain.c) instead of being refused.  The
+ * manifest is read only when the stat found one: a rare case. */
+static bool complete_locally(struct ckpt *c, uint64_t step)
+{
+	struct ckpt_reader *r;
+
+	if (!committed_locally(c, step))
+		return false;
+	if (ckpt_reader_open_from(c, step, CKPT_FROM_LOCAL, &r, NULL, 0))
+		return false;
+	ckpt_reader_close(r);
+	return true;
+}
+
 /* A step that failed may be tried again: forget the failed attempt.
  * c->lock held; false if old is in flight or succeeded. */
 static bool drop_failed(struct ckpt *c, struct ckpt_step *old)
@@ -578,7 +594,7 @@ int ckpt_begin(struct ckpt *c, uint64_t step, char *msg, size_t msg_len)
 			 (unsigned long long)step);
 		return -EINVAL;
 	}
-	if (c->dir && committed_locally(c, step)) {
+	if (c->dir && complete_locally(c, step)) {
 		util_msg(msg, msg_len, "step %llu is already committed in %s "
 			 "(save another step, or remove it first)",
 			 (unsigned long long)step, c->dir);

@@ -189,6 +189,9 @@ struct ckpt_stats {
 	 * commits counts what was handed over, these what was kept. */
 	uint64_t local_steps;
 	uint64_t remote_steps;
+	/* step-N directories that were in the way of a commit, not being
+	 * complete checkpoints, moved to dir/aside/ (never removed) */
+	uint64_t steps_set_aside;
 	uint64_t last_local_step;     /* CKPT_STEP_NONE until one */
 	uint64_t last_remote_step;
 	unsigned steps_in_flight;

@@ -11,6 +11,7 @@
  *
  * Everything runs in a private temporary directory removed at the end.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -1295,6 +1296,85 @@ static void test_background_error_reason(void **state)
 	tset_free(&t);
 }
 
+/* The one entry of dir/aside whose name starts with prefix, or "". */
+static void aside_entry(struct env *e, const char *prefix, char *out,
+			size_t len)
+{
+	char path[PATH_MAX + 16];
+	struct dirent *de;
+	DIR *d;
+
+	out[0] = '\0';
+	snprintf(path, sizeof(path), "%s/aside", e->dir);
+	d = opendir(path);
+	if (!d)
+		return;
+	while ((de = readdir(d)))
+		if (!strncmp(de->d_name, prefix, strlen(prefix)))
+			snprintf(out, len, "%s/%s", path, de->d_name);
+	closedir(d);
+}
+
+/* A step-N whose manifest is gone (a retention cut short, a person) or
+ * damaged is not committed: a job that resumed from an older step can
+ * save step N again.  What was there is moved aside, not removed. */
+static void test_resave_incomplete(void **state)
+{
+	struct env *e = *state;
+	struct ckpt_config cfg = cfg_of(e, true, false);
+	char path[PATH_MAX + 64], aside[PATH_MAX + 300];
+	struct ckpt_step_info *v;
+	struct tset t;
+	struct ckpt *c = two_steps(e, &t);
+	size_t n, inc;
+	uint64_t got;
+
+	save(e, c, &t, 3, 0);
+	wait_ok(e, c, 3, CKPT_LOCAL);
+	ckpt_close(c, NULL, 0);
+	/* (Retention at open removes an incomplete step older than the
+	 * newest complete one: the 3 without a manifest must be newest.) */
+	step_path(e, 3, "manifest", path, sizeof(path));
+	assert_int_equal(unlink(path), 0);
+	step_path(e, 2, "manifest", path, sizeof(path));
+	flip_bit(path, 70, 2);
+	c = open_cfg(e, &cfg);
+	/* A step that is complete is still refused. */
+	assert_int_equal(ckpt_begin(c, 1, e->msg, sizeof(e->msg)), -EEXIST);
+	assert_contains(e->msg, "already committed");
+	save(e, c, &t, 3, 0);
+	assert_ok(ckpt_wait(c, 3, CKPT_LOCAL, 10000, e->msg, sizeof(e->msg)),
+		  e->msg);
+	save(e, c, &t, 2, 0);
+	assert_ok(ckpt_wait(c, 2, CKPT_LOCAL, 10000, e->msg, sizeof(e->msg)),
+		  e->msg);
+	assert_ok(load_check(e, c, &t, 2, 0, &got), e->msg);
+	assert_ok(load_check(e, c, &t, 3, 0, &got), e->msg);
+	/* The old ones are in dir/aside, shard and all. */
+	aside_entry(e, "step-0000000003.incomplete.", aside, sizeof(aside));
+	assert_true(aside[0]);
+	strcat(aside, "/shard-00000.bin");
+	assert_true(exists(aside));
+	aside_entry(e, "step-0000000002.incomplete.", aside, sizeof(aside));
+	assert_true(aside[0]);
+	strcat(aside, "/manifest");
+	assert_true(exists(aside));
+	{
+		struct ckpt_stats st;
+
+		ckpt_get_stats(c, &st);
+		assert_int_equal(st.steps_set_aside, 2);
+	}
+	assert_ok(ckpt_list(c, &v, &n, &inc, e->msg, sizeof(e->msg)), e->msg);
+	assert_int_equal(n, 3);
+	assert_int_equal(inc, 0);
+	for (size_t i = 0; i < n; i++)
+		assert_int_equal(v[i].error, 0);
+	free(v);
+	ckpt_close(c, NULL, 0);
+	tset_free(&t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1322,6 +1402,7 @@ int main(void)
 		T(test_remote_error_kept),
 		T(test_barrier_refused_marker),
 		T(test_background_error_reason),
+		T(test_resave_incomplete),
 #undef T
 	};
 
