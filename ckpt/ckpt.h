@@ -210,11 +210,17 @@ struct ckpt_step_info {
 	uint32_t ntensors;
 	uint64_t bytes;          /* shard files together */
 	int64_t created_s;
-	int error;               /* 0, or why its manifest is unreadable
-	                          * (-EBADMSG, -EPROTONOSUPPORT, ...) */
+	int error;               /* 0, or why it cannot be opened: a
+	                          * manifest or shard damaged (-EBADMSG), a
+	                          * shard missing (-ENOENT), a newer format
+	                          * (-EPROTONOSUPPORT), ... */
+	char why[512];           /* "" or the message of error: the file
+	                          * (manifest or shard) and what is wrong */
 };
 /* Complete checkpoints, newest first (*out: free() it).  Incomplete ones
- * (no manifest) are not listed; *incomplete (may be NULL) counts them. */
+ * (no manifest) are not listed; *incomplete (may be NULL) counts them.
+ * Each is opened as ckpt_reader_open does (manifest checked, shards
+ * present with their sizes); one that fails has error and why set. */
 int ckpt_list(struct ckpt *c, struct ckpt_step_info **out, size_t *n,
 	      size_t *incomplete, char *msg, size_t msg_len);
 

@@ -58,7 +58,7 @@ static int missing_shard(const struct ckpt_reader *r, uint32_t rank,
 		 " the checkpoint cannot be loaded: load another step (fmckpt "
 		 "list)%s", (unsigned long long)r->step, rank,
 		 r->m.world_size, r->remote ? r->c->remote : "",
-		 r->remote ? "/" : "", where, r->remote ? "" :
+		 r->remote ? "/" : "", where, r->remote || !r->c->st ? "" :
 		 " or restore this one from the remote store");
 	return -ENOENT;
 }
@@ -282,9 +282,10 @@ int ckpt_reader_open_from(struct ckpt *c, uint64_t step,
 	rc = read_manifest(r, msg, msg_len);
 	if (rc == -ENOENT)
 		util_msg(msg, msg_len, "step %llu is not a complete checkpoint "
-			 "in %s (fmckpt list shows the steps there)",
-			 (unsigned long long)step, r->remote ? c->remote :
-			 c->dir);
+			 "in %s (no %s%s" CKPT_MANIFEST_NAME "; fmckpt list "
+			 "shows the steps there)", (unsigned long long)step,
+			 r->remote ? c->remote : c->dir,
+			 r->remote ? r->where : r->base, "/");
 	if (!rc)
 		rc = r->remote ? check_shards_remote(r, msg, msg_len) :
 		     check_shards_local(r, msg, msg_len);
@@ -874,7 +875,10 @@ static void step_info(struct ckpt *c, struct ckpt_step_info *si)
 
 	si->error = ckpt_reader_open_from(c, si->step, si->local ?
 					  CKPT_FROM_LOCAL : CKPT_FROM_REMOTE,
-					  &r, NULL, 0);
+					  &r, si->why, sizeof(si->why));
+	if (si->error && !si->why[0])
+		util_msg(si->why, sizeof(si->why), "step %llu: %s",
+			 (unsigned long long)si->step, strerror(-si->error));
 	if (si->error)
 		return;
 	si->world_size = r->m.world_size;

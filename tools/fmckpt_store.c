@@ -207,7 +207,7 @@ int cmd_list(const struct fmckpt_opts *o, int argc, char **argv)
 			       v[i].ntensors, v[i].bytes,
 			       (long long)v[i].created_s);
 			if (v[i].error)
-				fmckpt_json_str(stdout, strerror(-v[i].error));
+				fmckpt_json_str(stdout, v[i].why);
 			else
 				printf("null");
 			printf("}");
@@ -219,10 +219,11 @@ int cmd_list(const struct fmckpt_opts *o, int argc, char **argv)
 			       "RANKS", "TENSORS", "SIZE", "CREATED (UTC)");
 		for (size_t i = 0; i < n; i++) {
 			if (v[i].error) {
-				printf("%12" PRIu64 "  %-12s manifest unreadable: "
-				       "%s (fmckpt verify %" PRIu64 ")\n",
-				       v[i].step, where_of(&v[i]),
-				       strerror(-v[i].error), v[i].step);
+				/* why names the file: the manifest or a
+				 * shard */
+				printf("%12" PRIu64 "  %-12s cannot be read: "
+				       "%s\n", v[i].step, where_of(&v[i]),
+				       v[i].why);
 				continue;
 			}
 			fmckpt_human(v[i].bytes, sz, sizeof(sz));

@@ -169,9 +169,18 @@ grep -q "not starting over" err || fail "no 'not starting over': $(cat err)"
 [ -z "$(losses out)" ] || fail "trained from a corrupt checkpoint"
 cp -r "$MNT/ckpt-a" ck-man
 printf '\x55' | dd of=ck-man/step-0000000040/manifest bs=1 seek=100 conv=notrunc status=none
-expect_exit 1 "step 40 in ck-man has an unreadable manifest" \
+expect_exit 1 "step 40 in ck-man is corrupt: ck-man/step-0000000040/manifest: " \
 	$FT train "${OPTS[@]}" --ckpt ck-man --resume
 [ -z "$(losses out)" ] || fail "trained from a corrupt manifest"
+# A shard cut short or missing is named, not taken for the manifest.
+cp -r "$MNT/ckpt-a" ck-short
+truncate -s -64 ck-short/step-0000000040/shard-00000.bin
+expect_exit 1 "step 40 in ck-short is corrupt: .*ck-short/step-0000000040/shard-00000.bin is [0-9]* bytes but the manifest says" \
+	$FT train "${OPTS[@]}" --ckpt ck-short --resume
+rm ck-short/step-0000000040/shard-00000.bin
+expect_exit 1 "step 40 in ck-short cannot be opened: .*shard 0 of 1 is missing \\(ck-short/step-0000000040/shard-00000.bin\\)" \
+	$FT train "${OPTS[@]}" --ckpt ck-short --resume
+! grep -q "unreadable manifest" err || fail "a shard blamed on the manifest: $(cat err)"
 $FT train "${OPTS[@]}" --steps 32 --ckpt ck-man --resume=30 >d.out 2>d.err ||
 	fail "--resume=30 past a corrupt newest: $(cat d.err)"
 [ "$(losses d.out)" = "$(losses a.out 30 | head -2)" ] || fail "--resume=30 differs from (a)"

@@ -403,6 +403,24 @@ static void expect_bad_step2(struct env *e, struct ckpt *c, struct tset *t,
 	assert_contains(e->msg, "skipped step 2");
 }
 
+/* ckpt_list says what is wrong with step 2, naming the file that is:
+ * a shard is not "an unreadable manifest". */
+static void expect_listed_bad(struct env *e, struct ckpt *c, int want,
+			      const char *file)
+{
+	struct ckpt_step_info *v;
+	size_t n;
+
+	assert_ok(ckpt_list(c, &v, &n, NULL, e->msg, sizeof(e->msg)), e->msg);
+	assert_int_equal(n, 2);
+	assert_int_equal(v[0].step, 2);
+	assert_int_equal(v[0].error, want);
+	assert_contains(v[0].why, file);
+	assert_int_equal(v[1].error, 0);
+	assert_string_equal(v[1].why, "");
+	free(v);
+}
+
 static void test_corrupt_shard_data(void **state)
 {
 	struct env *e = *state;
@@ -476,6 +494,7 @@ static void test_truncated_shard(void **state)
 	step_path(e, 2, "shard-00000.bin", path, sizeof(path));
 	assert_int_equal(truncate(path, file_size(path) - 1000), 0);
 	expect_bad_step2(e, c, &t, -EBADMSG, "but the manifest says");
+	expect_listed_bad(e, c, -EBADMSG, path);
 	ckpt_close(c, NULL, 0);
 	tset_free(&t);
 }
@@ -490,6 +509,7 @@ static void test_missing_shard(void **state)
 	step_path(e, 2, "shard-00000.bin", path, sizeof(path));
 	assert_int_equal(unlink(path), 0);
 	expect_bad_step2(e, c, &t, -ENOENT, "shard 0 of 1 is missing");
+	expect_listed_bad(e, c, -ENOENT, path);
 	ckpt_close(c, NULL, 0);
 	tset_free(&t);
 }
@@ -522,6 +542,7 @@ static void test_corrupt_manifest(void **state)
 		assert_int_equal(system(cmd), 0);
 		flip_bit(path, offs[i], (unsigned)i % 8);
 		expect_bad_step2(e, c, &t, -EBADMSG, "manifest");
+		expect_listed_bad(e, c, -EBADMSG, path);
 	}
 	snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", copy, path);
 	assert_int_equal(system(cmd), 0);
