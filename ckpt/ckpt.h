@@ -231,6 +231,20 @@ int ckpt_list(struct ckpt *c, struct ckpt_step_info **out, size_t *n,
 int ckpt_prune(struct ckpt *c, unsigned keep, size_t *removed, char *msg,
 	       size_t msg_len);
 
+/* Moves every step newer than step out of the way, never removing it,
+ * so that a job resumed from step saves its own later steps instead of
+ * finding the abandoned ones (corrupt or not) in their place: in dir
+ * each step-N/ (complete or not) is renamed to
+ * dir/aside/step-N.newer-than-STEP.T; in remote each complete step is
+ * copied to aside/step-N.newer-than-STEP.T/ and then removed
+ * (docs/checkpoint-format.md, "Set aside", says how to take one back).
+ * *moved (may be NULL) counts the steps moved; on success msg says
+ * which, and where, or is "" when none was newer.  Rank 0, before its
+ * first ckpt_begin, with no step in flight.  -EINVAL on a read-only
+ * handle. */
+int ckpt_set_aside(struct ckpt *c, uint64_t step, size_t *moved, char *msg,
+		   size_t msg_len);
+
 struct ckpt_tensor_info {
 	char name[CKPT_NAME_MAX + 1];
 	enum ckpt_dtype dtype;

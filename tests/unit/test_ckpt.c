@@ -1396,6 +1396,63 @@ static void test_resave_incomplete(void **state)
 	tset_free(&t);
 }
 
+/* A job resumed from step 2 sets steps 3 and 4 aside, in the directory
+ * and in the store, and then saves its own 3. */
+static void test_set_aside_newer(void **state)
+{
+	struct env *e = *state;
+	struct ckpt_config cfg = cfg_of(e, true, true);
+	char path[PATH_MAX + 300];
+	struct ckpt_step_info *v;
+	struct dirent *de;
+	struct tset t;
+	struct ckpt *c;
+	size_t n, moved;
+	unsigned remote = 0;
+	DIR *d;
+
+	tset_init(&t, 4, 1 * KIB);
+	c = open_cfg(e, &cfg);
+	for (uint64_t s = 1; s <= 4; s++) {
+		save(e, c, &t, s, 0);
+		wait_ok(e, c, s, CKPT_DURABLE);
+		wait_ok(e, c, s, CKPT_LOCAL);
+	}
+	ckpt_close(c, NULL, 0);
+	c = open_cfg(e, &cfg);
+	assert_ok(ckpt_set_aside(c, 2, &moved, e->msg, sizeof(e->msg)),
+		  e->msg);
+	assert_int_equal(moved, 4);
+	assert_contains(e->msg, "/aside/: step-0000000003.newer-than-2.");
+	assert_contains(e->msg, "aside/step-0000000004.newer-than-2.");
+	aside_entry(e, "step-0000000004.newer-than-2.", path, 300);
+	assert_true(path[0]);
+	strcat(path, "/manifest");
+	assert_true(exists(path));
+	snprintf(path, sizeof(path), "%s/aside", e->store);
+	d = opendir(path);
+	assert_non_null(d);
+	while ((de = readdir(d)))
+		remote += !strncmp(de->d_name, "step-", 5);
+	closedir(d);
+	assert_int_equal(remote, 2);
+	assert_ok(ckpt_list(c, &v, &n, NULL, e->msg, sizeof(e->msg)), e->msg);
+	assert_int_equal(n, 2);
+	assert_int_equal(v[0].step, 2);
+	free(v);
+	/* Nothing newer: nothing moved, nothing said. */
+	assert_ok(ckpt_set_aside(c, 2, &moved, e->msg, sizeof(e->msg)),
+		  e->msg);
+	assert_int_equal(moved, 0);
+	assert_string_equal(e->msg, "");
+	save(e, c, &t, 3, 0);
+	wait_ok(e, c, 3, CKPT_DURABLE);
+	wait_ok(e, c, 3, CKPT_LOCAL);
+	assert_ok(load_check(e, c, &t, 3, 0, NULL), e->msg);
+	ckpt_close(c, NULL, 0);
+	tset_free(&t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1424,6 +1481,7 @@ int main(void)
 		T(test_barrier_refused_marker),
 		T(test_background_error_reason),
 		T(test_resave_incomplete),
+		T(test_set_aside_newer),
 #undef T
 	};
 
