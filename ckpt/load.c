@@ -859,12 +859,17 @@ int ckpt_load(struct ckpt *c, uint64_t step, const struct ckpt_buf *bufs,
 		util_msg(msg, msg_len, "no complete checkpoint in %s%s%s",
 			 c->dir ? c->dir : "", c->dir && c->remote ? " or " :
 			 "", c->remote ? c->remote : "");
-	else
+	else {
+		char name[64];
+
+		ckpt_step_name(step, name, sizeof(name));
 		util_msg(msg, msg_len, "step %llu is not a complete checkpoint "
-			 "in %s%s%s (fmckpt list shows the steps there)",
-			 (unsigned long long)step, c->dir ? c->dir : "",
-			 c->dir && c->remote ? " or " : "",
-			 c->remote ? c->remote : "");
+			 "in %s%s%s (no %s/%s/" CKPT_MANIFEST_NAME "; fmckpt "
+			 "list shows the steps there)", (unsigned long long)step,
+			 c->dir ? c->dir : "", c->dir && c->remote ? " or " :
+			 "", c->remote ? c->remote : "", c->dir ? c->dir :
+			 c->remote, name);
+	}
 	return last;
 }
 
