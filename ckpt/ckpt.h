@@ -137,7 +137,11 @@ int ckpt_close(struct ckpt *c, char *msg, size_t msg_len);
 
 /* Starts a checkpoint for step.  Waits while max_pending_steps steps are
  * still being written or drained.  -EEXIST if step is already committed
- * in dir, -EBUSY if a step is begun and not committed. */
+ * in dir (its manifest reads and checks, its shards are there with their
+ * sizes), -EBUSY if a step is begun and not committed.  A step-N in dir
+ * that is not committed so (no manifest, a damaged one, a shard missing
+ * or short) does not stop the save: the commit moves it to
+ * dir/aside/step-N.incomplete.T first (ckpt_stats.steps_set_aside). */
 int ckpt_begin(struct ckpt *c, uint64_t step, char *msg, size_t msg_len);
 
 #define CKPT_ADD_DEVICE 1u   /* data is CUDA device memory */
