@@ -47,6 +47,7 @@ void ckpt_step_fail(struct ckpt *c, struct ckpt_step *s, int rc,
 		    unsigned levels, const char *fmt, ...)
 {
 	char why[512];
+	bool fresh = false;
 	va_list ap;
 
 	va_start(ap, fmt);
@@ -55,12 +56,19 @@ void ckpt_step_fail(struct ckpt *c, struct ckpt_step *s, int rc,
 	if ((levels & CKPT_LOCAL) && !s->local_rc) {
 		s->local_rc = rc;
 		memcpy(s->local_err, why, sizeof(why));
+		fresh = true;
 	}
 	if ((levels & CKPT_REMOTE) && !s->remote_rc) {
 		s->remote_rc = rc;
 		memcpy(s->remote_err, why, sizeof(why));
+		fresh = true;
 	}
-	snprintf(c->stats.last_error, sizeof(c->stats.last_error), "%s", why);
+	/* Only the cause: what follows from it (the chunks of a shard that
+	 * could not be created, the marker not written) would replace the
+	 * reason with a consequence, or with nothing. */
+	if (fresh)
+		snprintf(c->stats.last_error, sizeof(c->stats.last_error),
+			 "%s", why);
 }
 
 void ckpt_chunk_release(struct ckpt *c, struct ckpt_chunk *ch)
@@ -540,6 +548,22 @@ static bool committed_locally(struct ckpt *c, uint64_t step)
 	return !stat(path, &sb);
 }
 
+/* Committed, not merely there: a step-N whose manifest is damaged or
+ * whose shards are missing or cut short is not a checkpoint, and a save
+ * of step N moves it aside (drain.c) instead of being refused.  The
+ * manifest is read only when the stat found one: a rare case. */
+static bool complete_locally(struct ckpt *c, uint64_t step)
+{
+	struct ckpt_reader *r;
+
+	if (!committed_locally(c, step))
+		return false;
+	if (ckpt_reader_open_from(c, step, CKPT_FROM_LOCAL, &r, NULL, 0))
+		return false;
+	ckpt_reader_close(r);
+	return true;
+}
+
 /* A step that failed may be tried again: forget the failed attempt.
  * c->lock held; false if old is in flight or succeeded. */
 static bool drop_failed(struct ckpt *c, struct ckpt_step *old)
@@ -570,7 +594,7 @@ int ckpt_begin(struct ckpt *c, uint64_t step, char *msg, size_t msg_len)
 			 (unsigned long long)step);
 		return -EINVAL;
 	}
-	if (c->dir && committed_locally(c, step)) {
+	if (c->dir && complete_locally(c, step)) {
 		util_msg(msg, msg_len, "step %llu is already committed in %s "
 			 "(save another step, or remove it first)",
 			 (unsigned long long)step, c->dir);

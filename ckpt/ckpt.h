@@ -137,7 +137,11 @@ int ckpt_close(struct ckpt *c, char *msg, size_t msg_len);
 
 /* Starts a checkpoint for step.  Waits while max_pending_steps steps are
  * still being written or drained.  -EEXIST if step is already committed
- * in dir, -EBUSY if a step is begun and not committed. */
+ * in dir (its manifest reads and checks, its shards are there with their
+ * sizes), -EBUSY if a step is begun and not committed.  A step-N in dir
+ * that is not committed so (no manifest, a damaged one, a shard missing
+ * or short) does not stop the save: the commit moves it to
+ * dir/aside/step-N.incomplete.T first (ckpt_stats.steps_set_aside). */
 int ckpt_begin(struct ckpt *c, uint64_t step, char *msg, size_t msg_len);
 
 #define CKPT_ADD_DEVICE 1u   /* data is CUDA device memory */
@@ -182,7 +186,16 @@ struct ckpt_stats {
 	uint64_t pending_waits;       /* begins that waited for old steps */
 	uint64_t bytes_written;       /* to local shard files */
 	uint64_t bytes_uploaded;      /* parts and objects stored remotely */
-	uint64_t steps_failed;
+	uint64_t steps_failed;        /* at any level */
+	/* Steps that finished well at each level: committed in dir
+	 * (fsynced, renamed) and in remote (the manifest stored) by rank 0;
+	 * on other ranks, this rank's shard and marker durable there.
+	 * commits counts what was handed over, these what was kept. */
+	uint64_t local_steps;
+	uint64_t remote_steps;
+	/* step-N directories that were in the way of a commit, not being
+	 * complete checkpoints, moved to dir/aside/ (never removed) */
+	uint64_t steps_set_aside;
 	uint64_t last_local_step;     /* CKPT_STEP_NONE until one */
 	uint64_t last_remote_step;
 	unsigned steps_in_flight;
@@ -201,11 +214,17 @@ struct ckpt_step_info {
 	uint32_t ntensors;
 	uint64_t bytes;          /* shard files together */
 	int64_t created_s;
-	int error;               /* 0, or why its manifest is unreadable
-	                          * (-EBADMSG, -EPROTONOSUPPORT, ...) */
+	int error;               /* 0, or why it cannot be opened: a
+	                          * manifest or shard damaged (-EBADMSG), a
+	                          * shard missing (-ENOENT), a newer format
+	                          * (-EPROTONOSUPPORT), ... */
+	char why[512];           /* "" or the message of error: the file
+	                          * (manifest or shard) and what is wrong */
 };
 /* Complete checkpoints, newest first (*out: free() it).  Incomplete ones
- * (no manifest) are not listed; *incomplete (may be NULL) counts them. */
+ * (no manifest) are not listed; *incomplete (may be NULL) counts them.
+ * Each is opened as ckpt_reader_open does (manifest checked, shards
+ * present with their sizes); one that fails has error and why set. */
 int ckpt_list(struct ckpt *c, struct ckpt_step_info **out, size_t *n,
 	      size_t *incomplete, char *msg, size_t msg_len);
 
@@ -215,6 +234,20 @@ int ckpt_list(struct ckpt *c, struct ckpt_step_info **out, size_t *n,
  * every complete checkpoint. */
 int ckpt_prune(struct ckpt *c, unsigned keep, size_t *removed, char *msg,
 	       size_t msg_len);
+
+/* Moves every step newer than step out of the way, never removing it,
+ * so that a job resumed from step saves its own later steps instead of
+ * finding the abandoned ones (corrupt or not) in their place: in dir
+ * each step-N/ (complete or not) is renamed to
+ * dir/aside/step-N.newer-than-STEP.T; in remote each complete step is
+ * copied to aside/step-N.newer-than-STEP.T/ and then removed
+ * (docs/checkpoint-format.md, "Set aside", says how to take one back).
+ * *moved (may be NULL) counts the steps moved; on success msg says
+ * which, and where, or is "" when none was newer.  Rank 0, before its
+ * first ckpt_begin, with no step in flight.  -EINVAL on a read-only
+ * handle. */
+int ckpt_set_aside(struct ckpt *c, uint64_t step, size_t *moved, char *msg,
+		   size_t msg_len);
 
 struct ckpt_tensor_info {
 	char name[CKPT_NAME_MAX + 1];

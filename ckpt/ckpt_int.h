@@ -38,6 +38,7 @@
 #define CKPT_STEP_PREFIX "step-"
 #define CKPT_TMP_PREFIX ".tmp-step-"
 #define CKPT_STATE_DIR ".fmckpt"
+#define CKPT_ASIDE_DIR "aside"      /* steps moved out of the way */
 
 /* ---- format.c ---- */
 
@@ -131,6 +132,15 @@ int ckpt_remote_scan(struct obj_store *st, struct ckpt_found **out,
 int ckpt_local_remove(const char *dir, uint64_t step, bool complete);
 int ckpt_remote_remove(struct obj_store *st, uint64_t step, char *msg,
 		       size_t msg_len);
+/* Moves step-N out of the way, never removing it: in dir, renames
+ * dir/step-N to dir/aside/step-N.REASON.UNIX_S (".K" added when that is
+ * taken); in a store, copies its keys under aside/step-N.REASON.UNIX_S/
+ * (the manifest last), then removes step-N/ (the manifest first).  out
+ * gets the new path or prefix. */
+int ckpt_local_aside(const char *dir, uint64_t step, const char *reason,
+		     char *out, size_t out_len, char *msg, size_t msg_len);
+int ckpt_remote_aside(struct obj_store *st, uint64_t step, const char *reason,
+		      char *out, size_t out_len, char *msg, size_t msg_len);
 /* Retention in one place: keep the newest keep complete steps (0: all if
  * keep_all, else none), remove incomplete ones older than the newest
  * complete (all if remove_all_incomplete). */
@@ -301,7 +311,10 @@ static inline void ckpt_crash_point(const char *point, uint64_t step)
 
 /* Fails step at levels (CKPT_LOCAL, CKPT_REMOTE or both: a local write
  * error fails the upload that reads the file too): the first error of
- * each level wins; also the handle's last error.  c->lock held. */
+ * each level wins, and becomes the handle's last error; a later one of a
+ * level already failed changes nothing.  The message is formatted here,
+ * at the failure, from the errno the caller captured: say the cause and
+ * the path.  c->lock held. */
 void ckpt_step_fail(struct ckpt *c, struct ckpt_step *s, int rc,
 		    unsigned levels, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));

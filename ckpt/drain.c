@@ -416,6 +416,40 @@ static int check_local_shards(struct ckpt *c, const struct ckpt_manifest *m,
 	return 0;
 }
 
+/* A step-N already in dir that is not a complete checkpoint (no
+ * manifest, a damaged one, a shard missing or cut short: left by a
+ * retention cut short, a crash of another tool, a person) would make
+ * the rename fail with ENOTEMPTY, and a job that resumed from an older
+ * step could never save this one.  It is moved aside, not removed: it
+ * may be all that is left of something. */
+static int clear_the_way(struct ckpt *c, struct ckpt_step *s,
+			 const char *dst, char *why, size_t why_len)
+{
+	char aside[PATH_MAX + 300];
+	struct ckpt_reader *r;
+	struct stat sb;
+	int rc;
+
+	if (lstat(dst, &sb))
+		return 0;
+	if (!ckpt_reader_open_from(c, s->step, CKPT_FROM_LOCAL, &r, NULL,
+				   0)) {
+		ckpt_reader_close(r);
+		util_msg(why, why_len, "%s is a complete checkpoint already "
+			 "(saved by another job into the same directory?): "
+			 "this step is not committed again", dst);
+		return -EEXIST;
+	}
+	rc = ckpt_local_aside(c->dir, s->step, "incomplete", aside,
+			      sizeof(aside), why, why_len);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&c->lock);
+	c->stats.steps_set_aside++;
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
 static int local_commit(struct ckpt *c, struct ckpt_step *s, char *why,
 			size_t why_len)
 {
@@ -443,11 +477,14 @@ static int local_commit(struct ckpt *c, struct ckpt_step *s, char *why,
 	ckpt_crash_point("manifest-written", s->step);
 	ckpt_step_name(s->step, name, sizeof(name));
 	snprintf(dst, sizeof(dst), "%s/%s", c->dir, name);
+	rc = clear_the_way(c, s, dst, why, why_len);
+	if (rc)
+		return rc;
 	if (rename(tmp, dst)) {
 		rc = -errno;
 		util_msg(why, why_len, "cannot rename %s to %s: %s%s", tmp, dst,
 			 strerror(-rc), rc == -EEXIST || rc == -ENOTEMPTY ?
-			 " (the step is already committed)" : "");
+			 " (something else made it meanwhile)" : "");
 		return rc;
 	}
 	ckpt_crash_point("renamed", s->step);
@@ -556,6 +593,7 @@ static void handle_local(struct ckpt *c, struct ckpt_step *s)
 	if (commit_rc)
 		commit_fail(c, s, commit_rc, CKPT_LOCAL, why);
 	if (!s->local_rc) {
+		c->stats.local_steps++;
 		c->stats.last_local_step = s->step;
 		s->t_local_ns = util_now_ns();
 	}
@@ -585,6 +623,7 @@ static void handle_remote(struct ckpt *c, struct ckpt_step *s)
 	if (commit_rc)
 		commit_fail(c, s, commit_rc, CKPT_REMOTE, why);
 	if (!s->remote_rc) {
+		c->stats.remote_steps++;
 		c->stats.last_remote_step = s->step;
 		s->t_remote_ns = util_now_ns();
 	}

@@ -11,6 +11,7 @@
  * and skips one that fails verification (saying so) instead of handing
  * the caller corrupt state.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -58,7 +59,7 @@ static int missing_shard(const struct ckpt_reader *r, uint32_t rank,
 		 " the checkpoint cannot be loaded: load another step (fmckpt "
 		 "list)%s", (unsigned long long)r->step, rank,
 		 r->m.world_size, r->remote ? r->c->remote : "",
-		 r->remote ? "/" : "", where, r->remote ? "" :
+		 r->remote ? "/" : "", where, r->remote || !r->c->st ? "" :
 		 " or restore this one from the remote store");
 	return -ENOENT;
 }
@@ -282,9 +283,10 @@ int ckpt_reader_open_from(struct ckpt *c, uint64_t step,
 	rc = read_manifest(r, msg, msg_len);
 	if (rc == -ENOENT)
 		util_msg(msg, msg_len, "step %llu is not a complete checkpoint "
-			 "in %s (fmckpt list shows the steps there)",
-			 (unsigned long long)step, r->remote ? c->remote :
-			 c->dir);
+			 "in %s (no %s%s" CKPT_MANIFEST_NAME "; fmckpt list "
+			 "shows the steps there)", (unsigned long long)step,
+			 r->remote ? c->remote : c->dir,
+			 r->remote ? r->where : r->base, "/");
 	if (!rc)
 		rc = r->remote ? check_shards_remote(r, msg, msg_len) :
 		     check_shards_local(r, msg, msg_len);
@@ -857,12 +859,17 @@ int ckpt_load(struct ckpt *c, uint64_t step, const struct ckpt_buf *bufs,
 		util_msg(msg, msg_len, "no complete checkpoint in %s%s%s",
 			 c->dir ? c->dir : "", c->dir && c->remote ? " or " :
 			 "", c->remote ? c->remote : "");
-	else
+	else {
+		char name[64];
+
+		ckpt_step_name(step, name, sizeof(name));
 		util_msg(msg, msg_len, "step %llu is not a complete checkpoint "
-			 "in %s%s%s (fmckpt list shows the steps there)",
-			 (unsigned long long)step, c->dir ? c->dir : "",
-			 c->dir && c->remote ? " or " : "",
-			 c->remote ? c->remote : "");
+			 "in %s%s%s (no %s/%s/" CKPT_MANIFEST_NAME "; fmckpt "
+			 "list shows the steps there)", (unsigned long long)step,
+			 c->dir ? c->dir : "", c->dir && c->remote ? " or " :
+			 "", c->remote ? c->remote : "", c->dir ? c->dir :
+			 c->remote, name);
+	}
 	return last;
 }
 
@@ -874,7 +881,10 @@ static void step_info(struct ckpt *c, struct ckpt_step_info *si)
 
 	si->error = ckpt_reader_open_from(c, si->step, si->local ?
 					  CKPT_FROM_LOCAL : CKPT_FROM_REMOTE,
-					  &r, NULL, 0);
+					  &r, si->why, sizeof(si->why));
+	if (si->error && !si->why[0])
+		util_msg(si->why, sizeof(si->why), "step %llu: %s",
+			 (unsigned long long)si->step, strerror(-si->error));
 	if (si->error)
 		return;
 	si->world_size = r->m.world_size;
@@ -966,4 +976,143 @@ int ckpt_prune(struct ckpt *c, unsigned keep, size_t *removed, char *msg,
 	if (removed)
 		*removed = a + b;
 	return rc;
+}
+
+/* ---- setting newer steps aside ---- */
+
+/* Appends "what" to the list of what was moved, for the message. */
+static void moved_add(char *buf, size_t len, const char *what)
+{
+	size_t at = strlen(buf);
+
+	if (at + 1 < len)
+		snprintf(buf + at, len - at, "%s%s", at ? ", " : "", what);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int aside_local(struct ckpt *c, uint64_t step, const char *reason,
+		       size_t *moved, char *list, size_t list_len, char *msg,
+		       size_t msg_len)
+{
+	struct dirent *de;
+	uint64_t *v = NULL, n;
+	size_t nv = 0, cap = 0;
+	DIR *d = opendir(c->dir);
+	int rc = 0;
+
+	if (!d) {
+		rc = -errno;
+		util_msg(msg, msg_len, "cannot read directory %s: %s", c->dir,
+			 strerror(-rc));
+		return rc;
+	}
+	while ((de = readdir(d))) {
+		if (ckpt_parse_step(de->d_name, CKPT_STEP_PREFIX, &n) ||
+		    n <= step)
+			continue;
+		if (nv == cap) {
+			size_t nc = cap ? cap * 2 : 16;
+			uint64_t *nvv = realloc(v, nc * sizeof(*v));
+
+			if (!nvv) {
+				rc = -ENOMEM;
+				break;
+			}
+			v = nvv;
+			cap = nc;
+		}
+		v[nv++] = n;
+	}
+	closedir(d);
+	if (nv)
+		qsort(v, nv, sizeof(*v), cmp_u64);
+	for (size_t i = 0; !rc && i < nv; i++) {
+		char out[PATH_MAX + 300];
+
+		rc = ckpt_local_aside(c->dir, v[i], reason, out, sizeof(out),
+				      msg, msg_len);
+		if (!rc) {
+			(*moved)++;
+			moved_add(list, list_len, strrchr(out, '/') + 1);
+		}
+	}
+	free(v);
+	return rc;
+}
+
+static int aside_remote(struct ckpt *c, uint64_t step, const char *reason,
+			size_t *moved, char *list, size_t list_len, char *msg,
+			size_t msg_len)
+{
+	struct ckpt_found *v;
+	size_t n;
+	int rc;
+
+	rc = ckpt_remote_scan(c->st, &v, &n, msg, msg_len);
+	if (rc)
+		return rc;
+	/* Complete ones only: what a crashed attempt left of a newer step
+	 * (shards, markers, no manifest) is overwritten by the next save
+	 * of it, like a .tmp-step-N in a directory. */
+	for (size_t k = n; !rc && k-- > 0; ) {   /* oldest first */
+		size_t i = k;
+		char out[300];
+
+		if (!v[i].complete || v[i].step <= step)
+			continue;
+		rc = ckpt_remote_aside(c->st, v[i].step, reason, out,
+				       sizeof(out), msg, msg_len);
+		if (!rc) {
+			(*moved)++;
+			moved_add(list, list_len, out);
+		}
+	}
+	free(v);
+	return rc;
+}
+
+int ckpt_set_aside(struct ckpt *c, uint64_t step, size_t *moved, char *msg,
+		   size_t msg_len)
+{
+	char reason[64], local[1024] = "", remote[1024] = "";
+	size_t a = 0, b = 0;
+	int rc = 0;
+
+	util_msg(msg, msg_len, "%s", "");
+	if (moved)
+		*moved = 0;
+	if (c->cfg.read_only) {
+		util_msg(msg, msg_len, "the store was opened read-only");
+		return -EINVAL;
+	}
+	snprintf(reason, sizeof(reason), "newer-than-%llu",
+		 (unsigned long long)step);
+	if (c->dir)
+		rc = aside_local(c, step, reason, &a, local, sizeof(local), msg,
+				 msg_len);
+	if (!rc && c->st)
+		rc = aside_remote(c, step, reason, &b, remote, sizeof(remote),
+				  msg, msg_len);
+	if (moved)
+		*moved = a + b;
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&c->lock);
+	c->steps_scanned = false;   /* begin looks at dir again */
+	pthread_mutex_unlock(&c->lock);
+	if (a && b)
+		util_msg(msg, msg_len, "%s/" CKPT_ASIDE_DIR "/: %s; %s/: %s",
+			 c->dir, local, c->remote, remote);
+	else if (a)
+		util_msg(msg, msg_len, "%s/" CKPT_ASIDE_DIR "/: %s", c->dir,
+			 local);
+	else if (b)
+		util_msg(msg, msg_len, "%s/: %s", c->remote, remote);
+	return 0;
 }

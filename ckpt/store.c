@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ckpt_int.h"
@@ -465,6 +466,173 @@ int ckpt_remote_remove(struct obj_store *st, uint64_t step, char *msg,
 					     "checkpoint", msg, msg_len);
 	}
 	return 0;
+}
+
+/* ---- setting aside ----
+ *
+ * A step directory that is in the way (not committed, or newer than the
+ * step a job resumed from) is never removed: it is renamed into
+ * dir/aside/ (docs/checkpoint-format.md, "Set aside"), where retention
+ * and listing do not look, and a person decides. */
+
+/* The first free name "aside/step-N.REASON.T[.K]" under base (dir or
+ * key prefix), tested with taken(). */
+static int aside_name(uint64_t step, const char *reason,
+		      bool (*taken)(void *arg, const char *name), void *arg,
+		      char *out, size_t len)
+{
+	char sn[64];
+	long long now = (long long)time(NULL);
+
+	ckpt_step_name(step, sn, sizeof(sn));
+	for (unsigned k = 0; k < 1000; k++) {
+		if (k)
+			snprintf(out, len, CKPT_ASIDE_DIR "/%s.%s.%lld.%u", sn,
+				 reason, now, k);
+		else
+			snprintf(out, len, CKPT_ASIDE_DIR "/%s.%s.%lld", sn,
+				 reason, now);
+		if (!taken(arg, out))
+			return 0;
+	}
+	return -EEXIST;
+}
+
+static bool local_taken(void *arg, const char *name)
+{
+	char path[PATH_MAX + 128];
+	struct stat sb;
+
+	snprintf(path, sizeof(path), "%s/%s", (const char *)arg, name);
+	return !lstat(path, &sb) || errno != ENOENT;
+}
+
+int ckpt_local_aside(const char *dir, uint64_t step, const char *reason,
+		     char *out, size_t out_len, char *msg, size_t msg_len)
+{
+	char sn[64], src[PATH_MAX], name[256], dst[PATH_MAX + 256];
+	int rc;
+
+	ckpt_step_name(step, sn, sizeof(sn));
+	snprintf(src, sizeof(src), "%s/%s", dir, sn);
+	snprintf(dst, sizeof(dst), "%s/" CKPT_ASIDE_DIR, dir);
+	if (mkdir(dst, 0755) && errno != EEXIST) {
+		rc = -errno;
+		util_msg(msg, msg_len, "cannot create %s to move %s aside: %s",
+			 dst, src, strerror(-rc));
+		return rc;
+	}
+	rc = aside_name(step, reason, local_taken, (void *)dir, name,
+			sizeof(name));
+	snprintf(dst, sizeof(dst), "%s/%s", dir, name);
+	if (!rc && rename(src, dst))
+		rc = -errno;
+	if (rc) {
+		util_msg(msg, msg_len, "cannot move %s aside to %s: %s", src,
+			 dst, strerror(-rc));
+		return rc;
+	}
+	snprintf(dst, sizeof(dst), "%s/" CKPT_ASIDE_DIR, dir);
+	ckpt_fsync_path(dst);
+	ckpt_fsync_path(dir);
+	snprintf(out, out_len, "%s/%s", dir, name);
+	return 0;
+}
+
+static bool remote_taken(void *arg, const char *name)
+{
+	struct obj_list_page pg;
+	struct obj_error err;
+	char prefix[300];
+	bool taken;
+
+	snprintf(prefix, sizeof(prefix), "%s/", name);
+	if (obj_list(arg, prefix, NULL, NULL, 1, &pg, &err) != OBJ_OK)
+		return true;   /* unknown: try the next name */
+	taken = pg.nentries > 0;
+	obj_list_page_release(&pg);
+	return taken;
+}
+
+int ckpt_remote_aside(struct obj_store *st, uint64_t step, const char *reason,
+		      char *out, size_t out_len, char *msg, size_t msg_len)
+{
+	struct obj_list_page pg;
+	struct obj_error err;
+	char prefix[64], name[256], dst[600], *token = NULL;
+	char **keys = NULL;
+	size_t n = 0, cap = 0, mf = SIZE_MAX;
+	obj_status os = OBJ_OK;
+	int rc = 0;
+
+	ckpt_step_name(step, prefix, sizeof(prefix));
+	strcat(prefix, "/");
+	rc = aside_name(step, reason, remote_taken, st, name, sizeof(name));
+	if (rc) {
+		util_msg(msg, msg_len, "no free name to move %s aside", prefix);
+		return rc;
+	}
+	do {
+		os = obj_list(st, prefix, NULL, token, 1000, &pg, &err);
+		free(token);
+		token = NULL;
+		if (os != OBJ_OK)
+			break;
+		for (size_t i = 0; i < pg.nentries && !rc; i++) {
+			if (n == cap) {
+				size_t nc = cap ? cap * 2 : 16;
+				char **v = realloc(keys, nc * sizeof(*v));
+
+				if (!v) {
+					rc = -ENOMEM;
+					break;
+				}
+				keys = v;
+				cap = nc;
+			}
+			if (!(keys[n] = strdup(pg.entries[i].key)))
+				rc = -ENOMEM;
+			else
+				n++;
+		}
+		if (!rc && pg.next_token && !(token = strdup(pg.next_token)))
+			rc = -ENOMEM;
+		obj_list_page_release(&pg);
+	} while (token && !rc);
+	free(token);
+	if (os != OBJ_OK)
+		rc = ckpt_obj_fail(&err, os, prefix, msg, msg_len);
+	/* Copy every key, the manifest last (so the copy is complete only
+	 * once all of it is there), then remove the step, manifest first. */
+	for (size_t i = 0; i < n; i++) {
+		const char *tail = keys[i] + strlen(prefix);
+
+		if (!strcmp(tail, CKPT_MANIFEST_NAME))
+			mf = i;
+	}
+	for (size_t k = 0; !rc && k <= n; k++) {
+		size_t i = k < n ? k : mf;
+
+		if ((k < n && i == mf) || i == SIZE_MAX)
+			continue;
+		snprintf(dst, sizeof(dst), "%s/%s", name,
+			 keys[i] + strlen(prefix));
+		os = obj_copy(st, keys[i], dst, NULL, 0, NULL, &err);
+		if (os != OBJ_OK) {
+			rc = ckpt_obj_fail(&err, os, keys[i], msg, msg_len);
+			util_msg(msg + strlen(msg), msg_len > strlen(msg) ?
+				 msg_len - strlen(msg) : 0, " (copying it to "
+				 "%s; %s stays where it is)", dst, prefix);
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		free(keys[i]);
+	free(keys);
+	if (!rc)
+		rc = ckpt_remote_remove(st, step, msg, msg_len);
+	if (!rc)
+		snprintf(out, out_len, "%s", name);
+	return rc;
 }
 
 /* Which scanned steps retention removes: complete ones past the newest

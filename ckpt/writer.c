@@ -72,22 +72,30 @@ bool ckpt_io_uring(const struct ckpt_io *io)
 static void writer_open(struct ckpt *c, struct ckpt_step *s)
 {
 	char dir[PATH_MAX], name[64], path[PATH_MAX + 64];
+	const char *what = "create";
 	int rc = 0;
 
 	s->opened = true;
 	if (!c->dir)
 		return;
+	/* Each errno is taken at once, with the path it is about: the
+	 * message is made from them, not from errno later. */
 	ckpt_tmp_path(c, s->step, NULL, dir, sizeof(dir));
+	snprintf(path, sizeof(path), "%s", dir);
 	if (mkdir(dir, 0755) && errno != EEXIST)
 		rc = -errno;
 	/* A marker left by an earlier attempt at this step must not count. */
-	ckpt_marker_name(c->rank, name, sizeof(name));
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	if (!rc && unlink(path) && errno != ENOENT)
-		rc = -errno;
-	ckpt_shard_name(c->rank, name, sizeof(name));
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
 	if (!rc) {
+		ckpt_marker_name(c->rank, name, sizeof(name));
+		snprintf(path, sizeof(path), "%s/%s", dir, name);
+		if (unlink(path) && errno != ENOENT) {
+			rc = -errno;
+			what = "remove the old marker";
+		}
+	}
+	if (!rc) {
+		ckpt_shard_name(c->rank, name, sizeof(name));
+		snprintf(path, sizeof(path), "%s/%s", dir, name);
 		s->fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC,
 			     0644);
 		if (s->fd < 0)
@@ -96,10 +104,10 @@ static void writer_open(struct ckpt *c, struct ckpt_step *s)
 	if (rc) {
 		pthread_mutex_lock(&c->lock);
 		ckpt_step_fail(c, s, rc, CKPT_LOCAL | CKPT_REMOTE,
-			       "step %llu: cannot create %s: %s "
-			       "(is the checkpoint directory writable?)",
-			       (unsigned long long)s->step, path,
-			       strerror(-rc));
+			       "step %llu: cannot %s %s: %s (is the checkpoint "
+			       "directory %s there, writable, with room?)",
+			       (unsigned long long)s->step, what, path,
+			       strerror(-rc), c->dir);
 		pthread_mutex_unlock(&c->lock);
 	}
 }
@@ -159,19 +167,21 @@ static void writer_marker(struct ckpt *c, struct ckpt_step *s)
 static void writer_finish_local(struct ckpt *c, struct ckpt_step *s)
 {
 	char dir[PATH_MAX], name[64], why[512] = "";
-	int rc;
+	bool failed;
+	int rc = 0;
 
 	pthread_mutex_lock(&c->lock);
-	rc = s->local_rc;
+	failed = s->local_rc != 0;   /* said why when it failed */
 	pthread_mutex_unlock(&c->lock);
-	if (!rc && fsync(s->fd)) {
+	ckpt_tmp_path(c, s->step, NULL, dir, sizeof(dir));
+	if (!failed && fsync(s->fd)) {
 		rc = -errno;
-		snprintf(why, sizeof(why), "fsync of the shard failed: %s",
-			 strerror(-rc));
+		ckpt_shard_name(c->rank, name, sizeof(name));
+		util_msg(why, sizeof(why), "fsync of %s/%s failed: %s", dir,
+			 name, strerror(-rc));
 	}
 	ckpt_crash_point("shard-synced", s->step);
-	if (!rc) {
-		ckpt_tmp_path(c, s->step, NULL, dir, sizeof(dir));
+	if (!failed && !rc) {
 		ckpt_marker_name(c->rank, name, sizeof(name));
 		rc = ckpt_write_atomic(dir, name, s->marker, s->marker_len,
 				       why, sizeof(why));
@@ -180,8 +190,8 @@ static void writer_finish_local(struct ckpt *c, struct ckpt_step *s)
 	pthread_mutex_lock(&c->lock);
 	if (rc)
 		ckpt_step_fail(c, s, rc, CKPT_LOCAL | CKPT_REMOTE,
-			       "step %llu: %s",
-			       (unsigned long long)s->step, why);
+			       "step %llu: %s", (unsigned long long)s->step,
+			       why[0] ? why : strerror(-rc));
 	s->local_ready = true;
 	pthread_cond_broadcast(&c->commit_cond);
 	pthread_mutex_unlock(&c->lock);
@@ -191,14 +201,19 @@ static void writer_finish_local(struct ckpt *c, struct ckpt_step *s)
 static void chunk_written(struct ckpt *c, struct ckpt_chunk *ch, int rc)
 {
 	struct ckpt_step *s = ch->step;
+	char path[PATH_MAX + 64] = "", name[64];
 	bool finish = false;
 
+	if (rc && c->dir) {
+		ckpt_shard_name(c->rank, name, sizeof(name));
+		ckpt_tmp_path(c, s->step, name, path, sizeof(path));
+	}
 	pthread_mutex_lock(&c->lock);
 	if (rc)
 		ckpt_step_fail(c, s, rc, CKPT_LOCAL | CKPT_REMOTE,
-			       "step %llu: writing the shard in %s "
-			       "failed: %s", (unsigned long long)s->step,
-			       c->dir, strerror(-rc));
+			       "step %llu: writing %s failed: %s (is there "
+			       "room in %s?)", (unsigned long long)s->step,
+			       path, strerror(-rc), c->dir);
 	else if (c->dir) {
 		s->bytes_written += ch->len;
 		c->stats.bytes_written += ch->len;

@@ -12,6 +12,7 @@
  * set; prune removes what ckpt_prune decides.  A step's copies, local and
  * remote, are read and verified each on its own.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -176,6 +177,26 @@ static const char *where_of(const struct ckpt_step_info *s)
 	       s->local ? "local" : "remote";
 }
 
+/* Steps moved out of the way into DIR/aside/ (docs/checkpoint-format.md,
+ * "Set aside"): not checkpoints, but not to be forgotten either. */
+static size_t aside_count(const struct fmckpt_opts *o)
+{
+	char path[4096];
+	struct dirent *de;
+	size_t n = 0;
+	DIR *d;
+
+	if (!o->dir)
+		return 0;
+	snprintf(path, sizeof(path), "%s/aside", o->dir);
+	if (!(d = opendir(path)))
+		return 0;
+	while ((de = readdir(d)))
+		n += !strncmp(de->d_name, "step-", 5);
+	closedir(d);
+	return n;
+}
+
 int cmd_list(const struct fmckpt_opts *o, int argc, char **argv)
 {
 	struct ckpt_step_info *v;
@@ -207,22 +228,24 @@ int cmd_list(const struct fmckpt_opts *o, int argc, char **argv)
 			       v[i].ntensors, v[i].bytes,
 			       (long long)v[i].created_s);
 			if (v[i].error)
-				fmckpt_json_str(stdout, strerror(-v[i].error));
+				fmckpt_json_str(stdout, v[i].why);
 			else
 				printf("null");
 			printf("}");
 		}
-		printf("%s], \"incomplete\": %zu}\n", n ? "\n" : "", inc);
+		printf("%s], \"incomplete\": %zu, \"aside\": %zu}\n",
+		       n ? "\n" : "", inc, aside_count(o));
 	} else {
 		if (n)
 			printf("%12s  %-12s %5s %8s %10s  %s\n", "STEP", "WHERE",
 			       "RANKS", "TENSORS", "SIZE", "CREATED (UTC)");
 		for (size_t i = 0; i < n; i++) {
 			if (v[i].error) {
-				printf("%12" PRIu64 "  %-12s manifest unreadable: "
-				       "%s (fmckpt verify %" PRIu64 ")\n",
-				       v[i].step, where_of(&v[i]),
-				       strerror(-v[i].error), v[i].step);
+				/* why names the file: the manifest or a
+				 * shard */
+				printf("%12" PRIu64 "  %-12s cannot be read: "
+				       "%s\n", v[i].step, where_of(&v[i]),
+				       v[i].why);
 				continue;
 			}
 			fmckpt_human(v[i].bytes, sz, sizeof(sz));
@@ -237,6 +260,10 @@ int cmd_list(const struct fmckpt_opts *o, int argc, char **argv)
 			printf("(%zu incomplete: being written, failed or "
 			       "interrupted; fmckpt prune removes old ones)\n",
 			       inc);
+		if ((n = aside_count(o)))
+			printf("(%zu step(s) moved aside in %s/aside, kept: "
+			       "not listed or loaded; see fmckpt(1))\n", n,
+			       o->dir);
 	}
 	free(v);
 	ckpt_close(c, NULL, 0);

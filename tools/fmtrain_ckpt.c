@@ -300,12 +300,12 @@ static int newest(struct ckpt *c, const struct fmtrain_opts *o,
 	r->found = true;
 	r->step = v[0].step;
 	rc = v[0].error;
-	free(v);
+	/* why names the file that is wrong: the manifest or a shard */
 	if (rc)
-		return unusable(r, "has an unreadable manifest",
-				rc == -EBADMSG ? "corrupt (bad checksum or "
-				"structure)" : strerror(-rc));
-	return EXIT_OK;
+		rc = unusable(r, rc == -EBADMSG ? "is corrupt" :
+			      "cannot be opened", v[0].why);
+	free(v);
+	return rc;
 }
 
 int fmtrain_resume_open(struct ckpt *c, const struct fmtrain_opts *o,

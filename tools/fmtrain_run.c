@@ -39,6 +39,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -493,6 +494,12 @@ static int wait_durable(struct run *r)
 	int rc;
 
 	rc = ckpt_wait(r->c, r->last_saved, CKPT_DURABLE, 0, msg, sizeof(msg));
+	/* With a directory and a store, the local commit too: then every
+	 * step saved has finished at every level (each level commits in
+	 * order), and the counts and warnings that follow are final. */
+	if (!rc && o->ckpt_dir && o->ckpt_remote)
+		rc = ckpt_wait(r->c, r->last_saved, CKPT_LOCAL, 0, msg,
+			       sizeof(msg));
 	if (!rc && !r->lead)
 		return EXIT_OK;
 	if (rc) {
@@ -616,20 +623,44 @@ static int train_loop(struct run *r)
 	return EXIT_OK;
 }
 
+/* What was durably saved, from libfmckpt's counts (not the saves
+ * begun: one that failed behind the run's back is not a checkpoint):
+ * committed in the directory, or stored in the bucket when that is the
+ * only target; with both, what reached the bucket is said apart. */
+static void ckpt_counts(const struct run *r, uint64_t *saved,
+			uint64_t *drained, uint64_t *failed)
+{
+	struct ckpt_stats st;
+
+	*saved = *drained = *failed = 0;
+	if (!r->c)
+		return;
+	ckpt_get_stats(r->c, &st);
+	*saved = r->o->ckpt_dir ? st.local_steps : st.remote_steps;
+	*drained = st.remote_steps;
+	*failed = st.steps_failed;
+}
+
 static void summary(const struct run *r)
 {
 	uint64_t tokens = r->steps * r->cfg.batch * r->cfg.seq_len *
 			  r->w->world_size;
 	double share = r->step_ms > 0 ? 100.0 / r->step_ms : 0;
+	uint64_t saved, drained, failed;
+	char extra[96] = "";
 
+	ckpt_counts(r, &saved, &drained, &failed);
+	if (r->o->ckpt_dir && r->o->ckpt_remote)
+		snprintf(extra, sizeof(extra), " ckpt-drained %" PRIu64,
+			 drained);
 	printf("summary steps %" PRIu64 " (%" PRIu64 "-%" PRIu64 ") mean-tok/s "
 	       "%.0f mean-step-ms %.3f data-wait-ms %.3f (%.2f%% of step time) "
-	       "checkpoints %" PRIu64 " ckpt-block-ms %.3f (%.2f%% of step "
-	       "time)\n", r->steps, r->first_step + (r->steps ? 1 : 0),
-	       r->first_step + r->steps,
+	       "checkpoints %" PRIu64 "%s ckpt-failed %" PRIu64 " ckpt-block-ms "
+	       "%.3f (%.2f%% of step time)\n", r->steps,
+	       r->first_step + (r->steps ? 1 : 0), r->first_step + r->steps,
 	       r->step_ms > 0 ? (double)tokens * 1e3 / r->step_ms : 0,
 	       r->steps ? r->step_ms / (double)r->steps : 0, r->wait_ms,
-	       r->wait_ms * share, r->ckpts, r->block_ms,
+	       r->wait_ms * share, saved, extra, failed, r->block_ms,
 	       r->block_ms * share);
 }
 
@@ -640,18 +671,50 @@ static void ckpt_breakdown(const struct run *r)
 {
 	struct ckpt_stats st;
 
+	const struct fmtrain_opts *o = r->o;
+	uint64_t saved, drained, failed;
+	char extra[PATH_MAX + 64] = "";
+
+	ckpt_counts(r, &saved, &drained, &failed);
+	if (o->ckpt_dir && o->ckpt_remote)
+		snprintf(extra, sizeof(extra), ", %" PRIu64 " drained to %s",
+			 drained, o->ckpt_remote);
 	ckpt_get_stats(r->c, &st);
-	fprintf(stderr, PROG ": checkpoints: %" PRIu64 " saved, blocking "
-		"%.3f ms in all, of which copying into staging %.3f ms (%"
-		PRIu64 " waited for staging, %" PRIu64 " for older "
-		"checkpoints); staging %.1f MiB, peak %.1f MiB\n", r->ckpts,
-		r->block_ms, (double)st.commit_total_ns / 1e6,
+	fprintf(stderr, PROG ": checkpoints: %" PRIu64 " saved (%s %s)%s, %"
+		PRIu64 " failed, of %" PRIu64 " begun; blocking %.3f ms in all, "
+		"of which copying into staging %.3f ms (%" PRIu64 " waited for "
+		"staging, %" PRIu64 " for older checkpoints); staging %.1f MiB, "
+		"peak %.1f MiB\n", saved, o->ckpt_dir ? "committed in" :
+		"stored in", o->ckpt_dir ? o->ckpt_dir : o->ckpt_remote, extra,
+		failed, r->ckpts, r->block_ms,
+		(double)st.commit_total_ns / 1e6,
 		st.staging_waits, st.pending_waits,
 		(double)st.staging_bytes / (1 << 20),
 		(double)st.staging_peak_bytes / (1 << 20));
 }
 
 /* ---- the run ---- */
+
+static int set_aside(struct run *r, const struct fmtrain_resume *res)
+{
+	char msg[2048] = "";
+	size_t moved = 0;
+	int rc;
+
+	rc = ckpt_set_aside(r->c, res->step, &moved, msg, sizeof(msg));
+	if (rc) {
+		fprintf(stderr, PROG ": --resume: cannot move the checkpoints "
+			"newer than step %" PRIu64 " out of the way: %s.  Move "
+			"or remove them, or resume the newest\n", res->step,
+			msg[0] ? msg : strerror(-rc));
+		return EXIT_FAIL;
+	}
+	if (moved)
+		fprintf(stderr, PROG ": --resume: moved %zu newer step(s) aside "
+			"to %s (kept, not removed: fmtrain(1), --resume, says "
+			"how to take one back)\n", moved, msg);
+	return EXIT_OK;
+}
 
 static int resume_state(struct run *r, struct fmtrain_resume *res)
 {
@@ -671,6 +734,13 @@ static int resume_state(struct run *r, struct fmtrain_resume *res)
 				"incomplete ones, ignored)" : "");
 		return EXIT_OK;
 	}
+	/* Steps newer than the one resumed are the future this run
+	 * replaces (a --resume=STEP past them, or incomplete ones): moved
+	 * aside, never removed, so that this run saves its own and a
+	 * corrupt one is not kept.  Rank 0, before the ranks meet in
+	 * fmtrain_resume_finish and so before any of them saves. */
+	if (r->lead && (rc = set_aside(r, res)))
+		return rc;
 	/* the loader reads while the tensors load */
 	rc = open_loader(r, &res->pos);
 	if (rc)
@@ -754,15 +824,19 @@ int fmtrain_run(const struct fmtrain_opts *o)
 			"--steps is %" PRIu64 ": nothing to do\n", r.first_step,
 			o->steps);
 	rc = train_loop(&r);
-	if (r.lead)
-		summary(&r);
-	if (r.c && r.ckpts && r.lead)
-		ckpt_breakdown(&r);
+	/* The last checkpoint first: the summary counts what was durably
+	 * saved, and every failure has been told by then. */
 	if (r.c && r.saved) {
 		rc2 = wait_durable(&r);
 		if (!rc)
 			rc = rc2;
 	}
+	if (r.c)
+		check_failed(&r);
+	if (r.lead)
+		summary(&r);
+	if (r.c && r.ckpts && r.lead)
+		ckpt_breakdown(&r);
 	if (!rc && stop_signal)
 		rc = 128 + stop_signal;
 out:
@@ -770,8 +844,15 @@ out:
 	train_loader_close(r.l);
 	if (r.c) {
 		char msg[1024] = "";
+		struct ckpt_stats st;
 
-		if (ckpt_close(r.c, msg, sizeof(msg)) && !rc) {
+		/* Its error is a step that failed and no ckpt_wait reported:
+		 * a warning said so already, unless it failed since (a step
+		 * of a run that stopped early); only the last checkpoint
+		 * failing fails the run. */
+		ckpt_get_stats(r.c, &st);
+		if (ckpt_close(r.c, msg, sizeof(msg)) && !rc &&
+		    st.steps_failed > r.failed_seen) {
 			fprintf(stderr, PROG ": checkpoints: %s\n", msg);
 			rc = EXIT_FAIL;
 		}

@@ -248,7 +248,22 @@ $CK verify "${s#step-}" -t corrupt --json | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
 assert d["verified"][0]["ok"] is False' || fail "verify --json of a corrupt step"
+# list names the shard that is wrong, not "an unreadable manifest"
+cp "corrupt/$s/shard-00000.bin" shard.keep
+truncate -s -100 "corrupt/$s/shard-00000.bin"
+$CK list -t corrupt >list.txt || fail "list of a truncated shard failed"
+grep -q "corrupt/$s/shard-00000.bin is [0-9]* bytes but the manifest says" list.txt ||
+	fail "list does not name the short shard: $(cat list.txt)"
+! grep -q "manifest unreadable" list.txt || fail "list blames the manifest: $(cat list.txt)"
 rm "corrupt/$s/shard-00000.bin"
+$CK list -t corrupt >list.txt || fail "list of a missing shard failed"
+grep -q "shard 0 of 1 is missing (corrupt/$s/shard-00000.bin)" list.txt ||
+	fail "list does not name the missing shard: $(cat list.txt)"
+$CK list -t corrupt --json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert "shard-00000.bin" in d["checkpoints"][0]["error"], d' ||
+	fail "list --json does not name the missing shard"
 expect_exit 4 "shard 0 of 1 is missing" $CK verify -t corrupt
 python3 - "corrupt/$s/manifest" <<'EOF'
 import struct, sys

@@ -13,7 +13,10 @@
 # checkpoint, and --ckpt-mtbf's Young interval; (c) the loss falls; (d)
 # bad input: a corrupt and a short shard, a --vocab too small for the
 # data, a corrupted checkpoint shard and manifest on --resume, bad
-# options.
+# options; (e) a resume past a step without a manifest and --resume=20
+# before a corrupt newer step save those steps anew, the old ones moved
+# to DIR/aside/; (f) a checkpoint that fails in the background is told
+# with its reason and not counted as saved.
 . "$TOP/tests/lib/common.sh"
 
 mount_setup train
@@ -169,12 +172,62 @@ grep -q "not starting over" err || fail "no 'not starting over': $(cat err)"
 [ -z "$(losses out)" ] || fail "trained from a corrupt checkpoint"
 cp -r "$MNT/ckpt-a" ck-man
 printf '\x55' | dd of=ck-man/step-0000000040/manifest bs=1 seek=100 conv=notrunc status=none
-expect_exit 1 "step 40 in ck-man has an unreadable manifest" \
+expect_exit 1 "step 40 in ck-man is corrupt: ck-man/step-0000000040/manifest: " \
 	$FT train "${OPTS[@]}" --ckpt ck-man --resume
 [ -z "$(losses out)" ] || fail "trained from a corrupt manifest"
+# A shard cut short or missing is named, not taken for the manifest.
+cp -r "$MNT/ckpt-a" ck-short
+truncate -s -64 ck-short/step-0000000040/shard-00000.bin
+expect_exit 1 "step 40 in ck-short is corrupt: .*ck-short/step-0000000040/shard-00000.bin is [0-9]* bytes but the manifest says" \
+	$FT train "${OPTS[@]}" --ckpt ck-short --resume
+rm ck-short/step-0000000040/shard-00000.bin
+expect_exit 1 "step 40 in ck-short cannot be opened: .*shard 0 of 1 is missing \\(ck-short/step-0000000040/shard-00000.bin\\)" \
+	$FT train "${OPTS[@]}" --ckpt ck-short --resume
+! grep -q "unreadable manifest" err || fail "a shard blamed on the manifest: $(cat err)"
 $FT train "${OPTS[@]}" --steps 32 --ckpt ck-man --resume=30 >d.out 2>d.err ||
 	fail "--resume=30 past a corrupt newest: $(cat d.err)"
 [ "$(losses d.out)" = "$(losses a.out 30 | head -2)" ] || fail "--resume=30 differs from (a)"
+
+note "(e) resuming past a step with no manifest, and --resume=20 before a corrupt newer step"
+cp -r "$MNT/ckpt-a" ck-inc
+rm ck-inc/step-0000000040/manifest
+$FT train "${OPTS[@]}" --ckpt ck-inc --resume >e.out 2>e.err ||
+	fail "resume past a step without a manifest: $(cat e.err)"
+grep -q "resumed from checkpoint step 30" e.err || fail "did not resume from 30: $(cat e.err)"
+grep -q "^checkpoint step 40 durable" e.out || fail "step 40 not saved again: $(cat e.err)"
+[ "$(losses e.out)" = "$(losses a.out 30)" ] || fail "the resume from 30 differs from (a)"
+ls -d ck-inc/aside/step-0000000040.* >/dev/null 2>&1 ||
+	fail "the old step 40 was not moved aside: $(ls -R ck-inc)"
+$TOP/tools/fmckpt verify 40 -t ck-inc >/dev/null || fail "the new step 40 does not verify"
+# step 40's manifest corrupt; --resume=20 moves 30 and 40 aside and
+# saves its own 30 and 40.
+cp -r "$MNT/ckpt-a" ck-old
+printf '\x55' | dd of=ck-old/step-0000000040/manifest bs=1 seek=100 conv=notrunc status=none
+$FT train "${OPTS[@]}" --ckpt ck-old --resume=20 >f.out 2>f.err ||
+	fail "--resume=20 before a corrupt step 40: $(cat f.err)"
+grep -q "moved 2 newer step(s) aside to ck-old/aside/" f.err ||
+	fail "no note of the steps moved aside: $(cat f.err)"
+[ "$(losses f.out)" = "$(losses a.out 20)" ] || fail "--resume=20 differs from (a)"
+for s in 30 40; do
+	ls -d ck-old/aside/step-00000000$s.newer-than-20.* >/dev/null 2>&1 ||
+		fail "step $s not in ck-old/aside: $(ls ck-old ck-old/aside)"
+done
+$TOP/tools/fmckpt verify 40 -t ck-old >/dev/null || fail "step 40 was not saved anew"
+$FT train "${OPTS[@]}" --steps 42 --ckpt ck-old --resume >/dev/null 2>f2.err ||
+	fail "--resume after --resume=20: $(cat f2.err)"
+
+note "(f) a checkpoint that fails in the background: its reason, and the summary counts what was saved"
+mkdir ck-fail
+touch ck-fail/.tmp-step-0000000030   # a file where step 30's directory goes
+$FT train "${OPTS[@]}" --ckpt ck-fail >g.out 2>g.err || fail "run (f): $(cat g.err)"
+grep -q "warning: 1 checkpoint(s) failed in the background: step 30: .*ck-fail/.tmp-step-0000000030.*: Not a directory" g.err ||
+	fail "no reason for the failed step: $(cat g.err)"
+! grep -q ': $' g.err || fail "a message ends in an empty reason: $(cat g.err)"
+[ "$(field g.out checkpoints)" = 3 ] || fail "summary does not count 3 saved: $(grep summary g.out)"
+[ "$(field g.out ckpt-failed)" = 1 ] || fail "summary does not count 1 failed: $(grep summary g.out)"
+grep -q "checkpoints: 3 saved (committed in ck-fail), 1 failed, of 4 begun" g.err ||
+	fail "breakdown: $(cat g.err)"
+
 expect_exit 2 "was saved with --layers 2; this run has 3" \
 	$FT train "${OPTS[@]}" --layers 3 --ckpt "$MNT/ckpt-a" --resume
 expect_exit 2 "holds checkpoints already" $FT train "${OPTS[@]}" --ckpt "$MNT/ckpt-a"

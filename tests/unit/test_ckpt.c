@@ -7,10 +7,14 @@
  * an unknown version, a missing shard), each detected and reported;
  * retention; several ranks in one process; a rank that never comes;
  * crashes at each named point of a commit (a forked child killed there
- * by ckpt_crash_hook); bad input; resident memory across 100 saves.
+ * by ckpt_crash_hook); bad input; resident memory across 100 saves;
+ * steps set aside (incomplete ones saved again, newer ones on resume);
+ * background failures that keep their reason; and a seeded fuzz of
+ * random damage to each file of a committed step (test_fuzz_damage).
  *
  * Everything runs in a private temporary directory removed at the end.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -402,6 +406,24 @@ static void expect_bad_step2(struct env *e, struct ckpt *c, struct tset *t,
 	assert_contains(e->msg, "skipped step 2");
 }
 
+/* ckpt_list says what is wrong with step 2, naming the file that is:
+ * a shard is not "an unreadable manifest". */
+static void expect_listed_bad(struct env *e, struct ckpt *c, int want,
+			      const char *file)
+{
+	struct ckpt_step_info *v;
+	size_t n;
+
+	assert_ok(ckpt_list(c, &v, &n, NULL, e->msg, sizeof(e->msg)), e->msg);
+	assert_int_equal(n, 2);
+	assert_int_equal(v[0].step, 2);
+	assert_int_equal(v[0].error, want);
+	assert_contains(v[0].why, file);
+	assert_int_equal(v[1].error, 0);
+	assert_string_equal(v[1].why, "");
+	free(v);
+}
+
 static void test_corrupt_shard_data(void **state)
 {
 	struct env *e = *state;
@@ -475,6 +497,7 @@ static void test_truncated_shard(void **state)
 	step_path(e, 2, "shard-00000.bin", path, sizeof(path));
 	assert_int_equal(truncate(path, file_size(path) - 1000), 0);
 	expect_bad_step2(e, c, &t, -EBADMSG, "but the manifest says");
+	expect_listed_bad(e, c, -EBADMSG, path);
 	ckpt_close(c, NULL, 0);
 	tset_free(&t);
 }
@@ -489,6 +512,7 @@ static void test_missing_shard(void **state)
 	step_path(e, 2, "shard-00000.bin", path, sizeof(path));
 	assert_int_equal(unlink(path), 0);
 	expect_bad_step2(e, c, &t, -ENOENT, "shard 0 of 1 is missing");
+	expect_listed_bad(e, c, -ENOENT, path);
 	ckpt_close(c, NULL, 0);
 	tset_free(&t);
 }
@@ -521,6 +545,7 @@ static void test_corrupt_manifest(void **state)
 		assert_int_equal(system(cmd), 0);
 		flip_bit(path, offs[i], (unsigned)i % 8);
 		expect_bad_step2(e, c, &t, -EBADMSG, "manifest");
+		expect_listed_bad(e, c, -EBADMSG, path);
 	}
 	snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", copy, path);
 	assert_int_equal(system(cmd), 0);
@@ -1249,6 +1274,396 @@ static void test_barrier_refused_marker(void **state)
 	tset_free(&t);
 }
 
+/* The checkpoint storage dies under a job (here: the place of step 2's
+ * temporary directory is taken by a file): every later failure must
+ * say why, in ckpt_wait and in the stats' last_error, not end in an
+ * empty reason ("step 2: ") or one read later that is not the cause. */
+static void test_background_error_reason(void **state)
+{
+	struct env *e = *state;
+	struct ckpt_config cfg = cfg_of(e, true, false);
+	char path[PATH_MAX + 64];
+	struct ckpt_stats st;
+	struct tset t;
+	struct ckpt *c;
+	size_t len;
+
+	tset_init(&t, 3, 1 * KIB);
+	c = open_cfg(e, &cfg);
+	save(e, c, &t, 1, 0);
+	wait_ok(e, c, 1, CKPT_LOCAL);
+	snprintf(path, sizeof(path), "%s/.tmp-step-0000000002", e->dir);
+	close(open(path, O_CREAT | O_WRONLY, 0644));
+	save(e, c, &t, 2, 0);
+	assert_int_equal(ckpt_wait(c, 2, CKPT_LOCAL, 10000, e->msg,
+				   sizeof(e->msg)), -ENOTDIR);
+	assert_contains(e->msg, "step 2: ");
+	assert_contains(e->msg, ".tmp-step-0000000002");
+	assert_contains(e->msg, strerror(ENOTDIR));
+	ckpt_get_stats(c, &st);
+	assert_int_equal(st.steps_failed, 1);
+	len = strlen(st.last_error);
+	assert_true(len > 2 && strcmp(st.last_error + len - 2, ": "));
+	assert_contains(st.last_error, ".tmp-step-0000000002");
+	assert_contains(st.last_error, strerror(ENOTDIR));
+	assert_int_equal(st.local_steps, 1);
+	/* The next step is fine again; the counts say what is committed. */
+	save(e, c, &t, 3, 0);
+	wait_ok(e, c, 3, CKPT_LOCAL);
+	ckpt_get_stats(c, &st);
+	assert_int_equal(st.commits, 3);
+	assert_int_equal(st.local_steps, 2);
+	assert_int_equal(st.remote_steps, 0);
+	assert_int_equal(st.steps_failed, 1);
+	unlink(path);
+	ckpt_close(c, NULL, 0);
+	tset_free(&t);
+}
+
+/* The one entry of dir/aside whose name starts with prefix, or "". */
+static void aside_entry(struct env *e, const char *prefix, char *out,
+			size_t len)
+{
+	char path[PATH_MAX + 16];
+	struct dirent *de;
+	DIR *d;
+
+	out[0] = '\0';
+	snprintf(path, sizeof(path), "%s/aside", e->dir);
+	d = opendir(path);
+	if (!d)
+		return;
+	while ((de = readdir(d)))
+		if (!strncmp(de->d_name, prefix, strlen(prefix)))
+			snprintf(out, len, "%s/%s", path, de->d_name);
+	closedir(d);
+}
+
+/* A step-N whose manifest is gone (a retention cut short, a person) or
+ * damaged is not committed: a job that resumed from an older step can
+ * save step N again.  What was there is moved aside, not removed. */
+static void test_resave_incomplete(void **state)
+{
+	struct env *e = *state;
+	struct ckpt_config cfg = cfg_of(e, true, false);
+	char path[PATH_MAX + 64], aside[PATH_MAX + 300];
+	struct ckpt_step_info *v;
+	struct tset t;
+	struct ckpt *c = two_steps(e, &t);
+	size_t n, inc;
+	uint64_t got;
+
+	save(e, c, &t, 3, 0);
+	wait_ok(e, c, 3, CKPT_LOCAL);
+	ckpt_close(c, NULL, 0);
+	/* (Retention at open removes an incomplete step older than the
+	 * newest complete one: the 3 without a manifest must be newest.) */
+	step_path(e, 3, "manifest", path, sizeof(path));
+	assert_int_equal(unlink(path), 0);
+	step_path(e, 2, "manifest", path, sizeof(path));
+	flip_bit(path, 70, 2);
+	c = open_cfg(e, &cfg);
+	/* A step that is complete is still refused. */
+	assert_int_equal(ckpt_begin(c, 1, e->msg, sizeof(e->msg)), -EEXIST);
+	assert_contains(e->msg, "already committed");
+	save(e, c, &t, 3, 0);
+	assert_ok(ckpt_wait(c, 3, CKPT_LOCAL, 10000, e->msg, sizeof(e->msg)),
+		  e->msg);
+	save(e, c, &t, 2, 0);
+	assert_ok(ckpt_wait(c, 2, CKPT_LOCAL, 10000, e->msg, sizeof(e->msg)),
+		  e->msg);
+	assert_ok(load_check(e, c, &t, 2, 0, &got), e->msg);
+	assert_ok(load_check(e, c, &t, 3, 0, &got), e->msg);
+	/* The old ones are in dir/aside, shard and all. */
+	aside_entry(e, "step-0000000003.incomplete.", aside, sizeof(aside));
+	assert_true(aside[0]);
+	strcat(aside, "/shard-00000.bin");
+	assert_true(exists(aside));
+	aside_entry(e, "step-0000000002.incomplete.", aside, sizeof(aside));
+	assert_true(aside[0]);
+	strcat(aside, "/manifest");
+	assert_true(exists(aside));
+	{
+		struct ckpt_stats st;
+
+		ckpt_get_stats(c, &st);
+		assert_int_equal(st.steps_set_aside, 2);
+	}
+	assert_ok(ckpt_list(c, &v, &n, &inc, e->msg, sizeof(e->msg)), e->msg);
+	assert_int_equal(n, 3);
+	assert_int_equal(inc, 0);
+	for (size_t i = 0; i < n; i++)
+		assert_int_equal(v[i].error, 0);
+	free(v);
+	ckpt_close(c, NULL, 0);
+	tset_free(&t);
+}
+
+/* A job resumed from step 2 sets steps 3 and 4 aside, in the directory
+ * and in the store, and then saves its own 3. */
+static void test_set_aside_newer(void **state)
+{
+	struct env *e = *state;
+	struct ckpt_config cfg = cfg_of(e, true, true);
+	char path[PATH_MAX + 300];
+	struct ckpt_step_info *v;
+	struct dirent *de;
+	struct tset t;
+	struct ckpt *c;
+	size_t n, moved;
+	unsigned remote = 0;
+	DIR *d;
+
+	tset_init(&t, 4, 1 * KIB);
+	c = open_cfg(e, &cfg);
+	for (uint64_t s = 1; s <= 4; s++) {
+		save(e, c, &t, s, 0);
+		wait_ok(e, c, s, CKPT_DURABLE);
+		wait_ok(e, c, s, CKPT_LOCAL);
+	}
+	ckpt_close(c, NULL, 0);
+	c = open_cfg(e, &cfg);
+	assert_ok(ckpt_set_aside(c, 2, &moved, e->msg, sizeof(e->msg)),
+		  e->msg);
+	assert_int_equal(moved, 4);
+	assert_contains(e->msg, "/aside/: step-0000000003.newer-than-2.");
+	assert_contains(e->msg, "aside/step-0000000004.newer-than-2.");
+	aside_entry(e, "step-0000000004.newer-than-2.", path, 300);
+	assert_true(path[0]);
+	strcat(path, "/manifest");
+	assert_true(exists(path));
+	snprintf(path, sizeof(path), "%s/aside", e->store);
+	d = opendir(path);
+	assert_non_null(d);
+	while ((de = readdir(d)))
+		remote += !strncmp(de->d_name, "step-", 5);
+	closedir(d);
+	assert_int_equal(remote, 2);
+	assert_ok(ckpt_list(c, &v, &n, NULL, e->msg, sizeof(e->msg)), e->msg);
+	assert_int_equal(n, 2);
+	assert_int_equal(v[0].step, 2);
+	free(v);
+	/* Nothing newer: nothing moved, nothing said. */
+	assert_ok(ckpt_set_aside(c, 2, &moved, e->msg, sizeof(e->msg)),
+		  e->msg);
+	assert_int_equal(moved, 0);
+	assert_string_equal(e->msg, "");
+	save(e, c, &t, 3, 0);
+	wait_ok(e, c, 3, CKPT_DURABLE);
+	wait_ok(e, c, 3, CKPT_LOCAL);
+	assert_ok(load_check(e, c, &t, 3, 0, NULL), e->msg);
+	ckpt_close(c, NULL, 0);
+	tset_free(&t);
+}
+
+/* ---- fuzz: random damage to each file of a committed checkpoint ----
+ *
+ * Steps 1 and 2 are saved; each trial puts step 2's files back as they
+ * were written, then damages one of them (in turn: the manifest, the
+ * shard, the rank marker) in one of four ways: cut to a random length,
+ * 1 to 8 random bits flipped, removed, or a random range of up to 4 KiB
+ * zeroed.  Then:
+ *   - a load of step 2 gives exactly the bytes saved, or fails with a
+ *     message that names the damaged file (the marker is not read once
+ *     committed: damage to it must change nothing);
+ *   - a load of the newest gives exactly step 2, or exactly step 1
+ *     saying it skipped step 2 and naming the file (a step 2 without a
+ *     manifest is no checkpoint and is passed over without a word);
+ *   - ckpt_list lists step 1, intact, and says of a damaged step 2 what
+ *     is wrong, naming the file; step 1 still loads exactly;
+ *   - every 25th trial whose step 2 does not open, a new handle saves
+ *     step 2 again (the damaged one is moved aside) and it loads.
+ * The seed is printed; FMCKPT_FUZZ_SEED=N repeats a run exactly and
+ * FMCKPT_FUZZ_TRIALS=N sets the count (default 900: 75 of each file and
+ * kind of damage). */
+
+static uint64_t fuzz_next(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
+struct fuzz_file {
+	const char *name;
+	char path[PATH_MAX + 64];
+	unsigned char *orig;
+	size_t len;
+};
+
+static void fuzz_put(const char *path, const void *buf, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, buf, len), (ssize_t)len);
+	close(fd);
+}
+
+/* Damages f (put back as written first); *how says what was done. */
+static void fuzz_damage(struct fuzz_file *f, unsigned kind, uint64_t *x,
+			char *how, size_t how_len)
+{
+	unsigned char *b = malloc(f->len);
+	size_t len = f->len;
+
+	assert_non_null(b);
+	memcpy(b, f->orig, len);
+	switch (kind) {
+	case 0:
+		len = (size_t)(fuzz_next(x) % f->len);
+		snprintf(how, how_len, "cut to %zu of %zu bytes", len, f->len);
+		break;
+	case 1: {
+		unsigned bits = 1 + (unsigned)(fuzz_next(x) % 8);
+
+		snprintf(how, how_len, "%u bit(s) flipped", bits);
+		for (unsigned i = 0; i < bits; i++) {
+			uint64_t bit = fuzz_next(x) % (f->len * 8);
+
+			b[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+		}
+		break;
+	}
+	case 2:
+		snprintf(how, how_len, "removed");
+		break;
+	default: {
+		size_t off = (size_t)(fuzz_next(x) % f->len);
+		size_t n = 1 + (size_t)(fuzz_next(x) % 4096);
+
+		if (n > f->len - off)
+			n = f->len - off;
+		memset(b + off, 0, n);
+		snprintf(how, how_len, "bytes %zu-%zu zeroed", off,
+			 off + n - 1);
+		break;
+	}
+	}
+	if (kind == 2)
+		assert_int_equal(unlink(f->path), 0);
+	else
+		fuzz_put(f->path, b, len);
+	free(b);
+}
+
+static void test_fuzz_damage(void **state)
+{
+	struct env *e = *state;
+	struct ckpt_config cfg = cfg_of(e, true, false);
+	static const char *const names[] = {
+		"manifest", "shard-00000.bin", "rank-00000.done"
+	};
+	struct fuzz_file f[3];
+	const char *env_seed = getenv("FMCKPT_FUZZ_SEED");
+	const char *env_trials = getenv("FMCKPT_FUZZ_TRIALS");
+	uint64_t seed, x, t0 = util_now_ns();
+	unsigned trials = env_trials ? (unsigned)atoi(env_trials) : 900;
+	unsigned loaded2 = 0, refused2 = 0, fell_back = 0, resaved = 0;
+	struct tset t;
+	struct ckpt *c = two_steps(e, &t), *ro;
+
+	seed = env_seed ? strtoull(env_seed, NULL, 0) :
+	       (util_now_ns() ^ ((uint64_t)getpid() << 32)) | 1;
+	x = seed;
+	print_message("fuzz: seed %llu, %u trials (FMCKPT_FUZZ_SEED=%llu "
+		      "repeats this run)\n", (unsigned long long)seed, trials,
+		      (unsigned long long)seed);
+	ckpt_close(c, NULL, 0);
+	for (unsigned i = 0; i < 3; i++) {
+		f[i].name = names[i];
+		step_path(e, 2, names[i], f[i].path, sizeof(f[i].path));
+		assert_ok(ckpt_read_whole(f[i].path, 64 << 20, &f[i].orig,
+					  &f[i].len, e->msg, sizeof(e->msg)),
+			  e->msg);
+		assert_true(f[i].len > 16);
+	}
+	cfg.read_only = true;
+	ro = open_cfg(e, &cfg);
+	cfg.read_only = false;
+	for (unsigned trial = 0; trial < trials; trial++) {
+		struct fuzz_file *d = &f[trial % 3];
+		unsigned kind = (trial / 3) % 4;
+		bool marker = d == &f[2];
+		bool no_manifest = d == &f[0] && kind == 2;
+		struct ckpt_step_info *v;
+		struct ckpt_reader *r;
+		char how[128], what[PATH_MAX + 256];
+		uint64_t got = 0;
+		size_t n;
+		int rc;
+
+		for (unsigned i = 0; i < 3; i++)
+			fuzz_put(f[i].path, f[i].orig, f[i].len);
+		fuzz_damage(d, kind, &x, how, sizeof(how));
+		snprintf(what, sizeof(what), "trial %u (seed %llu): %s %s",
+			 trial, (unsigned long long)seed, d->name, how);
+
+		/* step 2 exactly: the bytes saved, or the file named */
+		rc = load_check(e, ro, &t, 2, 0, &got);
+		if (!rc) {
+			assert_int_equal(got, 2);
+			loaded2++;
+		} else {
+			if (marker)
+				fail_msg("%s: step 2 not loaded: %s", what,
+					 e->msg);
+			if (!strstr(e->msg, d->path))
+				fail_msg("%s: the message does not name %s: "
+					 "%s", what, d->path, e->msg);
+			refused2++;
+		}
+		/* the newest: step 2 exactly, or step 1 saying why not */
+		rc = load_check(e, ro, &t, CKPT_STEP_LATEST, 0, &got);
+		if (rc)
+			fail_msg("%s: no step loaded: %s", what, e->msg);
+		if (got == 1) {
+			fell_back++;
+			if (!no_manifest && (!strstr(e->msg, "skipped step 2") ||
+					     !strstr(e->msg, d->path)))
+				fail_msg("%s: step 1 loaded without naming "
+					 "%s: %s", what, d->path, e->msg);
+		} else if (got != 2) {
+			fail_msg("%s: loaded step %llu", what,
+				 (unsigned long long)got);
+		}
+		/* the older step: listed intact, and loads */
+		assert_ok(ckpt_list(ro, &v, &n, NULL, e->msg, sizeof(e->msg)),
+			  e->msg);
+		if (n < 1 || v[n - 1].step != 1 || v[n - 1].error)
+			fail_msg("%s: step 1 not listed intact", what);
+		if (n == 2 && v[0].error && !strstr(v[0].why, d->path))
+			fail_msg("%s: list does not name %s: %s", what,
+				 d->path, v[0].why);
+		free(v);
+		assert_ok(load_check(e, ro, &t, 1, 0, &got), e->msg);
+		/* a step 2 that does not open can be saved again */
+		rc = ckpt_reader_open_from(ro, 2, CKPT_FROM_LOCAL, &r, NULL, 0);
+		if (!rc) {
+			ckpt_reader_close(r);
+		} else if (trial % 25 < 3) {
+			c = open_cfg(e, &cfg);
+			save(e, c, &t, 2, 0);
+			assert_ok(ckpt_wait(c, 2, CKPT_LOCAL, 10000, e->msg,
+					    sizeof(e->msg)), e->msg);
+			assert_ok(load_check(e, c, &t, 2, 0, &got), e->msg);
+			ckpt_close(c, NULL, 0);
+			resaved++;
+		}
+	}
+	print_message("fuzz: %u trials in %.2f s: step 2 loaded exactly %u "
+		      "times, refused naming the damaged file %u times; the "
+		      "newest fell back to step 1 %u times; step 2 saved again "
+		      "%u times\n", trials, (util_now_ns() - t0) / 1e9, loaded2,
+		      refused2, fell_back, resaved);
+	assert_int_equal(loaded2 + refused2, trials);
+	for (unsigned i = 0; i < 3; i++)
+		free(f[i].orig);
+	ckpt_close(ro, NULL, 0);
+	tset_free(&t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1275,6 +1690,10 @@ int main(void)
 		T(test_remote_barrier_many_ranks),
 		T(test_remote_error_kept),
 		T(test_barrier_refused_marker),
+		T(test_background_error_reason),
+		T(test_resave_incomplete),
+		T(test_set_aside_newer),
+		T(test_fuzz_damage),
 #undef T
 	};
 
