@@ -327,7 +327,6 @@ static void do_status(struct fs *fs, FILE *out, bool json)
 	kv_u64(out, json, &first, "lost_found", w.lost_found);
 	kv_u64(out, json, &first, "damaged_files", w.damaged_files);
 	kv_u64(out, json, &first, "lost_files", w.lost_files);
-	kv_u64(out, json, &first, "requeued_files", w.rebuilt);
 	if (json || w.last_error[0]) {
 		char esc[600];
 		size_t at = 0;
