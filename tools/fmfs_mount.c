@@ -32,6 +32,7 @@
 struct mount_opts {
 	struct obj_config obj;
 	const char *url, *mountpoint, *cache_dir, *fuse_opts;
+	const char *cache_size_arg;   /* as given, for messages */
 	uint64_t cache_size;
 	int mode;
 	unsigned refresh_s, threads, fetch_timeout_s;
@@ -83,6 +84,42 @@ static uint64_t fnv64(const char *s)
 	return h;
 }
 
+/* A whole number of unit from min to max for option name, or -1 with
+ * the range on stderr (no sign, no trailing text, no overflow). */
+static int mount_uint_opt(const char *name, const char *arg, unsigned min,
+			  unsigned max, const char *unit, unsigned *out)
+{
+	char want[96];
+	uint64_t v;
+
+	if (!tools_parse_u64(arg, min, max, &v)) {
+		*out = (unsigned)v;
+		return 0;
+	}
+	snprintf(want, sizeof(want), "a whole number of %s from %u to %u",
+		 unit, min, max);
+	return tools_bad_opt("fmfs mount", name, arg, want);
+}
+
+/* --cache-size: at least 16M; whether the cache's disk can hold it is
+ * checked once the cache directory is known (prepare_cache_dir). */
+static int mount_cache_size_opt(const char *arg, uint64_t *out)
+{
+	int rc = tools_parse_size(arg, out);
+
+	if (rc == -ERANGE) {
+		fprintf(stderr, "fmfs mount: --cache-size '%s' is too large: "
+			"it does not fit in 64 bits (16E bytes); give at most "
+			"the size of the cache directory's disk\n", arg);
+		return -1;
+	}
+	if (rc || *out < (16u << 20))
+		return tools_bad_opt("fmfs mount", "--cache-size", arg,
+				     "a size of at least 16M, like 64G "
+				     "(K/M/G/T suffixes)");
+	return 0;
+}
+
 static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 {
 	enum { OPT_CACHE_DIR = 256, OPT_CACHE_SIZE, OPT_MODE, OPT_REFRESH,
@@ -105,8 +142,6 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
-	unsigned long n;
-	char *end;
 	int c;
 
 	obj_config_init(&o->obj);
@@ -119,12 +154,9 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 		switch (c) {
 		case OPT_CACHE_DIR: o->cache_dir = optarg; break;
 		case OPT_CACHE_SIZE:
-			if (tools_parse_size(optarg, &o->cache_size) ||
-			    o->cache_size < (16u << 20)) {
-				return tools_bad_opt("fmfs mount",
-					"--cache-size", optarg, "a size of at "
-					"least 16M (K/M/G/T suffixes)");
-			}
+			if (mount_cache_size_opt(optarg, &o->cache_size))
+				return -1;
+			o->cache_size_arg = optarg;
 			break;
 		case OPT_MODE:
 			o->mode = fs_mode_parse(optarg);
@@ -146,32 +178,29 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 			break;
 		}
 		case OPT_REFRESH:
-		case OPT_TIMEOUT:
-		case OPT_THREADS:
-		case OPT_DELAY:
-		case OPT_UPAR:
-			n = strtoul(optarg, &end, 10);
-			if (*end || end == optarg || n > 86400 ||
-			    (c != OPT_REFRESH && c != OPT_DELAY && n == 0) ||
-			    ((c == OPT_THREADS || c == OPT_UPAR) && n > 64)) {
-				fprintf(stderr, "fmfs mount: --%s '%s' is not "
-					"a valid number\n", c == OPT_REFRESH ?
-					"refresh" : c == OPT_TIMEOUT ?
-					"timeout" : c == OPT_DELAY ?
-					"async-delay" : c == OPT_UPAR ?
-					"upload-parallel" : "threads", optarg);
+			if (mount_uint_opt("--refresh", optarg, 0, 86400,
+					   "seconds", &o->refresh_s))
 				return -1;
-			}
-			if (c == OPT_DELAY)
-				o->async_delay_s = (unsigned)n;
-			else if (c == OPT_UPAR)
-				o->obj.max_parallel = (unsigned)n;
-			else if (c == OPT_REFRESH)
-				o->refresh_s = (unsigned)n;
-			else if (c == OPT_TIMEOUT)
-				o->fetch_timeout_s = (unsigned)n;
-			else
-				o->threads = (unsigned)n;
+			break;
+		case OPT_TIMEOUT:
+			if (mount_uint_opt("--timeout", optarg, 1, 86400,
+					   "seconds", &o->fetch_timeout_s))
+				return -1;
+			break;
+		case OPT_DELAY:
+			if (mount_uint_opt("--async-delay", optarg, 0, 86400,
+					   "seconds", &o->async_delay_s))
+				return -1;
+			break;
+		case OPT_THREADS:
+			if (mount_uint_opt("--threads", optarg, 1, 64,
+					   "threads", &o->threads))
+				return -1;
+			break;
+		case OPT_UPAR:
+			if (mount_uint_opt("--upload-parallel", optarg, 1, 64,
+					   "requests", &o->obj.max_parallel))
+				return -1;
 			break;
 		case 'f':
 		case OPT_FG: o->foreground = true; break;
@@ -243,6 +272,7 @@ static int prepare_cache_dir(struct mount_opts *o)
 	const char *home = getenv("HOME"), *xdg = getenv("XDG_CACHE_HOME");
 	const char *rundir;
 	struct statvfs sv;
+	uint64_t disk;
 	int rc;
 
 	if (!o->cache_dir) {
@@ -271,12 +301,24 @@ static int prepare_cache_dir(struct mount_opts *o)
 			strerror(rc ? -rc : errno));
 		return EXIT_USAGE;
 	}
+	if (statvfs(o->cache_real, &sv)) {
+		fprintf(stderr, "fmfs mount: statvfs %s: %s\n", o->cache_real,
+			strerror(errno));
+		return EXIT_FAIL;
+	}
+	disk = (uint64_t)sv.f_blocks * sv.f_frsize;
+	if (o->cache_size > disk) {
+		/* A cap the disk can never reach is a typo (99999T for
+		 * 99999M), not a wish: refused.  A cap above what is free
+		 * now is fine: on ENOSPC the cache evicts and retries. */
+		fprintf(stderr, "fmfs mount: --cache-size '%s' is more than "
+			"the disk of %s can ever hold (%llu MiB in all); give "
+			"a smaller size or another --cache-dir\n",
+			o->cache_size_arg, o->cache_real,
+			(unsigned long long)(disk >> 20));
+		return EXIT_USAGE;
+	}
 	if (!o->cache_size) {
-		if (statvfs(o->cache_real, &sv)) {
-			fprintf(stderr, "fmfs mount: statvfs %s: %s\n",
-				o->cache_real, strerror(errno));
-			return EXIT_FAIL;
-		}
 		o->cache_size = (uint64_t)sv.f_bavail * sv.f_frsize / 2;
 		if (o->cache_size < (64u << 20)) {
 			fprintf(stderr, "fmfs mount: the disk of %s has too "
