@@ -435,7 +435,14 @@ int cmd_mount(int argc, char **argv)
 	memset(&o, 0, sizeof(o));
 	if (parse_mount_opts(argc, argv, &o))
 		return EXIT_USAGE;
-	if ((rc = check_mountpoint(&o)) || (rc = prepare_cache_dir(&o)))
+	if ((rc = check_mountpoint(&o)))
+		return rc;
+	if (fs_check_fuse_opts(o.fuse_opts, msg, sizeof(msg))) {
+		/* Here, not in the daemon: its stderr is the log. */
+		fprintf(stderr, "fmfs mount: -o %s: %s\n", o.fuse_opts, msg);
+		return EXIT_USAGE;
+	}
+	if ((rc = prepare_cache_dir(&o)))
 		return rc;
 	snprintf(log, sizeof(log), "%s/lock", o.cache_real);
 	lockfd = open(log, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
