@@ -29,6 +29,26 @@
 #include "fs/fs.h"
 #include "fmfs.h"
 
+int fmfs_unmount(const char *real, bool lazy)
+{
+	pid_t pid;
+	int status;
+
+	if (!umount2(real, lazy ? MNT_DETACH : 0) || errno == EINVAL)
+		return 0; /* EINVAL: not mounted (any more) */
+	/* Not root: fusermount3 does it for the user. */
+	pid = fork();
+	if (pid == 0) {
+		execlp("fusermount3", "fusermount3", lazy ? "-uz" : "-u", real,
+		       (char *)NULL);
+		_exit(127);
+	}
+	if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) ||
+	    WEXITSTATUS(status))
+		return -1;
+	return 0;
+}
+
 static int ctl_path_of(const char *verb, const char *mnt, char *path,
 		       size_t len, char *real)
 {
@@ -448,22 +468,10 @@ int cmd_umount(int argc, char **argv)
 			"uploaded when it is mounted again\n");
 		undrained = true;
 	}
-	if (umount2(real, 0) && errno != EINVAL) {
-		/* Not root: fusermount3 does it for the user. */
-		pid_t pid = fork();
-		int status;
-
-		if (pid == 0) {
-			execlp("fusermount3", "fusermount3", "-u", real,
-			       (char *)NULL);
-			_exit(127);
-		}
-		if (pid < 0 || waitpid(pid, &status, 0) < 0 ||
-		    !WIFEXITED(status) || WEXITSTATUS(status)) {
-			fprintf(stderr, "fmfs umount: could not unmount %s "
-				"(busy? close the files open there)\n", real);
-			return EXIT_FAIL;
-		}
+	if (fmfs_unmount(real, false)) {
+		fprintf(stderr, "fmfs umount: could not unmount %s "
+			"(busy? close the files open there)\n", real);
+		return EXIT_FAIL;
 	}
 	/* Wait for the daemon to finish: it removes its socket last. */
 	for (int i = 0; !rc && stat(sock, &st) == 0; i++) {

@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -220,7 +221,25 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 	return 0;
 }
 
-bool fmfs_is_mounted(const char *real)
+/* mountinfo writes space, tab, newline and backslash as \\ooo. */
+static void unescape_octal(char *s)
+{
+	char *q = s;
+
+	for (; *s; s++) {
+		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' &&
+		    s[2] >= '0' && s[2] <= '7' && s[3] >= '0' && s[3] <= '7') {
+			*q++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 +
+				      (s[3] - '0'));
+			s += 3;
+		} else {
+			*q++ = *s;
+		}
+	}
+	*q = '\0';
+}
+
+bool fmfs_mount_find(const char *real, struct fmfs_mount_info *mi)
 {
 	char line[4096], mp[PATH_MAX];
 	FILE *f = fopen("/proc/self/mountinfo", "r");
@@ -228,21 +247,138 @@ bool fmfs_is_mounted(const char *real)
 
 	if (!f)
 		return false;
-	while (!found && fgets(line, sizeof(line), f))
-		if (sscanf(line, "%*s %*s %*s %*s %4095s", mp) == 1 &&
-		    !strcmp(mp, real))
-			found = true;
+	/* Every line: a later one may be mounted over an earlier one. */
+	while (fgets(line, sizeof(line), f)) {
+		const char *dash = strstr(line, " - "), *uid;
+		char type[64];
+
+		if (sscanf(line, "%*s %*s %*s %*s %4095s", mp) != 1)
+			continue;
+		unescape_octal(mp);
+		if (strcmp(mp, real))
+			continue;
+		found = true;
+		mi->fstype[0] = '\0';
+		mi->owner_uid = -1;
+		if (!dash || sscanf(dash + 3, "%63s", type) != 1)
+			continue;
+		snprintf(mi->fstype, sizeof(mi->fstype), "%s", type);
+		uid = strstr(dash, "user_id=");
+		if (uid)
+			mi->owner_uid = strtoll(uid + 8, NULL, 10);
+	}
 	fclose(f);
 	return found;
+}
+
+bool fmfs_is_mounted(const char *real)
+{
+	struct fmfs_mount_info mi;
+
+	return fmfs_mount_find(real, &mi);
+}
+
+void fmfs_owner_str(long long uid, char *buf, size_t len)
+{
+	struct passwd *pw = uid >= 0 ? getpwuid((uid_t)uid) : NULL;
+
+	if (pw)
+		snprintf(buf, len, "%s (uid %lld), who mounted it",
+			 pw->pw_name, uid);
+	else if (uid >= 0)
+		snprintf(buf, len, "uid %lld, who mounted it", uid);
+	else
+		snprintf(buf, len, "the user who mounted it");
+}
+
+/* The absolute path of p without resolving its last component, which
+ * may be a dead mount (realpath fails there with ENOTCONN). */
+static int abs_path_of(const char *p, char *out, size_t len)
+{
+	char dir[PATH_MAX], parent[PATH_MAX];
+	const char *base;
+	size_t n = strlen(p);
+
+	while (n > 1 && p[n - 1] == '/')
+		n--;
+	if (n >= sizeof(dir))
+		return -1;
+	memcpy(dir, p, n);
+	dir[n] = '\0';
+	base = strrchr(dir, '/');
+	if (!base) {
+		base = dir;
+		snprintf(parent, sizeof(parent), ".");
+	} else {
+		*(char *)base++ = '\0';
+		snprintf(parent, sizeof(parent), "%s", dir[0] ? dir : "/");
+	}
+	if (!realpath(parent, out))
+		return -1;
+	n = strlen(out);
+	if (snprintf(out + n, len - n, "%s%s", n > 1 ? "/" : "", base) >=
+	    (int)(len - n))
+		return -1;
+	return 0;
+}
+
+/* The mountpoint is a FUSE mount whose daemon is gone (stat: ENOTCONN).
+ * An fmfs one is unmounted here, lazily, so that mounting again after a
+ * crash is one command (a restart loop need not know); its dirty files
+ * stay in its cache directory, uploaded when that is mounted again, as
+ * after `fmfs umount`.  Another filesystem's is left to its owner. */
+static int clear_dead_mount(const struct mount_opts *o)
+{
+	struct fmfs_mount_info mi;
+	char abs[PATH_MAX];
+
+	if (abs_path_of(o->mountpoint, abs, sizeof(abs)) ||
+	    !fmfs_mount_find(abs, &mi)) {
+		fprintf(stderr, "fmfs mount: mountpoint %s: %s: it, or a "
+			"directory above it, is a FUSE mount whose daemon is "
+			"gone; unmount that first (fusermount3 -u DIR, or "
+			"umount -l DIR as root)\n", o->mountpoint,
+			strerror(ENOTCONN));
+		return EXIT_USAGE;
+	}
+	if (strcmp(mi.fstype, "fuse.fmfs")) {
+		fprintf(stderr, "fmfs mount: mountpoint %s is a dead %s mount "
+			"(its daemon is gone: %s); unmount it first: "
+			"fusermount3 -u %s\n", abs, mi.fstype[0] ? mi.fstype :
+			"FUSE", strerror(ENOTCONN), abs);
+		return EXIT_USAGE;
+	}
+	if (fmfs_unmount(abs, true)) {
+		char who[128];
+
+		fmfs_owner_str(mi.owner_uid, who, sizeof(who));
+		fprintf(stderr, "fmfs mount: mountpoint %s is a dead fmfs "
+			"mount (its daemon is gone) and could not be "
+			"unmounted; run fmfs umount %s or fusermount3 -u %s "
+			"as %s or as root\n", abs, abs, abs, who);
+		return EXIT_USAGE;
+	}
+	fprintf(stderr, "fmfs mount: %s was a dead fmfs mount (its daemon "
+		"had exited); unmounted it\n", abs);
+	return EXIT_OK;
 }
 
 static int check_mountpoint(struct mount_opts *o)
 {
 	struct stat st;
 
+	if (stat(o->mountpoint, &st) && errno == ENOTCONN) {
+		int rc = clear_dead_mount(o);
+
+		if (rc)
+			return rc;
+	}
 	if (stat(o->mountpoint, &st)) {
-		fprintf(stderr, "fmfs mount: mountpoint %s: %s (create it with "
-			"mkdir -p)\n", o->mountpoint, strerror(errno));
+		int e = errno;
+
+		fprintf(stderr, "fmfs mount: mountpoint %s: %s%s\n",
+			o->mountpoint, strerror(e), e == ENOENT ? " (create "
+			"it with mkdir -p)" : "");
 		return EXIT_USAGE;
 	}
 	if (!S_ISDIR(st.st_mode)) {
