@@ -12,7 +12,9 @@
  * there.
  */
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <getopt.h>
 #include <limits.h>
 #include <pwd.h>
@@ -41,6 +43,11 @@ struct mount_opts {
 	bool foreground, debug, no_passthrough;
 	char mnt_real[PATH_MAX], cache_real[PATH_MAX], ctl_path[256];
 	char cache_def[PATH_MAX];   /* the default cache dir, when chosen */
+	/* What this mount made, for a failed one to remove (undo_cache_dir):
+	 * the topmost directory it created on the way to cache_dir, or the
+	 * cache dir's contents when it was there but empty. */
+	char cache_made[PATH_MAX];
+	bool cache_was_empty;
 };
 
 static void mount_usage(FILE *f)
@@ -400,6 +407,98 @@ static int check_mountpoint(struct mount_opts *o)
 	return EXIT_OK;
 }
 
+/* mkdir -p path (mode for each directory it creates); the first
+ * directory it created, the topmost, goes to made ("" if none). */
+static int mkdir_p_record(const char *path, mode_t mode, char *made,
+			  size_t made_len)
+{
+	char buf[PATH_MAX];
+	size_t n = strlen(path);
+	struct stat sb;
+
+	made[0] = '\0';
+	if (n >= sizeof(buf))
+		return -ENAMETOOLONG;
+	memcpy(buf, path, n + 1);
+	for (char *p = buf + 1; ; p++) {
+		char c = *p;
+
+		if (c != '/' && c)
+			continue;
+		*p = '\0';
+		if (!mkdir(buf, mode)) {
+			if (!made[0])
+				snprintf(made, made_len, "%s", buf);
+		} else if (errno != EEXIST) {
+			return -errno;
+		}
+		*p = c;
+		if (!c)
+			break;
+	}
+	if (stat(path, &sb))
+		return -errno;
+	return S_ISDIR(sb.st_mode) ? 0 : -ENOTDIR;
+}
+
+static bool dir_is_empty(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *e;
+	bool empty = true;
+
+	if (!d)
+		return false;
+	while (empty && (e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			empty = false;
+	closedir(d);
+	return empty;
+}
+
+static int remove_one(const char *path, const struct stat *sb, int type,
+		      struct FTW *ftw)
+{
+	(void)sb;
+	if (ftw->level == 0)
+		return 0; /* the top: the caller decides */
+	if (type == FTW_DP)
+		rmdir(path);
+	else
+		unlink(path);
+	return 0; /* keep going: remove what can be */
+}
+
+/* After a failed mount: removes what prepare_cache_dir and the cache
+ * made (the index, the lock, the log) in a cache dir this mount created
+ * or found empty, and the directories it created above it.  Never
+ * touches a cache dir that held anything before. */
+static void undo_cache_dir(const struct mount_opts *o)
+{
+	char dir[PATH_MAX];
+	size_t top = strlen(o->cache_made);
+
+	if (!o->cache_dir || (!top && !o->cache_was_empty))
+		return;
+	/* Depth first, not across symlinks or into other filesystems. */
+	nftw(o->cache_dir, remove_one, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+	if (!top)
+		return;
+	snprintf(dir, sizeof(dir), "%s", o->cache_dir);
+	while (strlen(dir) >= top) {
+		char *slash;
+
+		if (rmdir(dir))
+			break;
+		slash = strrchr(dir, '/');
+		if (!slash)
+			break;
+		while (slash > dir && slash[-1] == '/')
+			slash--;
+		*slash = '\0';
+	}
+}
+
 /* Default cache dir, size and control socket; creates the cache dir. */
 static int prepare_cache_dir(struct mount_opts *o)
 {
@@ -429,7 +528,9 @@ static int prepare_cache_dir(struct mount_opts *o)
 				 home ? home : "/tmp", name);
 		o->cache_dir = def;
 	}
-	rc = util_mkdir_p(o->cache_dir, 0700);
+	o->cache_was_empty = dir_is_empty(o->cache_dir);
+	rc = mkdir_p_record(o->cache_dir, 0700, o->cache_made,
+			    sizeof(o->cache_made));
 	if (rc || !realpath(o->cache_dir, o->cache_real) ||
 	    access(o->cache_real, W_OK | X_OK)) {
 		fprintf(stderr, "fmfs mount: cache directory %s is not usable:"
@@ -578,8 +679,10 @@ int cmd_mount(int argc, char **argv)
 		fprintf(stderr, "fmfs mount: -o %s: %s\n", o.fuse_opts, msg);
 		return EXIT_USAGE;
 	}
-	if ((rc = prepare_cache_dir(&o)))
+	if ((rc = prepare_cache_dir(&o))) {
+		undo_cache_dir(&o);
 		return rc;
+	}
 	snprintf(log, sizeof(log), "%s/lock", o.cache_real);
 	lockfd = open(log, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (lockfd < 0 || flock(lockfd, LOCK_EX | LOCK_NB)) {
@@ -590,23 +693,29 @@ int cmd_mount(int argc, char **argv)
 	}
 	rc = precheck(&o);
 	if (rc)
-		return rc;
+		goto out_undo;
 	if (o.foreground) {
 		rc = serve(&o, -1, msg, sizeof(msg));
-		if (rc)
+		if (rc) {
 			fprintf(stderr, "fmfs mount: %s\n", msg);
+			undo_cache_dir(&o); /* the mount never came up */
+		}
 		close(lockfd);
 		unlink(o.ctl_path); /* last: umount waits for it */
 		return rc;
 	}
 	if (pipe2(pfd, O_CLOEXEC)) {
 		perror("fmfs mount: pipe");
-		return EXIT_FAIL;
+		rc = EXIT_FAIL;
+		goto out_undo;
 	}
 	pid = fork();
 	if (pid < 0) {
 		perror("fmfs mount: fork");
-		return EXIT_FAIL;
+		close(pfd[0]);
+		close(pfd[1]);
+		rc = EXIT_FAIL;
+		goto out_undo;
 	}
 	if (pid == 0) {
 		int fd;
@@ -649,12 +758,19 @@ int cmd_mount(int argc, char **argv)
 	line[n > 0 ? n : 0] = '\0';
 	if (n >= 2 && !strncmp(line, "ok", 2))
 		return EXIT_OK;
+	waitpid(pid, &status, 0);
 	if (n > 6 && !strncmp(line, "error ", 6)) {
 		fprintf(stderr, "fmfs mount: %s", line + 6);
+		undo_cache_dir(&o); /* the daemon has exited */
 	} else {
+		/* Kept: the log is all there is to tell what happened. */
 		fprintf(stderr, "fmfs mount: the daemon exited before the "
 			"mount was live; see %s/fmfs.log\n", o.cache_real);
 	}
-	waitpid(pid, &status, 0);
 	return EXIT_FAIL;
+
+out_undo:
+	undo_cache_dir(&o); /* before the lock goes: no other mount yet */
+	close(lockfd);
+	return rc;
 }
