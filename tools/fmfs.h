@@ -40,9 +40,14 @@ struct fmfs_mount_info {
 /* Fills mi and returns true if something is mounted on real. */
 bool fmfs_mount_find(const char *real, struct fmfs_mount_info *mi);
 
-/* "alice (uid 1000), who mounted it" for a mount's owner_uid (or "the
- * user who mounted it" for -1): whom to ask, in messages. */
+/* "alice (uid 1000)" for a mount's owner_uid ("another user" for -1):
+ * whom to ask, in messages. */
 void fmfs_owner_str(long long uid, char *buf, size_t len);
+
+/* The absolute path of p without resolving its last component, which
+ * may be a dead mount or one this user may not enter (realpath fails
+ * there).  0, or -1. */
+int fmfs_abs_path(const char *p, char *out, size_t len);
 
 /* Unmounts real: umount2() as root, else fusermount3 -u (its messages
  * go to stderr); lazy detaches it even while busy.  0, or -1. */

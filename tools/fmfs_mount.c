@@ -290,17 +290,14 @@ void fmfs_owner_str(long long uid, char *buf, size_t len)
 	struct passwd *pw = uid >= 0 ? getpwuid((uid_t)uid) : NULL;
 
 	if (pw)
-		snprintf(buf, len, "%s (uid %lld), who mounted it",
-			 pw->pw_name, uid);
+		snprintf(buf, len, "%s (uid %lld)", pw->pw_name, uid);
 	else if (uid >= 0)
-		snprintf(buf, len, "uid %lld, who mounted it", uid);
+		snprintf(buf, len, "uid %lld", uid);
 	else
-		snprintf(buf, len, "the user who mounted it");
+		snprintf(buf, len, "another user");
 }
 
-/* The absolute path of p without resolving its last component, which
- * may be a dead mount (realpath fails there with ENOTCONN). */
-static int abs_path_of(const char *p, char *out, size_t len)
+int fmfs_abs_path(const char *p, char *out, size_t len)
 {
 	char dir[PATH_MAX], parent[PATH_MAX];
 	const char *base;
@@ -339,7 +336,7 @@ static int clear_dead_mount(const struct mount_opts *o)
 	struct fmfs_mount_info mi;
 	char abs[PATH_MAX];
 
-	if (abs_path_of(o->mountpoint, abs, sizeof(abs)) ||
+	if (fmfs_abs_path(o->mountpoint, abs, sizeof(abs)) ||
 	    !fmfs_mount_find(abs, &mi)) {
 		fprintf(stderr, "fmfs mount: mountpoint %s: %s: it, or a "
 			"directory above it, is a FUSE mount whose daemon is "
@@ -360,9 +357,10 @@ static int clear_dead_mount(const struct mount_opts *o)
 
 		fmfs_owner_str(mi.owner_uid, who, sizeof(who));
 		fprintf(stderr, "fmfs mount: mountpoint %s is a dead fmfs "
-			"mount (its daemon is gone) and could not be "
+			"mount of %s (its daemon is gone) and could not be "
 			"unmounted; run fmfs umount %s or fusermount3 -u %s "
-			"as %s or as root\n", abs, abs, abs, who);
+			"as %s\n", abs, who, abs, abs, mi.owner_uid == 0 ?
+			"root" : "that user or as root");
 		return EXIT_USAGE;
 	}
 	fprintf(stderr, "fmfs mount: %s was a dead fmfs mount (its daemon "
