@@ -245,7 +245,9 @@ static int paths_add(struct warm_client *w, size_t *cap, const char *p)
 	return 0;
 }
 
-/* Turns a path given by the user into one relative to the mount root. */
+/* Turns a path given by the user into one relative to the mount root;
+ * NULL with errno set when it does not exist (ENOENT ...), is outside
+ * the mount (EXDEV) or memory ran out. */
 static char *mount_relative(const char *mnt_real, const char *p)
 {
 	char real[PATH_MAX];
@@ -253,8 +255,10 @@ static char *mount_relative(const char *mnt_real, const char *p)
 
 	if (!realpath(p, real))
 		return NULL;
-	if (strncmp(real, mnt_real, ml) || (real[ml] && real[ml] != '/'))
+	if (strncmp(real, mnt_real, ml) || (real[ml] && real[ml] != '/')) {
+		errno = EXDEV;
 		return NULL;
+	}
 	return strdup(real[ml] ? real + ml + 1 : "");
 }
 
@@ -328,10 +332,17 @@ static int warm(const char *verb, int argc, char **argv)
 	for (size_t i = 0; i < w.n && rc == EXIT_OK; i++) {
 		char *rel = mount_relative(real, w.paths[i]);
 
-		if (!rel) {
+		if (!rel && errno == EXDEV) {
 			fprintf(stderr, "fmfs %s: %s: not a path inside %s\n",
 				verb, w.paths[i], real);
 			rc = EXIT_USAGE;
+			break;
+		}
+		if (!rel) {
+			fprintf(stderr, "fmfs %s: %s%s: %s\n", verb,
+				w.paths[i], errno == ENOENT ? " does not "
+				"exist" : "", strerror(errno));
+			rc = errno == ENOMEM ? EXIT_FAIL : EXIT_USAGE;
 			break;
 		}
 		free(w.paths[i]);
@@ -417,9 +428,9 @@ static int parse_timeout(const char *verb, const char *v, unsigned *out)
 	char *end;
 	unsigned long n = strtoul(v, &end, 10);
 
-	if (*end || end == v || n > 86400) {
-		fprintf(stderr, "fmfs %s: --timeout '%s' is not a number of "
-			"seconds\n", verb, v);
+	if (*v < '0' || *v > '9' || *end || n > 86400) {
+		fprintf(stderr, "fmfs %s: --timeout '%s': give a whole number "
+			"of seconds from 0 to 86400\n", verb, v);
 		return EXIT_USAGE;
 	}
 	*out = (unsigned)n;
