@@ -221,7 +221,8 @@ static void *warm_client_main(void *arg)
 		} else {
 			w->errors++;
 			fprintf(stderr, "fmfs %s: %s: %s", w->verb,
-				w->paths[i], ans[0] ? ans : "no answer\n");
+				w->paths[i], !strncmp(ans, "error ", 6) ?
+				ans + 6 : ans[0] ? ans : "no answer\n");
 		}
 		pthread_mutex_unlock(&w->lock);
 	}
