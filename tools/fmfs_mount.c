@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -370,9 +371,13 @@ static int clear_dead_mount(const struct mount_opts *o)
 
 static int check_mountpoint(struct mount_opts *o)
 {
+	struct statfs sf;
 	struct stat st;
 
-	if (stat(o->mountpoint, &st) && errno == ENOTCONN) {
+	/* A dead FUSE mount answers ENOTCONN, but stat may be served from
+	 * attributes the kernel cached while it lived; statfs always goes
+	 * to the daemon. */
+	if (statfs(o->mountpoint, &sf) && errno == ENOTCONN) {
 		int rc = clear_dead_mount(o);
 
 		if (rc)

@@ -70,7 +70,7 @@ expect_exit 2 "--timeout '-5': give a whole number of seconds from 0 to 86400" \
 note "--cache-size: overflow, too large for the disk, too small, garbage"
 mount_fails 2 "--cache-size '18446744073709551616' is too large: it does not fit in 64 bits" \
 	--cache-size 18446744073709551616
-mount_fails 2 "--cache-size '16E' .*(too large|give)" --cache-size 16E
+mount_fails 2 "--cache-size '16E': give a size of at least 16M" --cache-size 16E
 mount_fails 2 "--cache-size '18446744073709551615' is more than the disk of .* can ever hold" \
 	--cache-size 18446744073709551615
 mount_fails 2 "--cache-size '99999T' is more than the disk of .* can ever hold \([0-9]+ MiB in all\)" \
