@@ -156,6 +156,17 @@ static void job_free(struct warm_job *j)
 	pthread_mutex_destroy(&j->lock);
 }
 
+/* Is the file at path (relative to the root: its key) dirty? */
+static bool fs_is_dirty(struct fs *fs, const char *path)
+{
+	struct cache_wfile *w;
+
+	if (cache_w_get(fs->cfg.cache, path, &w))
+		return false;
+	cache_w_put(w);
+	return true;
+}
+
 /* prefetch / evict of a path relative to the mount root. */
 static void do_warm(struct fs *fs, FILE *out, const char *path, bool evict,
 		    bool wait)
@@ -169,6 +180,16 @@ static void do_warm(struct fs *fs, FILE *out, const char *path, bool evict,
 	j.fs = fs;
 	j.evict = evict;
 	pthread_mutex_init(&j.lock, NULL);
+	while (*path == '/')
+		path++;
+	if (evict && *path && fs_is_dirty(fs, path)) {
+		/* Not in the bucket yet (or changed since): its only copy. */
+		fprintf(out, "error it is dirty (not uploaded yet), and dirty "
+			"files are never evicted; fmfs flush uploads it, then "
+			"it can be\n");
+		job_free(&j);
+		return;
+	}
 	rc = fs_resolve(fs, path, &e, key, sizeof(key));
 	if (rc) {
 		fprintf(out, "error %s: %s\n", *path ? path : "/",

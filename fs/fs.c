@@ -20,6 +20,7 @@
 #include <malloc.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -831,6 +832,75 @@ static void raise_readahead(const char *mountpoint)
 	}
 }
 
+/* What libfuse logs while fs_fuse_capture is on: its reason for
+ * refusing options or a mount, which would otherwise go only to the
+ * daemon's log.  Used while one thread starts a mount (fs_run before it
+ * serves, fs_check_fuse_opts before the daemon exists). */
+static char fs_fuse_said[512];
+
+static void fs_fuse_log(enum fuse_log_level level, const char *fmt,
+			va_list ap)
+{
+	size_t at = strlen(fs_fuse_said);
+
+	if (level > FUSE_LOG_WARNING) {
+		vfprintf(stderr, fmt, ap);
+		return;
+	}
+	if (at + 2 < sizeof(fs_fuse_said))
+		vsnprintf(fs_fuse_said + at, sizeof(fs_fuse_said) - at, fmt,
+			  ap);
+}
+
+static void fs_fuse_capture(bool on)
+{
+	if (on)
+		fs_fuse_said[0] = '\0';
+	fuse_set_log_func(on ? fs_fuse_log : NULL);
+}
+
+/* What libfuse said, one line, without its "fuse: " prefixes. */
+static const char *fs_fuse_reason(void)
+{
+	char *p = fs_fuse_said, *q = fs_fuse_said;
+
+	while (*p) {
+		if (!strncmp(p, "fuse: ", 6))
+			p += 6;
+		while (*p && *p != '\n')
+			*q++ = *p++;
+		while (*p == '\n')
+			p++;
+		if (*p)
+			*q++ = ';', *q++ = ' ';
+	}
+	*q = '\0';
+	return fs_fuse_said[0] ? fs_fuse_said : "no reason given";
+}
+
+int fs_check_fuse_opts(const char *opts, char *msg, size_t ml)
+{
+	char *argv[] = { "fmfs", "-o", (char *)opts, NULL };
+	struct fuse_args args = FUSE_ARGS_INIT(3, argv);
+	struct fuse_lowlevel_ops ops;
+	struct fuse_session *se;
+
+	if (!opts)
+		return 0;
+	memset(&ops, 0, sizeof(ops));
+	fs_fuse_capture(true);
+	se = fuse_session_new(&args, &ops, sizeof(ops), NULL);
+	fs_fuse_capture(false);
+	fuse_opt_free_args(&args);
+	if (!se) {
+		snprintf(msg, ml, "libfuse does not take it: %s",
+			 fs_fuse_reason());
+		return -EINVAL;
+	}
+	fuse_session_destroy(se); /* never mounted: nothing opened */
+	return 0;
+}
+
 int fs_run(const struct fs_config *cfg, char *msg, size_t ml)
 {
 	char fsname[512], opts[1024];
@@ -869,9 +939,12 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t ml)
 		argv[3] = "-d", args.argc = 4;
 	if (cfg->mode != FS_MODE_RO)
 		fs_write_ops(&fs_ops);
+	fs_fuse_capture(true);
 	fs->se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), fs);
+	fs_fuse_capture(false);
 	if (!fs->se) {
-		snprintf(msg, ml, "bad FUSE options: %s", opts);
+		snprintf(msg, ml, "libfuse does not take the options %s: %s",
+			 opts, fs_fuse_reason());
 		rc = -EINVAL;
 		goto out_inodes;
 	}
@@ -883,10 +956,13 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t ml)
 		rc = -EIO;
 		goto out_ctl;
 	}
-	if (fuse_session_mount(fs->se, cfg->mountpoint)) {
-		snprintf(msg, ml, "cannot mount on %s (is it an empty "
+	fs_fuse_capture(true);
+	rc = fuse_session_mount(fs->se, cfg->mountpoint);
+	fs_fuse_capture(false);
+	if (rc) {
+		snprintf(msg, ml, "cannot mount on %s: %s (is it a "
 			 "directory, not already mounted, and is /dev/fuse "
-			 "usable?)", cfg->mountpoint);
+			 "usable?)", cfg->mountpoint, fs_fuse_reason());
 		rc = -EIO;
 		goto out_signals;
 	}

@@ -53,6 +53,12 @@ struct fs_config {
  * set when mounting failed. */
 int fs_run(const struct fs_config *cfg, char *msg, size_t msg_len);
 
+/* Whether libfuse takes opts as extra -o options (fs_config.fuse_opts),
+ * without mounting: 0, or -EINVAL with libfuse's reason in msg.  For a
+ * check before the daemon starts; not thread-safe (it redirects
+ * libfuse's log while it asks). */
+int fs_check_fuse_opts(const char *opts, char *msg, size_t msg_len);
+
 /* Name of the xattr on the mount's root directory whose value is the
  * control socket's path. */
 #define FS_CTL_XATTR "user.fmfs.control"

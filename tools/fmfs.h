@@ -15,6 +15,7 @@
 #define FMFS_TOOLS_FMFS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "tools.h"
 
@@ -30,5 +31,26 @@ int cmd_obj(int argc, char **argv);       /* fmfs_obj.c */
  * /proc/self/mountinfo?  mount refuses a busy mountpoint; umount still
  * unmounts one whose daemon is gone. */
 bool fmfs_is_mounted(const char *real);
+
+/* The topmost mount on real, per /proc/self/mountinfo. */
+struct fmfs_mount_info {
+	char fstype[64];     /* "fuse.fmfs" for an fmfs mount */
+	long long owner_uid; /* a FUSE mount's user_id=, else -1 */
+};
+/* Fills mi and returns true if something is mounted on real. */
+bool fmfs_mount_find(const char *real, struct fmfs_mount_info *mi);
+
+/* "alice (uid 1000)" for a mount's owner_uid ("another user" for -1):
+ * whom to ask, in messages. */
+void fmfs_owner_str(long long uid, char *buf, size_t len);
+
+/* The absolute path of p without resolving its last component, which
+ * may be a dead mount or one this user may not enter (realpath fails
+ * there).  0, or -1. */
+int fmfs_abs_path(const char *p, char *out, size_t len);
+
+/* Unmounts real: umount2() as root, else fusermount3 -u (its messages
+ * go to stderr); lazy detaches it even while busy.  0, or -1. */
+int fmfs_unmount(const char *real, bool lazy);
 
 #endif /* FMFS_TOOLS_FMFS_H */

@@ -29,6 +29,60 @@
 #include "fs/fs.h"
 #include "fmfs.h"
 
+int fmfs_unmount(const char *real, bool lazy)
+{
+	pid_t pid;
+	int status;
+
+	if (!umount2(real, lazy ? MNT_DETACH : 0) || errno == EINVAL)
+		return 0; /* EINVAL: not mounted (any more) */
+	/* Not root: fusermount3 does it for the user. */
+	pid = fork();
+	if (pid == 0) {
+		execlp("fusermount3", "fusermount3", lazy ? "-uz" : "-u", real,
+		       (char *)NULL);
+		_exit(127);
+	}
+	if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) ||
+	    WEXITSTATUS(status))
+		return -1;
+	return 0;
+}
+
+/* This user may not reach mnt, or its control socket (under a 0700
+ * directory of the user who mounted it, fmfs_mount.c): says so, whose
+ * mount it is and what to do, instead of "does not answer".  Returns
+ * EXIT_AUTH. */
+static int ctl_denied(const char *verb, const char *mnt, const char *sock)
+{
+	struct fmfs_mount_info mi = { .owner_uid = -1 };
+	char abs[PATH_MAX], who[128];
+
+	if (!fmfs_abs_path(mnt, abs, sizeof(abs)))
+		fmfs_mount_find(abs, &mi);
+	fmfs_owner_str(mi.owner_uid, who, sizeof(who));
+	fprintf(stderr, "fmfs %s: permission denied on %s%s: %s is the fmfs "
+		"mount of %s; run fmfs %s as %s\n", verb,
+		sock ? "the control socket " : "", sock ? sock : mnt, mnt, who,
+		verb, mi.owner_uid == 0 ? "root" : "that user or as root");
+	errno = EACCES;
+	return EXIT_AUTH;
+}
+
+/* The daemon behind sock did not take a connection (err, a negative
+ * errno): says why.  Returns an exit code. */
+static int ctl_unreachable(const char *verb, const char *real,
+			   const char *sock, int err)
+{
+	if (err == -EACCES || err == -EPERM)
+		return ctl_denied(verb, real, sock);
+	fprintf(stderr, "fmfs %s: the daemon of %s does not answer on %s: "
+		"%s%s\n", verb, real, sock, strerror(-err),
+		err == -ECONNREFUSED || err == -ENOENT ? " (it has exited? "
+		"fmfs umount clears its mount)" : "");
+	return EXIT_FAIL;
+}
+
 static int ctl_path_of(const char *verb, const char *mnt, char *path,
 		       size_t len, char *real)
 {
@@ -38,6 +92,8 @@ static int ctl_path_of(const char *verb, const char *mnt, char *path,
 		int e = errno;
 
 		real[0] = '\0';
+		if (e == EACCES || e == EPERM)
+			return ctl_denied(verb, mnt, NULL);
 		if (!(e == ENOTCONN && !strcmp(verb, "umount")))
 			fprintf(stderr, "fmfs %s: %s: %s%s\n", verb, mnt,
 				strerror(e), e == ENOTCONN ? " (the fmfs daemon "
@@ -117,13 +173,9 @@ int cmd_status(int argc, char **argv)
 	}
 	if ((rc = ctl_path_of("status", mnt, sock, sizeof(sock), real)))
 		return rc;
-	if (ctl_request(sock, json ? "status-json" : "status", stdout, NULL,
-			0)) {
-		fprintf(stderr, "fmfs status: the daemon of %s does not answer"
-			" on %s\n", real, sock);
-		return EXIT_FAIL;
-	}
-	return EXIT_OK;
+	rc = ctl_request(sock, json ? "status-json" : "status", stdout, NULL,
+			 0);
+	return rc ? ctl_unreachable("status", real, sock, rc) : EXIT_OK;
 }
 
 struct warm_client {
@@ -133,6 +185,7 @@ struct warm_client {
 	bool wait;
 	pthread_mutex_t lock;
 	unsigned long long files, bytes, errors;
+	int conn_err;        /* the first connect error: all stop */
 };
 
 static void *warm_client_main(void *arg)
@@ -143,6 +196,7 @@ static void *warm_client_main(void *arg)
 	for (;;) {
 		unsigned long long f = 0, b = 0;
 		size_t i;
+		int rc;
 
 		pthread_mutex_lock(&w->lock);
 		i = w->next++;
@@ -153,18 +207,22 @@ static void *warm_client_main(void *arg)
 			 w->wait ? "-wait" : "", w->paths[i]);
 		if (!strcmp(w->verb, "evict"))
 			snprintf(req, sizeof(req), "evict %s", w->paths[i]);
-		if (ctl_request(w->sock, req, NULL, ans, sizeof(ans)))
-			snprintf(ans, sizeof(ans), "error daemon not "
-				 "answering\n");
+		rc = ctl_request(w->sock, req, NULL, ans, sizeof(ans));
 		pthread_mutex_lock(&w->lock);
-		if (!strncmp(ans, "ok", 2)) {
+		if (rc) {
+			/* The same for every path: said once, by warm(). */
+			if (!w->conn_err)
+				w->conn_err = rc;
+			w->next = w->n;
+		} else if (!strncmp(ans, "ok", 2)) {
 			sscanf(ans, "ok %llu files %llu bytes", &f, &b);
 			w->files += f;
 			w->bytes += b;
 		} else {
 			w->errors++;
 			fprintf(stderr, "fmfs %s: %s: %s", w->verb,
-				w->paths[i], ans[0] ? ans : "no answer\n");
+				w->paths[i], !strncmp(ans, "error ", 6) ?
+				ans + 6 : ans[0] ? ans : "no answer\n");
 		}
 		pthread_mutex_unlock(&w->lock);
 	}
@@ -188,7 +246,9 @@ static int paths_add(struct warm_client *w, size_t *cap, const char *p)
 	return 0;
 }
 
-/* Turns a path given by the user into one relative to the mount root. */
+/* Turns a path given by the user into one relative to the mount root;
+ * NULL with errno set when it does not exist (ENOENT ...), is outside
+ * the mount (EXDEV) or memory ran out. */
 static char *mount_relative(const char *mnt_real, const char *p)
 {
 	char real[PATH_MAX];
@@ -196,8 +256,10 @@ static char *mount_relative(const char *mnt_real, const char *p)
 
 	if (!realpath(p, real))
 		return NULL;
-	if (strncmp(real, mnt_real, ml) || (real[ml] && real[ml] != '/'))
+	if (strncmp(real, mnt_real, ml) || (real[ml] && real[ml] != '/')) {
+		errno = EXDEV;
 		return NULL;
+	}
 	return strdup(real[ml] ? real + ml + 1 : "");
 }
 
@@ -271,10 +333,17 @@ static int warm(const char *verb, int argc, char **argv)
 	for (size_t i = 0; i < w.n && rc == EXIT_OK; i++) {
 		char *rel = mount_relative(real, w.paths[i]);
 
-		if (!rel) {
+		if (!rel && errno == EXDEV) {
 			fprintf(stderr, "fmfs %s: %s: not a path inside %s\n",
 				verb, w.paths[i], real);
 			rc = EXIT_USAGE;
+			break;
+		}
+		if (!rel) {
+			fprintf(stderr, "fmfs %s: %s%s: %s\n", verb,
+				w.paths[i], errno == ENOENT ? " does not "
+				"exist" : "", strerror(errno));
+			rc = errno == ENOMEM ? EXIT_FAIL : EXIT_USAGE;
 			break;
 		}
 		free(w.paths[i]);
@@ -287,6 +356,10 @@ static int warm(const char *verb, int argc, char **argv)
 		pthread_create(&t[i], NULL, warm_client_main, &w);
 	for (size_t i = 0; i < nt; i++)
 		pthread_join(t[i], NULL);
+	if (w.conn_err) {
+		rc = ctl_unreachable(verb, real, sock, w.conn_err);
+		goto out_free_paths;
+	}
 	if (w.wait || !strcmp(verb, "evict"))
 		printf("%s: %llu files, %llu bytes, %llu errors\n", verb,
 		       w.files, w.bytes, w.errors);
@@ -311,8 +384,9 @@ int cmd_evict(int argc, char **argv)
 
 /* Asks the daemon to upload what is dirty under path and, with wait,
  * to answer once it is in the bucket.  Prints what failed. */
-static int flush_request(const char *verb, const char *sock, const char *rel,
-			 bool wait, unsigned timeout_s)
+static int flush_request(const char *verb, const char *real,
+			 const char *sock, const char *rel, bool wait,
+			 unsigned timeout_s)
 {
 	char req[PATH_MAX + 64], ans[65536];
 	int rc;
@@ -320,11 +394,8 @@ static int flush_request(const char *verb, const char *sock, const char *rel,
 	snprintf(req, sizeof(req), "%s %u %s", !strcmp(verb, "umount") ?
 		 "drain" : wait ? "flush-wait" : "flush", timeout_s, rel);
 	rc = ctl_request(sock, req, NULL, ans, sizeof(ans));
-	if (rc) {
-		fprintf(stderr, "fmfs %s: cannot reach the daemon: %s\n", verb,
-			strerror(-rc));
-		return EXIT_FAIL;
-	}
+	if (rc)
+		return ctl_unreachable(verb, real, sock, rc);
 	if (!strncmp(ans, "ok", 2))
 		return EXIT_OK;
 	fprintf(stderr, "fmfs %s: %s", verb, !strncmp(ans, "error ", 6) ?
@@ -358,9 +429,9 @@ static int parse_timeout(const char *verb, const char *v, unsigned *out)
 	char *end;
 	unsigned long n = strtoul(v, &end, 10);
 
-	if (*end || end == v || n > 86400) {
-		fprintf(stderr, "fmfs %s: --timeout '%s' is not a number of "
-			"seconds\n", verb, v);
+	if (*v < '0' || *v > '9' || *end || n > 86400) {
+		fprintf(stderr, "fmfs %s: --timeout '%s': give a whole number "
+			"of seconds from 0 to 86400\n", verb, v);
 		return EXIT_USAGE;
 	}
 	*out = (unsigned)n;
@@ -400,7 +471,7 @@ int cmd_flush(int argc, char **argv)
 		rc = rel_path("flush", real, path ? path : real, rel,
 			      sizeof(rel));
 	if (!rc)
-		rc = flush_request("flush", sock, rel, wait, timeout_s);
+		rc = flush_request("flush", real, sock, rel, wait, timeout_s);
 	return rc;
 }
 
@@ -442,28 +513,20 @@ int cmd_umount(int argc, char **argv)
 	if (rc && !fmfs_is_mounted(real))
 		return rc;
 	/* Drain first: what cannot be uploaded is reported, and kept. */
-	if (!rc && flush_request("umount", sock, "", true, timeout_s)) {
+	if (!rc && (rc = flush_request("umount", real, sock, "", true,
+				       timeout_s))) {
+		if (rc == EXIT_AUTH)
+			return rc; /* not this user's mount: said why */
 		fprintf(stderr, "fmfs umount: the files above are not in the "
 			"bucket yet; they stay in the cache dir and are "
 			"uploaded when it is mounted again\n");
 		undrained = true;
+		rc = EXIT_OK;
 	}
-	if (umount2(real, 0) && errno != EINVAL) {
-		/* Not root: fusermount3 does it for the user. */
-		pid_t pid = fork();
-		int status;
-
-		if (pid == 0) {
-			execlp("fusermount3", "fusermount3", "-u", real,
-			       (char *)NULL);
-			_exit(127);
-		}
-		if (pid < 0 || waitpid(pid, &status, 0) < 0 ||
-		    !WIFEXITED(status) || WEXITSTATUS(status)) {
-			fprintf(stderr, "fmfs umount: could not unmount %s "
-				"(busy? close the files open there)\n", real);
-			return EXIT_FAIL;
-		}
+	if (fmfs_unmount(real, false)) {
+		fprintf(stderr, "fmfs umount: could not unmount %s "
+			"(busy? close the files open there)\n", real);
+		return EXIT_FAIL;
 	}
 	/* Wait for the daemon to finish: it removes its socket last. */
 	for (int i = 0; !rc && stat(sock, &st) == 0; i++) {

@@ -12,14 +12,18 @@
  * there.
  */
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <getopt.h>
 #include <limits.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -32,6 +36,7 @@
 struct mount_opts {
 	struct obj_config obj;
 	const char *url, *mountpoint, *cache_dir, *fuse_opts;
+	const char *cache_size_arg;   /* as given, for messages */
 	uint64_t cache_size;
 	int mode;
 	unsigned refresh_s, threads, fetch_timeout_s;
@@ -39,6 +44,11 @@ struct mount_opts {
 	bool foreground, debug, no_passthrough;
 	char mnt_real[PATH_MAX], cache_real[PATH_MAX], ctl_path[256];
 	char cache_def[PATH_MAX];   /* the default cache dir, when chosen */
+	/* What this mount made, for a failed one to remove (undo_cache_dir):
+	 * the topmost directory it created on the way to cache_dir, or the
+	 * cache dir's contents when it was there but empty. */
+	char cache_made[PATH_MAX];
+	bool cache_was_empty;
 };
 
 static void mount_usage(FILE *f)
@@ -48,18 +58,22 @@ static void mount_usage(FILE *f)
 "  URL: s3://BUCKET[/PREFIX] or file:///DIR\n"
 "  --cache-dir DIR       cache directory (default: one per URL under\n"
 "                        /var/cache/fmfs as root, else ~/.cache/fmfs)\n"
-"  --cache-size SIZE     cap on cached bytes, K/M/G/T (default: half of\n"
+"  --cache-size SIZE     cap on cached bytes, K/M/G/T, at least 16M and at\n"
+"                        most the cache disk's size (default: half of\n"
 "                        the free space of the cache directory's disk)\n"
 "  --endpoint URL --region R --profile P --path-style  (as fmfs obj)\n"
 "  --mode MODE           sw (default: this cache is the only writer), iw\n"
 "                        (independent writers: revalidate, last close\n"
 "                        wins), lu (local updates, never uploaded), ro\n"
-"  --async-delay SECONDS upload a file this long after close (default 1)\n"
+"  --async-delay SECONDS upload a file this long after close, 0-86400\n"
+"                        (default 1)\n"
 "  --part-size SIZE      multipart part size (default 8M)\n"
-"  --upload-parallel N   requests in flight to the store (default 16)\n"
-"  --refresh SECONDS     revalidate listings and attributes (default 30)\n"
-"  --timeout SECONDS     an uncached read fails with EIO after (default 30)\n"
-"  --threads N           FUSE worker threads (default 8)\n"
+"  --upload-parallel N   requests in flight to the store, 1-64 (default 16)\n"
+"  --refresh SECONDS     revalidate listings and attributes, 0-86400\n"
+"                        (default 30)\n"
+"  --timeout SECONDS     an uncached read fails with EIO after, 1-86400\n"
+"                        (default 30)\n"
+"  --threads N           FUSE worker threads, 1-64 (default 8)\n"
 "  --no-passthrough      send writes through the daemon even where the\n"
 "                        kernel could write files open for writing\n"
 "                        straight into the cache (FUSE passthrough)\n"
@@ -81,6 +95,42 @@ static uint64_t fnv64(const char *s)
 	for (; *s; s++)
 		h = (h ^ (unsigned char)*s) * 1099511628211ull;
 	return h;
+}
+
+/* A whole number of unit from min to max for option name, or -1 with
+ * the range on stderr (no sign, no trailing text, no overflow). */
+static int mount_uint_opt(const char *name, const char *arg, unsigned min,
+			  unsigned max, const char *unit, unsigned *out)
+{
+	char want[96];
+	uint64_t v;
+
+	if (!tools_parse_u64(arg, min, max, &v)) {
+		*out = (unsigned)v;
+		return 0;
+	}
+	snprintf(want, sizeof(want), "a whole number of %s from %u to %u",
+		 unit, min, max);
+	return tools_bad_opt("fmfs mount", name, arg, want);
+}
+
+/* --cache-size: at least 16M; whether the cache's disk can hold it is
+ * checked once the cache directory is known (prepare_cache_dir). */
+static int mount_cache_size_opt(const char *arg, uint64_t *out)
+{
+	int rc = tools_parse_size(arg, out);
+
+	if (rc == -ERANGE) {
+		fprintf(stderr, "fmfs mount: --cache-size '%s' is too large: "
+			"it does not fit in 64 bits (16E bytes); give at most "
+			"the size of the cache directory's disk\n", arg);
+		return -1;
+	}
+	if (rc || *out < (16u << 20))
+		return tools_bad_opt("fmfs mount", "--cache-size", arg,
+				     "a size of at least 16M, like 64G "
+				     "(K/M/G/T suffixes)");
+	return 0;
 }
 
 static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
@@ -105,8 +155,6 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
-	unsigned long n;
-	char *end;
 	int c;
 
 	obj_config_init(&o->obj);
@@ -119,12 +167,9 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 		switch (c) {
 		case OPT_CACHE_DIR: o->cache_dir = optarg; break;
 		case OPT_CACHE_SIZE:
-			if (tools_parse_size(optarg, &o->cache_size) ||
-			    o->cache_size < (16u << 20)) {
-				return tools_bad_opt("fmfs mount",
-					"--cache-size", optarg, "a size of at "
-					"least 16M (K/M/G/T suffixes)");
-			}
+			if (mount_cache_size_opt(optarg, &o->cache_size))
+				return -1;
+			o->cache_size_arg = optarg;
 			break;
 		case OPT_MODE:
 			o->mode = fs_mode_parse(optarg);
@@ -146,32 +191,29 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 			break;
 		}
 		case OPT_REFRESH:
-		case OPT_TIMEOUT:
-		case OPT_THREADS:
-		case OPT_DELAY:
-		case OPT_UPAR:
-			n = strtoul(optarg, &end, 10);
-			if (*end || end == optarg || n > 86400 ||
-			    (c != OPT_REFRESH && c != OPT_DELAY && n == 0) ||
-			    ((c == OPT_THREADS || c == OPT_UPAR) && n > 64)) {
-				fprintf(stderr, "fmfs mount: --%s '%s' is not "
-					"a valid number\n", c == OPT_REFRESH ?
-					"refresh" : c == OPT_TIMEOUT ?
-					"timeout" : c == OPT_DELAY ?
-					"async-delay" : c == OPT_UPAR ?
-					"upload-parallel" : "threads", optarg);
+			if (mount_uint_opt("--refresh", optarg, 0, 86400,
+					   "seconds", &o->refresh_s))
 				return -1;
-			}
-			if (c == OPT_DELAY)
-				o->async_delay_s = (unsigned)n;
-			else if (c == OPT_UPAR)
-				o->obj.max_parallel = (unsigned)n;
-			else if (c == OPT_REFRESH)
-				o->refresh_s = (unsigned)n;
-			else if (c == OPT_TIMEOUT)
-				o->fetch_timeout_s = (unsigned)n;
-			else
-				o->threads = (unsigned)n;
+			break;
+		case OPT_TIMEOUT:
+			if (mount_uint_opt("--timeout", optarg, 1, 86400,
+					   "seconds", &o->fetch_timeout_s))
+				return -1;
+			break;
+		case OPT_DELAY:
+			if (mount_uint_opt("--async-delay", optarg, 0, 86400,
+					   "seconds", &o->async_delay_s))
+				return -1;
+			break;
+		case OPT_THREADS:
+			if (mount_uint_opt("--threads", optarg, 1, 64,
+					   "threads", &o->threads))
+				return -1;
+			break;
+		case OPT_UPAR:
+			if (mount_uint_opt("--upload-parallel", optarg, 1, 64,
+					   "requests", &o->obj.max_parallel))
+				return -1;
 			break;
 		case 'f':
 		case OPT_FG: o->foreground = true; break;
@@ -191,7 +233,25 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 	return 0;
 }
 
-bool fmfs_is_mounted(const char *real)
+/* mountinfo writes space, tab, newline and backslash as \\ooo. */
+static void unescape_octal(char *s)
+{
+	char *q = s;
+
+	for (; *s; s++) {
+		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' &&
+		    s[2] >= '0' && s[2] <= '7' && s[3] >= '0' && s[3] <= '7') {
+			*q++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 +
+				      (s[3] - '0'));
+			s += 3;
+		} else {
+			*q++ = *s;
+		}
+	}
+	*q = '\0';
+}
+
+bool fmfs_mount_find(const char *real, struct fmfs_mount_info *mi)
 {
 	char line[4096], mp[PATH_MAX];
 	FILE *f = fopen("/proc/self/mountinfo", "r");
@@ -199,21 +259,140 @@ bool fmfs_is_mounted(const char *real)
 
 	if (!f)
 		return false;
-	while (!found && fgets(line, sizeof(line), f))
-		if (sscanf(line, "%*s %*s %*s %*s %4095s", mp) == 1 &&
-		    !strcmp(mp, real))
-			found = true;
+	/* Every line: a later one may be mounted over an earlier one. */
+	while (fgets(line, sizeof(line), f)) {
+		const char *dash = strstr(line, " - "), *uid;
+		char type[64];
+
+		if (sscanf(line, "%*s %*s %*s %*s %4095s", mp) != 1)
+			continue;
+		unescape_octal(mp);
+		if (strcmp(mp, real))
+			continue;
+		found = true;
+		mi->fstype[0] = '\0';
+		mi->owner_uid = -1;
+		if (!dash || sscanf(dash + 3, "%63s", type) != 1)
+			continue;
+		snprintf(mi->fstype, sizeof(mi->fstype), "%s", type);
+		uid = strstr(dash, "user_id=");
+		if (uid)
+			mi->owner_uid = strtoll(uid + 8, NULL, 10);
+	}
 	fclose(f);
 	return found;
 }
 
+bool fmfs_is_mounted(const char *real)
+{
+	struct fmfs_mount_info mi;
+
+	return fmfs_mount_find(real, &mi);
+}
+
+void fmfs_owner_str(long long uid, char *buf, size_t len)
+{
+	struct passwd *pw = uid >= 0 ? getpwuid((uid_t)uid) : NULL;
+
+	if (pw)
+		snprintf(buf, len, "%s (uid %lld)", pw->pw_name, uid);
+	else if (uid >= 0)
+		snprintf(buf, len, "uid %lld", uid);
+	else
+		snprintf(buf, len, "another user");
+}
+
+int fmfs_abs_path(const char *p, char *out, size_t len)
+{
+	char dir[PATH_MAX], parent[PATH_MAX];
+	const char *base;
+	size_t n = strlen(p);
+
+	while (n > 1 && p[n - 1] == '/')
+		n--;
+	if (n >= sizeof(dir))
+		return -1;
+	memcpy(dir, p, n);
+	dir[n] = '\0';
+	base = strrchr(dir, '/');
+	if (!base) {
+		base = dir;
+		snprintf(parent, sizeof(parent), ".");
+	} else {
+		*(char *)base++ = '\0';
+		snprintf(parent, sizeof(parent), "%s", dir[0] ? dir : "/");
+	}
+	if (!realpath(parent, out))
+		return -1;
+	n = strlen(out);
+	if (snprintf(out + n, len - n, "%s%s", n > 1 ? "/" : "", base) >=
+	    (int)(len - n))
+		return -1;
+	return 0;
+}
+
+/* The mountpoint is a FUSE mount whose daemon is gone (stat: ENOTCONN).
+ * An fmfs one is unmounted here, lazily, so that mounting again after a
+ * crash is one command (a restart loop need not know); its dirty files
+ * stay in its cache directory, uploaded when that is mounted again, as
+ * after `fmfs umount`.  Another filesystem's is left to its owner. */
+static int clear_dead_mount(const struct mount_opts *o)
+{
+	struct fmfs_mount_info mi;
+	char abs[PATH_MAX];
+
+	if (fmfs_abs_path(o->mountpoint, abs, sizeof(abs)) ||
+	    !fmfs_mount_find(abs, &mi)) {
+		fprintf(stderr, "fmfs mount: mountpoint %s: %s: it, or a "
+			"directory above it, is a FUSE mount whose daemon is "
+			"gone; unmount that first (fusermount3 -u DIR, or "
+			"umount -l DIR as root)\n", o->mountpoint,
+			strerror(ENOTCONN));
+		return EXIT_USAGE;
+	}
+	if (strcmp(mi.fstype, "fuse.fmfs")) {
+		fprintf(stderr, "fmfs mount: mountpoint %s is a dead %s mount "
+			"(its daemon is gone: %s); unmount it first: "
+			"fusermount3 -u %s\n", abs, mi.fstype[0] ? mi.fstype :
+			"FUSE", strerror(ENOTCONN), abs);
+		return EXIT_USAGE;
+	}
+	if (fmfs_unmount(abs, true)) {
+		char who[128];
+
+		fmfs_owner_str(mi.owner_uid, who, sizeof(who));
+		fprintf(stderr, "fmfs mount: mountpoint %s is a dead fmfs "
+			"mount of %s (its daemon is gone) and could not be "
+			"unmounted; run fmfs umount %s or fusermount3 -u %s "
+			"as %s\n", abs, who, abs, abs, mi.owner_uid == 0 ?
+			"root" : "that user or as root");
+		return EXIT_USAGE;
+	}
+	fprintf(stderr, "fmfs mount: %s was a dead fmfs mount (its daemon "
+		"had exited); unmounted it\n", abs);
+	return EXIT_OK;
+}
+
 static int check_mountpoint(struct mount_opts *o)
 {
+	struct statfs sf;
 	struct stat st;
 
+	/* A dead FUSE mount answers ENOTCONN, but stat may be served from
+	 * attributes the kernel cached while it lived; statfs always goes
+	 * to the daemon. */
+	if (statfs(o->mountpoint, &sf) && errno == ENOTCONN) {
+		int rc = clear_dead_mount(o);
+
+		if (rc)
+			return rc;
+	}
 	if (stat(o->mountpoint, &st)) {
-		fprintf(stderr, "fmfs mount: mountpoint %s: %s (create it with "
-			"mkdir -p)\n", o->mountpoint, strerror(errno));
+		int e = errno;
+
+		fprintf(stderr, "fmfs mount: mountpoint %s: %s%s\n",
+			o->mountpoint, strerror(e), e == ENOENT ? " (create "
+			"it with mkdir -p)" : "");
 		return EXIT_USAGE;
 	}
 	if (!S_ISDIR(st.st_mode)) {
@@ -235,6 +414,98 @@ static int check_mountpoint(struct mount_opts *o)
 	return EXIT_OK;
 }
 
+/* mkdir -p path (mode for each directory it creates); the first
+ * directory it created, the topmost, goes to made ("" if none). */
+static int mkdir_p_record(const char *path, mode_t mode, char *made,
+			  size_t made_len)
+{
+	char buf[PATH_MAX];
+	size_t n = strlen(path);
+	struct stat sb;
+
+	made[0] = '\0';
+	if (n >= sizeof(buf))
+		return -ENAMETOOLONG;
+	memcpy(buf, path, n + 1);
+	for (char *p = buf + 1; ; p++) {
+		char c = *p;
+
+		if (c != '/' && c)
+			continue;
+		*p = '\0';
+		if (!mkdir(buf, mode)) {
+			if (!made[0])
+				snprintf(made, made_len, "%s", buf);
+		} else if (errno != EEXIST) {
+			return -errno;
+		}
+		*p = c;
+		if (!c)
+			break;
+	}
+	if (stat(path, &sb))
+		return -errno;
+	return S_ISDIR(sb.st_mode) ? 0 : -ENOTDIR;
+}
+
+static bool dir_is_empty(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *e;
+	bool empty = true;
+
+	if (!d)
+		return false;
+	while (empty && (e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			empty = false;
+	closedir(d);
+	return empty;
+}
+
+static int remove_one(const char *path, const struct stat *sb, int type,
+		      struct FTW *ftw)
+{
+	(void)sb;
+	if (ftw->level == 0)
+		return 0; /* the top: the caller decides */
+	if (type == FTW_DP)
+		rmdir(path);
+	else
+		unlink(path);
+	return 0; /* keep going: remove what can be */
+}
+
+/* After a failed mount: removes what prepare_cache_dir and the cache
+ * made (the index, the lock, the log) in a cache dir this mount created
+ * or found empty, and the directories it created above it.  Never
+ * touches a cache dir that held anything before. */
+static void undo_cache_dir(const struct mount_opts *o)
+{
+	char dir[PATH_MAX];
+	size_t top = strlen(o->cache_made);
+
+	if (!o->cache_dir || (!top && !o->cache_was_empty))
+		return;
+	/* Depth first, not across symlinks or into other filesystems. */
+	nftw(o->cache_dir, remove_one, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+	if (!top)
+		return;
+	snprintf(dir, sizeof(dir), "%s", o->cache_dir);
+	while (strlen(dir) >= top) {
+		char *slash;
+
+		if (rmdir(dir))
+			break;
+		slash = strrchr(dir, '/');
+		if (!slash)
+			break;
+		while (slash > dir && slash[-1] == '/')
+			slash--;
+		*slash = '\0';
+	}
+}
+
 /* Default cache dir, size and control socket; creates the cache dir. */
 static int prepare_cache_dir(struct mount_opts *o)
 {
@@ -243,6 +514,7 @@ static int prepare_cache_dir(struct mount_opts *o)
 	const char *home = getenv("HOME"), *xdg = getenv("XDG_CACHE_HOME");
 	const char *rundir;
 	struct statvfs sv;
+	uint64_t disk;
 	int rc;
 
 	if (!o->cache_dir) {
@@ -263,7 +535,9 @@ static int prepare_cache_dir(struct mount_opts *o)
 				 home ? home : "/tmp", name);
 		o->cache_dir = def;
 	}
-	rc = util_mkdir_p(o->cache_dir, 0700);
+	o->cache_was_empty = dir_is_empty(o->cache_dir);
+	rc = mkdir_p_record(o->cache_dir, 0700, o->cache_made,
+			    sizeof(o->cache_made));
 	if (rc || !realpath(o->cache_dir, o->cache_real) ||
 	    access(o->cache_real, W_OK | X_OK)) {
 		fprintf(stderr, "fmfs mount: cache directory %s is not usable:"
@@ -271,12 +545,24 @@ static int prepare_cache_dir(struct mount_opts *o)
 			strerror(rc ? -rc : errno));
 		return EXIT_USAGE;
 	}
+	if (statvfs(o->cache_real, &sv)) {
+		fprintf(stderr, "fmfs mount: statvfs %s: %s\n", o->cache_real,
+			strerror(errno));
+		return EXIT_FAIL;
+	}
+	disk = (uint64_t)sv.f_blocks * sv.f_frsize;
+	if (o->cache_size > disk) {
+		/* A cap the disk can never reach is a typo (99999T for
+		 * 99999M), not a wish: refused.  A cap above what is free
+		 * now is fine: on ENOSPC the cache evicts and retries. */
+		fprintf(stderr, "fmfs mount: --cache-size '%s' is more than "
+			"the disk of %s can ever hold (%llu MiB in all); give "
+			"a smaller size or another --cache-dir\n",
+			o->cache_size_arg, o->cache_real,
+			(unsigned long long)(disk >> 20));
+		return EXIT_USAGE;
+	}
 	if (!o->cache_size) {
-		if (statvfs(o->cache_real, &sv)) {
-			fprintf(stderr, "fmfs mount: statvfs %s: %s\n",
-				o->cache_real, strerror(errno));
-			return EXIT_FAIL;
-		}
 		o->cache_size = (uint64_t)sv.f_bavail * sv.f_frsize / 2;
 		if (o->cache_size < (64u << 20)) {
 			fprintf(stderr, "fmfs mount: the disk of %s has too "
@@ -393,8 +679,17 @@ int cmd_mount(int argc, char **argv)
 	memset(&o, 0, sizeof(o));
 	if (parse_mount_opts(argc, argv, &o))
 		return EXIT_USAGE;
-	if ((rc = check_mountpoint(&o)) || (rc = prepare_cache_dir(&o)))
+	if ((rc = check_mountpoint(&o)))
 		return rc;
+	if (fs_check_fuse_opts(o.fuse_opts, msg, sizeof(msg))) {
+		/* Here, not in the daemon: its stderr is the log. */
+		fprintf(stderr, "fmfs mount: -o %s: %s\n", o.fuse_opts, msg);
+		return EXIT_USAGE;
+	}
+	if ((rc = prepare_cache_dir(&o))) {
+		undo_cache_dir(&o);
+		return rc;
+	}
 	snprintf(log, sizeof(log), "%s/lock", o.cache_real);
 	lockfd = open(log, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (lockfd < 0 || flock(lockfd, LOCK_EX | LOCK_NB)) {
@@ -405,23 +700,29 @@ int cmd_mount(int argc, char **argv)
 	}
 	rc = precheck(&o);
 	if (rc)
-		return rc;
+		goto out_undo;
 	if (o.foreground) {
 		rc = serve(&o, -1, msg, sizeof(msg));
-		if (rc)
+		if (rc) {
 			fprintf(stderr, "fmfs mount: %s\n", msg);
+			undo_cache_dir(&o); /* the mount never came up */
+		}
 		close(lockfd);
 		unlink(o.ctl_path); /* last: umount waits for it */
 		return rc;
 	}
 	if (pipe2(pfd, O_CLOEXEC)) {
 		perror("fmfs mount: pipe");
-		return EXIT_FAIL;
+		rc = EXIT_FAIL;
+		goto out_undo;
 	}
 	pid = fork();
 	if (pid < 0) {
 		perror("fmfs mount: fork");
-		return EXIT_FAIL;
+		close(pfd[0]);
+		close(pfd[1]);
+		rc = EXIT_FAIL;
+		goto out_undo;
 	}
 	if (pid == 0) {
 		int fd;
@@ -464,12 +765,19 @@ int cmd_mount(int argc, char **argv)
 	line[n > 0 ? n : 0] = '\0';
 	if (n >= 2 && !strncmp(line, "ok", 2))
 		return EXIT_OK;
+	waitpid(pid, &status, 0);
 	if (n > 6 && !strncmp(line, "error ", 6)) {
 		fprintf(stderr, "fmfs mount: %s", line + 6);
+		undo_cache_dir(&o); /* the daemon has exited */
 	} else {
+		/* Kept: the log is all there is to tell what happened. */
 		fprintf(stderr, "fmfs mount: the daemon exited before the "
 			"mount was live; see %s/fmfs.log\n", o.cache_real);
 	}
-	waitpid(pid, &status, 0);
 	return EXIT_FAIL;
+
+out_undo:
+	undo_cache_dir(&o); /* before the lock goes: no other mount yet */
+	close(lockfd);
+	return rc;
 }

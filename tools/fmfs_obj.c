@@ -65,19 +65,30 @@ static void obj_usage(FILE *f)
 "4 no such bucket or key, 5 endpoint unreachable or timed out.\n");
 }
 
-static int bad_number(const char *opt, const char *v)
+/* A whole number from min to max, or -1 with the range on stderr. */
+static int parse_count(const char *opt, const char *v, unsigned min,
+		       unsigned max, unsigned *out)
 {
-	fprintf(stderr, "fmfs obj: %s '%s' is not a valid number\n", opt, v);
-	return -1;
+	char want[64];
+	uint64_t n;
+
+	if (!tools_parse_u64(v, min, max, &n)) {
+		*out = (unsigned)n;
+		return 0;
+	}
+	snprintf(want, sizeof(want), "a whole number from %u to %u", min, max);
+	return tools_bad_opt("fmfs obj", opt, v, want);
 }
 
+/* Seconds (fractions allowed), more than 0 and at most a day. */
 static int parse_ms(const char *opt, const char *v, unsigned *out)
 {
-	char *end;
-	double s = strtod(v, &end);
+	double s;
 
-	if (end == v || *end || s <= 0 || s > 86400)
-		return bad_number(opt, v);
+	/* !(a && b), not (!a || !b) alone: NaN fails every comparison. */
+	if (tools_parse_double(v, &s) || !(s > 0 && s <= 86400))
+		return tools_bad_opt("fmfs obj", opt, v, "a number of seconds "
+				     "above 0, at most 86400");
 	*out = (unsigned)(s * 1000);
 	return 0;
 }
@@ -104,8 +115,7 @@ static int parse_opts(int argc, char **argv, struct obj_opts *o)
 		{ NULL, 0, NULL, 0 }
 	};
 	uint64_t sz;
-	char *end, *eq;
-	unsigned long n;
+	char *eq;
 	int c;
 
 	obj_config_init(&o->cfg);
@@ -114,10 +124,9 @@ static int parse_opts(int argc, char **argv, struct obj_opts *o)
 		switch (c) {
 		case OPT_VHOST: o->cfg.path_style = 0; break;
 		case OPT_PARALLEL:
-			n = strtoul(optarg, &end, 10);
-			if (*end || !n || n > 256)
-				return bad_number("--parallel (1-256)", optarg);
-			o->cfg.max_parallel = (unsigned)n;
+			if (parse_count("--parallel", optarg, 1, 256,
+					&o->cfg.max_parallel))
+				return -1;
 			break;
 		case OPT_PART:
 			if (tools_parse_size(optarg, &sz) || sz < (5u << 20) ||
@@ -138,10 +147,9 @@ static int parse_opts(int argc, char **argv, struct obj_opts *o)
 				return -1;
 			break;
 		case OPT_RETRIES:
-			n = strtoul(optarg, &end, 10);
-			if (*end || !n || n > 100)
-				return bad_number("--retries (1-100)", optarg);
-			o->cfg.retry_max = (unsigned)n;
+			if (parse_count("--retries", optarg, 1, 100,
+					&o->cfg.retry_max))
+				return -1;
 			break;
 		case OPT_RTIME:
 			if (parse_ms("--retry-time", optarg,

@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,30 +60,46 @@ int tools_main(int argc, char **argv, const char *prog, const char *version,
 
 int tools_parse_size(const char *s, uint64_t *out)
 {
-	char *end;
-	double v;
-	double mul = 1;
+	uint64_t whole = 0, frac = 0, den = 1, mul = 1;
+	unsigned __int128 v;
+	bool overflow = false;
+	const char *p = s;
 
-	if (!s || !*s)
-		return -1;
-	errno = 0;
-	v = strtod(s, &end);
-	if (errno || end == s || v < 0 || !isfinite(v))
-		return -1;
-	switch (*end) {
-	case 'k': case 'K': mul = 1024.0; end++; break;
-	case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
-	case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
-	case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+	/* Integers, not strtod: a double has 53 bits, so a size near 2^64
+	 * was rounded before any check could see it had overflowed. */
+	if (!p || *p < '0' || *p > '9')
+		return -EINVAL;
+	for (; *p >= '0' && *p <= '9'; p++)
+		overflow |= __builtin_mul_overflow(whole, 10, &whole) ||
+			    __builtin_add_overflow(whole,
+						   (uint64_t)(*p - '0'), &whole);
+	if (*p == '.') {
+		if (p[1] < '0' || p[1] > '9')
+			return -EINVAL;
+		for (p++; *p >= '0' && *p <= '9'; p++)
+			if (den < 1000000000000000000ull) { /* 18 digits */
+				frac = frac * 10 + (uint64_t)(*p - '0');
+				den *= 10;
+			}
+	}
+	switch (*p) {
+	case 'k': case 'K': mul = 1ull << 10; p++; break;
+	case 'm': case 'M': mul = 1ull << 20; p++; break;
+	case 'g': case 'G': mul = 1ull << 30; p++; break;
+	case 't': case 'T': mul = 1ull << 40; p++; break;
 	default: break;
 	}
-	if (*end == 'i' && mul > 1)
-		end++;
-	if ((*end == 'B' || *end == 'b') && end[1] == '\0')
-		end++;
-	if (*end || v * mul > 1.8e19)
-		return -1;
-	*out = (uint64_t)(v * mul);
+	if (*p == 'i' && mul > 1)
+		p++;
+	if ((*p == 'B' || *p == 'b') && p[1] == '\0')
+		p++;
+	if (*p)
+		return -EINVAL;
+	v = (unsigned __int128)whole * mul +
+	    (unsigned __int128)frac * mul / den;
+	if (overflow || v > UINT64_MAX)
+		return -ERANGE;
+	*out = (uint64_t)v;
 	return 0;
 }
 
@@ -92,9 +109,11 @@ int tools_parse_u64(const char *s, uint64_t min, uint64_t max,
 	unsigned long long v;
 	char *end;
 
+	if (*s < '0' || *s > '9') /* strtoull takes spaces and a sign */
+		return -1;
 	errno = 0;
 	v = strtoull(s, &end, 10);
-	if (errno || end == s || *end || *s == '-' || v < min || v > max)
+	if (errno || *end || v < min || v > max)
 		return -1;
 	*out = v;
 	return 0;

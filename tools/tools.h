@@ -61,8 +61,9 @@ int tools_unknown_verb(const char *prog, const char *verb,
 
 /* ---- the command line ---- */
 
-/* "64M", "1.5G", "4096" -> bytes (K/M/G/T are powers of 1024).
- * Returns 0, or -1 for anything else. */
+/* "64M", "1.5G", "4096" -> bytes (K/M/G/T are powers of 1024; an i
+ * and a B may follow).  Returns 0, -ERANGE for a size past 2^64 - 1
+ * bytes, or -EINVAL for anything else (a sign, spaces, other letters). */
 int tools_parse_size(const char *s, uint64_t *out);
 /* A whole number from min to max (decimal, no sign).  Returns 0, or -1
  * (nothing printed: the caller says what it wanted). */
