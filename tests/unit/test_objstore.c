@@ -3411,6 +3411,99 @@ static void test_errfmt_exact_fit(void **state)
 	free(buf);
 }
 
+/* ---- s3_redact: no credential material in verbose output ---- */
+
+static const char *redact(const struct obj_creds *cr, const char *in,
+			  char *buf, size_t size)
+{
+	s3_redact(cr, in, strlen(in), buf, size);
+	return buf;
+}
+
+static void test_redact_headers(void **state)
+{
+	struct obj_creds cr = {0};
+	char buf[2048];
+
+	(void)state;
+	strcpy(cr.access_key, "AKIDEXAMPLE");
+	strcpy(cr.secret_key, "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY");
+	strcpy(cr.session_token, "IQoJb3JpZ2luX2VjEDoaCXVzLWVhc3QtMSJHMEU=");
+	assert_string_equal(redact(&cr,
+		"PUT /b/k HTTP/1.1\r\nHost: h\r\n"
+		"x-amz-security-token: IQoJb3JpZ2luX2VjEDoaCXVzLWVhc3QtMSJHMEU=\r\n"
+		"Authorization: AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20250101/"
+		"us-east-1/s3/aws4_request, SignedHeaders=host;x-amz-date, "
+		"Signature=5d672d79c15b13162d9279b0855cfba6789a8edb4c82c400e06b5924a6f2b5d7\r\n"
+		"\r\n", buf, sizeof(buf)),
+		"PUT /b/k HTTP/1.1\r\nHost: h\r\n"
+		"x-amz-security-token: <redacted>\r\n"
+		"Authorization: AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20250101/"
+		"us-east-1/s3/aws4_request, SignedHeaders=host;x-amz-date, "
+		"Signature=<redacted>\r\n\r\n");
+	/* Any case; another scheme loses the whole value. */
+	assert_string_equal(redact(&cr, "X-AMZ-SECURITY-TOKEN:abc\n"
+				   "authorization: AWS AKIDEXAMPLE:frJIUN8DYpKDtOLCwo//yllqDzg=\n",
+				   buf, sizeof(buf)),
+			    "X-AMZ-SECURITY-TOKEN: <redacted>\n"
+			    "authorization: <redacted>\n");
+	/* Headers that are not secret are left alone. */
+	assert_string_equal(redact(&cr, "x-amz-date: 20250101T000000Z\r\n"
+				   "x-amz-content-sha256: UNSIGNED-PAYLOAD\r\n",
+				   buf, sizeof(buf)),
+			    "x-amz-date: 20250101T000000Z\r\n"
+			    "x-amz-content-sha256: UNSIGNED-PAYLOAD\r\n");
+}
+
+static void test_redact_presigned_and_literals(void **state)
+{
+	struct obj_creds cr = {0};
+	char buf[2048];
+
+	(void)state;
+	strcpy(cr.secret_key, "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY");
+	strcpy(cr.session_token, "FwoGZXIvYXdzEBYaDHqa0AP");
+	assert_string_equal(redact(&cr,
+		"GET http://h/b/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&"
+		"X-Amz-Credential=AKID%2F20250101%2Fus-east-1%2Fs3%2Faws4_request&"
+		"X-Amz-Security-Token=FwoGZXIvYXdzEBYaDHqa0AP&"
+		"X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404 "
+		"(attempt 1)", buf, sizeof(buf)),
+		"GET http://h/b/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&"
+		"X-Amz-Credential=<redacted>&X-Amz-Security-Token=<redacted>&"
+		"X-Amz-Signature=<redacted> (attempt 1)");
+	/* The secret and the token themselves, anywhere (a server's error
+	 * message that echoes them, say). */
+	assert_string_equal(redact(&cr, "bad key wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY, "
+				   "token FwoGZXIvYXdzEBYaDHqa0AP.", buf,
+				   sizeof(buf)),
+			    "bad key <redacted>, token <redacted>.");
+	/* Without credentials: the patterns still apply. */
+	assert_string_equal(redact(NULL, "<SignatureProvided>x</SignatureProvided>"
+				   "Signature=abc", buf, sizeof(buf)),
+			    "<SignatureProvided>x</SignatureProvided>"
+			    "Signature=<redacted>");
+}
+
+static void test_redact_small_buffer(void **state)
+{
+	struct obj_creds cr = {0};
+	char *buf = malloc(12);
+	size_t n;
+
+	(void)state;
+	strcpy(cr.secret_key, "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY");
+	/* Cut where the buffer ends, never in the middle of a secret. */
+	n = s3_redact(&cr, "Signature=0123456789abcdef", 26, buf, 12);
+	assert_int_equal(n, 11);
+	assert_string_equal(buf, "Signature=<");
+	n = s3_redact(&cr, "k wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", 42,
+		      buf, 12);
+	assert_string_equal(buf, "k <redacted");
+	assert_int_equal(n, 11);
+	free(buf);
+}
+
 static void test_status_names(void **state)
 {
 	(void)state;
@@ -3524,6 +3617,9 @@ int main(void)
 		cmocka_unit_test(test_xml_list_10000_entries),
 		cmocka_unit_test(test_xml_list_regress_duplicate_token_leaks),
 		cmocka_unit_test(test_xml_error_reply),
+		cmocka_unit_test(test_redact_headers),
+		cmocka_unit_test(test_redact_presigned_and_literals),
+		cmocka_unit_test(test_redact_small_buffer),
 		cmocka_unit_test(test_xml_error_reply_long_fields),
 		cmocka_unit_test(test_xml_error_not_error),
 		cmocka_unit_test(test_xml_error_nested_code_ignored),
