@@ -3040,6 +3040,98 @@ static void test_posix_copy_keep_meta(void **state)
 	free(s);
 }
 
+/* The permission bits of DIR/KEY on disk. */
+static unsigned disk_mode(const char *dir, const char *key)
+{
+	char path[PATH_MAX * 2];
+	struct stat sb;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, key);
+	if (stat(path, &sb))
+		fail_msg("stat %s: %s", path, strerror(errno));
+	return sb.st_mode & 07777;
+}
+
+static void put_mode(struct obj_store *st, const char *key, const char *mode)
+{
+	struct obj_kv meta[] = { { (char *)"mode", (char *)mode },
+				 { (char *)"uid", (char *)"0" } };
+	struct obj_error err;
+
+	if (obj_put(st, key, "x", 1, meta, 2, NULL, &err) != OBJ_OK)
+		fail_msg("put %s mode %s: %s", key, mode, err.message);
+}
+
+/* Objects keep the file's mode on disk (issue 16: a file created 0600
+ * through the mount was 0644 in the store): group and other bits from the
+ * "mode" metadata (decimal st_mode, as the cache writes it), never write
+ * for them, always read and write for the store's own user; 0600 without
+ * usable mode metadata.  The umask does not widen or narrow it. */
+static void test_posix_object_mode(void **state)
+{
+	struct store_fixture *f = *state;
+	mode_t old = umask(077);
+
+	put_mode(f->st, "m/600", "33152");   /* 0100600 */
+	put_mode(f->st, "m/640", "33184");   /* 0100640 */
+	put_mode(f->st, "m/644", "33188");   /* 0100644 */
+	put_mode(f->st, "m/755", "33261");   /* 0100755 */
+	put_mode(f->st, "m/777", "33279");   /* 0100777: no write for others */
+	put_mode(f->st, "m/4755", "35309");  /* 0104755: no setuid */
+	put_mode(f->st, "m/000", "32768");   /* 0100000: owner keeps rw */
+	put_mode(f->st, "m/444", "292");     /* 0444, no type bits */
+	put_mode(f->st, "m/link", "41471");  /* 0120777: a symlink */
+	put_mode(f->st, "m/junk", "rw-r--r--");
+	put_mode(f->st, "m/huge", "99999999999");
+	put_str(f->st, "m/none", "no metadata");
+	umask(old);
+	assert_int_equal(disk_mode(f->dir, "m/600"), 0600);
+	assert_int_equal(disk_mode(f->dir, "m/640"), 0640);
+	assert_int_equal(disk_mode(f->dir, "m/644"), 0644);
+	assert_int_equal(disk_mode(f->dir, "m/755"), 0755);
+	assert_int_equal(disk_mode(f->dir, "m/777"), 0755);
+	assert_int_equal(disk_mode(f->dir, "m/4755"), 0755);
+	assert_int_equal(disk_mode(f->dir, "m/000"), 0600);
+	assert_int_equal(disk_mode(f->dir, "m/444"), 0644);
+	assert_int_equal(disk_mode(f->dir, "m/link"), 0600);
+	assert_int_equal(disk_mode(f->dir, "m/junk"), 0600);
+	assert_int_equal(disk_mode(f->dir, "m/huge"), 0600);
+	assert_int_equal(disk_mode(f->dir, "m/none"), 0600);
+	/* Overwriting with another mode changes it. */
+	put_mode(f->st, "m/644", "33152");
+	assert_int_equal(disk_mode(f->dir, "m/644"), 0600);
+}
+
+/* The same through a multipart upload and a copy. */
+static void test_posix_object_mode_multipart_copy(void **state)
+{
+	struct store_fixture *f = *state;
+	const struct obj_kv meta[] = { { (char *)"mode", (char *)"33184" } };
+	const struct obj_kv other[] = { { (char *)"owner", (char *)"bob" } };
+	struct obj_part parts[1];
+	struct obj_error err;
+	char id[OBJ_UPLOAD_ID_MAX];
+
+	if (!g_xattrs)
+		skip(); /* multipart keeps the metadata in xattrs */
+	assert_int_equal(obj_mpu_create(f->st, "mp/obj", meta, 1, id, &err),
+			 OBJ_OK);
+	parts[0].number = 1;
+	assert_int_equal(obj_mpu_part(f->st, "mp/obj", id, 1, "abc", 3,
+				      parts[0].etag, &err), OBJ_OK);
+	assert_int_equal(obj_mpu_complete(f->st, "mp/obj", id, parts, 1, NULL,
+					  &err), OBJ_OK);
+	assert_int_equal(disk_mode(f->dir, "mp/obj"), 0640);
+	/* A copy keeping the metadata keeps the mode ... */
+	assert_int_equal(obj_copy(f->st, "mp/obj", "mp/copy", NULL, 0, NULL,
+				  &err), OBJ_OK);
+	assert_int_equal(disk_mode(f->dir, "mp/copy"), 0640);
+	/* ... one replacing it without a mode gets the default. */
+	assert_int_equal(obj_copy(f->st, "mp/obj", "mp/copy2", other, 1, NULL,
+				  &err), OBJ_OK);
+	assert_int_equal(disk_mode(f->dir, "mp/copy2"), 0600);
+}
+
 static void test_posix_copy_replace_meta(void **state)
 {
 	struct store_fixture *f = *state;
@@ -3656,6 +3748,8 @@ int main(void)
 		ST_TEST(test_posix_regress_delete_prefix_only_key),
 		ST_TEST(test_posix_delete_many),
 		ST_TEST(test_posix_delete_many_over_1000),
+		ST_TEST(test_posix_object_mode),
+		ST_TEST(test_posix_object_mode_multipart_copy),
 		ST_TEST(test_posix_copy_keep_meta),
 		ST_TEST(test_posix_copy_replace_meta),
 		ST_TEST(test_posix_copy_missing_source),
