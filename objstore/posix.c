@@ -214,7 +214,40 @@ static obj_status read_meta(int fd, struct obj_meta *m, struct obj_error *err,
 	return OBJ_OK;
 }
 
-/* Opens a new temporary file under .fmfs/tmp; its name goes in tmp. */
+/* The permission bits of an object on disk, from the "mode" metadata a
+ * mount stores with each file (st_mode in decimal, type bits included:
+ * cache_wattr_meta): read and write for the store's own user always, so
+ * the store can read what it wrote; execute for it and read and execute
+ * for group and other as the file had them; never write for group or
+ * other (objects change only by a rename of ours, so their write bit
+ * would only let others change the bucket behind fmfs's back), nor
+ * setuid, setgid or sticky.  No mode, one that does not parse, or one
+ * of a symlink or directory: 0600, private to the store's user. */
+static mode_t mode_from_value(const char *v)
+{
+	unsigned long m;
+	char *end;
+
+	if (!v || *v < '0' || *v > '9')
+		return 0600;
+	errno = 0;
+	m = strtoul(v, &end, 10);
+	if (errno || *end || m > 0177777 ||
+	    ((m & S_IFMT) && (m & S_IFMT) != S_IFREG))
+		return 0600;
+	return 0600 | ((mode_t)m & 0155);
+}
+
+static mode_t object_mode(const struct obj_kv *meta, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(meta[i].name, "mode"))
+			return mode_from_value(meta[i].value);
+	return 0600;
+}
+
+/* Opens a new temporary file under .fmfs/tmp; its name goes in tmp.  It
+ * is private (0600) until the caller gives it the object's mode. */
 static int tmp_open(struct posix_store *p, char tmp[64])
 {
 	static atomic_uint seq;
@@ -223,7 +256,7 @@ static int tmp_open(struct posix_store *p, char tmp[64])
 	snprintf(tmp, 64, RESERVED "/tmp/%d.%u", (int)getpid(),
 		 atomic_fetch_add(&seq, 1));
 	fd = openat(p->rootfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-		    0644);
+		    0600);
 	return fd < 0 ? -errno : fd;
 }
 
@@ -351,6 +384,12 @@ static obj_status px_put(struct obj_store *st, const char *key,
 		return copy_fail(err, rc, key, side, short_src, "writing");
 	}
 	rc = set_meta(out, meta, nmeta);
+	if (!rc && fchmod(out, object_mode(meta, nmeta))) {
+		rc = -errno;
+		close(out);
+		unlinkat(p->rootfd, tmp, 0);
+		return fail(err, -rc, key, "setting the object's mode");
+	}
 	if (!rc && etag_out && fstat(out, &sb))
 		rc = -errno;
 	if (rc) {
@@ -554,6 +593,7 @@ static obj_status px_mpu_complete(struct obj_store *st, const char *key,
 {
 	struct posix_store *p = P(st);
 	char path[160], tmp[64], names[4096], val[4096];
+	mode_t mode = 0600;
 	enum copy_side side = 0;
 	bool short_src;
 	off_t at = 0;
@@ -600,16 +640,27 @@ static obj_status px_mpu_complete(struct obj_store *st, const char *key,
 		unlinkat(p->rootfd, tmp, 0);
 		return fail(err, -rc, key, "writing the object");
 	}
-	/* Carry the metadata given at create over to the object. */
+	/* Carry the metadata given at create over to the object, and the
+	 * mode it names to the file. */
 	nl = flistxattr(mfd, names, sizeof(names));
 	for (char *nm = names; !rc && nl > 0 && nm < names + nl;
 	     nm += strlen(nm) + 1) {
-		ssize_t vl = fgetxattr(mfd, nm, val, sizeof(val));
+		ssize_t vl = fgetxattr(mfd, nm, val, sizeof(val) - 1);
 
 		if (vl >= 0 && fsetxattr(out, nm, val, (size_t)vl, 0))
 			rc = -errno;
+		if (vl >= 0 && !strcmp(nm, META_XATTR "mode")) {
+			val[vl] = '\0';
+			mode = mode_from_value(val);
+		}
 	}
 	close(mfd);
+	if (!rc && fchmod(out, mode)) {
+		rc = -errno;
+		close(out);
+		unlinkat(p->rootfd, tmp, 0);
+		return fail(err, -rc, key, "setting the object's mode");
+	}
 	if (rc) {
 		close(out);
 		unlinkat(p->rootfd, tmp, 0);
