@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
@@ -3132,6 +3133,172 @@ static void test_posix_object_mode_multipart_copy(void **state)
 	assert_int_equal(disk_mode(f->dir, "mp/copy2"), 0600);
 }
 
+/* ---- crash debris under .fmfs/tmp and .fmfs/uploads (issue 16) ---- */
+
+/* Entries in DIR/.fmfs/SUB. */
+static int count_in(const char *dir, const char *sub)
+{
+	char path[PATH_MAX + 32];
+	struct dirent *de;
+	DIR *d;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "%s/.fmfs/%s", dir, sub);
+	d = opendir(path);
+	if (!d)
+		return -1;
+	while ((de = readdir(d)))
+		if (de->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
+static bool exists_in(const char *dir, const char *rel)
+{
+	char path[PATH_MAX * 2];
+
+	snprintf(path, sizeof(path), "%s/.fmfs/%s", dir, rel);
+	return access(path, F_OK) == 0;
+}
+
+/* Creates DIR/.fmfs/REL (a file, or a directory with a part if rel ends
+ * in '/'), mtime age_s seconds ago. */
+static void make_debris(const char *dir, const char *rel, time_t age_s)
+{
+	char path[PATH_MAX * 2];
+	struct timespec ts[2];
+	size_t n = strlen(rel);
+
+	snprintf(path, sizeof(path), "%s/.fmfs/%s", dir, rel);
+	clock_gettime(CLOCK_REALTIME, &ts[0]);
+	ts[0].tv_sec -= age_s;
+	ts[1] = ts[0];
+	if (rel[n - 1] == '/') {
+		char part[PATH_MAX * 2 + 8];
+
+		assert_int_equal(mkdir(path, 0700), 0);
+		snprintf(part, sizeof(part), "%s00001", path);
+		write_file(part, "part data");
+		assert_int_equal(utimensat(AT_FDCWD, part, ts, 0), 0);
+	} else {
+		write_file(path, "half an object");
+	}
+	assert_int_equal(utimensat(AT_FDCWD, path, ts, 0), 0);
+}
+
+struct killed_arg {
+	const char *dir;
+	int ready;      /* write end: one byte once the upload is under way */
+};
+
+/* Starts a multipart upload with one part, says so, and waits to die. */
+static int child_upload_and_wait(void *arg)
+{
+	struct killed_arg *a = arg;
+	struct obj_store *st = open_dir(a->dir, NULL);
+	struct obj_error err;
+	char id[OBJ_UPLOAD_ID_MAX], etag[80];
+
+	if (obj_mpu_create(st, "dies/midway", NULL, 0, id, &err) != OBJ_OK ||
+	    obj_mpu_part(st, "dies/midway", id, 1, "abcdef", 6, etag,
+			 &err) != OBJ_OK)
+		return 1;
+	if (write(a->ready, "r", 1) != 1)
+		return 1;
+	for (;;)
+		pause();
+}
+
+/* kill -9 in the middle of a multipart upload: the next open of the store
+ * removes its directory; an upload of another handle that is still live
+ * (the same process here, as with a mount and `fmfs obj cp` side by
+ * side: flock does not care) is left alone and completes. */
+static void test_posix_regress_debris_of_killed_upload(void **state)
+{
+	struct store_fixture *f = *state;
+	struct killed_arg a = { f->dir, -1 };
+	struct obj_store *st;
+	struct obj_error err;
+	struct obj_part part = { 1, "" };
+	char id[OBJ_UPLOAD_ID_MAX], c, *s;
+	int pfd[2], status;
+	pid_t pid;
+
+	/* A live upload of this handle. */
+	assert_int_equal(obj_mpu_create(f->st, "live/one", NULL, 0, id, &err),
+			 OBJ_OK);
+	assert_int_equal(obj_mpu_part(f->st, "live/one", id, 1, "live", 4,
+				      part.etag, &err), OBJ_OK);
+	assert_int_equal(pipe(pfd), 0);
+	a.ready = pfd[1];
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(child_upload_and_wait(&a));
+	close(pfd[1]);
+	assert_int_equal(read(pfd[0], &c, 1), 1);
+	close(pfd[0]);
+	assert_int_equal(count_in(f->dir, "uploads"), 2);
+	assert_int_equal(kill(pid, SIGKILL), 0);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	/* The next open cleans what the dead one left, not the live one. */
+	st = open_dir(f->dir, NULL);
+	assert_int_equal(count_in(f->dir, "uploads"), 1);
+	obj_close(st);
+	assert_int_equal(obj_mpu_complete(f->st, "live/one", id, &part, 1,
+					  NULL, &err), OBJ_OK);
+	assert_int_equal(count_in(f->dir, "uploads"), 0);
+	assert_int_equal(count_in(f->dir, "tmp"), 0);
+	s = get_str(f->st, "live/one");
+	assert_string_equal(s, "live");
+	free(s);
+}
+
+/* What the sweep removes and what it keeps: debris of this fmfs whose
+ * owner is gone (nobody holds its lock) goes at once; a file someone
+ * holds locked stays; debris of an older fmfs (names without the "l."
+ * of locked ones; it did not lock) goes only when untouched for an
+ * hour.  An upload this handle never finished goes when it closes. */
+static void test_posix_regress_debris_sweep_rules(void **state)
+{
+	struct store_fixture *f = *state;
+	struct obj_store *st;
+	struct obj_error err;
+	char path[PATH_MAX + 64], id[OBJ_UPLOAD_ID_MAX];
+	int held;
+
+	make_debris(f->dir, "tmp/l.999999.0", 0);
+	make_debris(f->dir, "tmp/l.999999.1", 0);
+	make_debris(f->dir, "uploads/l.f423f.0.5f5e1000/", 0);
+	make_debris(f->dir, "tmp/999998.0", 0);            /* old, fresh */
+	make_debris(f->dir, "tmp/999998.1", 7200);         /* old, stale */
+	make_debris(f->dir, "uploads/f423e.0.5f5e1000/", 0);
+	make_debris(f->dir, "uploads/f423e.1.5f5e1000/", 7200);
+	snprintf(path, sizeof(path), "%s/.fmfs/tmp/l.999999.1", f->dir);
+	held = open(path, O_RDONLY);
+	assert_true(held >= 0);
+	assert_int_equal(flock(held, LOCK_EX), 0);
+	st = open_dir(f->dir, NULL);
+	assert_false(exists_in(f->dir, "tmp/l.999999.0"));
+	assert_true(exists_in(f->dir, "tmp/l.999999.1"));
+	assert_false(exists_in(f->dir, "uploads/l.f423f.0.5f5e1000"));
+	assert_true(exists_in(f->dir, "tmp/999998.0"));
+	assert_false(exists_in(f->dir, "tmp/999998.1"));
+	assert_true(exists_in(f->dir, "uploads/f423e.0.5f5e1000"));
+	assert_false(exists_in(f->dir, "uploads/f423e.1.5f5e1000"));
+	close(held);
+	/* An upload left open at close goes with the handle. */
+	assert_int_equal(obj_mpu_create(st, "never/done", NULL, 0, id, &err),
+			 OBJ_OK);
+	assert_int_equal(count_in(f->dir, "uploads"), 2);
+	obj_close(st);
+	assert_int_equal(count_in(f->dir, "uploads"), 1);
+	st = open_dir(f->dir, NULL);
+	assert_false(exists_in(f->dir, "tmp/l.999999.1"));
+	obj_close(st);
+}
+
 static void test_posix_copy_replace_meta(void **state)
 {
 	struct store_fixture *f = *state;
@@ -3748,6 +3915,8 @@ int main(void)
 		ST_TEST(test_posix_regress_delete_prefix_only_key),
 		ST_TEST(test_posix_delete_many),
 		ST_TEST(test_posix_delete_many_over_1000),
+		ST_TEST(test_posix_regress_debris_of_killed_upload),
+		ST_TEST(test_posix_regress_debris_sweep_rules),
 		ST_TEST(test_posix_object_mode),
 		ST_TEST(test_posix_object_mode_multipart_copy),
 		ST_TEST(test_posix_copy_keep_meta),
