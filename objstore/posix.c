@@ -10,6 +10,15 @@
  * What a directory cannot hold: a key that is also a prefix of another
  * ("a" and "a/b"), keys with empty path segments, "." or "..", and keys
  * under the reserved DIR/.fmfs/ - those get OBJ_ERR_INVALID.
+ *
+ * Crash debris: a process killed during a PUT leaves its temporary file
+ * under .fmfs/tmp, one killed during a multipart upload its directory
+ * under .fmfs/uploads.  Each is flock()ed by its owner from the moment
+ * it exists until it is renamed or removed, so a lock that can be taken
+ * proves the owner gone; the store sweeps such debris at open and at an
+ * upload at most once a minute (sweep()).  Two processes may share a
+ * store (a mount and `fmfs obj cp`): the lock, not a pid or an age, is
+ * what tells a live upload from a dead one.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -18,6 +27,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <time.h>
@@ -29,10 +40,33 @@
 #define CTYPE_XATTR "user.fmfs.content-type"
 #define RESERVED ".fmfs"
 
+/* Debris of this fmfs, locked while in use, is named "l.<...>"; names
+ * without it come from fmfs versions that did not lock, and are only
+ * taken for debris once nothing in them changed for this long. */
+#define LOCKED_PREFIX "l."
+#define LEGACY_DEBRIS_AGE_S 3600
+#define SWEEP_INTERVAL_MS 60000 /* sweeps at uploads, at most this often */
+#define UPLOADS_OPEN_MAX 4096    /* multipart uploads open per handle */
+
+/* A multipart upload this handle started: the locked directory. */
+struct px_upload {
+	char id[OBJ_UPLOAD_ID_MAX];
+	int dirfd;                   /* holds the flock */
+	struct px_upload *next;
+};
+
 struct posix_store {
 	char *root;
 	int rootfd;
+	pthread_mutex_t lock;        /* protects uploads, nuploads */
+	struct px_upload *uploads;
+	unsigned nuploads;
+	atomic_uint_fast64_t last_sweep_ms;
+	atomic_bool sweeping;
 };
+
+static void sweep_if_due(struct posix_store *p);
+static void upload_remove(struct posix_store *p, const char *upload_id);
 
 static struct posix_store *P(struct obj_store *st)
 {
@@ -214,20 +248,86 @@ static obj_status read_meta(int fd, struct obj_meta *m, struct obj_error *err,
 	return OBJ_OK;
 }
 
-/* Opens a new temporary file under .fmfs/tmp; its name goes in tmp. */
+/* The permission bits of an object on disk, from the "mode" metadata a
+ * mount stores with each file (st_mode in decimal, type bits included:
+ * cache_wattr_meta): read and write for the store's own user always, so
+ * the store can read what it wrote; execute for it and read and execute
+ * for group and other as the file had them; never write for group or
+ * other (objects change only by a rename of ours, so their write bit
+ * would only let others change the bucket behind fmfs's back), nor
+ * setuid, setgid or sticky.  No mode, one that does not parse, or one
+ * of a symlink or directory: 0600, private to the store's user. */
+static mode_t mode_from_value(const char *v)
+{
+	unsigned long m;
+	char *end;
+
+	if (!v || *v < '0' || *v > '9')
+		return 0600;
+	errno = 0;
+	m = strtoul(v, &end, 10);
+	if (errno || *end || m > 0177777 ||
+	    ((m & S_IFMT) && (m & S_IFMT) != S_IFREG))
+		return 0600;
+	return 0600 | ((mode_t)m & 0155);
+}
+
+static mode_t object_mode(const struct obj_kv *meta, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(meta[i].name, "mode"))
+			return mode_from_value(meta[i].value);
+	return 0600;
+}
+
+/* Opens a new temporary file under .fmfs/tmp; its name goes in tmp.  It
+ * is private (0600) until the caller gives it the object's mode. */
+/* Takes the owner's lock on fd, just created as name: 0 when this
+ * process holds it and name is still fd's file; -EAGAIN when a sweep got
+ * there first (it removes the name; take another).  Where the file
+ * system has no flock, 0 without a lock: the sweep cannot lock either,
+ * so it removes nothing there. */
+static int own(int rootfd, const char *name, int fd)
+{
+	struct stat a, b;
+
+	if (flock(fd, LOCK_EX | LOCK_NB))
+		return errno == EWOULDBLOCK ? -EAGAIN : 0;
+	if (fstat(fd, &a) || fstatat(rootfd, name, &b, AT_SYMLINK_NOFOLLOW) ||
+	    a.st_dev != b.st_dev || a.st_ino != b.st_ino)
+		return -EAGAIN;
+	return 0;
+}
+
+/* Opens a new temporary file under .fmfs/tmp, locked (see own()); its
+ * name goes in tmp.  It is private (0600) until the caller gives it the
+ * object's mode.  The lock goes with the descriptor: keep it open until
+ * the file is renamed or removed (tmp_commit). */
 static int tmp_open(struct posix_store *p, char tmp[64])
 {
 	static atomic_uint seq;
-	int fd;
+	int fd, rc = -EEXIST;
 
-	snprintf(tmp, 64, RESERVED "/tmp/%d.%u", (int)getpid(),
-		 atomic_fetch_add(&seq, 1));
-	fd = openat(p->rootfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-		    0644);
-	return fd < 0 ? -errno : fd;
+	for (int tries = 0; tries < 16 && (rc == -EEXIST || rc == -EAGAIN);
+	     tries++) {
+		snprintf(tmp, 64, RESERVED "/tmp/" LOCKED_PREFIX "%d.%u",
+			 (int)getpid(), atomic_fetch_add(&seq, 1));
+		fd = openat(p->rootfd, tmp, O_WRONLY | O_CREAT | O_EXCL |
+			    O_CLOEXEC, 0600);
+		if (fd < 0) {
+			rc = -errno; /* EEXIST: a dead process of our pid */
+			continue;
+		}
+		rc = own(p->rootfd, tmp, fd);
+		if (!rc)
+			return fd;
+		close(fd);
+	}
+	return rc;
 }
 
-/* fsync, then rename tmp over key (creating parents). */
+/* fsync, then rename tmp over key (creating parents), then close: the
+ * lock is held until the name is gone. */
 static int tmp_commit(struct posix_store *p, int fd, const char *tmp,
 		      const char *key)
 {
@@ -235,14 +335,13 @@ static int tmp_commit(struct posix_store *p, int fd, const char *tmp,
 
 	if (fsync(fd))
 		rc = -errno;
-	if (close(fd) && !rc)
-		rc = -errno;
 	if (!rc)
 		rc = mkparents(p->rootfd, key);
 	if (!rc && renameat(p->rootfd, tmp, p->rootfd, key))
 		rc = -errno;
 	if (rc)
 		unlinkat(p->rootfd, tmp, 0);
+	close(fd); /* fsynced: nothing a close could still report */
 	return rc;
 }
 
@@ -341,6 +440,7 @@ static obj_status px_put(struct obj_store *st, const char *key,
 	}
 	if (!key_ok(key, err))
 		return OBJ_ERR_INVALID;
+	sweep_if_due(p);
 	out = tmp_open(p, tmp);
 	if (out < 0)
 		return fail(err, -out, key, "creating a temporary file");
@@ -351,6 +451,12 @@ static obj_status px_put(struct obj_store *st, const char *key,
 		return copy_fail(err, rc, key, side, short_src, "writing");
 	}
 	rc = set_meta(out, meta, nmeta);
+	if (!rc && fchmod(out, object_mode(meta, nmeta))) {
+		rc = -errno;
+		close(out);
+		unlinkat(p->rootfd, tmp, 0);
+		return fail(err, -rc, key, "setting the object's mode");
+	}
 	if (!rc && etag_out && fstat(out, &sb))
 		rc = -errno;
 	if (rc) {
@@ -451,39 +557,128 @@ static obj_status px_get(struct obj_store *st, const char *key, uint64_t off,
 
 /* ---- multipart: parts are files under .fmfs/uploads/ID/ ---- */
 
+/* "l." (locked, this fmfs) or not, then hex and dots. */
 static bool upload_id_ok(const char *id)
 {
-	size_t n = strspn(id, "0123456789abcdef.");
+	size_t n;
 
-	return n && !id[n] && n < 64 && !strchr(id, '/') && id[0] != '.';
+	if (!strncmp(id, LOCKED_PREFIX, sizeof(LOCKED_PREFIX) - 1))
+		id += sizeof(LOCKED_PREFIX) - 1;
+	n = strspn(id, "0123456789abcdef.");
+	return n && !id[n] && n < 64 && id[0] != '.';
+}
+
+/* Forgets the upload of this handle and lets go of its lock; after
+ * upload_remove, or at close. */
+static void upload_release(struct posix_store *p, const char *upload_id)
+{
+	struct px_upload **pp, *u = NULL;
+
+	pthread_mutex_lock(&p->lock);
+	for (pp = &p->uploads; *pp; pp = &(*pp)->next)
+		if (!strcmp((*pp)->id, upload_id)) {
+			u = *pp;
+			*pp = u->next;
+			p->nuploads--;
+			break;
+		}
+	pthread_mutex_unlock(&p->lock);
+	if (u) {
+		close(u->dirfd);
+		free(u);
+	}
+}
+
+/* Makes .fmfs/uploads/ID, locked for as long as this handle has the
+ * upload open (see own()), and remembers it. */
+static int upload_dir_create(struct posix_store *p, char *upload_id)
+{
+	static atomic_uint seq;
+	struct px_upload *u;
+	char dir[128];
+	int rc = -EEXIST;
+
+	u = calloc(1, sizeof(*u));
+	if (!u)
+		return -ENOMEM;
+	for (int tries = 0; tries < 16 && (rc == -EEXIST || rc == -EAGAIN);
+	     tries++) {
+		snprintf(upload_id, OBJ_UPLOAD_ID_MAX, LOCKED_PREFIX "%x.%x.%lx",
+			 (unsigned)getpid(), atomic_fetch_add(&seq, 1),
+			 (unsigned long)time(NULL));
+		snprintf(dir, sizeof(dir), RESERVED "/uploads/%s", upload_id);
+		if (mkdirat(p->rootfd, dir, 0700)) {
+			rc = -errno;
+			continue;
+		}
+		u->dirfd = openat(p->rootfd, dir, O_RDONLY | O_DIRECTORY |
+				  O_CLOEXEC);
+		if (u->dirfd < 0) {
+			rc = errno == ENOENT ? -EAGAIN : -errno;
+			continue;
+		}
+		rc = own(p->rootfd, dir, u->dirfd);
+		if (rc)
+			close(u->dirfd);
+	}
+	if (rc) {
+		free(u);
+		return rc;
+	}
+	snprintf(u->id, sizeof(u->id), "%s", upload_id);
+	pthread_mutex_lock(&p->lock);
+	if (p->nuploads >= UPLOADS_OPEN_MAX) {
+		pthread_mutex_unlock(&p->lock);
+		upload_remove(p, upload_id);
+		close(u->dirfd);
+		free(u);
+		return -EMFILE;
+	}
+	u->next = p->uploads;
+	p->uploads = u;
+	p->nuploads++;
+	pthread_mutex_unlock(&p->lock);
+	return 0;
 }
 
 static obj_status px_mpu_create(struct obj_store *st, const char *key,
 				const struct obj_kv *meta, size_t nmeta,
 				char *upload_id, struct obj_error *err)
 {
-	static atomic_uint seq;
-	char dir[128];
+	struct posix_store *p = P(st);
+	char path[160];
 	int fd, rc;
 
 	if (!key_ok(key, err))
 		return OBJ_ERR_INVALID;
-	snprintf(upload_id, OBJ_UPLOAD_ID_MAX, "%x.%x.%lx", (unsigned)getpid(),
-		 atomic_fetch_add(&seq, 1), (unsigned long)time(NULL));
-	snprintf(dir, sizeof(dir), RESERVED "/uploads/%s", upload_id);
-	if (mkdirat(P(st)->rootfd, dir, 0700))
-		return fail(err, errno, key, "creating the upload");
-	/* The key and metadata live on a "meta" file in the upload dir. */
-	strcat(dir, "/meta");
-	fd = openat(P(st)->rootfd, dir, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return fail(err, errno, key, "creating the upload");
-	rc = set_meta(fd, meta, nmeta);
-	if (!rc && pwrite(fd, key, strlen(key), 0) != (ssize_t)strlen(key))
-		rc = -EIO;
-	close(fd);
+	sweep_if_due(p);
+	rc = upload_dir_create(p, upload_id);
+	if (rc == -EMFILE) {
+		obj_err_set(err, OBJ_ERR_INVALID, key, "creating the upload: "
+			    "%u multipart uploads are open on this store "
+			    "already; complete or abort some first",
+			    UPLOADS_OPEN_MAX);
+		return OBJ_ERR_INVALID;
+	}
 	if (rc)
 		return fail(err, -rc, key, "creating the upload");
+	/* The key and metadata live on a "meta" file in the upload dir. */
+	snprintf(path, sizeof(path), RESERVED "/uploads/%s/meta", upload_id);
+	fd = openat(p->rootfd, path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		rc = -errno;
+	} else {
+		rc = set_meta(fd, meta, nmeta);
+		if (!rc && pwrite(fd, key, strlen(key), 0) !=
+			   (ssize_t)strlen(key))
+			rc = -EIO;
+		close(fd);
+	}
+	if (rc) {
+		upload_remove(p, upload_id);
+		upload_release(p, upload_id);
+		return fail(err, -rc, key, "creating the upload");
+	}
 	return OBJ_OK;
 }
 
@@ -554,6 +749,7 @@ static obj_status px_mpu_complete(struct obj_store *st, const char *key,
 {
 	struct posix_store *p = P(st);
 	char path[160], tmp[64], names[4096], val[4096];
+	mode_t mode = 0600;
 	enum copy_side side = 0;
 	bool short_src;
 	off_t at = 0;
@@ -600,16 +796,27 @@ static obj_status px_mpu_complete(struct obj_store *st, const char *key,
 		unlinkat(p->rootfd, tmp, 0);
 		return fail(err, -rc, key, "writing the object");
 	}
-	/* Carry the metadata given at create over to the object. */
+	/* Carry the metadata given at create over to the object, and the
+	 * mode it names to the file. */
 	nl = flistxattr(mfd, names, sizeof(names));
 	for (char *nm = names; !rc && nl > 0 && nm < names + nl;
 	     nm += strlen(nm) + 1) {
-		ssize_t vl = fgetxattr(mfd, nm, val, sizeof(val));
+		ssize_t vl = fgetxattr(mfd, nm, val, sizeof(val) - 1);
 
 		if (vl >= 0 && fsetxattr(out, nm, val, (size_t)vl, 0))
 			rc = -errno;
+		if (vl >= 0 && !strcmp(nm, META_XATTR "mode")) {
+			val[vl] = '\0';
+			mode = mode_from_value(val);
+		}
 	}
 	close(mfd);
+	if (!rc && fchmod(out, mode)) {
+		rc = -errno;
+		close(out);
+		unlinkat(p->rootfd, tmp, 0);
+		return fail(err, -rc, key, "setting the object's mode");
+	}
 	if (rc) {
 		close(out);
 		unlinkat(p->rootfd, tmp, 0);
@@ -622,6 +829,7 @@ static obj_status px_mpu_complete(struct obj_store *st, const char *key,
 	if (rc)
 		return fail(err, -rc, key, "committing");
 	upload_remove(p, upload_id);
+	upload_release(p, upload_id);
 	if (etag_out && !fstatat(p->rootfd, key, &sb, 0))
 		etag_of(&sb, etag_out);
 	return OBJ_OK;
@@ -635,6 +843,7 @@ static obj_status px_mpu_abort(struct obj_store *st, const char *key,
 		return OBJ_ERR_NOT_FOUND;
 	}
 	upload_remove(P(st), upload_id);
+	upload_release(P(st), upload_id);
 	return OBJ_OK;
 }
 
@@ -927,6 +1136,111 @@ static obj_status px_copy(struct obj_store *st, const char *src,
 	return rc;
 }
 
+/* ---- crash debris: sweeping .fmfs/tmp and .fmfs/uploads ---- */
+
+/* The newest mtime of dfd and, for a directory, of what is in it. */
+static time_t newest_mtime(int fd, const struct stat *sb)
+{
+	time_t t = sb->st_mtime;
+	struct dirent *de;
+	struct stat e;
+	DIR *d;
+	int dup_fd;
+
+	if (!S_ISDIR(sb->st_mode))
+		return t;
+	dup_fd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dup_fd < 0 || !(d = fdopendir(dup_fd))) {
+		if (dup_fd >= 0)
+			close(dup_fd);
+		return time(NULL); /* cannot tell: as if just touched */
+	}
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
+		    !fstatat(dirfd(d), de->d_name, &e, AT_SYMLINK_NOFOLLOW) &&
+		    e.st_mtime > t)
+			t = e.st_mtime;
+	closedir(d);
+	return t;
+}
+
+/* Removes sub/name (a temporary file, or an upload directory and its
+ * files) if its owner is provably gone: we can take its lock and the
+ * name is still the file we locked (own()); names of an fmfs that did
+ * not lock, only when untouched for LEGACY_DEBRIS_AGE_S as well. */
+static void sweep_one(struct posix_store *p, const char *sub,
+		      const char *name, bool is_dir)
+{
+	char path[128 + NAME_MAX];
+	struct stat sb;
+	int fd;
+
+	if (snprintf(path, sizeof(path), RESERVED "/%s/%s", sub, name) >=
+	    (int)sizeof(path))
+		return;
+	fd = openat(p->rootfd, path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
+		    O_CLOEXEC | (is_dir ? O_DIRECTORY : 0));
+	if (fd < 0)
+		return;
+	if (fstat(fd, &sb) || (is_dir ? !S_ISDIR(sb.st_mode) :
+			       !S_ISREG(sb.st_mode)))
+		goto out_close;
+	if (flock(fd, LOCK_EX | LOCK_NB) || own(p->rootfd, path, fd))
+		goto out_close; /* live, or no flock here: keep */
+	if (strncmp(name, LOCKED_PREFIX, sizeof(LOCKED_PREFIX) - 1) &&
+	    time(NULL) - newest_mtime(fd, &sb) < LEGACY_DEBRIS_AGE_S)
+		goto out_close;
+	if (is_dir)
+		upload_remove(p, name);
+	else
+		unlinkat(p->rootfd, path, 0);
+out_close:
+	close(fd); /* the lock goes with it, after the name */
+}
+
+static void sweep_sub(struct posix_store *p, const char *sub, bool is_dir)
+{
+	char rel[64];
+	struct dirent *de;
+	DIR *d;
+	int fd;
+
+	snprintf(rel, sizeof(rel), RESERVED "/%s", sub);
+	fd = openat(p->rootfd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || !(d = fdopendir(fd))) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			sweep_one(p, sub, de->d_name, is_dir);
+	closedir(d);
+}
+
+/* Removes the crash debris of dead processes (file header).  Errors are
+ * ignored: debris left now is swept at the next chance. */
+static void sweep(struct posix_store *p)
+{
+	bool no = false;
+
+	if (!atomic_compare_exchange_strong(&p->sweeping, &no, true))
+		return; /* another thread of this handle is at it */
+	atomic_store(&p->last_sweep_ms, util_now_ms());
+	sweep_sub(p, "tmp", false);
+	sweep_sub(p, "uploads", true);
+	atomic_store(&p->sweeping, false);
+}
+
+/* At an upload: a long-lived handle (a mount) also cleans after
+ * processes that die beside it, at most once a SWEEP_INTERVAL_MS. */
+static void sweep_if_due(struct posix_store *p)
+{
+	if (util_now_ms() - atomic_load(&p->last_sweep_ms) >=
+	    SWEEP_INTERVAL_MS)
+		sweep(p);
+}
+
 static obj_status px_check_bucket(struct obj_store *st, struct obj_error *err)
 {
 	struct stat sb;
@@ -974,6 +1288,8 @@ static obj_status px_open(struct obj_store *st, const struct obj_url *u,
 	mkdirat(p->rootfd, RESERVED, 0700);
 	mkdirat(p->rootfd, RESERVED "/tmp", 0700);
 	mkdirat(p->rootfd, RESERVED "/uploads", 0700);
+	pthread_mutex_init(&p->lock, NULL);
+	sweep(p);
 	st->priv = p;
 	snprintf(st->desc, sizeof(st->desc), "file://%s", p->root);
 	return OBJ_OK;
@@ -983,6 +1299,16 @@ static void px_close(struct obj_store *st)
 {
 	struct posix_store *p = P(st);
 
+	/* Uploads never completed or aborted: nobody else can finish them
+	 * (their ids live in this handle only). */
+	while (p->uploads) {
+		char id[OBJ_UPLOAD_ID_MAX];
+
+		snprintf(id, sizeof(id), "%s", p->uploads->id);
+		upload_remove(p, id);
+		upload_release(p, id);
+	}
+	pthread_mutex_destroy(&p->lock);
 	close(p->rootfd);
 	free(p->root);
 	free(p);

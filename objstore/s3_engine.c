@@ -159,6 +159,42 @@ static size_t on_upload(char *p, size_t sz, size_t nm, void *arg)
 	return n;
 }
 
+/* libcurl's verbose output (-v -v), as libcurl would print it ("* " for
+ * its notes, "> " sent headers, "< " received ones; no bodies), each
+ * line passed through s3_redact() first. */
+static int on_debug(CURL *c, curl_infotype type, char *data, size_t n,
+		    void *arg)
+{
+	static const char *const mark[] = {
+		[CURLINFO_TEXT] = "* ", [CURLINFO_HEADER_IN] = "< ",
+		[CURLINFO_HEADER_OUT] = "> ",
+	};
+	struct s3_req *r = arg;
+	char small[4096], *buf = small, *line, *end;
+	size_t size = 2 * n + 64; /* a redaction grows a value at most 2x */
+
+	(void)c;
+	if (type != CURLINFO_TEXT && type != CURLINFO_HEADER_IN &&
+	    type != CURLINFO_HEADER_OUT)
+		return 0;
+	if (size > sizeof(small) && !(buf = malloc(size)))
+		return 0; /* verbose output only: drop it */
+	if (size <= sizeof(small))
+		size = sizeof(small);
+	s3_redact(&r->s3->creds, data, n, buf, size);
+	for (line = buf; *line; line = end) {
+		end = strchr(line, '\n');
+		end = end ? end + 1 : line + strlen(line);
+		if (end - line == 2 && line[0] == '\r')
+			continue; /* the blank line that ends the headers */
+		fprintf(stderr, "%s%.*s%s", mark[type], (int)(end - line), line,
+			end[-1] == '\n' ? "" : "\n");
+	}
+	if (buf != small)
+		free(buf);
+	return 0;
+}
+
 static int on_seek(void *arg, curl_off_t off, int origin)
 {
 	struct s3_req *r = arg;
@@ -309,8 +345,13 @@ static int attempt_start(struct s3_engine *e, struct s3_req *r)
 	curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 512L * 1024);
 	if (s3->ca_bundle)
 		curl_easy_setopt(c, CURLOPT_CAINFO, s3->ca_bundle);
-	if (s3->verbose > 1)
+	if (s3->verbose > 1) {
+		/* Never CURLOPT_VERBOSE alone: libcurl would print the
+		 * Authorization header and the session token. */
+		curl_easy_setopt(c, CURLOPT_DEBUGFUNCTION, on_debug);
+		curl_easy_setopt(c, CURLOPT_DEBUGDATA, r);
 		curl_easy_setopt(c, CURLOPT_VERBOSE, 1L);
+	}
 	if (!strcmp(r->method, "HEAD")) {
 		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
 	} else if (r->has_body) {
@@ -326,9 +367,13 @@ static int attempt_start(struct s3_engine *e, struct s3_req *r)
 	} else if (strcmp(r->method, "GET")) {
 		curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, r->method);
 	}
-	if (s3->verbose)
-		fprintf(stderr, "fmfs: %s %s (attempt %u)\n", r->method, url,
-			r->attempts);
+	if (s3->verbose) {
+		char shown[sizeof(url) + 64];
+
+		s3_redact(&s3->creds, url, strlen(url), shown, sizeof(shown));
+		fprintf(stderr, "fmfs: %s %s (attempt %u)\n", r->method,
+			shown, r->attempts);
+	}
 	atomic_fetch_add(&s3->st->n_requests, 1);
 	if (r->attempts > 1)
 		atomic_fetch_add(&s3->st->n_retries, 1);
@@ -447,8 +492,10 @@ static obj_status outcome(struct s3_req *r, const struct s3_xml_error *x,
 		return OBJ_OK;
 	}
 	snprintf(err->code, sizeof(err->code), "%s", x->code);
-	snprintf(err->message, sizeof(err->message), "%s", x->message[0] ?
-		 x->message : "request failed");
+	/* The server's words reach the terminal: keep secrets out. */
+	s3_redact(&r->s3->creds, x->message[0] ? x->message :
+		  "request failed", strlen(x->message[0] ? x->message :
+		  "request failed"), err->message, sizeof(err->message));
 	if (!x->code[0]) {
 		/* No body (HEAD): name the status the way S3 would. */
 		const char *c = r->http_status == 404 ? "NotFound" :

@@ -111,6 +111,15 @@ void s3_req_release(struct s3_req *r);
 int s3_sign(struct s3_store *s3, struct s3_req *r, void **hdr_list,
 	    char *url, size_t url_len);
 
+/* s3_redact.c: copies in[0..n) into buf (at most size - 1 bytes, then a
+ * NUL) with credential material replaced by "<redacted>": Signature=,
+ * X-Amz-Credential= and X-Amz-Security-Token= values, the
+ * x-amz-security-token header, an Authorization header of another scheme
+ * whole, and the secret key and session token of cr (may be NULL)
+ * wherever they appear.  Returns the bytes written. */
+size_t s3_redact(const struct obj_creds *cr, const char *in, size_t n,
+		 char *buf, size_t size);
+
 /* s3_xml.c */
 /* 1 if the body is an <Error> document (parsed into out), else 0. */
 int s3_xml_parse_error(const char *xml, size_t len, struct s3_xml_error *out);

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
@@ -3040,6 +3041,264 @@ static void test_posix_copy_keep_meta(void **state)
 	free(s);
 }
 
+/* The permission bits of DIR/KEY on disk. */
+static unsigned disk_mode(const char *dir, const char *key)
+{
+	char path[PATH_MAX * 2];
+	struct stat sb;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, key);
+	if (stat(path, &sb))
+		fail_msg("stat %s: %s", path, strerror(errno));
+	return sb.st_mode & 07777;
+}
+
+static void put_mode(struct obj_store *st, const char *key, const char *mode)
+{
+	struct obj_kv meta[] = { { (char *)"mode", (char *)mode },
+				 { (char *)"uid", (char *)"0" } };
+	struct obj_error err;
+
+	if (obj_put(st, key, "x", 1, meta, 2, NULL, &err) != OBJ_OK)
+		fail_msg("put %s mode %s: %s", key, mode, err.message);
+}
+
+/* Objects keep the file's mode on disk (issue 16: a file created 0600
+ * through the mount was 0644 in the store): group and other bits from the
+ * "mode" metadata (decimal st_mode, as the cache writes it), never write
+ * for them, always read and write for the store's own user; 0600 without
+ * usable mode metadata.  The umask does not widen or narrow it. */
+static void test_posix_object_mode(void **state)
+{
+	struct store_fixture *f = *state;
+	mode_t old = umask(077);
+
+	put_mode(f->st, "m/600", "33152");   /* 0100600 */
+	put_mode(f->st, "m/640", "33184");   /* 0100640 */
+	put_mode(f->st, "m/644", "33188");   /* 0100644 */
+	put_mode(f->st, "m/755", "33261");   /* 0100755 */
+	put_mode(f->st, "m/777", "33279");   /* 0100777: no write for others */
+	put_mode(f->st, "m/4755", "35309");  /* 0104755: no setuid */
+	put_mode(f->st, "m/000", "32768");   /* 0100000: owner keeps rw */
+	put_mode(f->st, "m/444", "292");     /* 0444, no type bits */
+	put_mode(f->st, "m/link", "41471");  /* 0120777: a symlink */
+	put_mode(f->st, "m/junk", "rw-r--r--");
+	put_mode(f->st, "m/huge", "99999999999");
+	put_str(f->st, "m/none", "no metadata");
+	umask(old);
+	assert_int_equal(disk_mode(f->dir, "m/600"), 0600);
+	assert_int_equal(disk_mode(f->dir, "m/640"), 0640);
+	assert_int_equal(disk_mode(f->dir, "m/644"), 0644);
+	assert_int_equal(disk_mode(f->dir, "m/755"), 0755);
+	assert_int_equal(disk_mode(f->dir, "m/777"), 0755);
+	assert_int_equal(disk_mode(f->dir, "m/4755"), 0755);
+	assert_int_equal(disk_mode(f->dir, "m/000"), 0600);
+	assert_int_equal(disk_mode(f->dir, "m/444"), 0644);
+	assert_int_equal(disk_mode(f->dir, "m/link"), 0600);
+	assert_int_equal(disk_mode(f->dir, "m/junk"), 0600);
+	assert_int_equal(disk_mode(f->dir, "m/huge"), 0600);
+	assert_int_equal(disk_mode(f->dir, "m/none"), 0600);
+	/* Overwriting with another mode changes it. */
+	put_mode(f->st, "m/644", "33152");
+	assert_int_equal(disk_mode(f->dir, "m/644"), 0600);
+}
+
+/* The same through a multipart upload and a copy. */
+static void test_posix_object_mode_multipart_copy(void **state)
+{
+	struct store_fixture *f = *state;
+	const struct obj_kv meta[] = { { (char *)"mode", (char *)"33184" } };
+	const struct obj_kv other[] = { { (char *)"owner", (char *)"bob" } };
+	struct obj_part parts[1];
+	struct obj_error err;
+	char id[OBJ_UPLOAD_ID_MAX];
+
+	if (!g_xattrs)
+		skip(); /* multipart keeps the metadata in xattrs */
+	assert_int_equal(obj_mpu_create(f->st, "mp/obj", meta, 1, id, &err),
+			 OBJ_OK);
+	parts[0].number = 1;
+	assert_int_equal(obj_mpu_part(f->st, "mp/obj", id, 1, "abc", 3,
+				      parts[0].etag, &err), OBJ_OK);
+	assert_int_equal(obj_mpu_complete(f->st, "mp/obj", id, parts, 1, NULL,
+					  &err), OBJ_OK);
+	assert_int_equal(disk_mode(f->dir, "mp/obj"), 0640);
+	/* A copy keeping the metadata keeps the mode ... */
+	assert_int_equal(obj_copy(f->st, "mp/obj", "mp/copy", NULL, 0, NULL,
+				  &err), OBJ_OK);
+	assert_int_equal(disk_mode(f->dir, "mp/copy"), 0640);
+	/* ... one replacing it without a mode gets the default. */
+	assert_int_equal(obj_copy(f->st, "mp/obj", "mp/copy2", other, 1, NULL,
+				  &err), OBJ_OK);
+	assert_int_equal(disk_mode(f->dir, "mp/copy2"), 0600);
+}
+
+/* ---- crash debris under .fmfs/tmp and .fmfs/uploads (issue 16) ---- */
+
+/* Entries in DIR/.fmfs/SUB. */
+static int count_in(const char *dir, const char *sub)
+{
+	char path[PATH_MAX + 32];
+	struct dirent *de;
+	DIR *d;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "%s/.fmfs/%s", dir, sub);
+	d = opendir(path);
+	if (!d)
+		return -1;
+	while ((de = readdir(d)))
+		if (de->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
+static bool exists_in(const char *dir, const char *rel)
+{
+	char path[PATH_MAX * 2];
+
+	snprintf(path, sizeof(path), "%s/.fmfs/%s", dir, rel);
+	return access(path, F_OK) == 0;
+}
+
+/* Creates DIR/.fmfs/REL (a file, or a directory with a part if rel ends
+ * in '/'), mtime age_s seconds ago. */
+static void make_debris(const char *dir, const char *rel, time_t age_s)
+{
+	char path[PATH_MAX * 2];
+	struct timespec ts[2];
+	size_t n = strlen(rel);
+
+	snprintf(path, sizeof(path), "%s/.fmfs/%s", dir, rel);
+	clock_gettime(CLOCK_REALTIME, &ts[0]);
+	ts[0].tv_sec -= age_s;
+	ts[1] = ts[0];
+	if (rel[n - 1] == '/') {
+		char part[PATH_MAX * 2 + 8];
+
+		assert_int_equal(mkdir(path, 0700), 0);
+		snprintf(part, sizeof(part), "%s00001", path);
+		write_file(part, "part data");
+		assert_int_equal(utimensat(AT_FDCWD, part, ts, 0), 0);
+	} else {
+		write_file(path, "half an object");
+	}
+	assert_int_equal(utimensat(AT_FDCWD, path, ts, 0), 0);
+}
+
+struct killed_arg {
+	const char *dir;
+	int ready;      /* write end: one byte once the upload is under way */
+};
+
+/* Starts a multipart upload with one part, says so, and waits to die. */
+static int child_upload_and_wait(void *arg)
+{
+	struct killed_arg *a = arg;
+	struct obj_store *st = open_dir(a->dir, NULL);
+	struct obj_error err;
+	char id[OBJ_UPLOAD_ID_MAX], etag[80];
+
+	if (obj_mpu_create(st, "dies/midway", NULL, 0, id, &err) != OBJ_OK ||
+	    obj_mpu_part(st, "dies/midway", id, 1, "abcdef", 6, etag,
+			 &err) != OBJ_OK)
+		return 1;
+	if (write(a->ready, "r", 1) != 1)
+		return 1;
+	for (;;)
+		pause();
+}
+
+/* kill -9 in the middle of a multipart upload: the next open of the store
+ * removes its directory; an upload of another handle that is still live
+ * (the same process here, as with a mount and `fmfs obj cp` side by
+ * side: flock does not care) is left alone and completes. */
+static void test_posix_regress_debris_of_killed_upload(void **state)
+{
+	struct store_fixture *f = *state;
+	struct killed_arg a = { f->dir, -1 };
+	struct obj_store *st;
+	struct obj_error err;
+	struct obj_part part = { 1, "" };
+	char id[OBJ_UPLOAD_ID_MAX], c, *s;
+	int pfd[2], status;
+	pid_t pid;
+
+	/* A live upload of this handle. */
+	assert_int_equal(obj_mpu_create(f->st, "live/one", NULL, 0, id, &err),
+			 OBJ_OK);
+	assert_int_equal(obj_mpu_part(f->st, "live/one", id, 1, "live", 4,
+				      part.etag, &err), OBJ_OK);
+	assert_int_equal(pipe(pfd), 0);
+	a.ready = pfd[1];
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(child_upload_and_wait(&a));
+	close(pfd[1]);
+	assert_int_equal(read(pfd[0], &c, 1), 1);
+	close(pfd[0]);
+	assert_int_equal(count_in(f->dir, "uploads"), 2);
+	assert_int_equal(kill(pid, SIGKILL), 0);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	/* The next open cleans what the dead one left, not the live one. */
+	st = open_dir(f->dir, NULL);
+	assert_int_equal(count_in(f->dir, "uploads"), 1);
+	obj_close(st);
+	assert_int_equal(obj_mpu_complete(f->st, "live/one", id, &part, 1,
+					  NULL, &err), OBJ_OK);
+	assert_int_equal(count_in(f->dir, "uploads"), 0);
+	assert_int_equal(count_in(f->dir, "tmp"), 0);
+	s = get_str(f->st, "live/one");
+	assert_string_equal(s, "live");
+	free(s);
+}
+
+/* What the sweep removes and what it keeps: debris of this fmfs whose
+ * owner is gone (nobody holds its lock) goes at once; a file someone
+ * holds locked stays; debris of an older fmfs (names without the "l."
+ * of locked ones; it did not lock) goes only when untouched for an
+ * hour.  An upload this handle never finished goes when it closes. */
+static void test_posix_regress_debris_sweep_rules(void **state)
+{
+	struct store_fixture *f = *state;
+	struct obj_store *st;
+	struct obj_error err;
+	char path[PATH_MAX + 64], id[OBJ_UPLOAD_ID_MAX];
+	int held;
+
+	make_debris(f->dir, "tmp/l.999999.0", 0);
+	make_debris(f->dir, "tmp/l.999999.1", 0);
+	make_debris(f->dir, "uploads/l.f423f.0.5f5e1000/", 0);
+	make_debris(f->dir, "tmp/999998.0", 0);            /* old, fresh */
+	make_debris(f->dir, "tmp/999998.1", 7200);         /* old, stale */
+	make_debris(f->dir, "uploads/f423e.0.5f5e1000/", 0);
+	make_debris(f->dir, "uploads/f423e.1.5f5e1000/", 7200);
+	snprintf(path, sizeof(path), "%s/.fmfs/tmp/l.999999.1", f->dir);
+	held = open(path, O_RDONLY);
+	assert_true(held >= 0);
+	assert_int_equal(flock(held, LOCK_EX), 0);
+	st = open_dir(f->dir, NULL);
+	assert_false(exists_in(f->dir, "tmp/l.999999.0"));
+	assert_true(exists_in(f->dir, "tmp/l.999999.1"));
+	assert_false(exists_in(f->dir, "uploads/l.f423f.0.5f5e1000"));
+	assert_true(exists_in(f->dir, "tmp/999998.0"));
+	assert_false(exists_in(f->dir, "tmp/999998.1"));
+	assert_true(exists_in(f->dir, "uploads/f423e.0.5f5e1000"));
+	assert_false(exists_in(f->dir, "uploads/f423e.1.5f5e1000"));
+	close(held);
+	/* An upload left open at close goes with the handle. */
+	assert_int_equal(obj_mpu_create(st, "never/done", NULL, 0, id, &err),
+			 OBJ_OK);
+	assert_int_equal(count_in(f->dir, "uploads"), 2);
+	obj_close(st);
+	assert_int_equal(count_in(f->dir, "uploads"), 1);
+	st = open_dir(f->dir, NULL);
+	assert_false(exists_in(f->dir, "tmp/l.999999.1"));
+	obj_close(st);
+}
+
 static void test_posix_copy_replace_meta(void **state)
 {
 	struct store_fixture *f = *state;
@@ -3411,6 +3670,99 @@ static void test_errfmt_exact_fit(void **state)
 	free(buf);
 }
 
+/* ---- s3_redact: no credential material in verbose output ---- */
+
+static const char *redact(const struct obj_creds *cr, const char *in,
+			  char *buf, size_t size)
+{
+	s3_redact(cr, in, strlen(in), buf, size);
+	return buf;
+}
+
+static void test_redact_headers(void **state)
+{
+	struct obj_creds cr = {0};
+	char buf[2048];
+
+	(void)state;
+	strcpy(cr.access_key, "AKIDEXAMPLE");
+	strcpy(cr.secret_key, "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY");
+	strcpy(cr.session_token, "IQoJb3JpZ2luX2VjEDoaCXVzLWVhc3QtMSJHMEU=");
+	assert_string_equal(redact(&cr,
+		"PUT /b/k HTTP/1.1\r\nHost: h\r\n"
+		"x-amz-security-token: IQoJb3JpZ2luX2VjEDoaCXVzLWVhc3QtMSJHMEU=\r\n"
+		"Authorization: AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20250101/"
+		"us-east-1/s3/aws4_request, SignedHeaders=host;x-amz-date, "
+		"Signature=5d672d79c15b13162d9279b0855cfba6789a8edb4c82c400e06b5924a6f2b5d7\r\n"
+		"\r\n", buf, sizeof(buf)),
+		"PUT /b/k HTTP/1.1\r\nHost: h\r\n"
+		"x-amz-security-token: <redacted>\r\n"
+		"Authorization: AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20250101/"
+		"us-east-1/s3/aws4_request, SignedHeaders=host;x-amz-date, "
+		"Signature=<redacted>\r\n\r\n");
+	/* Any case; another scheme loses the whole value. */
+	assert_string_equal(redact(&cr, "X-AMZ-SECURITY-TOKEN:abc\n"
+				   "authorization: AWS AKIDEXAMPLE:frJIUN8DYpKDtOLCwo//yllqDzg=\n",
+				   buf, sizeof(buf)),
+			    "X-AMZ-SECURITY-TOKEN: <redacted>\n"
+			    "authorization: <redacted>\n");
+	/* Headers that are not secret are left alone. */
+	assert_string_equal(redact(&cr, "x-amz-date: 20250101T000000Z\r\n"
+				   "x-amz-content-sha256: UNSIGNED-PAYLOAD\r\n",
+				   buf, sizeof(buf)),
+			    "x-amz-date: 20250101T000000Z\r\n"
+			    "x-amz-content-sha256: UNSIGNED-PAYLOAD\r\n");
+}
+
+static void test_redact_presigned_and_literals(void **state)
+{
+	struct obj_creds cr = {0};
+	char buf[2048];
+
+	(void)state;
+	strcpy(cr.secret_key, "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY");
+	strcpy(cr.session_token, "FwoGZXIvYXdzEBYaDHqa0AP");
+	assert_string_equal(redact(&cr,
+		"GET http://h/b/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&"
+		"X-Amz-Credential=AKID%2F20250101%2Fus-east-1%2Fs3%2Faws4_request&"
+		"X-Amz-Security-Token=FwoGZXIvYXdzEBYaDHqa0AP&"
+		"X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404 "
+		"(attempt 1)", buf, sizeof(buf)),
+		"GET http://h/b/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&"
+		"X-Amz-Credential=<redacted>&X-Amz-Security-Token=<redacted>&"
+		"X-Amz-Signature=<redacted> (attempt 1)");
+	/* The secret and the token themselves, anywhere (a server's error
+	 * message that echoes them, say). */
+	assert_string_equal(redact(&cr, "bad key wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY, "
+				   "token FwoGZXIvYXdzEBYaDHqa0AP.", buf,
+				   sizeof(buf)),
+			    "bad key <redacted>, token <redacted>.");
+	/* Without credentials: the patterns still apply. */
+	assert_string_equal(redact(NULL, "<SignatureProvided>x</SignatureProvided>"
+				   "Signature=abc", buf, sizeof(buf)),
+			    "<SignatureProvided>x</SignatureProvided>"
+			    "Signature=<redacted>");
+}
+
+static void test_redact_small_buffer(void **state)
+{
+	struct obj_creds cr = {0};
+	char *buf = malloc(12);
+	size_t n;
+
+	(void)state;
+	strcpy(cr.secret_key, "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY");
+	/* Cut where the buffer ends, never in the middle of a secret. */
+	n = s3_redact(&cr, "Signature=0123456789abcdef", 26, buf, 12);
+	assert_int_equal(n, 11);
+	assert_string_equal(buf, "Signature=<");
+	n = s3_redact(&cr, "k wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", 42,
+		      buf, 12);
+	assert_string_equal(buf, "k <redacted");
+	assert_int_equal(n, 11);
+	free(buf);
+}
+
 static void test_status_names(void **state)
 {
 	(void)state;
@@ -3524,6 +3876,9 @@ int main(void)
 		cmocka_unit_test(test_xml_list_10000_entries),
 		cmocka_unit_test(test_xml_list_regress_duplicate_token_leaks),
 		cmocka_unit_test(test_xml_error_reply),
+		cmocka_unit_test(test_redact_headers),
+		cmocka_unit_test(test_redact_presigned_and_literals),
+		cmocka_unit_test(test_redact_small_buffer),
 		cmocka_unit_test(test_xml_error_reply_long_fields),
 		cmocka_unit_test(test_xml_error_not_error),
 		cmocka_unit_test(test_xml_error_nested_code_ignored),
@@ -3560,6 +3915,10 @@ int main(void)
 		ST_TEST(test_posix_regress_delete_prefix_only_key),
 		ST_TEST(test_posix_delete_many),
 		ST_TEST(test_posix_delete_many_over_1000),
+		ST_TEST(test_posix_regress_debris_of_killed_upload),
+		ST_TEST(test_posix_regress_debris_sweep_rules),
+		ST_TEST(test_posix_object_mode),
+		ST_TEST(test_posix_object_mode_multipart_copy),
 		ST_TEST(test_posix_copy_keep_meta),
 		ST_TEST(test_posix_copy_replace_meta),
 		ST_TEST(test_posix_copy_missing_source),
