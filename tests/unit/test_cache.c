@@ -1193,6 +1193,63 @@ static void test_corrupt_index(void **state)
 	assert_int_equal(bytes_in(e) - in0, o.size);
 }
 
+static mode_t perms_at(const char *dir, const char *name)
+{
+	char path[PATH_MAX * 2];
+	struct stat sb;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	assert_int_equal(stat(path, &sb), 0);
+	return sb.st_mode & 07777;
+}
+
+/* The cache dir and what is in it are 0700/0600 after every open, even
+ * when they existed with looser modes. */
+static void test_dir_tightened(void **state)
+{
+	struct env *e = *state;
+	static const char *const files[] = {
+		"index.sqlite", "index.lock", "writeback.sqlite", "fmfs.log",
+		"lock", "dirty/0000000000000099", "lost+found/1-x",
+	};
+	char path[PATH_MAX * 2];
+	struct obj o;
+
+	put_obj(e, &o, "t/x", 1000, 92);
+	env_open(e);
+	read_all(e, &o);
+	env_close(e);
+	chmod(e->cache_dir, 0755);
+	for (size_t i = 0; i < 3; i++) {
+		snprintf(path, sizeof(path), "%s/%s", e->cache_dir,
+			 i == 0 ? "objects" : i == 1 ? "dirty" : "objects/00");
+		assert_int_equal(chmod(path, 0755), 0);
+	}
+	snprintf(path, sizeof(path), "%s/lost+found", e->cache_dir);
+	mkdir(path, 0755);
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		int fd;
+
+		snprintf(path, sizeof(path), "%s/%s", e->cache_dir, files[i]);
+		fd = open(path, O_WRONLY | O_CREAT, 0644);
+		assert_true(fd >= 0);
+		close(fd);
+		assert_int_equal(chmod(path, 0644), 0);
+	}
+	env_open(e);
+	assert_int_equal(perms_at(e->cache_dir, "."), 0700);
+	assert_int_equal(perms_at(e->cache_dir, "objects"), 0700);
+	assert_int_equal(perms_at(e->cache_dir, "objects/00"), 0700);
+	assert_int_equal(perms_at(e->cache_dir, "dirty"), 0700);
+	assert_int_equal(perms_at(e->cache_dir, "lost+found"), 0700);
+	assert_int_equal(perms_at(e->cache_dir, "index.sqlite"), 0600);
+	assert_int_equal(perms_at(e->cache_dir, "index.lock"), 0600);
+	assert_int_equal(perms_at(e->cache_dir, "writeback.sqlite"), 0600);
+	assert_int_equal(perms_at(e->cache_dir, "fmfs.log"), 0600);
+	assert_int_equal(perms_at(e->cache_dir, "lock"), 0600);
+	assert_int_equal(perms_at(e->cache_dir, "lost+found/1-x"), 0600);
+}
+
 static void test_dir_unusable(void **state)
 {
 	struct env *e = *state;
@@ -1276,6 +1333,7 @@ int main(void)
 		T(test_foreign_store_id),
 		T(test_block_size_mismatch),
 		T(test_corrupt_index),
+		T(test_dir_tightened),
 		T(test_dir_unusable),
 		T(test_dir_in_use),
 		T(test_uring_fallback),
