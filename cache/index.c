@@ -693,11 +693,20 @@ static struct attr_pend **attr_pend_find(struct cache_index *x,
 	return pp;
 }
 
+static int attr_db_get(struct cache_index *x, const char *key,
+		       struct cache_attr *out);
+
+static bool attr_same(const struct cache_attr *a, const struct cache_attr *b)
+{
+	return !strcmp(a->etag, b->etag) && a->has == b->has &&
+	       a->mode == b->mode && a->uid == b->uid && a->gid == b->gid &&
+	       a->mtime_ns == b->mtime_ns;
+}
+
 int cache_attr_get(struct cache *c, const char *key, struct cache_attr *out)
 {
 	struct cache_index *x = c->idx;
 	struct attr_pend *p;
-	sqlite3_stmt *st;
 	int rc = -ENOENT;
 
 	memset(out, 0, sizeof(*out));
@@ -713,7 +722,18 @@ int cache_attr_get(struct cache *c, const char *key, struct cache_attr *out)
 		pthread_mutex_unlock(&x->alock);
 		return rc;
 	}
-	st = x->get_attr;
+	rc = attr_db_get(x, key, out);
+	pthread_mutex_unlock(&x->alock);
+	return rc;
+}
+
+/* key's row in the index (x->alock held): 0 or -ENOENT. */
+static int attr_db_get(struct cache_index *x, const char *key,
+		       struct cache_attr *out)
+{
+	sqlite3_stmt *st = x->get_attr;
+	int rc = -ENOENT;
+
 	if (st && sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC) ==
 	    SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
 		const char *etag = (const char *)sqlite3_column_text(st, 0);
@@ -735,7 +755,6 @@ int cache_attr_get(struct cache *c, const char *key, struct cache_attr *out)
 		sqlite3_reset(st);
 		sqlite3_clear_bindings(st);
 	}
-	pthread_mutex_unlock(&x->alock);
 	return rc;
 }
 
@@ -758,6 +777,15 @@ void cache_attr_set(struct cache *c, const char *key,
 	pp = attr_pend_find(x, key);
 	p = *pp;
 	if (!p) {
+		struct cache_attr cur;
+		int rc = attr_db_get(x, key, &cur);
+
+		/* The index says so already (a HEAD at every open after
+		 * --refresh mostly learns nothing new): no write. */
+		if ((!a && rc) || (a && !rc && attr_same(a, &cur))) {
+			pthread_mutex_unlock(&x->alock);
+			return;
+		}
 		p = calloc(1, sizeof(*p) + kl + 1);
 		if (!p) {
 			pthread_mutex_unlock(&x->alock);
