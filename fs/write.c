@@ -156,9 +156,8 @@ void fs_wattr_attr(const struct cache_wattr *w, const char *etag,
 	a->mtime_ns = w->mtime_ns;
 }
 
-/* A mode with a stray group or other bit where the stored one has none
- * would be more than what is stored: the stored bits are taken as they
- * are, the defaults only stand in for what is missing. */
+/* What the object stores is shown as it is; the defaults (the fs's
+ * configuration) stand in only for what it does not store. */
 void fs_attr_resolve(const struct fs *fs, bool is_dir, int64_t mtime_s,
 		     const struct cache_attr *a, struct fs_entry *e)
 {
