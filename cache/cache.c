@@ -1078,6 +1078,61 @@ static int config_apply(struct cache *c, const struct cache_config *in,
 	return 0;
 }
 
+/* chmod of every plain file in dir (relative to c->dirfd) to 0600 and
+ * every directory to 0700; "." for the cache dir itself. */
+static void tighten_in(struct cache *c, const char *dir)
+{
+	struct dirent *de;
+	DIR *d;
+	int fd = openat(c->dirfd, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (fd < 0 || !(d = fdopendir(fd))) {
+		if (fd >= 0)
+			close(fd);
+		return; /* not there: nothing to tighten */
+	}
+	while ((de = readdir(d))) {
+		unsigned char t = de->d_type;
+		struct stat sb;
+
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (t == DT_UNKNOWN) {
+			if (fstatat(dirfd(d), de->d_name, &sb,
+				    AT_SYMLINK_NOFOLLOW))
+				continue;
+			t = S_ISDIR(sb.st_mode) ? DT_DIR :
+			    S_ISREG(sb.st_mode) ? DT_REG : DT_UNKNOWN;
+		}
+		if ((t == DT_DIR || t == DT_REG) &&
+		    fchmodat(dirfd(d), de->d_name, t == DT_DIR ? 0700 : 0600,
+			     0) && errno != ENOENT)
+			cache_log("cannot chmod %s/%s/%s: %s", c->cfg.dir, dir,
+				  de->d_name, strerror(errno));
+	}
+	closedir(d);
+}
+
+/* Nothing in the cache dir is for other users: the object bytes, the
+ * keys in the indexes, the log.  Files are created 0600 and directories
+ * 0700; a dir made by someone else or by an older fmfs is tightened on
+ * every open: the dir itself, its files (index.sqlite*, writeback.sqlite*,
+ * the lock files, fmfs.log, ...) and directories, and the files in dirty/
+ * and lost+found/.  objects/XX/ are chmodded by dir_prepare; the cache
+ * files in them, created 0600, are not visited (millions of them; the
+ * 0700 directories above shut them off anyway).  Called again after the
+ * write-back opened (SQLite creates a missing database 0644 less the
+ * umask). */
+static void dir_tighten(struct cache *c)
+{
+	if (fchmod(c->dirfd, 0700))
+		cache_log("cannot chmod %s to 0700: %s", c->cfg.dir,
+			  strerror(errno));
+	tighten_in(c, ".");
+	tighten_in(c, "dirty");
+	tighten_in(c, "lost+found");
+}
+
 /* Creates DIR and DIR/objects/00..ff and takes DIR/index.lock. */
 static int dir_prepare(struct cache *c, char *msg, size_t ml)
 {
@@ -1100,8 +1155,12 @@ static int dir_prepare(struct cache *c, char *msg, size_t ml)
 			snprintf(sub, sizeof(sub), "objects");
 		else
 			snprintf(sub, sizeof(sub), "objects/%02x", i);
-		if (mkdirat(c->dirfd, sub, 0700) && errno != EEXIST)
+		if (!mkdirat(c->dirfd, sub, 0700))
+			continue;
+		if (errno != EEXIST)
 			rc = -errno;
+		else if (i >= 0 && fchmodat(c->dirfd, sub, 0700, 0))
+			rc = -errno; /* objects/ itself: dir_tighten */
 	}
 	if (!rc && faccessat(c->dirfd, "objects", W_OK | X_OK, 0))
 		rc = -errno;
@@ -1110,6 +1169,7 @@ static int dir_prepare(struct cache *c, char *msg, size_t ml)
 			 "another --cache-dir", dir, strerror(-rc));
 		return rc;
 	}
+	dir_tighten(c);
 	/* Not DIR/lock: the mount command holds that one itself. */
 	c->lockfd = openat(c->dirfd, "index.lock",
 			   O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -1295,6 +1355,7 @@ int cache_open(const struct cache_config *cfg, struct obj_store *st,
 	rc = cache_wb_open(c, msg, msg_len);
 	if (rc)
 		goto out_close_wb;
+	tighten_in(c, "."); /* a new writeback.sqlite */
 	pthread_mutex_lock(&c->lock);
 	if (c->used_bytes > c->high_bytes) /* the cap went down */
 		cache_evict_locked(c, c->used_bytes - c->low_bytes);

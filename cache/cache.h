@@ -117,6 +117,33 @@ int cache_warm(struct cache *c, const char *key, uint64_t size_bytes,
 /* Drops a key's cached blocks (not while open: -EBUSY; 0 if none). */
 int cache_evict_key(struct cache *c, const char *key);
 
+/* The attributes stored with an object (its x-amz-meta-mode, -uid, -gid
+ * and -mtime), remembered in the index once learned (from a HEAD, or
+ * because this cache wrote them) so that a remount shows them before it
+ * asks the store.  One per key: a file's with the version (etag) they
+ * were learned for, a directory's ("a/b/") with an empty etag.  What to
+ * show for an object whose attributes are unknown is the fs's business
+ * (docs/semantics.md, "Attributes"). */
+#define CACHE_ATTR_MODE  1u
+#define CACHE_ATTR_UID   2u
+#define CACHE_ATTR_GID   4u
+#define CACHE_ATTR_MTIME 8u
+struct cache_attr {
+	char etag[80];
+	unsigned has;           /* CACHE_ATTR_*: those stored with the object */
+	uint32_t mode;          /* as stored: type and permission bits */
+	uint32_t uid, gid;
+	int64_t mtime_ns;
+};
+/* key's attributes: 0 with *out filled, or -ENOENT.  Never contacts the
+ * store; costs one lookup in the index (a few microseconds). */
+int cache_attr_get(struct cache *c, const char *key, struct cache_attr *out);
+/* Remembers a as key's attributes, or forgets key's (a NULL).  Seen by
+ * cache_attr_get at once; in the index after the next flush (about a
+ * second, and at close). */
+void cache_attr_set(struct cache *c, const char *key,
+		    const struct cache_attr *a);
+
 struct cache_stats {
 	uint64_t cap_bytes, used_bytes;
 	uint64_t objects, blocks;

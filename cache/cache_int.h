@@ -37,7 +37,12 @@
 #include "wb.h"
 #include "util/util.h"
 
-#define CACHE_FORMAT_VERSION 1
+/* 2: the attrs table (format 1 is upgraded in place). */
+#define CACHE_FORMAT_VERSION 2
+/* Attribute changes waiting for the flusher; one more makes the caller
+ * flush them itself first (none is ever dropped: an old row of the key
+ * would come back). */
+#define CACHE_ATTR_PENDING_MAX 65536u
 /* Blocks per row of the blocks table (see index.c for why). */
 #define CACHE_CHUNK_BLOCKS 1024u
 /* One ranged GET fetches at most this much. */

@@ -12,6 +12,8 @@
  *   meta(name, value)        format, store_id, block_bytes, chunk_blocks
  *   objects(id, key, etag, size, atime_ns, cached_bytes)
  *   blocks(id, chunk, present, crc)   one row per 1024 blocks of an object
+ *   attrs(key, etag, has, mode, uid, gid, mtime_ns)  the attributes stored
+ *                            with an object, once learned (cache_attr_*)
  *
  * Why chunks of 1024 blocks rather than a row per block or one BLOB per
  * object: a row per block makes the index a million rows per TiB cached
@@ -28,6 +30,14 @@
  * format, is refused with a message instead: that is a user's mistake
  * and the data may still be wanted.
  *
+ * Attributes are not loaded at open: a bucket has far more keys than the
+ * cache holds objects, so they are looked up one key at a time (the
+ * primary key's B-tree, a few microseconds) when the fs meets a name.
+ * Changes wait in a small table in memory (seen by lookups at once) and
+ * go to the index in the flusher's transaction.  A damaged index moved
+ * aside takes them along: the fs then shows its conservative defaults
+ * until it learns them again.
+ *
  * Crash safety needs no ordering between index and data: a block the
  * index lists is checked against its CRC32C before it is first served
  * (cache.c), and a block written but not yet listed is fetched again.
@@ -41,11 +51,28 @@
 
 #include "cache_int.h"
 
+/* An attribute change not yet in the index. */
+struct attr_pend {
+	struct attr_pend *next;
+	uint64_t seq;               /* a flush removes it only if unchanged */
+	bool del;                   /* forget the row */
+	struct cache_attr a;
+	char key[];
+};
+
+#define ATTR_BUCKETS 4096u
+
 struct cache_index {
 	sqlite3 *db;
 	char path[PATH_MAX];
 	sqlite3_stmt *upsert_obj, *del_obj, *del_blocks;
 	sqlite3_stmt *put_chunk, *del_chunk, *set_atime;
+	sqlite3_stmt *get_attr, *put_attr, *del_attr;
+	pthread_mutex_t alock;      /* protects apend, napend, aseq and the
+	                             * get_attr statement (a leaf) */
+	struct attr_pend *apend[ATTR_BUCKETS];
+	size_t napend;
+	uint64_t aseq;
 	pthread_mutex_t flush_lock; /* one flush at a time */
 	pthread_mutex_t lock;       /* protects stop; cond wakes the flusher */
 	pthread_cond_t cond;
@@ -62,7 +89,20 @@ static const char *const schema_sql =
 	" atime_ns INTEGER NOT NULL, cached_bytes INTEGER NOT NULL);"
 	"CREATE TABLE blocks(id INTEGER NOT NULL, chunk INTEGER NOT NULL,"
 	" present BLOB NOT NULL, crc BLOB NOT NULL, PRIMARY KEY(id, chunk))"
-	" WITHOUT ROWID;";
+	" WITHOUT ROWID;"
+	"CREATE TABLE attrs(key TEXT PRIMARY KEY, etag TEXT NOT NULL,"
+	" has INTEGER NOT NULL, mode INTEGER NOT NULL, uid INTEGER NOT NULL,"
+	" gid INTEGER NOT NULL, mtime_ns INTEGER NOT NULL) WITHOUT ROWID;";
+
+/* Format 1 to 2: the attrs table (nothing else changed). */
+static const char *const upgrade1_sql =
+	"BEGIN;"
+	"CREATE TABLE IF NOT EXISTS attrs(key TEXT PRIMARY KEY,"
+	" etag TEXT NOT NULL, has INTEGER NOT NULL, mode INTEGER NOT NULL,"
+	" uid INTEGER NOT NULL, gid INTEGER NOT NULL,"
+	" mtime_ns INTEGER NOT NULL) WITHOUT ROWID;"
+	"UPDATE meta SET value='2' WHERE name='format';"
+	"COMMIT;";
 
 /* ---- errors: damaged (-EBADMSG, start over) or fatal (message) ---- */
 
@@ -169,6 +209,16 @@ static int check_identity(struct cache *c, struct cache_index *x,
 			 "fmfs or another --cache-dir", dir, fmt,
 			 CACHE_FORMAT_VERSION);
 		return -EPROTO;
+	}
+	if (fmt == 1) {
+		rc = sqlite3_exec(x->db, upgrade1_sql, NULL, NULL, NULL);
+		if (rc != SQLITE_OK) {
+			sqlite3_exec(x->db, "ROLLBACK", NULL, NULL, NULL);
+			return db_fail(x, rc, "upgrading from format 1", e);
+		}
+		cache_log("index %s upgraded from format 1 to %d (object "
+			  "attributes)", x->path, CACHE_FORMAT_VERSION);
+		fmt = CACHE_FORMAT_VERSION;
 	}
 	if (fmt < CACHE_FORMAT_VERSION)
 		return damaged(e, "an older index format");
@@ -416,6 +466,14 @@ static int prepare_statements(struct cache_index *x, struct open_err *e)
 		  "DELETE FROM blocks WHERE id=? AND chunk=?" },
 		{ offsetof(struct cache_index, set_atime),
 		  "UPDATE objects SET atime_ns=? WHERE id=?" },
+		{ offsetof(struct cache_index, get_attr),
+		  "SELECT etag, has, mode, uid, gid, mtime_ns FROM attrs"
+		  " WHERE key=?" },
+		{ offsetof(struct cache_index, put_attr),
+		  "INSERT OR REPLACE INTO attrs(key, etag, has, mode, uid,"
+		  " gid, mtime_ns) VALUES(?,?,?,?,?,?,?)" },
+		{ offsetof(struct cache_index, del_attr),
+		  "DELETE FROM attrs WHERE key=?" },
 	};
 
 	for (size_t i = 0; i < sizeof(stmts) / sizeof(stmts[0]); i++) {
@@ -439,8 +497,12 @@ static void db_close(struct cache_index *x)
 	sqlite3_finalize(x->put_chunk);
 	sqlite3_finalize(x->del_chunk);
 	sqlite3_finalize(x->set_atime);
+	sqlite3_finalize(x->get_attr);
+	sqlite3_finalize(x->put_attr);
+	sqlite3_finalize(x->del_attr);
 	x->upsert_obj = x->del_obj = x->del_blocks = NULL;
 	x->put_chunk = x->del_chunk = x->set_atime = NULL;
+	x->get_attr = x->put_attr = x->del_attr = NULL;
 	if (x->db)
 		sqlite3_close_v2(x->db);
 	x->db = NULL;
@@ -555,6 +617,7 @@ int cache_index_open(struct cache *c, char *msg, size_t ml)
 	snprintf(x->path, sizeof(x->path), "%s/index.sqlite", c->cfg.dir);
 	pthread_mutex_init(&x->flush_lock, NULL);
 	pthread_mutex_init(&x->lock, NULL);
+	pthread_mutex_init(&x->alock, NULL);
 	util_cond_init(&x->cond);
 	c->idx = x;
 	rc = index_try(c, x, &e);
@@ -573,11 +636,23 @@ int cache_index_open(struct cache *c, char *msg, size_t ml)
 	if (rc) {
 		pthread_mutex_destroy(&x->flush_lock);
 		pthread_mutex_destroy(&x->lock);
+		pthread_mutex_destroy(&x->alock);
 		pthread_cond_destroy(&x->cond);
 		free(x);
 		c->idx = NULL;
 	}
 	return rc;
+}
+
+static void attr_pend_free_all(struct cache_index *x)
+{
+	for (size_t b = 0; b < ATTR_BUCKETS; b++)
+		for (struct attr_pend *p = x->apend[b], *n; p; p = n) {
+			n = p->next;
+			free(p);
+		}
+	memset(x->apend, 0, sizeof(x->apend));
+	x->napend = 0;
 }
 
 void cache_index_close(struct cache *c)
@@ -587,11 +662,216 @@ void cache_index_close(struct cache *c)
 	if (!x)
 		return;
 	db_close(x);
+	attr_pend_free_all(x);
 	pthread_mutex_destroy(&x->flush_lock);
 	pthread_mutex_destroy(&x->lock);
+	pthread_mutex_destroy(&x->alock);
 	pthread_cond_destroy(&x->cond);
 	free(x);
 	c->idx = NULL;
+}
+
+/* ---- object attributes ---- */
+
+static size_t attr_hash(const char *key)
+{
+	uint64_t h = 1469598103934665603ull;
+
+	for (; *key; key++)
+		h = (h ^ (unsigned char)*key) * 1099511628211ull;
+	return (size_t)(h % ATTR_BUCKETS);
+}
+
+/* x->alock held. */
+static struct attr_pend **attr_pend_find(struct cache_index *x,
+					 const char *key)
+{
+	struct attr_pend **pp = &x->apend[attr_hash(key)];
+
+	while (*pp && strcmp((*pp)->key, key))
+		pp = &(*pp)->next;
+	return pp;
+}
+
+static int attr_db_get(struct cache_index *x, const char *key,
+		       struct cache_attr *out);
+
+static bool attr_same(const struct cache_attr *a, const struct cache_attr *b)
+{
+	return !strcmp(a->etag, b->etag) && a->has == b->has &&
+	       a->mode == b->mode && a->uid == b->uid && a->gid == b->gid &&
+	       a->mtime_ns == b->mtime_ns;
+}
+
+int cache_attr_get(struct cache *c, const char *key, struct cache_attr *out)
+{
+	struct cache_index *x = c->idx;
+	struct attr_pend *p;
+	int rc = -ENOENT;
+
+	memset(out, 0, sizeof(*out));
+	if (!x)
+		return -ENOENT;
+	pthread_mutex_lock(&x->alock);
+	p = *attr_pend_find(x, key);
+	if (p) {
+		if (!p->del) {
+			*out = p->a;
+			rc = 0;
+		}
+		pthread_mutex_unlock(&x->alock);
+		return rc;
+	}
+	rc = attr_db_get(x, key, out);
+	pthread_mutex_unlock(&x->alock);
+	return rc;
+}
+
+/* key's row in the index (x->alock held): 0 or -ENOENT. */
+static int attr_db_get(struct cache_index *x, const char *key,
+		       struct cache_attr *out)
+{
+	sqlite3_stmt *st = x->get_attr;
+	int rc = -ENOENT;
+
+	if (st && sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC) ==
+	    SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
+		const char *etag = (const char *)sqlite3_column_text(st, 0);
+		int64_t has = sqlite3_column_int64(st, 1);
+
+		/* A row that does not fit is no row: the defaults. */
+		if (etag && strlen(etag) < sizeof(out->etag) && has >= 0 &&
+		    has <= 15) {
+			snprintf(out->etag, sizeof(out->etag), "%s", etag);
+			out->has = (unsigned)has;
+			out->mode = (uint32_t)sqlite3_column_int64(st, 2);
+			out->uid = (uint32_t)sqlite3_column_int64(st, 3);
+			out->gid = (uint32_t)sqlite3_column_int64(st, 4);
+			out->mtime_ns = sqlite3_column_int64(st, 5);
+			rc = 0;
+		}
+	}
+	if (st) {
+		sqlite3_reset(st);
+		sqlite3_clear_bindings(st);
+	}
+	return rc;
+}
+
+void cache_attr_set(struct cache *c, const char *key,
+		    const struct cache_attr *a)
+{
+	struct cache_index *x = c->idx;
+	size_t kl = strlen(key);
+	struct attr_pend **pp, *p;
+	bool full;
+
+	if (!x)
+		return;
+	pthread_mutex_lock(&x->alock);
+	full = x->napend >= CACHE_ATTR_PENDING_MAX;
+	pthread_mutex_unlock(&x->alock);
+	if (full) /* rare: more than the flusher writes in a second */
+		cache_index_flush(c, false);
+	pthread_mutex_lock(&x->alock);
+	pp = attr_pend_find(x, key);
+	p = *pp;
+	if (!p) {
+		struct cache_attr cur;
+		int rc = attr_db_get(x, key, &cur);
+
+		/* The index says so already (a HEAD at every open after
+		 * --refresh mostly learns nothing new): no write. */
+		if ((!a && rc) || (a && !rc && attr_same(a, &cur))) {
+			pthread_mutex_unlock(&x->alock);
+			return;
+		}
+		p = calloc(1, sizeof(*p) + kl + 1);
+		if (!p) {
+			pthread_mutex_unlock(&x->alock);
+			cache_log_ratelimited("out of memory: attributes of "
+					      "%s not kept", key);
+			return;
+		}
+		memcpy(p->key, key, kl + 1);
+		*pp = p;
+		x->napend++;
+	}
+	p->seq = ++x->aseq;
+	p->del = !a;
+	if (a)
+		p->a = *a;
+	pthread_mutex_unlock(&x->alock);
+}
+
+/* The pending changes, copied for a flush. */
+struct attr_snap {
+	struct attr_pend **v;
+	size_t n;
+};
+
+static int attr_snap_take(struct cache_index *x, struct attr_snap *as)
+{
+	size_t n = 0;
+
+	as->v = NULL;
+	as->n = 0;
+	pthread_mutex_lock(&x->alock);
+	if (x->napend)
+		as->v = malloc(x->napend * sizeof(*as->v));
+	for (size_t b = 0; as->v && b < ATTR_BUCKETS; b++)
+		for (struct attr_pend *p = x->apend[b]; p; p = p->next) {
+			size_t sz = sizeof(*p) + strlen(p->key) + 1;
+			struct attr_pend *q = malloc(sz);
+
+			if (!q)
+				continue; /* stays pending for the next flush */
+			memcpy(q, p, sz);
+			as->v[n++] = q;
+		}
+	pthread_mutex_unlock(&x->alock);
+	as->n = n;
+	return x->napend && !as->v ? -ENOMEM : 0;
+}
+
+/* After a commit: what it wrote is in the index now, unless changed
+ * since. */
+static void attr_snap_done(struct cache_index *x, struct attr_snap *as,
+			   bool written)
+{
+	pthread_mutex_lock(&x->alock);
+	for (size_t i = 0; written && i < as->n; i++) {
+		struct attr_pend **pp = attr_pend_find(x, as->v[i]->key), *p;
+
+		p = *pp;
+		if (p && p->seq == as->v[i]->seq) {
+			*pp = p->next;
+			free(p);
+			x->napend--;
+		}
+	}
+	pthread_mutex_unlock(&x->alock);
+	for (size_t i = 0; i < as->n; i++)
+		free(as->v[i]);
+	free(as->v);
+}
+
+static int step_reset(sqlite3_stmt *st);
+
+static int attr_write(struct cache_index *x, const struct attr_pend *p)
+{
+	if (p->del) {
+		sqlite3_bind_text(x->del_attr, 1, p->key, -1, SQLITE_STATIC);
+		return step_reset(x->del_attr);
+	}
+	sqlite3_bind_text(x->put_attr, 1, p->key, -1, SQLITE_STATIC);
+	sqlite3_bind_text(x->put_attr, 2, p->a.etag, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(x->put_attr, 3, p->a.has);
+	sqlite3_bind_int64(x->put_attr, 4, p->a.mode);
+	sqlite3_bind_int64(x->put_attr, 5, p->a.uid);
+	sqlite3_bind_int64(x->put_attr, 6, p->a.gid);
+	sqlite3_bind_int64(x->put_attr, 7, p->a.mtime_ns);
+	return step_reset(x->put_attr);
 }
 
 /* ---- the dirty list ---- */
@@ -915,7 +1195,8 @@ static int write_obj(struct cache_index *x, const struct snap_obj *so)
 	return rc;
 }
 
-static int snap_write(struct cache_index *x, const struct snap *s)
+static int snap_write(struct cache_index *x, const struct snap *s,
+		      const struct attr_snap *as)
 {
 	int rc = sqlite3_exec(x->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
 
@@ -935,6 +1216,8 @@ static int snap_write(struct cache_index *x, const struct snap *s)
 		sqlite3_bind_int64(x->set_atime, 2, (int64_t)s->atimes[i].id);
 		rc = step_reset(x->set_atime);
 	}
+	for (size_t i = 0; rc == SQLITE_OK && i < as->n; i++)
+		rc = attr_write(x, as->v[i]);
 	if (rc == SQLITE_OK)
 		rc = sqlite3_exec(x->db, "COMMIT", NULL, NULL, NULL);
 	if (rc != SQLITE_OK) {
@@ -956,14 +1239,20 @@ int cache_index_flush(struct cache *c, bool all_atimes)
 {
 	struct cache_index *x = c->idx;
 	struct snap s = { 0 };
+	struct attr_snap as;
 	int rc;
 
 	if (!x || !x->db)
 		return 0;
 	pthread_mutex_lock(&x->flush_lock);
 	rc = snap_take(c, &s, all_atimes);
-	if (!rc && (s.objs || s.ndead || s.natimes))
-		rc = snap_write(x, &s);
+	if (!rc)
+		rc = attr_snap_take(x, &as);
+	else
+		as.v = NULL, as.n = 0;
+	if (!rc && (s.objs || s.ndead || s.natimes || as.n))
+		rc = snap_write(x, &s, &as);
+	attr_snap_done(x, &as, rc == 0);
 	if (rc) {
 		/* Everything again next time; the deletions too. */
 		pthread_mutex_lock(&c->dirty_lock);

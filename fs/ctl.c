@@ -335,6 +335,7 @@ static void do_status(struct fs *fs, FILE *out, bool json)
 	   atomic_load(&fs->pt_killpriv2) ? "true" : "false", false);
 	kv_u64(out, json, &first, "getxattr_requests",
 	       atomic_load(&fs->getxattrs));
+	kv_u64(out, json, &first, "head_requests", atomic_load(&fs->heads));
 	cache_wb_get_stats(fs->cfg.cache, &w);
 	kv_u64(out, json, &first, "dirty_bytes", w.dirty_bytes);
 	kv_u64(out, json, &first, "dirty_files", w.dirty_files);

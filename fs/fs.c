@@ -48,17 +48,19 @@ void fs_fill_attr(const struct fs *fs, const struct fs_inode *in,
 
 	memset(st, 0, sizeof(*st));
 	st->st_ino = in->ino;
-	st->st_uid = getuid();
-	st->st_gid = getgid();
+	/* Not known yet (no HEAD, nothing in the index): the defaults,
+	 * --uid/--gid/--file-mode/--dir-mode, conservative unless set. */
+	st->st_uid = (uid_t)fs->cfg.uid;
+	st->st_gid = (gid_t)fs->cfg.gid;
 	st->st_blksize = 1 << 20;
 	if (in->is_dir) {
-		st->st_mode = S_IFDIR | (ro ? 0555 : 0755);
+		st->st_mode = S_IFDIR | (mode_t)fs->cfg.dir_mode;
 		st->st_nlink = 2;
 		st->st_mtim = st->st_ctim = st->st_atim =
 			(struct timespec){ fs->mount_time_s, 0 };
 	} else {
 		st->st_mode = (in->is_link ? S_IFLNK | 0777 :
-			       S_IFREG | (ro ? 0444 : 0644));
+			       S_IFREG | (mode_t)fs->cfg.file_mode);
 		st->st_nlink = 1;
 		st->st_size = (off_t)in->size_bytes;
 		st->st_blocks = (blkcnt_t)((in->size_bytes + 511) / 512);
@@ -68,14 +70,14 @@ void fs_fill_attr(const struct fs *fs, const struct fs_inode *in,
 	}
 	if (in->has_attr) {
 		st->st_mode = (st->st_mode & S_IFMT) | (in->mode & 07777);
-		if (ro)
-			st->st_mode &= ~(mode_t)0222;
 		st->st_uid = in->uid;
 		st->st_gid = in->gid;
 		st->st_mtim.tv_sec = in->mtime_ns / 1000000000;
 		st->st_mtim.tv_nsec = in->mtime_ns % 1000000000;
 		st->st_ctim = st->st_atim = st->st_mtim;
 	}
+	if (ro && !S_ISLNK(st->st_mode))
+		st->st_mode &= ~(mode_t)0222;
 }
 
 /* A dirty file's attributes replace what the inode had (fs->lock not
@@ -155,6 +157,26 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	}
 }
 
+/* Whether a lookup should HEAD a file whose attributes are unknown.  A
+ * listing shows such files with the defaults and never HEADs them (`ls -l`
+ * of 100k objects would be 100k HEADs); the defaults let root and the
+ * default owner in, and shut others out.  So only a lookup by another
+ * user, who would be refused what the object's own mode may allow, pays
+ * one HEAD per name; its answer is kept in the cache index. */
+static bool lookup_wants_head(struct fs *fs, fuse_req_t req,
+			      struct fs_inode *in)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	bool known;
+
+	if (ctx->uid == 0 || ctx->uid == (uid_t)fs->cfg.uid)
+		return false;
+	pthread_mutex_lock(&fs->lock);
+	known = in->has_attr || in->unlinked;
+	pthread_mutex_unlock(&fs->lock);
+	return !known;
+}
+
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct fs *fs = FS(req);
@@ -184,13 +206,14 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		return;
 	}
 	e.name = (char *)name;
-	pthread_mutex_lock(&fs->lock);
-	in = fs_inode_ref(fs, dir, &e);
-	pthread_mutex_unlock(&fs->lock);
-	if (in)
-		fs_reply_entry(req, fs, in);
-	else
+	in = fs_inode_lookup(fs, dir, &e);
+	if (!in) {
 		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	if (!in->is_dir && !e.has_attr && lookup_wants_head(fs, req, in))
+		fs_load_meta(fs, in); /* failed: the defaults stay */
+	fs_reply_entry(req, fs, in);
 }
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t n)
@@ -290,8 +313,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 		if (plus && e) {
 			struct fs_inode *in;
 
+			in = fs_inode_lookup(fs, dir, e);
 			pthread_mutex_lock(&fs->lock);
-			in = fs_inode_ref(fs, dir, e);
 			if (in && in->pt_open) {
 				/* The kernel writes it: the listing's size is
 				 * older than its own.  An entry without a node
@@ -361,6 +384,8 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino,
  * store is unreachable (cached data stays readable). */
 int fs_revalidate(struct fs *fs, struct fs_inode *in)
 {
+	char key[OBJ_KEY_MAX + 2];
+	struct cache_attr a;
 	struct obj_meta m;
 	struct obj_error err;
 	obj_status st;
@@ -372,6 +397,7 @@ int fs_revalidate(struct fs *fs, struct fs_inode *in)
 	if ((in->attr_ms && age < (uint64_t)fs->cfg.refresh_s * 1000) ||
 	    !fs_store_up(fs))
 		return 0;
+	atomic_fetch_add(&fs->heads, 1);
 	st = obj_head(fs->cfg.st, in->key, &m, &err);
 	if (st == OBJ_ERR_NOT_FOUND)
 		return -ENOENT;
@@ -379,12 +405,16 @@ int fs_revalidate(struct fs *fs, struct fs_inode *in)
 		fs_obj_errno(fs, st, &err); /* marks the store offline */
 		return 0;
 	}
+	fs_meta_attr(m.user, m.nuser, m.etag, &a);
 	pthread_mutex_lock(&fs->lock);
 	in->size_bytes = m.size_bytes;
 	in->mtime_s = m.mtime_s;
 	snprintf(in->etag, sizeof(in->etag), "%s", m.etag);
 	in->attr_ms = util_now_ms();
+	fs_attr_apply(fs, in, &a);
+	snprintf(key, sizeof(key), "%s", in->key);
 	pthread_mutex_unlock(&fs->lock);
+	cache_attr_set(fs->cfg.cache, key, &a);
 	obj_meta_release(&m);
 	return 0;
 }
@@ -612,6 +642,8 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 /* User metadata of a file, fetched by HEAD and kept for refresh_s. */
 int fs_load_meta(struct fs *fs, struct fs_inode *in)
 {
+	char key[OBJ_KEY_MAX + 2];
+	struct cache_attr a;
 	struct obj_meta m;
 	struct obj_error err;
 	obj_status st;
@@ -623,20 +655,24 @@ int fs_load_meta(struct fs *fs, struct fs_inode *in)
 		return 0;
 	}
 	pthread_mutex_unlock(&fs->lock);
+	atomic_fetch_add(&fs->heads, 1);
 	st = obj_head(fs->cfg.st, in->key, &m, &err);
 	if (st != OBJ_OK)
 		return fs_obj_errno(fs, st, &err);
+	fs_meta_attr(m.user, m.nuser, m.etag, &a);
 	pthread_mutex_lock(&fs->lock);
 	for (size_t i = 0; i < in->nmeta; i++) {
 		free(in->meta[i].name);
 		free(in->meta[i].value);
 	}
 	free(in->meta);
-	fs_apply_meta(in, m.user, m.nuser);
+	fs_attr_apply(fs, in, &a);
 	in->meta = m.user;
 	in->nmeta = m.nuser;
 	in->meta_ms = util_now_ms();
+	snprintf(key, sizeof(key), "%s", in->key);
 	pthread_mutex_unlock(&fs->lock);
+	cache_attr_set(fs->cfg.cache, key, &a);
 	m.user = NULL;
 	m.nuser = 0;
 	obj_meta_release(&m);
@@ -917,6 +953,14 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t ml)
 	fs->cfg = *cfg;
 	if (!fs->cfg.threads)
 		fs->cfg.threads = 8;
+	if (fs->cfg.file_mode < 0)
+		fs->cfg.file_mode = FS_FILE_MODE;
+	if (fs->cfg.dir_mode < 0)
+		fs->cfg.dir_mode = FS_DIR_MODE;
+	if (fs->cfg.uid < 0)
+		fs->cfg.uid = getuid();
+	if (fs->cfg.gid < 0)
+		fs->cfg.gid = getgid();
 	fs->started_ms = util_now_ms();
 	fs->mount_time_s = time(NULL);
 	fs->ctl_fd = -1;
@@ -926,6 +970,12 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t ml)
 		snprintf(msg, ml, "out of memory");
 		goto out_free;
 	}
+	{ /* the root's, set by a chmod on an earlier mount */
+		struct cache_attr a;
+
+		if (!cache_attr_get(cfg->cache, "", &a))
+			fs_attr_apply(fs, fs->root, &a);
+	}
 	snprintf(fsname, sizeof(fsname), "%s", cfg->store_url);
 	for (char *c = fsname; *c; c++)
 		if (*c == ',')
@@ -933,7 +983,8 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t ml)
 	snprintf(opts, sizeof(opts), "fsname=fmfs:%s,subtype=fmfs,%s"
 		 "max_read=%u,default_permissions%s%s%s", fsname,
 		 cfg->mode == FS_MODE_RO ? "ro," : "", FS_MAX_READ,
-		 getuid() == 0 ? ",allow_other" : "",
+		 getuid() == 0 && !cfg->no_allow_other && !(cfg->fuse_opts &&
+		 strstr(cfg->fuse_opts, "allow_other")) ? ",allow_other" : "",
 		 cfg->fuse_opts ? "," : "", cfg->fuse_opts ? cfg->fuse_opts : "");
 	if (cfg->debug)
 		argv[3] = "-d", args.argc = 4;

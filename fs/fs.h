@@ -17,6 +17,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "cache/cache.h"
 #include "objstore/objstore.h"
@@ -47,7 +48,16 @@ struct fs_config {
 	bool debug;                 /* FUSE debug output */
 	bool passthrough;           /* FUSE passthrough for dirty files, if
 	                             * the kernel has it and we may use it */
+	/* What an object shows while the attributes stored with it are not
+	 * known (or it has none): -1 for the defaults, FS_FILE_MODE,
+	 * FS_DIR_MODE and the user who mounted. */
+	int file_mode, dir_mode;
+	int64_t uid, gid;
+	bool no_allow_other;        /* root mounts add allow_other unless */
 };
+
+#define FS_FILE_MODE 0600
+#define FS_DIR_MODE 0755
 
 /* Mounts and serves.  Returns 0 after a clean unmount, or -errno with msg
  * set when mounting failed. */

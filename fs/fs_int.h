@@ -41,6 +41,12 @@ struct fs_entry {
 	uint64_t size_bytes;
 	int64_t mtime_s;
 	char etag[80];
+	/* Attributes, when known: a dirty file's, or those stored with the
+	 * object (from the cache index, fs_inode_lookup); never in a
+	 * listing fetched from the store. */
+	bool has_attr;
+	uint32_t mode, uid, gid; /* mode: permission bits */
+	int64_t mtime_ns;
 };
 
 /* A directory's listing: immutable once built, shared by reference so a
@@ -65,9 +71,13 @@ struct fs_inode {
 	char etag[80];
 	uint64_t attr_ms;          /* when last confirmed with the store */
 	char open_etag[80];        /* version at the last open (keep_cache) */
-	/* POSIX attributes from object metadata or our own writes */
+	/* POSIX attributes from object metadata or our own writes; without
+	 * them (has_attr false) the inode shows the configured defaults
+	 * (fs_fill_attr), which are never more than FS_FILE_MODE's */
 	bool is_link;
-	bool has_attr;             /* mode/uid/gid/mtime_ns below are set */
+	bool has_attr;             /* mode/uid/gid/mtime_ns below are set:
+	                            * the object's as stored, the defaults
+	                            * for what it does not store */
 	uint32_t mode, uid, gid;
 	int64_t mtime_ns;
 	unsigned nopen;            /* open handles (a delete waits for 0) */
@@ -117,6 +127,7 @@ struct fs {
 	/* counters for `fmfs status` */
 	atomic_uint_fast64_t lookups, listings, list_pages, opens, reads;
 	atomic_uint_fast64_t getxattrs;
+	atomic_uint_fast64_t heads;    /* HEADs for attributes and xattrs */
 	atomic_uint_fast64_t skipped_names, open_files;
 	/* After a transport failure, metadata is served from what we have
 	 * (no retries per lookup) until this time. */
@@ -175,6 +186,10 @@ struct fs_inode *fs_inode_get(struct fs *fs, fuse_ino_t ino);  /* no ref */
  * reference.  Called with fs->lock held. */
 struct fs_inode *fs_inode_ref(struct fs *fs, struct fs_inode *dir,
 			      const struct fs_entry *e);
+/* fs_inode_ref with the attributes the cache index keeps for e's object
+ * (its version's), when e has none; takes fs->lock itself. */
+struct fs_inode *fs_inode_lookup(struct fs *fs, struct fs_inode *dir,
+				 const struct fs_entry *e);
 void fs_inode_forget(struct fs *fs, struct fs_inode *in, uint64_t n);
 /* The directory's listing, fetched if missing or older than refresh_s.
  * Returns a reference (fs_listing_put) or NULL with *err set (-errno). */
@@ -233,8 +248,20 @@ void fs_op_readlink(fuse_req_t req, fuse_ino_t ino);
 void fs_on_done(void *arg, const char *key, const char *etag, uint64_t size,
 		bool deleted);
 void fs_handle_put(struct fs_handle *h);
-/* Object metadata "mode"/"uid"/"gid"/"mtime" into in (lock held). */
-void fs_apply_meta(struct fs_inode *in, const struct obj_kv *m, size_t n);
+/* Attributes.  Object metadata "mode"/"uid"/"gid"/"mtime" (a HEAD's) as
+ * the cache index keeps them. */
+void fs_meta_attr(const struct obj_kv *m, size_t n, const char *etag,
+		  struct cache_attr *a);
+/* A dirty file's attributes as uploaded, for the index. */
+void fs_wattr_attr(const struct cache_wattr *w, const char *etag,
+		   struct cache_attr *a);
+/* Stored attributes a, with the defaults for what a lacks, into e
+ * (has_attr set); mtime_s: the object's Last-Modified. */
+void fs_attr_resolve(const struct fs *fs, bool is_dir, int64_t mtime_s,
+		     const struct cache_attr *a, struct fs_entry *e);
+/* The same into an inode (lock held). */
+void fs_attr_apply(const struct fs *fs, struct fs_inode *in,
+		   const struct cache_attr *a);
 bool fs_meta_reserved(const char *name);
 
 /* passthrough.c */

@@ -176,8 +176,23 @@ void fs_inode_forget(struct fs *fs, struct fs_inode *in, uint64_t n)
 	pthread_mutex_unlock(&fs->lock);
 }
 
+/* A new version (another ETag) makes what was known of the old one
+ * unknown, unless e knows the new one's; a dirty file's attributes are
+ * always the latest; otherwise the inode's, learned since e was made,
+ * win. */
 static void set_attrs(struct fs_inode *in, const struct fs_entry *e)
 {
+	bool changed = !e->is_dir && strcmp(in->etag, e->etag);
+
+	if (e->has_attr && (e->pending || changed || !in->has_attr)) {
+		in->has_attr = true;
+		in->mode = e->mode;
+		in->uid = e->uid;
+		in->gid = e->gid;
+		in->mtime_ns = e->mtime_ns;
+	} else if (changed) {
+		in->has_attr = false;
+	}
 	in->is_link |= e->is_link; /* the kernel's type never changes */
 	in->size_bytes = e->size_bytes;
 	in->mtime_s = e->mtime_s;
@@ -234,6 +249,33 @@ struct fs_inode *fs_inode_ref(struct fs *fs, struct fs_inode *dir,
 	return in;
 }
 
+struct fs_inode *fs_inode_lookup(struct fs *fs, struct fs_inode *dir,
+				 const struct fs_entry *e)
+{
+	struct fs_entry k = *e;
+	struct fs_inode *in;
+	struct cache_attr a;
+	char key[OBJ_KEY_MAX + 2];
+	bool ok;
+
+	if (!e->has_attr) { /* a dirty file's are there: any other's? */
+		pthread_mutex_lock(&fs->lock);
+		ok = (size_t)snprintf(key, sizeof(key), "%s%s%s", dir->key,
+				      e->name, e->is_dir ? "/" : "") <
+		     sizeof(key);
+		pthread_mutex_unlock(&fs->lock);
+		/* A file's are for one version; a directory's, kept by
+		 * this cache, for the name. */
+		if (ok && !cache_attr_get(fs->cfg.cache, key, &a) &&
+		    (e->is_dir || !strcmp(a.etag, e->etag)))
+			fs_attr_resolve(fs, e->is_dir, e->mtime_s, &a, &k);
+	}
+	pthread_mutex_lock(&fs->lock);
+	in = fs_inode_ref(fs, dir, &k);
+	pthread_mutex_unlock(&fs->lock);
+	return in;
+}
+
 /* ---- listings ---- */
 
 static bool name_ok(const char *n)
@@ -246,8 +288,14 @@ static int cmp_entry(const void *a, const void *b)
 	const struct fs_entry *x = a, *y = b;
 	int c = strcmp(x->name, y->name);
 
-	/* Same name: the directory first, so dedup keeps it. */
-	return c ? c : (int)y->is_dir - (int)x->is_dir;
+	/* Same name: the directory first, so dedup keeps it; of two
+	 * directories (a dirty marker and one implied by a dirty file below
+	 * it) the one with attributes. */
+	if (c)
+		return c;
+	if (x->is_dir != y->is_dir)
+		return (int)y->is_dir - (int)x->is_dir;
+	return (int)y->has_attr - (int)x->has_attr;
 }
 
 static int add_entry(struct fs_listing *l, size_t *cap, const char *name,
@@ -708,6 +756,11 @@ static void entry_from_w(struct fs_entry *e, const struct cache_wattr *a)
 	e->pending = true;
 	e->size_bytes = e->is_dir ? 0 : a->size;
 	e->mtime_s = a->mtime_ns / 1000000000;
+	e->has_attr = true;
+	e->mode = a->mode & 07777;
+	e->uid = a->uid;
+	e->gid = a->gid;
+	e->mtime_ns = a->mtime_ns;
 }
 
 /* One look at name in dir: the dirty table, else the listing with the
@@ -846,8 +899,11 @@ static void view_fn(void *arg, const char *key, const struct cache_wattr *a)
 	}
 	if (slash) {
 		v->err = add_entry(v->add, &v->cap, name, true, NULL);
-		if (!v->err)
-			v->add->e[v->add->n - 1].pending = true;
+		if (v->err)
+			return;
+		v->add->e[v->add->n - 1].pending = true;
+		if (!slash[1]) /* the directory's own dirty marker */
+			entry_from_w(&v->add->e[v->add->n - 1], a);
 		return;
 	}
 	v->err = add_entry(v->add, &v->cap, name, false, NULL);

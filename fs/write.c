@@ -99,31 +99,33 @@ bool fs_meta_reserved(const char *name)
 	       !strcmp(name, "gid") || !strcmp(name, "mtime");
 }
 
-void fs_apply_meta(struct fs_inode *in, const struct obj_kv *m, size_t n)
+void fs_meta_attr(const struct obj_kv *m, size_t n, const char *etag,
+		  struct cache_attr *a)
 {
+	memset(a, 0, sizeof(*a));
+	snprintf(a->etag, sizeof(a->etag), "%s", etag ? etag : "");
 	for (size_t i = 0; i < n; i++) {
 		const char *v = m[i].value;
 		char *end;
 
-		if (!fs_meta_reserved(m[i].name))
-			continue;
-		if (!in->has_attr) {
-			in->has_attr = true;
-			in->mode = in->is_dir ? 0755 : 0644;
-			in->uid = getuid();
-			in->gid = getgid();
-			in->mtime_ns = in->mtime_s * 1000000000;
-		}
 		if (!strcmp(m[i].name, "mode")) {
-			in->mode = (uint32_t)strtoul(v, NULL, 10) & 07777;
+			a->mode = (uint32_t)strtoul(v, &end, 10);
+			if (*v && !*end)
+				a->has |= CACHE_ATTR_MODE;
 		} else if (!strcmp(m[i].name, "uid")) {
-			in->uid = (uint32_t)strtoul(v, NULL, 10);
+			a->uid = (uint32_t)strtoul(v, &end, 10);
+			if (*v && !*end)
+				a->has |= CACHE_ATTR_UID;
 		} else if (!strcmp(m[i].name, "gid")) {
-			in->gid = (uint32_t)strtoul(v, NULL, 10);
-		} else {
+			a->gid = (uint32_t)strtoul(v, &end, 10);
+			if (*v && !*end)
+				a->has |= CACHE_ATTR_GID;
+		} else if (!strcmp(m[i].name, "mtime")) {
 			long long sec = strtoll(v, &end, 10);
 			long long ns = 0;
 
+			if (end == v)
+				continue;
 			if (*end == '.') {
 				int digits = 0;
 
@@ -133,9 +135,56 @@ void fs_apply_meta(struct fs_inode *in, const struct obj_kv *m, size_t n)
 				for (; digits < 9; digits++)
 					ns *= 10;
 			}
-			in->mtime_ns = sec * 1000000000 + ns;
+			a->mtime_ns = sec * 1000000000 + ns;
+			a->has |= CACHE_ATTR_MTIME;
 		}
 	}
+}
+
+void fs_wattr_attr(const struct cache_wattr *w, const char *etag,
+		   struct cache_attr *a)
+{
+	memset(a, 0, sizeof(*a));
+	snprintf(a->etag, sizeof(a->etag), "%s", etag ? etag : "");
+	a->has = CACHE_ATTR_MODE | CACHE_ATTR_UID | CACHE_ATTR_GID |
+		 CACHE_ATTR_MTIME;
+	a->mode = (w->mode & 07777) | (w->kind == CACHE_WK_SYMLINK ? S_IFLNK :
+				       w->kind == CACHE_WK_DIR ? S_IFDIR :
+				       S_IFREG);
+	a->uid = w->uid;
+	a->gid = w->gid;
+	a->mtime_ns = w->mtime_ns;
+}
+
+/* What the object stores is shown as it is; the defaults (the fs's
+ * configuration) stand in only for what it does not store. */
+void fs_attr_resolve(const struct fs *fs, bool is_dir, int64_t mtime_s,
+		     const struct cache_attr *a, struct fs_entry *e)
+{
+	e->has_attr = true;
+	e->mode = (a->has & CACHE_ATTR_MODE) ? a->mode & 07777 :
+		  (uint32_t)(is_dir ? fs->cfg.dir_mode : fs->cfg.file_mode);
+	e->uid = (a->has & CACHE_ATTR_UID) ? a->uid : (uint32_t)fs->cfg.uid;
+	e->gid = (a->has & CACHE_ATTR_GID) ? a->gid : (uint32_t)fs->cfg.gid;
+	e->mtime_ns = (a->has & CACHE_ATTR_MTIME) ? a->mtime_ns :
+		      (is_dir ? (int64_t)fs->mount_time_s : mtime_s) *
+		      1000000000;
+	if (!is_dir && (a->has & CACHE_ATTR_MODE) && S_ISLNK(a->mode))
+		e->is_link = true;
+}
+
+void fs_attr_apply(const struct fs *fs, struct fs_inode *in,
+		   const struct cache_attr *a)
+{
+	struct fs_entry e;
+
+	memset(&e, 0, sizeof(e));
+	fs_attr_resolve(fs, in->is_dir, in->mtime_s, a, &e);
+	in->has_attr = true;
+	in->mode = e.mode;
+	in->uid = e.uid;
+	in->gid = e.gid;
+	in->mtime_ns = e.mtime_ns;
 }
 
 /* ---- dirty copies ---- */
@@ -148,9 +197,9 @@ static void attr_of(struct fs *fs, struct fs_inode *in, struct cache_wattr *a,
 	memset(a, 0, sizeof(*a));
 	a->kind = CACHE_WK_FILE;
 	pthread_mutex_lock(&fs->lock);
-	a->mode = in->has_attr ? in->mode : 0644;
-	a->uid = in->has_attr ? in->uid : getuid();
-	a->gid = in->has_attr ? in->gid : getgid();
+	a->mode = in->has_attr ? in->mode : (uint32_t)fs->cfg.file_mode;
+	a->uid = in->has_attr ? in->uid : (uint32_t)fs->cfg.uid;
+	a->gid = in->has_attr ? in->gid : (uint32_t)fs->cfg.gid;
 	a->mtime_ns = in->has_attr ? in->mtime_ns :
 		      in->mtime_s * 1000000000;
 	a->size = in->size_bytes;
@@ -174,6 +223,13 @@ static int materialize(struct fs *fs, struct fs_inode *in, bool truncate,
 	rc = fs_revalidate(fs, in);
 	if (rc)
 		return rc;
+	/* The copy goes up with these attributes: the object's, not the
+	 * defaults, where a HEAD can tell (else the defaults, no more). */
+	pthread_mutex_lock(&fs->lock);
+	rc = in->has_attr;
+	pthread_mutex_unlock(&fs->lock);
+	if (!rc)
+		fs_load_meta(fs, in);
 	attr_of(fs, in, &a, etag);
 	if (truncate)
 		a.size = 0;
@@ -280,6 +336,11 @@ static struct fs_inode *new_entry(struct fs *fs, struct fs_inode *dir,
 	e.pending = true;
 	e.size_bytes = a->size;
 	e.mtime_s = a->mtime_ns / 1000000000;
+	e.has_attr = true;
+	e.mode = a->mode & 07777;
+	e.uid = a->uid;
+	e.gid = a->gid;
+	e.mtime_ns = a->mtime_ns;
 	pthread_mutex_lock(&fs->lock);
 	in = fs_inode_ref(fs, dir, &e);
 	pthread_mutex_unlock(&fs->lock);
@@ -455,6 +516,8 @@ static int copy_meta(struct fs *fs, struct fs_inode *in,
 {
 	struct obj_kv kv[64 + 5];
 	char vals[4][32], etag[80], xv[FS_XATTR_MAX + 1];
+	char kbuf[OBJ_KEY_MAX + 2];
+	struct cache_attr ca;
 	struct obj_error err;
 	struct cache_wattr na;
 	size_t n = 0;
@@ -522,6 +585,7 @@ static int copy_meta(struct fs *fs, struct fs_inode *in,
 	if (rc)
 		return rc;
 	pthread_mutex_lock(&fs->lock);
+	na.kind = in->is_link ? CACHE_WK_SYMLINK : CACHE_WK_FILE;
 	in->has_attr = true;
 	in->mode = na.mode;
 	in->uid = na.uid;
@@ -529,7 +593,10 @@ static int copy_meta(struct fs *fs, struct fs_inode *in,
 	in->mtime_ns = na.mtime_ns;
 	in->meta_ms = 0; /* the xattrs changed: HEAD again when asked */
 	in->attr_ms = 0;
+	snprintf(kbuf, sizeof(kbuf), "%s", in->key);
 	pthread_mutex_unlock(&fs->lock);
+	fs_wattr_attr(&na, etag, &ca);
+	cache_attr_set(fs->cfg.cache, kbuf, &ca);
 	return 0;
 }
 
@@ -582,9 +649,15 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		rc = copy_meta(fs, in, &a, mask, NULL, NULL, 0, 0);
 	else if (!rc && mask) { /* directories keep it for this mount */
 		pthread_mutex_lock(&fs->lock);
+		struct cache_wattr da = { .kind = CACHE_WK_DIR };
+		struct cache_attr ca;
+		char kbuf[OBJ_KEY_MAX + 2];
+
 		if (!in->has_attr)
-			in->has_attr = true, in->mode = 0755,
-			in->uid = getuid(), in->gid = getgid(),
+			in->has_attr = true,
+			in->mode = (uint32_t)fs->cfg.dir_mode,
+			in->uid = (uint32_t)fs->cfg.uid,
+			in->gid = (uint32_t)fs->cfg.gid,
 			in->mtime_ns = (int64_t)fs->mount_time_s * 1000000000;
 		if (mask & CACHE_WA_MODE)
 			in->mode = a.mode & 07777;
@@ -594,7 +667,16 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 			in->gid = a.gid;
 		if (mask & CACHE_WA_MTIME)
 			in->mtime_ns = a.mtime_ns;
+		da.mode = in->mode;
+		da.uid = in->uid;
+		da.gid = in->gid;
+		da.mtime_ns = in->mtime_ns;
+		snprintf(kbuf, sizeof(kbuf), "%s", in->key);
 		pthread_mutex_unlock(&fs->lock);
+		/* Not in the bucket (its marker may not exist): kept in the
+		 * cache index, for this cache dir's mounts. */
+		fs_wattr_attr(&da, "", &ca);
+		cache_attr_set(fs->cfg.cache, kbuf, &ca);
 	}
 	/* Not through an open writer: nothing else will commit it. */
 	if (!rc && w && !(h && h->writer))
@@ -804,6 +886,7 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 static int copy_object(struct fs *fs, const char *from, const char *to)
 {
 	struct obj_error err;
+	struct cache_attr ca;
 	char etag[80];
 	obj_status st;
 
@@ -816,6 +899,16 @@ static int copy_object(struct fs *fs, const char *from, const char *to)
 	cache_w_key_end(fs->cfg.cache, to, st == OBJ_OK);
 	if (st != OBJ_OK)
 		return fs_obj_errno(fs, st, &err);
+	/* The copy keeps the metadata: the attributes known for from are
+	 * to's, if they were for the version copied (same ETag) or a
+	 * directory's marker. */
+	if (!cache_attr_get(fs->cfg.cache, from, &ca) &&
+	    (!strcmp(ca.etag, etag) || from[strlen(from) - 1] == '/')) {
+		snprintf(ca.etag, sizeof(ca.etag), "%s", etag);
+		cache_attr_set(fs->cfg.cache, to, &ca);
+	} else {
+		cache_attr_set(fs->cfg.cache, to, NULL);
+	}
 	cache_evict_key(fs->cfg.cache, to);
 	return cache_w_tombstone(fs->cfg.cache, from, false);
 }
@@ -1082,12 +1175,25 @@ void fs_on_done(void *arg, const char *key, const char *etag, uint64_t size,
 	char dkey[OBJ_KEY_MAX + 2];
 	size_t n = strlen(key);
 	struct fs_inode *in;
+	struct cache_wfile *w;
+	struct cache_wattr wa;
+	struct cache_attr ca;
 
 	/* The parent's listing no longer matches the bucket, and neither
 	 * may any ancestor's: the key's first directory below each of them
 	 * is a prefix there, which the key's upload can make appear and its
 	 * DELETE vanish (a look at the root racing the DELETEs of a renamed
 	 * tree saw "tree/" from a LIST, then no tombstone under it). */
+	/* What went up is what the index keeps (a dirty file renamed or
+	 * gone meanwhile: nothing, the key shows the defaults). */
+	if (deleted) {
+		cache_attr_set(fs->cfg.cache, key, NULL);
+	} else if (!cache_w_get(fs->cfg.cache, key, &w)) {
+		cache_w_stat(w, &wa);
+		cache_w_put(w);
+		fs_wattr_attr(&wa, etag, &ca);
+		cache_attr_set(fs->cfg.cache, key, &ca);
+	}
 	snprintf(dkey, sizeof(dkey), "%s", key);
 	do {
 		if (n && dkey[n - 1] == '/')

@@ -42,6 +42,9 @@ struct mount_opts {
 	unsigned refresh_s, threads, fetch_timeout_s;
 	unsigned async_delay_s, upload_parallel;
 	bool foreground, debug, no_passthrough;
+	int file_mode, dir_mode;    /* -1: fs's defaults (attr_opt) */
+	int64_t uid, gid;
+	bool no_allow_other;
 	char mnt_real[PATH_MAX], cache_real[PATH_MAX], ctl_path[256];
 	char cache_def[PATH_MAX];   /* the default cache dir, when chosen */
 	/* What this mount made, for a failed one to remove (undo_cache_dir):
@@ -77,6 +80,11 @@ static void mount_usage(FILE *f)
 "  --no-passthrough      send writes through the daemon even where the\n"
 "                        kernel could write files open for writing\n"
 "                        straight into the cache (FUSE passthrough)\n"
+"  --file-mode MODE --dir-mode MODE --uid UID --gid GID\n"
+"                        what objects whose mode/uid/gid are not known\n"
+"                        show (default 0600, 0755, the mounting user)\n"
+"  --no-allow-other      as root: do not let other users in (root mounts\n"
+"                        add allow_other by default)\n"
 "  --foreground          stay attached (logs on stderr)\n"
 "  -o OPTS               extra FUSE mount options\n"
 "  --debug               FUSE debug output (implies --foreground)\n"
@@ -133,11 +141,38 @@ static int mount_cache_size_opt(const char *arg, uint64_t *out)
 	return 0;
 }
 
+/* --file-mode, --dir-mode (octal, at most 0777), --uid, --gid. */
+static int attr_opt(const char *opt, const char *v, struct mount_opts *o)
+{
+	bool is_mode = !strcmp(opt, "--file-mode") ||
+		       !strcmp(opt, "--dir-mode");
+	char *end;
+	unsigned long n;
+
+	errno = 0;
+	n = strtoul(v, &end, is_mode ? 8 : 10);
+	if (!*v || *end || errno || *v == '-' ||
+	    n > (is_mode ? 0777ul : 0xfffffffeul))
+		return tools_bad_opt("fmfs mount", opt, v, is_mode ?
+				     "an octal mode from 0 to 0777" :
+				     "a number from 0 to 4294967294");
+	if (!strcmp(opt, "--file-mode"))
+		o->file_mode = (int)n;
+	else if (is_mode)
+		o->dir_mode = (int)n;
+	else if (!strcmp(opt, "--uid"))
+		o->uid = (int64_t)n;
+	else
+		o->gid = (int64_t)n;
+	return 0;
+}
+
 static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 {
 	enum { OPT_CACHE_DIR = 256, OPT_CACHE_SIZE, OPT_MODE, OPT_REFRESH,
 	       OPT_FG, OPT_TIMEOUT, OPT_THREADS, OPT_DEBUG, OPT_DELAY, OPT_PART,
-	       OPT_UPAR, OPT_NO_PT };
+	       OPT_UPAR, OPT_NO_PT, OPT_FMODE, OPT_DMODE, OPT_UID, OPT_GID,
+	       OPT_NO_AO };
 	static const struct option lo[] = {
 		{ "cache-dir", required_argument, NULL, OPT_CACHE_DIR },
 		{ "cache-size", required_argument, NULL, OPT_CACHE_SIZE },
@@ -152,12 +187,19 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 		{ "part-size", required_argument, NULL, OPT_PART },
 		{ "upload-parallel", required_argument, NULL, OPT_UPAR },
 		{ "no-passthrough", no_argument, NULL, OPT_NO_PT },
+		{ "file-mode", required_argument, NULL, OPT_FMODE },
+		{ "dir-mode", required_argument, NULL, OPT_DMODE },
+		{ "uid", required_argument, NULL, OPT_UID },
+		{ "gid", required_argument, NULL, OPT_GID },
+		{ "no-allow-other", no_argument, NULL, OPT_NO_AO },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
 	int c;
 
 	obj_config_init(&o->obj);
+	o->file_mode = o->dir_mode = -1;
+	o->uid = o->gid = -1;
 	o->refresh_s = 30;
 	o->fetch_timeout_s = 30;
 	o->mode = FS_MODE_SW;
@@ -219,6 +261,16 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 		case OPT_FG: o->foreground = true; break;
 		case OPT_DEBUG: o->debug = o->foreground = true; break;
 		case OPT_NO_PT: o->no_passthrough = true; break;
+		case OPT_FMODE:
+		case OPT_DMODE:
+		case OPT_UID:
+		case OPT_GID:
+			if (attr_opt(c == OPT_FMODE ? "--file-mode" :
+				     c == OPT_DMODE ? "--dir-mode" :
+				     c == OPT_UID ? "--uid" : "--gid", optarg, o))
+				return -1;
+			break;
+		case OPT_NO_AO: o->no_allow_other = true; break;
 		case 'o': o->fuse_opts = optarg; break;
 		case 'h': mount_usage(stdout); exit(EXIT_OK);
 		default: return -1;
@@ -626,6 +678,9 @@ static int serve(struct mount_opts *o, int ready_fd, char *msg, size_t ml)
 		.threads = o->threads, .fuse_opts = o->fuse_opts,
 		.ctl_path = o->ctl_path, .ready_fd = ready_fd,
 		.debug = o->debug, .passthrough = !o->no_passthrough,
+		.file_mode = o->file_mode, .dir_mode = o->dir_mode,
+		.uid = o->uid, .gid = o->gid,
+		.no_allow_other = o->no_allow_other,
 	};
 	struct obj_store *st;
 	struct cache *c;

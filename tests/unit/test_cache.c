@@ -1193,6 +1193,126 @@ static void test_corrupt_index(void **state)
 	assert_int_equal(bytes_in(e) - in0, o.size);
 }
 
+/* Attributes learned once are kept across a close: with their version,
+ * changed at once for lookups, forgotten when asked. */
+static void test_attrs_kept(void **state)
+{
+	struct env *e = *state;
+	struct cache_attr a = { .has = CACHE_ATTR_MODE | CACHE_ATTR_UID,
+				.mode = 0100600, .uid = 1234 }, g;
+
+	snprintf(a.etag, sizeof(a.etag), "abc");
+	env_open(e);
+	assert_int_equal(cache_attr_get(e->c, "k/secret", &g), -ENOENT);
+	cache_attr_set(e->c, "k/secret", &a);
+	cache_attr_set(e->c, "k/gone", &a);
+	assert_int_equal(cache_attr_get(e->c, "k/secret", &g), 0);
+	assert_int_equal(g.mode, 0100600);
+	assert_int_equal(cache_index_flush(e->c, false), 0);
+	cache_attr_set(e->c, "k/gone", NULL);  /* after its row was written */
+	a.mode = 040700;
+	a.etag[0] = '\0';
+	cache_attr_set(e->c, "k/dir/", &a);
+	env_close(e);
+	env_open(e);
+	assert_int_equal(cache_attr_get(e->c, "k/secret", &g), 0);
+	assert_string_equal(g.etag, "abc");
+	assert_int_equal(g.has, CACHE_ATTR_MODE | CACHE_ATTR_UID);
+	assert_int_equal(g.mode, 0100600);
+	assert_int_equal(g.uid, 1234);
+	assert_int_equal(cache_attr_get(e->c, "k/gone", &g), -ENOENT);
+	assert_int_equal(cache_attr_get(e->c, "k/dir/", &g), 0);
+	assert_int_equal(g.mode, 040700);
+}
+
+/* An index of format 1 (no attrs table) is upgraded in place: its
+ * cached blocks stay. */
+static void test_format1_upgrade(void **state)
+{
+	struct env *e = *state;
+	struct cache_attr a = { .has = CACHE_ATTR_MODE, .mode = 0100600 }, g;
+	char cmd[PATH_MAX * 2];
+	struct obj o;
+	uint64_t in0;
+
+	put_obj(e, &o, "up/x", 3 * B64K, 91);
+	env_open(e);
+	read_all(e, &o);
+	env_close(e);
+	snprintf(cmd, sizeof(cmd), "sqlite3 '%s/index.sqlite' \"DROP TABLE "
+		 "attrs; UPDATE meta SET value='1' WHERE name='format'\"",
+		 e->cache_dir);
+	if (system(cmd) != 0)
+		skip(); /* no sqlite3 program */
+	env_open(e);
+	assert_int_equal(stats(e).objects, 1);
+	in0 = bytes_in(e);
+	read_all(e, &o);
+	assert_int_equal(bytes_in(e) - in0, 0);
+	cache_attr_set(e->c, "up/x", &a);
+	env_close(e);
+	env_open(e);
+	assert_int_equal(cache_attr_get(e->c, "up/x", &g), 0);
+	assert_int_equal(g.mode, 0100600);
+}
+
+static mode_t perms_at(const char *dir, const char *name)
+{
+	char path[PATH_MAX * 2];
+	struct stat sb;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	assert_int_equal(stat(path, &sb), 0);
+	return sb.st_mode & 07777;
+}
+
+/* The cache dir and what is in it are 0700/0600 after every open, even
+ * when they existed with looser modes. */
+static void test_dir_tightened(void **state)
+{
+	struct env *e = *state;
+	static const char *const files[] = {
+		"index.sqlite", "index.lock", "writeback.sqlite", "fmfs.log",
+		"lock", "dirty/0000000000000099", "lost+found/1-x",
+	};
+	char path[PATH_MAX * 2];
+	struct obj o;
+
+	put_obj(e, &o, "t/x", 1000, 92);
+	env_open(e);
+	read_all(e, &o);
+	env_close(e);
+	chmod(e->cache_dir, 0755);
+	for (size_t i = 0; i < 3; i++) {
+		snprintf(path, sizeof(path), "%s/%s", e->cache_dir,
+			 i == 0 ? "objects" : i == 1 ? "dirty" : "objects/00");
+		assert_int_equal(chmod(path, 0755), 0);
+	}
+	snprintf(path, sizeof(path), "%s/lost+found", e->cache_dir);
+	mkdir(path, 0755);
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		int fd;
+
+		snprintf(path, sizeof(path), "%s/%s", e->cache_dir, files[i]);
+		fd = open(path, O_WRONLY | O_CREAT, 0644);
+		assert_true(fd >= 0);
+		close(fd);
+		assert_int_equal(chmod(path, 0644), 0);
+	}
+	env_open(e);
+	assert_int_equal(perms_at(e->cache_dir, "."), 0700);
+	assert_int_equal(perms_at(e->cache_dir, "objects"), 0700);
+	assert_int_equal(perms_at(e->cache_dir, "objects/00"), 0700);
+	assert_int_equal(perms_at(e->cache_dir, "dirty"), 0700);
+	assert_int_equal(perms_at(e->cache_dir, "lost+found"), 0700);
+	assert_int_equal(perms_at(e->cache_dir, "index.sqlite"), 0600);
+	assert_int_equal(perms_at(e->cache_dir, "index.lock"), 0600);
+	assert_int_equal(perms_at(e->cache_dir, "writeback.sqlite"), 0600);
+	assert_int_equal(perms_at(e->cache_dir, "fmfs.log"), 0600);
+	assert_int_equal(perms_at(e->cache_dir, "lock"), 0600);
+	assert_int_equal(perms_at(e->cache_dir, "lost+found/1-x"), 0600);
+}
+
 static void test_dir_unusable(void **state)
 {
 	struct env *e = *state;
@@ -1276,6 +1396,9 @@ int main(void)
 		T(test_foreign_store_id),
 		T(test_block_size_mismatch),
 		T(test_corrupt_index),
+		T(test_attrs_kept),
+		T(test_format1_upgrade),
+		T(test_dir_tightened),
 		T(test_dir_unusable),
 		T(test_dir_in_use),
 		T(test_uring_fallback),
