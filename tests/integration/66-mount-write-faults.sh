@@ -85,7 +85,9 @@ if [ "$(id -u)" != 0 ] || ! mount -t tmpfs -o size=40m fmfs-test "$SMALL"; then
 	note "cannot mount a tmpfs here (not root?): not checked"
 else
 	# The store is there but nothing is uploaded yet: all of it is dirty.
-	mnt "$RGW_ENDPOINT" "$SMALL/c" --cache-size 1G --async-delay 3600
+	# the cap as large as the disk (a larger one is refused): the disk
+	# fills while the cap still has room
+	mnt "$RGW_ENDPOINT" "$SMALL/c" --cache-size 40M --async-delay 3600
 	random_file data/keep 12
 	cp data/keep "$MNT/keep" || fail "a 12 MiB file did not fit a 40 MiB disk"
 	random_file data/big 48
