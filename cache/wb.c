@@ -265,11 +265,16 @@ static int db_tomb(struct cache_wb *wb, const char *key, bool add)
 		       "removing a deletion");
 }
 
-/* A synced commit: for fsync (power-loss safe). */
-static void db_sync(struct cache_wb *wb)
+/* A synced commit: for fsync (power-loss safe); -EIO when the WAL could
+ * not be written back, so that fsync does not say durable. */
+static int db_sync(struct cache_wb *wb)
 {
-	sqlite3_exec(wb->db, "PRAGMA wal_checkpoint(PASSIVE)", NULL, NULL,
-		     NULL);
+	if (sqlite3_exec(wb->db, "PRAGMA wal_checkpoint(PASSIVE)", NULL,
+			 NULL, NULL) == SQLITE_OK)
+		return 0;
+	cache_wb_log_err(wb, "write-back store: a synced commit failed: %s",
+			 sqlite3_errmsg(wb->db));
+	return -EIO;
 }
 
 static const char WB_SCHEMA[] =
@@ -1418,7 +1423,7 @@ int cache_w_commit(struct cache_wfile *w, bool durable)
 		}
 	}
 	if (!rc && durable)
-		db_sync(wb);
+		rc = db_sync(wb);
 	pthread_mutex_unlock(&wb->lock);
 	return rc;
 }
