@@ -191,8 +191,11 @@ steps=(rss/step-*)
 note "fmckpt: status, prune, interval, bench"
 $W save --dir busy --count 40 --wait none --size $((16 * MIB)) >/dev/null &
 pid=$!
-sleep 0.3
-$CK status -t busy >status.txt
+# until the writer has reported once (it takes longer on a loaded machine)
+for _ in $(seq 100); do
+	$CK status -t busy >status.txt 2>&1 && break
+	sleep 0.1
+done
 wait $pid
 grep -q "rank 0 of 1: pid $pid" status.txt || fail "status: $(cat status.txt)"
 $CK status -t busy --json | python3 -c '
