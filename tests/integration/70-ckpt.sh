@@ -193,7 +193,8 @@ $W save --dir busy --count 40 --wait none --size $((16 * MIB)) >/dev/null &
 pid=$!
 # until the writer has reported once (it takes longer on a loaded machine)
 for _ in $(seq 100); do
-	$CK status -t busy >status.txt 2>&1 && break
+	$CK status -t busy >status.txt 2>&1
+	grep -q "rank 0 of 1" status.txt && break
 	sleep 0.1
 done
 wait $pid
