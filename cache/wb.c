@@ -607,7 +607,8 @@ static void replay_dir(struct cache_wb *wb, uint64_t *done, size_t ndone,
 			close(fd);
 		return;
 	}
-	qsort(done, ndone, sizeof(*done), id_cmp);
+	if (ndone)
+		qsort(done, ndone, sizeof(*done), id_cmp);
 	while ((de = readdir(d))) {
 		char *end, data[64];
 		uint64_t id = strtoull(de->d_name, &end, 16);

@@ -170,7 +170,7 @@ bool cache_wb_sums_update(struct cache_wb *wb, struct cache_wfile *w)
 		size = w->a.size;
 		if (cache_wb_sums_resize(w, size))
 			break;
-		if (w->external || w->ext_seen)
+		if (w->nsums && (w->external || w->ext_seen))
 			memset(w->stale, 1, w->nsums);
 		n = w->nsums;
 		todo = malloc(n ? n : 1);
@@ -180,8 +180,10 @@ bool cache_wb_sums_update(struct cache_wb *wb, struct cache_wfile *w)
 			free(got);
 			break;
 		}
-		memcpy(todo, w->stale, n);
-		memset(w->stale, 0, n);
+		if (n) { /* stale is NULL while the file is empty */
+			memcpy(todo, w->stale, n);
+			memset(w->stale, 0, n);
+		}
 		w->ext_seen = w->external > 0;
 		pthread_mutex_unlock(&wb->lock);
 		for (uint64_t b = 0; b < n && io_ok; b++) {
@@ -506,7 +508,8 @@ int cache_wb_meta_read(struct cache_wb *wb, uint64_t id,
 	}
 	for (uint64_t i = 0; i < nb; i++)
 		w->sums[i] = take32(&r);
-	memset(w->stale, 0, nb);
+	if (nb)
+		memset(w->stale, 0, nb);
 	w->in_bucket = flags & META_IN_BUCKET;
 	w->sums_ok = flags & META_COMPLETE;
 	rc = 0;
