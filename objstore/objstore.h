@@ -153,7 +153,10 @@ obj_status obj_put_fd(struct obj_store *st, const char *key, int fd,
 		      uint64_t len, const struct obj_kv *meta, size_t nmeta,
 		      char *etag_out, struct obj_error *err);
 
-/* Multipart upload, step by step (obj_put_fd uses these). */
+/* Multipart upload, step by step (obj_put_fd uses these).  On S3 an
+ * upload neither completed nor aborted stays until a lifecycle rule ends
+ * it; on file:// it belongs to the handle that created it and is removed
+ * at obj_close (or, after a crash, by the next open of the store). */
 #define OBJ_UPLOAD_ID_MAX 256
 #define OBJ_PARTS_MAX 10000
 struct obj_part {

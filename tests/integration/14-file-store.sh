@@ -1,0 +1,140 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+#
+# The file:// store on its own (no gateway needed): (a) crash debris: an
+# `fmfs obj put` killed with -9 in the middle of a large upload leaves
+# its temporary file and upload directory under .fmfs/; the next open of
+# the store removes them, while another upload, live but stopped
+# (SIGSTOP) at the same moment, is not disturbed and completes; (b)
+# objects keep the mode of the file: a file created 0600 through a mount
+# is 0600 in the store, 0644 stays 0644.
+. "$TOP/tests/lib/common.sh"
+
+cd "$TEST_DIR"
+S=$TEST_DIR/store
+mkdir -p "$S"
+MIB=$((1024 * 1024))
+PIDS=()
+trap 'for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+      unmount_quietly "$TEST_DIR/mnt"; cleanup_common' EXIT
+
+# debris: the entries under .fmfs/tmp and .fmfs/uploads, one a line.
+debris() {
+	[ -d "$S/.fmfs" ] || return 0
+	(cd "$S/.fmfs" && find tmp uploads -mindepth 1 -maxdepth 1 | sort)
+}
+debris_bytes() {
+	du -sb "$S/.fmfs" | cut -f1
+}
+
+# start_caught SRC KEY PHASE: starts `fmfs obj put SRC file://$S/KEY` and
+# stops it (SIGSTOP) once it is in PHASE: "parts" (its upload directory
+# holds a part) or "tmp" (completing: its temporary file passed 1 MiB);
+# its entries are named by its pid (docs/objstore.md).  Sets CAUGHT to
+# its pid; returns 1 if it finished first.
+start_caught() {
+	local src=$1 key=$2 phase=$3 pid pat st
+	"$FMFS" obj put --part-size 8M --parallel 2 "$src" "file://$S/$key" &
+	pid=$!
+	PIDS+=("$pid")
+	# ("l." since entries are locked; an older fmfs named them without)
+	case $phase in
+	parts) pat="uploads/l.$(printf %x "$pid").*/00001 uploads/$(printf %x "$pid").*/00001" ;;
+	tmp) pat="tmp/l.$pid.* tmp/$pid.*" ;;
+	esac
+	pat=$(for p in $pat; do printf '%s ' "$S/.fmfs/$p"; done)
+	while kill -0 "$pid" 2>/dev/null; do
+		# shellcheck disable=SC2086
+		if [ -n "$(find $pat -size +1M 2>/dev/null)" ]; then
+			kill -STOP "$pid" 2>/dev/null
+			break
+		fi
+		sleep 0.01
+	done
+	# SIGSTOP takes effect asynchronously; a zombie takes signals too.
+	for _ in $(seq 500); do
+		st=$(ps -o stat= -p "$pid" 2>/dev/null) || st=gone
+		case $st in
+		T*) CAUGHT=$pid; return 0 ;;
+		Z*|gone) wait "$pid" 2>/dev/null || true; return 1 ;;
+		esac
+		sleep 0.01
+	done
+	fail "fmfs obj put (pid $pid) neither stopped nor ended: $st"
+}
+
+note "kill -9 in the middle of an upload, beside a live one"
+random_file big1.bin 96
+random_file big2.bin 96
+caught=
+for try in 1 2 3; do
+	if start_caught big1.bin live.bin parts; then
+		caught=1
+		break
+	fi
+	note "try $try: the upload ended before it was caught; again"
+done
+[ -n "$caught" ] || fail "could not stop an upload in its parts phase"
+LIVE=$CAUGHT
+live_debris=$(debris)
+[ -n "$live_debris" ] || fail "the live upload has no upload directory"
+caught=
+for try in 1 2 3; do
+	if start_caught big2.bin dead.bin tmp; then
+		caught=1
+		break
+	fi
+	note "try $try: the upload ended before it was caught; again"
+done
+[ -n "$caught" ] || fail "could not stop an upload while it completes"
+kill -9 "$CAUGHT"
+wait "$CAUGHT" 2>/dev/null || true
+dead_debris=$(comm -13 <(echo "$live_debris") <(debris))
+echo "$dead_debris" | grep -q '^tmp/' || fail "no temporary file left by the killed upload: $(debris)"
+echo "$dead_debris" | grep -q '^uploads/' || fail "no upload directory left by the killed upload: $(debris)"
+note "the killed upload left $(echo "$dead_debris" | wc -l) entries, $(($(debris_bytes) / MIB)) MiB under .fmfs (with the live one's)"
+
+# The next upload (an open of the store) sweeps.
+echo small >small.txt
+$FMFS obj put small.txt "file://$S/next.txt" || fail "the next upload failed"
+[ "$(debris)" = "$live_debris" ] ||
+	fail "after the next upload: expected only the live upload's debris ($live_debris), found: $(debris)"
+kill -CONT "$LIVE"
+wait "$LIVE" || fail "the live upload failed after the sweep"
+same_file big1.bin "$S/live.bin"
+[ ! -e "$S/dead.bin" ] || fail "the killed upload's object exists"
+[ -z "$(debris)" ] || fail "debris left after every upload ended: $(debris)"
+
+note "an older fmfs's debris (not locked) goes only when an hour old"
+mkdir -p "$S/.fmfs/uploads/3039.0.5f5e1000" "$S/.fmfs/uploads/3039.1.5f5e1000"
+head -c 1000 /dev/zero >"$S/.fmfs/uploads/3039.0.5f5e1000/00001"
+head -c 1000 /dev/zero >"$S/.fmfs/uploads/3039.1.5f5e1000/00001"
+head -c 1000 /dev/zero >"$S/.fmfs/tmp/12345.0"
+head -c 1000 /dev/zero >"$S/.fmfs/tmp/12345.1"
+touch -d '2 hours ago' "$S/.fmfs/uploads/3039.0.5f5e1000/00001" \
+	"$S/.fmfs/uploads/3039.0.5f5e1000" "$S/.fmfs/tmp/12345.0"
+$FMFS obj ls "file://$S/" >/dev/null || fail "ls of the store"
+[ "$(debris | tr '\n' ' ')" = "tmp/12345.1 uploads/3039.1.5f5e1000 " ] ||
+	fail "old debris: expected only the fresh entries left, found: $(debris)"
+rm -rf "$S/.fmfs/uploads/3039.1.5f5e1000" "$S/.fmfs/tmp/12345.1"
+
+note "objects keep the file's mode (through a mount)"
+if [ ! -e /dev/fuse ]; then
+	note "skipped: no /dev/fuse"
+	exit 0
+fi
+MNT=$TEST_DIR/mnt
+mkdir -p "$MNT" "$S/m"
+$FMFS mount "file://$S/m" "$MNT" --cache-dir "$TEST_DIR/cache" ||
+	fail "mount of file://$S/m failed (see $TEST_DIR/cache/fmfs.log)"
+(umask 077 && echo private >"$MNT/private.txt")
+(umask 022 && echo public >"$MNT/public.txt")
+echo chmodded >"$MNT/later.txt"
+chmod 0640 "$MNT/later.txt"
+$FMFS flush "$MNT" --wait --timeout 60 || fail "flush --wait"
+$FMFS umount "$MNT" || fail "umount"
+for f in private.txt:600 public.txt:644 later.txt:640; do
+	got=$(stat -c %a "$S/m/${f%%:*}")
+	[ "$got" = "${f#*:}" ] || fail "${f%%:*} is $got in the store, expected ${f#*:}"
+done
+note "0600, 0644 and 0640 files are 0600, 0644 and 0640 in the store"
