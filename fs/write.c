@@ -647,12 +647,12 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		cache_w_setattr(w, &a, mask);
 	else if (!rc && mask && !in->is_dir)
 		rc = copy_meta(fs, in, &a, mask, NULL, NULL, 0, 0);
-	else if (!rc && mask) { /* directories keep it for this mount */
-		pthread_mutex_lock(&fs->lock);
+	else if (!rc && mask) { /* directories: kept in the cache index */
 		struct cache_wattr da = { .kind = CACHE_WK_DIR };
 		struct cache_attr ca;
 		char kbuf[OBJ_KEY_MAX + 2];
 
+		pthread_mutex_lock(&fs->lock);
 		if (!in->has_attr)
 			in->has_attr = true,
 			in->mode = (uint32_t)fs->cfg.dir_mode,
@@ -1179,11 +1179,6 @@ void fs_on_done(void *arg, const char *key, const char *etag, uint64_t size,
 	struct cache_wattr wa;
 	struct cache_attr ca;
 
-	/* The parent's listing no longer matches the bucket, and neither
-	 * may any ancestor's: the key's first directory below each of them
-	 * is a prefix there, which the key's upload can make appear and its
-	 * DELETE vanish (a look at the root racing the DELETEs of a renamed
-	 * tree saw "tree/" from a LIST, then no tombstone under it). */
 	/* What went up is what the index keeps (a dirty file renamed or
 	 * gone meanwhile: nothing, the key shows the defaults). */
 	if (deleted) {
@@ -1194,6 +1189,11 @@ void fs_on_done(void *arg, const char *key, const char *etag, uint64_t size,
 		fs_wattr_attr(&wa, etag, &ca);
 		cache_attr_set(fs->cfg.cache, key, &ca);
 	}
+	/* The parent's listing no longer matches the bucket, and neither
+	 * may any ancestor's: the key's first directory below each of them
+	 * is a prefix there, which the key's upload can make appear and its
+	 * DELETE vanish (a look at the root racing the DELETEs of a renamed
+	 * tree saw "tree/" from a LIST, then no tombstone under it). */
 	snprintf(dkey, sizeof(dkey), "%s", key);
 	do {
 		if (n && dkey[n - 1] == '/')
