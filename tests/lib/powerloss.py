@@ -67,6 +67,20 @@ SIZES = [0, 1, 100, 4095, 4096, 5000, 12288 + 7, 70000, 300000, 1 << 20,
          (1 << 20) + 12345, 2500000]
 
 
+def readwork(args):
+    """Reads the files whole, then at random places, then again after
+    the index flush (about once a second) has run."""
+    rng = random.Random(args.seed)
+    for phase in range(3):
+        for n in args.names:
+            with open(os.path.join(args.mnt, n), "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                f.seek(rng.randrange(0, size) if phase else 0)
+                f.read(rng.choice([4096, 1 << 20, size]) if phase else size)
+        if phase == 0:
+            time.sleep(1.1)
+
+
 def work(args):
     """Log lines: 'V KEY SHA' before a call that leaves KEY holding SHA;
     'A KEY SHA' after an fsync of KEY holding SHA returned 0; 'X KEY'
@@ -518,32 +532,29 @@ def trial_ckpt(t, a, tdir, crash_at, modes, seed, template, calib=False):
 def trial_read(t, a, tdir, crash_at, modes, seed, template, calib=False):
     errs = []
     url = "file://" + a.read_store
-    cf = Crashfs(tdir, crash_at, *modes, seed)
+    cf = Crashfs(tdir, crash_at, *modes, seed,
+                 template=template if seed % 8 else None)
     mnt = os.path.join(tdir, "mnt")
     log = os.path.join(tdir, "fmfs.log")
     fm, ok = fmfs_mount(url, mnt, os.path.join(cf.mnt, "cache"), log,
                         ["--mode", "ro"])
-    rng = random.Random(seed)
-    names = sorted(os.listdir(a.read_store))
-    names = [n for n in names if not n.startswith(".")]
-    try:
-        for phase in range(3):
-            if not ok or cf.frozen():
-                break
-            for n in names:
-                with open(os.path.join(mnt, n), "rb") as f:
-                    size = os.fstat(f.fileno()).st_size
-                    off = rng.randrange(0, size) if phase else 0
-                    f.seek(off)
-                    f.read(rng.choice([4096, 1 << 20, size]))
-                if cf.frozen():
-                    break
-            time.sleep(1.1)  # the index is flushed about once a second
-        if ok and not cf.frozen():
-            fmfs_umount(mnt, fm, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        pass  # the crash reached the reader
-    out = cf.crash([fm], [mnt])
+    names = [n for n in sorted(os.listdir(a.read_store))
+             if not n.startswith(".")]
+    rp = None
+    if ok:
+        with open(os.path.join(tdir, "read.err"), "w") as re_:
+            rp = subprocess.Popen([sys.executable, __file__, "readwork", mnt,
+                                   "--seed", str(seed)] + names,
+                                  stdout=re_, stderr=re_)
+        end = time.time() + 60
+        while rp.poll() is None and not cf.frozen() and time.time() < end:
+            time.sleep(0.01)
+        if rp.poll() == 0 and not cf.frozen():
+            try:
+                fmfs_umount(mnt, None, timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+    out = cf.crash([rp, fm], [mnt])
     if calib:
         return cf.ops()
     fm, ok = fmfs_mount(url, mnt, os.path.join(out, "cache"), log + ".2",
@@ -573,10 +584,11 @@ def make_template(a, d):
     """A cache dir made by one mount and umount on a plain disk, so that
     most crash points fall in the workload, not in the first mount."""
     tpl = os.path.join(d, "template-cache")
-    if a.kind != "write":
+    if a.kind == "ckpt":
         return None
+    url = a.store_url(-1) if a.kind == "write" else "file://" + a.read_store
     mnt = os.path.join(d, "template-mnt")
-    fm, ok = fmfs_mount(a.store_url(-1), mnt, tpl,
+    fm, ok = fmfs_mount(url, mnt, tpl,
                         os.path.join(d, "template.log"))
     if not ok:
         raise RuntimeError("cannot mount fmfs for the template")
@@ -680,6 +692,10 @@ def main():
     w.add_argument("--seed", type=int, required=True)
     w.add_argument("--log", required=True)
     w.add_argument("--steps", type=int, default=24)
+    rw = sub.add_parser("readwork")
+    rw.add_argument("mnt")
+    rw.add_argument("--seed", type=int, required=True)
+    rw.add_argument("names", nargs="+")
     r = sub.add_parser("run")
     r.add_argument("--kind", choices=sorted(KINDS), required=True)
     r.add_argument("--trials", type=int, default=20)
@@ -695,6 +711,9 @@ def main():
     a = ap.parse_args()
     if a.cmd == "work":
         work(a)
+        return 0
+    if a.cmd == "readwork":
+        readwork(a)
         return 0
     return run(a)
 
