@@ -783,7 +783,8 @@ static int cf_write(const char *path, const char *buf, size_t size,
 static int cf_truncate(const char *path, off_t size,
 		       struct fuse_file_info *fi)
 {
-	int rc = op_begin("truncate", path), fd;
+	int rc = op_begin("truncate", path ? path : fi ?
+			  ((struct cf_open *)(uintptr_t)fi->fh)->path : "-"), fd;
 
 	if (rc)
 		return rc;

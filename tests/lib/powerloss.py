@@ -391,6 +391,7 @@ def trial_write(t, a, tdir, crash_at, modes, seed, template, calib=False):
         open(wlog, "w").close()
     m = Model(wlog)
 
+    ACKS[0] += len(m.req)
     # the remount on what the power cut left
     cache = os.path.join(out, "cache")
     fm, ok = fmfs_mount(st_url, mnt, cache, log + ".2")
@@ -473,6 +474,7 @@ def trial_write(t, a, tdir, crash_at, modes, seed, template, calib=False):
     return errs, "flush %d" % fl.returncode
 
 
+ACKS = [0]  # fsync-acknowledged files checked, over all trials
 CK_ARGS = ["--size", "200000", "--tensors", "5"]
 
 
@@ -676,11 +678,12 @@ def run(a):
                 print("ok   " + line, flush=True)
             if not a.keep:
                 shutil.rmtree(tdir, ignore_errors=True)
-    print("powerloss %s: %d trials, %d failed, %.0f s (%s)" %
+    print("powerloss %s: %d trials, %d failed, %.0f s (%s%s)" %
           (a.kind, a.trials if a.only is None else 1, fails,
            time.time() - t0,
-           ", ".join("%s %d" % kv for kv in sorted(tally.items()))),
-          flush=True)
+           ", ".join("%s %d" % kv for kv in sorted(tally.items())),
+           "; %d fsync-acknowledged files checked" % ACKS[0]
+           if a.kind == "write" else ""), flush=True)
     return 1 if fails else 0
 
 
