@@ -84,7 +84,7 @@ def readwork(args):
 def work(args):
     """Log lines: 'V KEY SHA' before a call that leaves KEY holding SHA;
     'A KEY SHA' after an fsync of KEY holding SHA returned 0; 'X KEY'
-    before KEY is renamed away or removed."""
+    before KEY is renamed away or removed; 'R SRC DST' before a rename."""
     rng = random.Random(args.seed)
     log = os.open(args.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     state = {}  # key -> bytes, as the workload left it
@@ -131,6 +131,7 @@ def work(args):
         elif r < 0.90:
             dst = rng.choice([x for x in KEYS if x != k])
             note("X", k)
+            note("R", k, dst)
             note("V", dst, sha(state[k]))
             os.rename(p, os.path.join(args.mnt, dst))
             state[dst] = state.pop(k)
@@ -155,33 +156,39 @@ def work(args):
 # ---- the model of what the workload may have left ---------------------
 
 class Model:
+    """The workload's log: every content each key had (in order, with the
+    log line it came from), and the fsync each key must honour."""
+
     def __init__(self, path):
-        self.hist = {}      # key -> [sha, ...] in order
-        self.req = {}       # key -> index in hist of the acknowledged one
+        self.hist = {}      # key -> [(line, sha), ...]
+        self.req = {}       # key -> line of the acknowledged content
         self.all = {EMPTY}
         self.ended = False
         with open(path) as f:
             lines = f.read().splitlines()
-        for ln in lines:
+        for n, ln in enumerate(lines):
             f = ln.split()
             if not f:
                 continue
             if f[0] == "V" and len(f) == 3:
-                self.hist.setdefault(f[1], []).append(f[2])
+                self.hist.setdefault(f[1], []).append((n, f[2]))
                 self.all.add(f[2])
             elif f[0] == "A" and len(f) == 3:
-                h = self.hist.get(f[1], [])
-                idx = max(i for i, s in enumerate(h) if s == f[2])
-                self.req[f[1]] = idx
+                self.req[f[1]] = max(i for i, s in self.hist[f[1]]
+                                     if s == f[2])
+            elif f[0] == "R" and len(f) == 3:
+                # dst takes src's file: any state src had may come along
+                self.hist.setdefault(f[2], []).extend(
+                    self.hist.get(f[1], []))
             elif f[0] == "X" and len(f) == 2:
                 self.req.pop(f[1], None)
             elif f[0] == "END":
                 self.ended = True
 
     def later(self, key):
-        """Contents an acknowledged key may hold: the acknowledged one or
-        one the workload gave it since."""
-        return set(self.hist[key][self.req[key]:])
+        """Contents an acknowledged key may hold: the acknowledged one, or
+        one the workload gave the file at that key since."""
+        return {s for i, s in self.hist[key] if i >= self.req[key]}
 
 
 # ---- processes and mounts ----------------------------------------------
