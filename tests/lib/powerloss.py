@@ -656,6 +656,8 @@ def run(a):
         seed = rng.randrange(1, 1 << 30)
         crash_at = rng.randrange(1, int(total * 1.1) + 2)
         modes = draw_modes(rng)
+        if a.modes:
+            modes = tuple(a.modes.split(","))
         if a.only is not None and t != a.only:
             continue
         tdir = os.path.join(d, "t%d" % t)
@@ -671,6 +673,9 @@ def run(a):
                                    *modes, outcome))
         if errs:
             fails += 1
+            if a.store == "file" and a.kind == "write":
+                shutil.copytree(a.store_of(t)[1],
+                                os.path.join(tdir, "store-after"))
             print("FAIL " + line, flush=True)
             print("  crashfs froze at: %s" %
                   frozen_line(os.path.join(tdir, "st")), flush=True)
@@ -715,6 +720,8 @@ def main():
     r.add_argument("--bucket")
     r.add_argument("--steps", type=int, default=24)
     r.add_argument("--only", type=int)
+    r.add_argument("--modes", help="MODE,META,FREEZE for every trial "
+                   "(e.g. drop,ordered,block) instead of drawn ones")
     r.add_argument("--keep", action="store_true",
                    help="keep the directories of trials that passed")
     r.add_argument("-v", "--verbose", action="store_true")
