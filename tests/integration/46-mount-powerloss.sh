@@ -16,9 +16,9 @@
 #           exits 1 naming them, their bytes still in the cache dir),
 #           reads through the remount correct or EIO
 #   read    the read cache: after the crash every file reads byte-exact
-# FMFS_POWERLOSS_TRIALS=N sets the number of trials (default 200, 50 in a
-# --enable-sanitizers build), split 60% ckpt, 25% write (file://), 10%
-# read, 5% write (gateway); FMFS_POWERLOSS_SEED=S replays a run (the
+# FMFS_POWERLOSS_TRIALS=N sets the number of trials (default 400, 100 in
+# a --enable-sanitizers build), split 40% ckpt, 40% write (file://), 12%
+# read, 8% write (gateway); FMFS_POWERLOSS_SEED=S replays a run (the
 # seed is printed; each failing trial prints its own replay line).
 . "$TOP/tests/lib/common.sh"
 
@@ -26,13 +26,13 @@ mount_setup powerloss
 [ -x "$TOP/tests/crashfs" ] || fail "tests/crashfs is not built (make)"
 command -v fusermount3 >/dev/null || { echo "SKIP: no fusermount3"; exit 77; }
 
-n=200
-grep -q '^SANITIZERS = 1' "$TOP/config.mak" 2>/dev/null && n=50
+n=400
+grep -q '^SANITIZERS = 1' "$TOP/config.mak" 2>/dev/null && n=100
 n=${FMFS_POWERLOSS_TRIALS:-$n}
 seed=${FMFS_POWERLOSS_SEED:-$((RANDOM * 32768 + RANDOM))}
-ck=$((n * 6 / 10))
-wr=$((n / 4))
-rd=$((n / 10))
+ck=$((n * 4 / 10))
+wr=$((n * 4 / 10))
+rd=$((n * 12 / 100))
 s3=$((n - ck - wr - rd))
 for v in ck wr rd s3; do [ "${!v}" -ge 1 ] || eval "$v=1"; done
 note "seed $seed: $ck ckpt, $wr write (file://), $rd read, $s3 write (gateway) trials"

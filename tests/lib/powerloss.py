@@ -201,13 +201,18 @@ def is_mounted(mnt):
         return any(ln.split()[1] == mnt for ln in f)
 
 
-def wait_mount(mnt, proc, secs=10):
+def wait_mount(mnt, proc, secs=10, stop=None):
+    """Until mnt is mounted (True), or proc ended, or stop() says that
+    crashfs froze under it, or secs passed (False)."""
     t = time.time() + secs
     while time.time() < t:
         if is_mounted(mnt):
             return True
         if proc is not None and proc.poll() is not None:
             return False
+        if stop is not None and stop():
+            time.sleep(0.05)
+            return is_mounted(mnt)
         time.sleep(0.02)
     return False
 
@@ -291,13 +296,13 @@ def frozen_line(st):
         return "(no freeze before the end)"
 
 
-def fmfs_mount(url, mnt, cache, log, extra=()):
+def fmfs_mount(url, mnt, cache, log, extra=(), stop=None):
     os.makedirs(mnt, exist_ok=True)
     with open(log, "a") as err:
         p = subprocess.Popen([FMFS, "mount", url, mnt, "--cache-dir", cache,
                               "--foreground", "--no-passthrough"] +
                              list(extra), stdout=err, stderr=err)
-    return p, wait_mount(mnt, p)
+    return p, wait_mount(mnt, p, stop=stop)
 
 
 def fmfs_umount(mnt, proc, timeout=60):
@@ -374,7 +379,7 @@ def trial_write(t, a, tdir, crash_at, modes, seed, template, calib=False):
     wlog = os.path.join(tdir, "work.log")
     delay = ["--async-delay", "0"] if seed % 2 else []
     fm, ok = fmfs_mount(st_url, mnt, os.path.join(cf.mnt, "cache"), log,
-                        delay)
+                        delay, stop=cf.frozen)
     wp = None
     if ok:
         with open(os.path.join(tdir, "work.err"), "w") as we:
@@ -546,7 +551,7 @@ def trial_read(t, a, tdir, crash_at, modes, seed, template, calib=False):
     mnt = os.path.join(tdir, "mnt")
     log = os.path.join(tdir, "fmfs.log")
     fm, ok = fmfs_mount(url, mnt, os.path.join(cf.mnt, "cache"), log,
-                        ["--mode", "ro"])
+                        ["--mode", "ro"], stop=cf.frozen)
     names = [n for n in sorted(os.listdir(a.read_store))
              if not n.startswith(".")]
     rp = None
