@@ -318,6 +318,17 @@ def fmfs_umount(mnt, proc, timeout=60):
     return r
 
 
+def clean_umount(mnt, cf):
+    """`fmfs umount` at the end of a run, given up on (left to the crash)
+    once crashfs froze under it; returns its process."""
+    p = subprocess.Popen([FMFS, "umount", mnt], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    end = time.time() + 30
+    while p.poll() is None and not cf.frozen() and time.time() < end:
+        time.sleep(0.01)
+    return p
+
+
 def draw_modes(rng):
     return (rng.choice(["drop", "tear"]),
             "dirsync" if rng.random() < 0.3 else "ordered",
@@ -380,7 +391,7 @@ def trial_write(t, a, tdir, crash_at, modes, seed, template, calib=False):
     delay = ["--async-delay", "0"] if seed % 2 else []
     fm, ok = fmfs_mount(st_url, mnt, os.path.join(cf.mnt, "cache"), log,
                         delay, stop=cf.frozen)
-    wp = None
+    wp = up = None
     if ok:
         with open(os.path.join(tdir, "work.err"), "w") as we:
             wp = subprocess.Popen([sys.executable, __file__, "work", mnt,
@@ -392,11 +403,8 @@ def trial_write(t, a, tdir, crash_at, modes, seed, template, calib=False):
             time.sleep(0.01)
         if wp.poll() == 0 and not cf.frozen():
             # the clean end: umount drains, and may meet the crash too
-            try:
-                fmfs_umount(mnt, None, timeout=30)
-            except subprocess.TimeoutExpired:
-                pass
-    out = cf.crash([wp, fm], [mnt])
+            up = clean_umount(mnt, cf)
+    out = cf.crash([wp, fm, up], [mnt])
     if calib:
         return cf.ops()
     if not os.path.exists(wlog):
@@ -554,7 +562,7 @@ def trial_read(t, a, tdir, crash_at, modes, seed, template, calib=False):
                         ["--mode", "ro"], stop=cf.frozen)
     names = [n for n in sorted(os.listdir(a.read_store))
              if not n.startswith(".")]
-    rp = None
+    rp = up = None
     if ok:
         with open(os.path.join(tdir, "read.err"), "w") as re_:
             rp = subprocess.Popen([sys.executable, __file__, "readwork", mnt,
@@ -564,11 +572,8 @@ def trial_read(t, a, tdir, crash_at, modes, seed, template, calib=False):
         while rp.poll() is None and not cf.frozen() and time.time() < end:
             time.sleep(0.01)
         if rp.poll() == 0 and not cf.frozen():
-            try:
-                fmfs_umount(mnt, None, timeout=30)
-            except subprocess.TimeoutExpired:
-                pass
-    out = cf.crash([rp, fm], [mnt])
+            up = clean_umount(mnt, cf)
+    out = cf.crash([rp, fm, up], [mnt])
     if calib:
         return cf.ops()
     fm, ok = fmfs_mount(url, mnt, os.path.join(out, "cache"), log + ".2",
