@@ -47,13 +47,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-PL="python3 $TOP/tests/lib/powerloss.py run --seed $seed"
+PL="python3 $TOP/tests/lib/powerloss.py run"
 rc=0
 t0=$(date +%s)
-$PL --kind ckpt --trials "$ck" --dir "$TEST_DIR/ckpt" || rc=1
-$PL --kind write --trials "$wr" --dir "$TEST_DIR/write" || rc=1
-$PL --kind read --trials "$rd" --dir "$TEST_DIR/read" || rc=1
-$PL --kind write --trials "$s3" --store s3 --bucket "$B" \
+$PL --seed $seed --kind ckpt --trials "$ck" --dir "$TEST_DIR/ckpt" || rc=1
+$PL --seed $((seed + 1)) --kind write --trials "$wr" --dir "$TEST_DIR/write" || rc=1
+$PL --seed $((seed + 2)) --kind read --trials "$rd" --dir "$TEST_DIR/read" || rc=1
+$PL --seed $((seed + 3)) --kind write --trials "$s3" --store s3 --bucket "$B" \
 	--dir "$TEST_DIR/write-s3" || rc=1
 note "$n trials in $(($(date +%s) - t0)) s"
 [ $rc = 0 ] || fail "power-loss trials failed (seed $seed; see above)"
