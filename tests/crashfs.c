@@ -53,6 +53,9 @@
  * kernel's (local); sync(2) and syncfs(2) do nothing here (FUSE passes
  * neither on), so only fsync, fdatasync and fsync of a directory count.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE  /* renameat2, fallocate, O_DIRECT */
+#endif
 #define FUSE_USE_VERSION 312
 #include <dirent.h>
 #include <errno.h>
