@@ -159,7 +159,12 @@ tests/ckpt-writer: LINK_LIBS = $(CKPT_LIBS)
 tests/fmtrain-fakegpu: tests/fake_gpu.o $(FMTRAIN_OBJS) train/libtrain.a $(CKPT_A)
 tests/fmtrain-fakegpu: LINK_LIBS = $(TRAIN_LIBS) $(CKPT_LIBS)
 tests/fmtrain-fakegpu: LDFLAGS += -Wl,--wrap=ckpt_add
-TEST_PROGS = tests/ckpt-writer tests/fmtrain-fakegpu
+# tests/crashfs (tests/crashfs.c): a FUSE passthrough that simulates a
+# power cut, for the power-loss tests (docs/testing.md).
+tests/crashfs: tests/crashfs.o
+tests/crashfs: LINK_LIBS = $(FUSE_LIBS)
+tests/crashfs.o: CPPFLAGS += $(FUSE_CFLAGS)
+TEST_PROGS = tests/ckpt-writer tests/fmtrain-fakegpu tests/crashfs
 
 tools/bench/objbench: tools/bench/objbench.o $(OBJSTORE_A)
 tools/bench/objbench: LINK_LIBS = $(OBJSTORE_LIBS)

@@ -1,0 +1,66 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+#
+# Power cuts, simulated the way SQLite tests them: tests/crashfs (a FUSE
+# file system that drops or tears every write not made durable by fsync
+# at a chosen operation) under fmfs's cache dir and under a libfmckpt
+# checkpoint directory, hundreds of crash points, each followed by a
+# remount and the contract of docs/semantics.md (tests/lib/powerloss.py
+# says what each kind of trial checks; docs/testing.md what crashfs
+# models and what it does not):
+#   ckpt    a step called durable (or a newer one) loads byte-exact, and
+#           every step listed complete loads byte-exact
+#   write   fmfs write-back over a file:// store and over the gateway
+#           (checked with the aws CLI): nothing in the store the workload
+#           never wrote, fsync-acknowledged files kept (or flush --wait
+#           exits 1 naming them, their bytes still in the cache dir),
+#           reads through the remount correct or EIO
+#   read    the read cache: after the crash every file reads byte-exact
+# FMFS_POWERLOSS_TRIALS=N sets the number of trials (default 400, 100 in
+# a --enable-sanitizers build), split 40% ckpt, 40% write (file://), 12%
+# read, 8% write (gateway); FMFS_POWERLOSS_SEED=S replays a run (the
+# seed is printed; each failing trial prints its own replay line).
+# Until the write-back of issue 16 lands (dirty files that carry their
+# own checksums and key, the dirty/ directory synced), the write trials
+# fail in --mode tear (torn dirty files uploaded) and --meta dirsync
+# (acknowledged dirty files whose names were never synced, dropped with
+# flush --wait exiting 0), and now and then with --freeze eio (an fsync
+# acknowledged although the queue's WAL checkpoint failed).
+. "$TOP/tests/lib/common.sh"
+
+mount_setup powerloss
+[ -x "$TOP/tests/crashfs" ] || fail "tests/crashfs is not built (make)"
+command -v fusermount3 >/dev/null || { echo "SKIP: no fusermount3"; exit 77; }
+
+n=400
+grep -q '^SANITIZERS = 1' "$TOP/config.mak" 2>/dev/null && n=100
+n=${FMFS_POWERLOSS_TRIALS:-$n}
+seed=${FMFS_POWERLOSS_SEED:-$((RANDOM * 32768 + RANDOM))}
+ck=$((n * 4 / 10))
+wr=$((n * 4 / 10))
+rd=$((n * 12 / 100))
+s3=$((n - ck - wr - rd))
+for v in ck wr rd s3; do [ "${!v}" -ge 1 ] || eval "$v=1"; done
+note "seed $seed: $ck ckpt, $wr write (file://), $rd read, $s3 write (gateway) trials"
+
+cleanup() {
+	# Mounts a failed trial may have left, innermost first.
+	grep -o " $TEST_DIR/[^ ]*" /proc/self/mounts | sort -r |
+		while read -r m; do
+			fusermount3 -u "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+		done
+	cleanup_common
+}
+trap cleanup EXIT
+
+PL="python3 $TOP/tests/lib/powerloss.py run"
+rc=0
+t0=$(date +%s)
+$PL --seed $seed --kind ckpt --trials "$ck" --dir "$TEST_DIR/ckpt" || rc=1
+$PL --seed $((seed + 1)) --kind write --trials "$wr" --dir "$TEST_DIR/write" || rc=1
+$PL --seed $((seed + 2)) --kind read --trials "$rd" --dir "$TEST_DIR/read" || rc=1
+$PL --seed $((seed + 3)) --kind write --trials "$s3" --store s3 --bucket "$B" \
+	--dir "$TEST_DIR/write-s3" || rc=1
+note "$n trials in $(($(date +%s) - t0)) s"
+[ $rc = 0 ] || fail "power-loss trials failed (seed $seed; see above)"
+echo "power-loss trials ok"
