@@ -130,6 +130,9 @@ class FileStore:
     def url(self):
         return "file://" + self.root
 
+    def keys(self):
+        return set(self.snapshot())
+
     def snapshot(self):
         objs = {}
         for d, dirs, files in os.walk(self.root):
@@ -156,13 +159,19 @@ class S3Store:
     def url(self):
         return "s3://%s/%s" % (self.bucket, self.prefix)
 
-    def snapshot(self):
+    def keys(self):
+        return {o["Key"][len(self.prefix) + 1:] for o in self.list()}
+
+    def list(self):
         rc, out = run(self.aws + ["s3api", "list-objects-v2", "--bucket",
                        self.bucket, "--prefix", self.prefix + "/",
                        "--output", "json"])
         if rc != 0:
             raise SetupError("aws cannot list the bucket: " + out)
-        listed = json.loads(out or "{}").get("Contents", [])
+        return json.loads(out or "{}").get("Contents", [])
+
+    def snapshot(self):
+        listed = self.list()
         shutil.rmtree(self.scratch, ignore_errors=True)
         os.makedirs(self.scratch)
         if listed:
@@ -222,6 +231,10 @@ class Driver:
         self.trials_run = 0
         self.damaged_counts = {}
         self.chattr_ok = None
+        self.outcomes = {}
+
+    def count(self, what):
+        self.outcomes[what] = self.outcomes.get(what, 0) + 1
 
     def log(self, *msg):
         if self.a.verbose:
@@ -406,9 +419,9 @@ class Driver:
                 if h in want:
                     g.dirty_key[sub + "/" + n] = want[h]
         # every pending key is still pending: nothing uploaded early
-        snap = store.snapshot()
-        for k, v in g.pending.items():
-            if snap.get(k) == v:
+        keys = store.keys()
+        for k in g.pending:
+            if k in keys and k not in g.old:
                 raise SetupError("%s was uploaded before the stop" % k)
         return g
 
@@ -507,6 +520,8 @@ class Driver:
 
         rc, out = self.mount(store)
         mounted = rc == 0 and is_mounted(self.mnt)
+        snap = None
+        self.count("mount refused" if rc else "mounted")
         if rc != 0:
             # (4) refused: must name the damaged file and delete nothing
             if is_mounted(self.mnt) or self.dead_mount():
@@ -529,8 +544,10 @@ class Driver:
         elif not mounted:
             fail("mount exited 0 but nothing is mounted", out.strip())
         else:
-            self._check_mounted(store, g, damaged_bytes, fail, data_still_there)
-        self._check_store(store, g, fail)
+            snap = self._check_mounted(store, g, damaged_bytes, fail,
+                                       data_still_there)
+        self._check_store(snap if snap is not None else store.snapshot(),
+                          g, fail)
         try:
             with open(os.path.join(self.cache, "fmfs.log"), "rb") as f:
                 log = f.read()
@@ -550,46 +567,43 @@ class Driver:
         m = self.mnt
         dead = False
         # (1) reads
-        for k, v in g.uploaded.items():
-            ok = [v] + ([g.pending[k]] if k in g.pending else [])
+        for k in list(g.uploaded) + [k for k in g.pending
+                                     if k not in g.uploaded]:
+            pending = k in g.pending
+            ok = [g.pending[k]] if pending else []
+            if k in g.uploaded:
+                ok.append(g.uploaded[k])  # the older version of an overwrite
+            what = "a pending file" if pending else "an uploaded file"
             try:
                 got = read_path(os.path.join(m, k))
                 if got not in ok:
-                    fail("served wrong bytes of an uploaded file",
-                         "%s: %d bytes, expected %d" % (k, len(got), len(v)))
+                    fail("served the damaged dirty file of " + what
+                         if got == damaged_bytes.get(k) else
+                         "served wrong bytes of " + what,
+                         "%s: %d bytes, expected %d" % (k, len(got),
+                                                         len(ok[0])))
             except Alarm:
-                fail("read of an uploaded file hung", k)
+                fail("read of %s hung" % what, k)
             except OSError as e:
                 if e.errno == errno.ENOTCONN:
                     dead = True
                     break
-                if e.errno != errno.EIO:
+                self.count("read failed with " +
+                           errno.errorcode.get(e.errno, str(e.errno)))
+                # a pending file may be gone for good (reported by flush)
+                if not pending and e.errno != errno.EIO:
                     fail("read of an uploaded file failed with %s, not EIO"
                          % errno.errorcode.get(e.errno, e.errno), k)
-        for k, v in g.pending.items():
-            if dead or k in g.uploaded:
-                continue
-            try:
-                got = read_path(os.path.join(m, k))
-                if got != v:
-                    what = ("its damaged dirty file" if got ==
-                            damaged_bytes.get(k) else "other bytes")
-                    fail("served wrong bytes of a pending file (%s)" % what,
-                         "%s: %d bytes, expected %d" % (k, len(got), len(v)))
-            except Alarm:
-                fail("read of a pending file hung", k)
-            except OSError as e:
-                if e.errno == errno.ENOTCONN:
-                    dead = True
         if dead or self.dead_mount():
             fail("the daemon died (ENOTCONN)")
             self.force_unmount()
-            return
+            return None
         # (2) flush --wait, then umount
         frc, fout = run([self.fmfs, "flush", m, "--wait", "--timeout",
                          str(WAIT_S)], timeout=WAIT_S + 30)
         if frc == 124:
             fail("flush --wait hung")
+        self.count("flush --wait exit %d" % frc)
         urc, uout = run([self.fmfs, "umount", m, "--timeout", str(WAIT_S)],
                         timeout=WAIT_S + 30)
         if urc == 124:
@@ -602,24 +616,28 @@ class Driver:
         missing = [k for k, v in g.pending.items() if snap.get(k) != v]
         if frc == 0:
             for k in missing:
-                fail("flush --wait exit 0 but the store lacks the "
-                     "acknowledged bytes" if k not in snap else
+                fail("flush --wait exit 0 but the store lacks the file"
+                     if k not in snap else
+                     "flush --wait exit 0 but the store holds the older "
+                     "version" if snap[k] == g.old.get(k) else
+                     "flush --wait exit 0 and the store holds the damaged "
+                     "dirty file" if snap[k] == damaged_bytes.get(k) else
                      "flush --wait exit 0 but the store holds other bytes",
                      "%s: store %s, acknowledged %d bytes" %
                      (k, "-" if k not in snap else "%d bytes" % len(snap[k]),
                       len(g.pending[k])))
         else:
             for k in missing:
-                if not re.search(r"(^|\s|/)%s:" % re.escape(k), fout, re.M):
+                if not re.search(r"(^|\s)%s:" % re.escape(k), fout, re.M):
                     fail("flush --wait exit %d without naming a file it did "
                          "not upload" % frc, "%s; output: %s" %
                          (k, fout.strip().replace("\n", " | ")[:300]))
         if missing and frc != 0:
             data_still_there("after flush --wait and umount", missing)
+        return snap
 
-    def _check_store(self, store, g, fail):
+    def _check_store(self, snap, g, fail):
         # (3) only the workload's closed bytes; every uploaded file kept
-        snap = store.snapshot()
         for k, v in snap.items():
             if k in g.unclosed:
                 fail("a file never closed was uploaded", k)
@@ -676,26 +694,38 @@ class Driver:
                        random.Random("%d/trial/s%d" % (a.seed, t)))
 
     def summary(self):
-        classes = {}
+        # one class per (damaged files, damages): the problems its failed
+        # trials showed, how many trials, and the first of them
+        trials = {}
         for tid, desc, kinds, chosen, problem, detail in self.failures:
-            key = ("+".join(file_class(c) for c in chosen),
-                   "+".join(kinds), problem)
-            c = classes.setdefault(key, [0, tid, desc])
+            t = trials.setdefault(tid, [desc, kinds, chosen, set()])
+            t[3].add(problem)
+        classes = {}
+        for tid, (desc, kinds, chosen, problems) in trials.items():
+            pairs = sorted(zip((file_class(c) for c in chosen), kinds))
+            key = (" + ".join("%s %s" % p for p in pairs))
+            c = classes.setdefault(key, [0, tid, desc, {}])
             c[0] += 1
+            for p in problems:
+                c[3][p] = c[3].get(p, 0) + 1
         if self.refusals:
             print("mounts refused with a message naming the damaged file:")
             for msg, n in sorted(self.refusals.items(), key=lambda x: -x[1]):
                 print("  %4d x %s" % (n, msg.replace("\n", " | ")[:400]))
         print("files damaged, by class:", ", ".join(
             "%s %d" % kv for kv in sorted(self.damaged_counts.items())))
+        print("outcomes:", ", ".join(
+            "%s %d" % kv for kv in sorted(self.outcomes.items())))
         if classes:
-            print("failures by class (count, damaged file, damage, problem, "
-                  "first trial):")
-            for (fc, kind, problem), (n, tid, desc) in sorted(
-                    classes.items(), key=lambda x: -x[1][0]):
-                print("  %4d  %s  %s  %s  (seed %d trial %s: %s)" %
-                      (n, fc, kind, problem, self.a.seed, tid, desc))
-        bad = len({f[0] for f in self.failures})
+            print("failed trials by damage (trials: damaged file and "
+                  "damage; first trial; problems seen):")
+            for key, (n, tid, desc, problems) in sorted(
+                    classes.items(), key=lambda x: (-x[1][0], x[0])):
+                print("  %4d: %s; seed %d trial %s (%s)" %
+                      (n, key, self.a.seed, tid, desc[:200]))
+                for p, pn in sorted(problems.items(), key=lambda x: -x[1]):
+                    print("          %4d x %s" % (pn, p))
+        bad = len(trials)
         print("%s store: %d trials, %d passed, %d failed (seed %d)" %
               (self.a.store, self.trials_run, self.trials_run - bad, bad,
                self.a.seed), flush=True)
