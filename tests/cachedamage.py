@@ -347,6 +347,16 @@ class Driver:
             if got != want:
                 raise SetupError("reading back %s before any damage gave "
                                  "wrong bytes" % k)
+        # sometimes a file still open at a kill -9, then a remount that
+        # moves it to lost+found/
+        if rng.random() < 0.3:
+            k = "x0"
+            g.unclosed[k] = self._content(rng, 1, 300 * 1024)
+            self._kill(store, g.unclosed[k])
+            rc, out = self.mount(store)
+            if rc != 0:
+                raise SetupError("remount after kill -9: " + out)
+            g.stop = "kill -9 with x0 open, remount, "
         # pending files: closed, queued, not uploaded (--async-delay 3600)
         pnames = ["p0", "d/p1", "p2"][:rng.randint(1, 3)]
         for k in pnames:
@@ -364,23 +374,9 @@ class Driver:
             write_path(os.path.join(m, k), data)
         # stop: kill -9 (after the index flusher ran) or umount with the
         # store refusing writes
-        offline = rng.random() < 0.5 and (isinstance(store, S3Store) or
-                                          self.can_chattr())
-        fd, pid = None, None
-        if not offline:
-            pid = self.daemon_pid(store)
-            if pid is None:
-                raise SetupError("no daemon process found")
-        # A file still open at the kill.  No fork from here to the kill:
-        # a child's copy of the descriptor, closed, is a close (a FUSE
-        # flush), which commits the file.
-        if not offline and rng.random() < 0.5:
-            k = "x0"
-            g.unclosed[k] = self._content(rng, 1, 300 * 1024)
-            fd = os.open(os.path.join(m, k), os.O_WRONLY | os.O_CREAT, 0o644)
-            os.write(fd, g.unclosed[k])
-        if offline:
-            g.stop = "umount with the store refusing writes"
+        if rng.random() < 0.5 and (isinstance(store, S3Store) or
+                                   self.can_chattr()):
+            g.stop += "umount with the store refusing writes"
             if not self.store_offline(store, True):
                 raise SetupError("cannot take the store offline")
             try:
@@ -391,21 +387,8 @@ class Driver:
                 raise SetupError("umount with the store offline exited 0: "
                                  + out)
         else:
-            g.stop = "kill -9"
-            time.sleep(1.3)   # the index flusher runs about every second
-            os.kill(pid, signal.SIGKILL)
-            for _ in range(100):
-                try:
-                    os.kill(pid, 0)
-                except ProcessLookupError:
-                    break
-                time.sleep(0.05)
-            if fd is not None:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-            run([self.fmfs, "umount", m])
+            g.stop += "kill -9"
+            self._kill(store, None)
         if is_mounted(m) or self.dead_mount():
             raise SetupError("still mounted after the stop")
         # which dirty file holds which pending key: matched by content
@@ -424,6 +407,37 @@ class Driver:
             if k in keys and k not in g.old:
                 raise SetupError("%s was uploaded before the stop" % k)
         return g
+
+    def _kill(self, store, unclosed):
+        """kill -9 of the daemon once the index flusher has run; with
+        UNCLOSED, a file x0 holding those bytes is open at the kill."""
+        m = self.mnt
+        pid = self.daemon_pid(store)
+        if pid is None:
+            raise SetupError("no daemon process found")
+        # No fork from here to the kill: a child's copy of the descriptor,
+        # closed, is a close (a FUSE flush), which commits the file.
+        fd = None
+        if unclosed is not None:
+            fd = os.open(os.path.join(m, "x0"), os.O_WRONLY | os.O_CREAT,
+                         0o644)
+            os.write(fd, unclosed)
+        time.sleep(1.3)   # the index flusher runs about every second
+        os.kill(pid, signal.SIGKILL)
+        for _ in range(100):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        run([self.fmfs, "umount", m])
+        if is_mounted(m) or self.dead_mount():
+            raise SetupError("still mounted after kill -9 and umount")
 
     # -- damage --
 
