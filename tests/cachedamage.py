@@ -11,9 +11,11 @@ files written through the mount and uploaded, evicted and read back (so
 objects/ holds blocks fetched from the store and index.sqlite lists them),
 then files written and closed but still pending in the write-back queue
 (--async-delay 3600), sometimes one that overwrites an uploaded file,
-sometimes one over the multipart threshold, sometimes one still open; then
-the daemon is stopped either by kill -9 or by `fmfs umount` while the store
-refuses every write, so the pending uploads stay in the cache dir.
+sometimes one over the multipart threshold; then the daemon is stopped
+either by kill -9 or by `fmfs umount` while the store refuses every write,
+so the pending uploads stay in the cache dir.  Some generations first
+kill -9 the daemon with a file still open and mount again, which moves
+that file to lost+found/.
 
 The trial damages one file of that cache dir (sometimes two or three),
 chosen among every file `find -type f` lists there, whatever it is:
