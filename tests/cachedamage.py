@@ -173,25 +173,15 @@ class S3Store:
         return json.loads(out or "{}").get("Contents", [])
 
     def snapshot(self):
-        listed = self.list()
+        # one aws call: every object, directory markers ("d/") left out
         shutil.rmtree(self.scratch, ignore_errors=True)
         os.makedirs(self.scratch)
-        if listed:
-            rc, out = run(self.aws + ["s3", "cp", "--quiet", "--recursive",
-                           "s3://%s/%s/" % (self.bucket, self.prefix),
-                           self.scratch])
-            if rc != 0:
-                raise SetupError("aws cannot copy the bucket: " + out)
-        objs = {}
-        for o in listed:
-            key = o["Key"][len(self.prefix) + 1:]
-            if key.endswith("/"):   # a directory marker
-                if o["Size"] != 0:
-                    objs[key] = b"?" * o["Size"]
-                continue
-            with open(os.path.join(self.scratch, key), "rb") as f:
-                objs[key] = f.read()
-        return objs
+        rc, out = run(self.aws + ["s3", "cp", "--quiet", "--recursive",
+                                  "s3://%s/%s/" % (self.bucket, self.prefix),
+                                  self.scratch])
+        if rc != 0:
+            raise SetupError("aws cannot copy the bucket: " + out)
+        return FileStore(self.scratch).snapshot()
 
 
 # --- one generation: the workload and the cache dir it leaves ------------
@@ -382,7 +372,7 @@ class Driver:
             if not self.store_offline(store, True):
                 raise SetupError("cannot take the store offline")
             try:
-                rc, out = run([self.fmfs, "umount", m, "--timeout", "3"])
+                rc, out = run([self.fmfs, "umount", m, "--timeout", "1"])
             finally:
                 self.store_offline(store, False)
             if rc == 0:

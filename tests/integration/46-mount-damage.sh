@@ -20,7 +20,7 @@
 # several trials); some use the gateway, checked with the aws CLI.
 #
 #   FMFS_DAMAGE_TRIALS=N     file:// trials (default 300; 75 under ASan)
-#   FMFS_DAMAGE_S3_TRIALS=N  trials against the gateway (default 10; 4)
+#   FMFS_DAMAGE_S3_TRIALS=N  trials against the gateway (default 8; 4 under ASan)
 #   FMFS_DAMAGE_SEED=N       the seed (default: random, printed)
 #   FMFS_DAMAGE_ONLY=ID      replay one trial (f12: file://, s3: gateway)
 . "$TOP/tests/lib/common.sh"
@@ -30,7 +30,7 @@ SEED=${FMFS_DAMAGE_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
 if grep -q '^SANITIZERS = 1' "$TOP/config.mak" 2>/dev/null; then
 	ntf=${FMFS_DAMAGE_TRIALS:-75} nts=${FMFS_DAMAGE_S3_TRIALS:-4}
 else
-	ntf=${FMFS_DAMAGE_TRIALS:-300} nts=${FMFS_DAMAGE_S3_TRIALS:-10}
+	ntf=${FMFS_DAMAGE_TRIALS:-300} nts=${FMFS_DAMAGE_S3_TRIALS:-8}
 fi
 ONLY=${FMFS_DAMAGE_ONLY:-}
 case $ONLY in
