@@ -1137,6 +1137,7 @@ static void dir_tighten(struct cache *c)
 static int dir_prepare(struct cache *c, char *msg, size_t ml)
 {
 	const char *dir = c->cfg.dir;
+	bool made = false;
 	char sub[32];
 	int rc;
 
@@ -1155,8 +1156,10 @@ static int dir_prepare(struct cache *c, char *msg, size_t ml)
 			snprintf(sub, sizeof(sub), "objects");
 		else
 			snprintf(sub, sizeof(sub), "objects/%02x", i);
-		if (!mkdirat(c->dirfd, sub, 0700))
+		if (!mkdirat(c->dirfd, sub, 0700)) {
+			made = true;
 			continue;
+		}
 		if (errno != EEXIST)
 			rc = -errno;
 		else if (i >= 0 && fchmodat(c->dirfd, sub, 0700, 0))
@@ -1164,6 +1167,10 @@ static int dir_prepare(struct cache *c, char *msg, size_t ml)
 	}
 	if (!rc && faccessat(c->dirfd, "objects", W_OK | X_OK, 0))
 		rc = -errno;
+	/* New names survive a power cut only once their parents are
+	 * synced (a dirty file in a lost dir is lost with it). */
+	if (!rc && made && (rc = util_fsync_dirat(c->dirfd, "objects")) == 0)
+		rc = util_fsync_dirat(c->dirfd, ".");
 	if (rc) {
 		snprintf(msg, ml, "cache dir %s is not writable: %s; use "
 			 "another --cache-dir", dir, strerror(-rc));

@@ -389,14 +389,21 @@ static void move_aside(struct cache_wb *wb, uint64_t id, const char *key,
 	char from[80];
 	size_t i;
 
-	mkdirat(wb->c->dirfd, "lost+found", 0700);
+	if (!mkdirat(wb->c->dirfd, "lost+found", 0700))
+		util_fsync_dirat(wb->c->dirfd, ".");
 	snprintf(from, sizeof(from), "dirty/%016" PRIx64 "%s", id, suffix);
 	i = (size_t)snprintf(to, tl, "lost+found/%016" PRIx64 "-", id);
 	for (size_t k = 0; key[k] && i + 1 < tl - strlen(suffix); i++, k++)
 		to[i] = key[k] == '/' ? '%' : key[k];
 	snprintf(to + i, tl - i, "%s", suffix);
-	if (renameat(wb->c->dirfd, from, wb->c->dirfd, to))
+	if (renameat(wb->c->dirfd, from, wb->c->dirfd, to)) {
 		to[0] = '\0';
+		return;
+	}
+	/* The new name first: a power cut may then leave both, never
+	 * neither. */
+	util_fsync_dirat(wb->c->dirfd, "lost+found");
+	util_fsync_dirat(wb->c->dirfd, "dirty");
 }
 
 /* A dirty file never committed (the writer had not closed it). */
@@ -448,14 +455,23 @@ static struct cache_wfile *row_wfile(struct cache_wb *wb, sqlite3_stmt *s,
 	return w;
 }
 
-/*
- * Replays dirty file id from its row r (NULL if it has none; queued: the
- * row says committed) and its DIR/dirty/ID.meta; takes r.  A committed
- * file goes back in the table: to be uploaded as it stands (it was being
- * changed at the stop), to be checked against its sums first, or as
- * damaged (never uploaded, reported).  One never committed goes to
- * lost+found; one whose bytes are gone is reported.
- */
+/* Removes old, a dirty file replayed for by's key but committed before
+ * it (not uploaded: by is the later version). */
+static void superseded(struct cache_wb *wb, struct cache_wfile *old,
+		       const struct cache_wfile *by)
+{
+	char path[64];
+
+	cache_log("write-back: %s: dirty/%016" PRIx64 " was committed before "
+		  "dirty/%016" PRIx64 ", the file now at that name (a rename "
+		  "or upload that fmfs's stop left half done); the older one "
+		  "is removed", by->key, old->id, by->id);
+	cache_wb_dirty_path(old->id, path, sizeof(path));
+	unlinkat(wb->c->dirfd, path, 0);
+	cache_wb_meta_remove(wb, old->id);
+	cache_wb_db_del(wb, old->id);
+}
+
 /*
  * Replays dirty file id from its row r (NULL if it has none; queued: the
  * row says committed) and its DIR/dirty/ID.meta; takes r.  A committed
@@ -542,6 +558,12 @@ static void replay_one(struct cache_wb *wb, uint64_t id,
 		/* Being changed at the stop, or left by an older fmfs: as it
 		 * stands (docs/semantics.md), unchecked. */
 		w->changing = true;
+	} else if (!from_s && !w->a.size && !sb.st_size) {
+		/* Empty, as its row says: nothing to check (a directory
+		 * marker, a file created empty).  A torn .meta is rewritten. */
+		w->sums_ok = true;
+		if (!have_s)
+			cache_wb_meta_write(wb, w, false);
 	} else if (!from_s) {
 		if (have_s)
 			cache_wb_damaged(wb, w, "has checksums in %016" PRIx64
@@ -564,6 +586,25 @@ static void replay_one(struct cache_wb *wb, uint64_t id,
 		cache_wb_sums_resize(w, w->a.size);
 	}
 	w->charged = (uint64_t)sb.st_size;
+	if (w->seq > wb->seq_top)
+		wb->seq_top = w->seq;
+	for (struct cache_wfile *o = wb->tab[wb_hash(w->key)]; o; o = o->hnext) {
+		if (strcmp(o->key, w->key))
+			continue;
+		/* Two dirty files for one key: a rename over a dirty file,
+		 * or a removal after an upload, that the stop left half
+		 * done.  The later commit wins. */
+		if (o->seq > w->seq) {
+			superseded(wb, w, o);
+			wfile_free(w);
+			goto out;
+		}
+		cache_wb_take_out(wb, o);
+		*charge -= o->charged;
+		superseded(wb, o, w);
+		wfile_free(o);
+		break;
+	}
 	*charge += w->charged;
 	insert(wb, w);
 	if (from_s && (!had_row || !queued)) {
@@ -718,7 +759,7 @@ static int load_rows(struct cache_wb *wb)
 int cache_wb_open(struct cache *c, char *msg, size_t ml)
 {
 	struct cache_wb *wb = calloc(1, sizeof(*wb));
-	int rc;
+	int rc = 0;
 
 	if (!wb) {
 		snprintf(msg, ml, "cache: out of memory");
@@ -729,10 +770,14 @@ int cache_wb_open(struct cache *c, char *msg, size_t ml)
 	pthread_mutex_init(&wb->lock, NULL);
 	util_cond_init(&wb->cond);
 	c->wb = wb;
-	if (mkdirat(c->dirfd, "dirty", 0700) && errno != EEXIST) {
+	if (!mkdirat(c->dirfd, "dirty", 0700))
+		rc = util_fsync_dirat(c->dirfd, ".");
+	else if (errno != EEXIST)
+		rc = -errno;
+	if (rc) {
 		snprintf(msg, ml, "cannot create %s/dirty: %s", c->cfg.dir,
-			 strerror(errno));
-		return -errno;
+			 strerror(-rc));
+		return rc;
 	}
 	wb->dirty_fd = openat(c->dirfd, "dirty", O_RDONLY | O_DIRECTORY |
 			      O_CLOEXEC);
@@ -1407,7 +1452,7 @@ int cache_w_commit(struct cache_wfile *w, bool durable)
 		w->not_before_ms = (int64_t)util_now_ms() + wb->cfg.async_delay_ms;
 		/* The sums first, then the row: a crash in between leaves
 		 * a .meta newer than the row, which the replay prefers. */
-		w->seq++;
+		w->seq = ++wb->seq_top;
 		w->sums_ok = ok && cache_wb_sums_fresh(w);
 		w->sums_gen = w->sums_ok ? w->gen : 0;
 		w->changing = !w->sums_ok;
@@ -1487,6 +1532,8 @@ void cache_wb_forget(struct cache *c, const char *key)
 	if (w)
 		free_me = drop_locked(wb, w);
 	pthread_mutex_unlock(&wb->lock);
+	if (w) /* durably: a power cut must not bring the old bytes back */
+		fsync(wb->dirty_fd);
 	if (free_me) {
 		cache_wb_uncharge(c, free_me->charged);
 		wfile_free(free_me);
@@ -1510,10 +1557,10 @@ int cache_w_rename(struct cache *c, const char *from, const char *to,
 		goto out;
 	}
 	old = cache_wb_find(wb, to);
-	if (old && old != w) {
+	if (old == w)
+		old = NULL;
+	if (old)
 		to_in_bucket |= old->in_bucket;
-		free_me = drop_locked(wb, old);
-	}
 	cache_wb_take_out(wb, w);
 	if (w->in_bucket || from_in_bucket)
 		cache_wb_tomb_put(wb, from, false);
@@ -1530,11 +1577,15 @@ int cache_w_rename(struct cache *c, const char *from, const char *to,
 		w->not_before_ms = (int64_t)util_now_ms() + wb->cfg.async_delay_ms;
 	}
 	if (w->committed) {
-		w->seq++;
+		w->seq = ++wb->seq_top;
 		rc = cache_wb_meta_write(wb, w, false);
 	}
 	if (!rc)
 		rc = cache_wb_db_put(wb, w, w->committed);
+	/* The old file at to goes after w's .meta names to: a power cut in
+	 * between leaves both, and the replay keeps the later commit. */
+	if (old)
+		free_me = drop_locked(wb, old);
 	pthread_cond_broadcast(&wb->cond);
 out:
 	pthread_mutex_unlock(&wb->lock);

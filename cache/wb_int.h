@@ -81,6 +81,8 @@ struct cache_wb {
 	struct cache_wb_tomb *tombs[CACHE_WB_HASH];
 	uint64_t nfiles, ntombs;
 	uint64_t next_id;
+	uint64_t seq_top;          /* commits: the last seq given (global, so
+				    * two files' seqs order their commits) */
 	char **busy_keys;          /* keys being uploaded (tombstones wait) */
 	size_t nbusy, busy_cap;
 	pthread_t *threads;

@@ -230,6 +230,9 @@ static void try_clean(struct cache_wb *wb, struct cache_wfile *w,
 		unlinkat(c->dirfd, path, 0);
 		cache_wb_uncharge(c, charged);
 	}
+	/* Gone for good: a power cut must not bring it back to be
+	 * uploaded again over what the bucket gets next. */
+	fsync(wb->dirty_fd);
 	free(crcs);
 	pthread_mutex_lock(&wb->lock);
 }

@@ -173,29 +173,6 @@ int ckpt_rm_rf(const char *path)
 	return 0;
 }
 
-/* fsync of the directory holding path (cut at its last '/'): a new
- * directory's name is durable only once its parent is synced. */
-static int sync_parent(char *path)
-{
-	char *slash = strrchr(path, '/');
-	int fd, rc = 0;
-
-	if (slash == path)
-		fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	else if (slash) {
-		*slash = '\0';
-		fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		*slash = '/';
-	} else {
-		fd = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	}
-	if (fd < 0 || fsync(fd))
-		rc = -errno;
-	if (fd >= 0)
-		close(fd);
-	return rc;
-}
-
 int ckpt_mkdir_p(const char *path, char *msg, size_t msg_len)
 {
 	char buf[PATH_MAX];
@@ -215,7 +192,7 @@ int ckpt_mkdir_p(const char *path, char *msg, size_t msg_len)
 		if (!mkdir(buf, 0755)) {
 			/* Created now: its name must survive a power cut,
 			 * or a step called durable vanishes with it. */
-			int rc = sync_parent(buf);
+			int rc = util_sync_parent(buf);
 
 			if (rc) {
 				util_msg(msg, msg_len, "cannot sync the "

@@ -466,40 +466,6 @@ static int check_mountpoint(struct mount_opts *o)
 	return EXIT_OK;
 }
 
-/* mkdir -p path (mode for each directory it creates); the first
- * directory it created, the topmost, goes to made ("" if none). */
-static int mkdir_p_record(const char *path, mode_t mode, char *made,
-			  size_t made_len)
-{
-	char buf[PATH_MAX];
-	size_t n = strlen(path);
-	struct stat sb;
-
-	made[0] = '\0';
-	if (n >= sizeof(buf))
-		return -ENAMETOOLONG;
-	memcpy(buf, path, n + 1);
-	for (char *p = buf + 1; ; p++) {
-		char c = *p;
-
-		if (c != '/' && c)
-			continue;
-		*p = '\0';
-		if (!mkdir(buf, mode)) {
-			if (!made[0])
-				snprintf(made, made_len, "%s", buf);
-		} else if (errno != EEXIST) {
-			return -errno;
-		}
-		*p = c;
-		if (!c)
-			break;
-	}
-	if (stat(path, &sb))
-		return -errno;
-	return S_ISDIR(sb.st_mode) ? 0 : -ENOTDIR;
-}
-
 static bool dir_is_empty(const char *path)
 {
 	DIR *d = opendir(path);
@@ -588,8 +554,8 @@ static int prepare_cache_dir(struct mount_opts *o)
 		o->cache_dir = def;
 	}
 	o->cache_was_empty = dir_is_empty(o->cache_dir);
-	rc = mkdir_p_record(o->cache_dir, 0700, o->cache_made,
-			    sizeof(o->cache_made));
+	rc = util_mkdir_p_made(o->cache_dir, 0700, o->cache_made,
+			       sizeof(o->cache_made));
 	if (rc || !realpath(o->cache_dir, o->cache_real) ||
 	    access(o->cache_real, W_OK | X_OK)) {
 		fprintf(stderr, "fmfs mount: cache directory %s is not usable:"

@@ -7,7 +7,9 @@
  * caller's to judge (a truncated file means different things to each).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -74,12 +76,49 @@ int util_write_all(int fd, const void *buf, size_t len)
 	return written(transfer(fd, true, (void *)buf, len, -1), len);
 }
 
-int util_mkdir_p(const char *path, mode_t mode)
+int util_sync_parent(char *path)
+{
+	char *slash = strrchr(path, '/');
+	int fd, rc = 0;
+
+	if (slash == path)
+		fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	else if (slash) {
+		*slash = '\0';
+		fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		*slash = '/';
+	} else {
+		fd = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	}
+	if (fd < 0 || (fsync(fd) && errno != EINVAL))
+		rc = -errno; /* EINVAL: a file system that cannot sync one */
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+int util_fsync_dirat(int dirfd, const char *name)
+{
+	int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int rc = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (fsync(fd) && errno != EINVAL)
+		rc = -errno;
+	close(fd);
+	return rc;
+}
+
+int util_mkdir_p_made(const char *path, mode_t mode, char *made,
+		      size_t made_len)
 {
 	char buf[PATH_MAX];
 	size_t n = strlen(path);
 	struct stat sb;
 
+	if (made && made_len)
+		made[0] = '\0';
 	if (n >= sizeof(buf))
 		return -ENAMETOOLONG;
 	memcpy(buf, path, n + 1);
@@ -89,8 +128,16 @@ int util_mkdir_p(const char *path, mode_t mode)
 		if (c != '/' && c)
 			continue;
 		*p = '\0';
-		if (mkdir(buf, mode) && errno != EEXIST)
+		if (!mkdir(buf, mode)) {
+			int rc = util_sync_parent(buf);
+
+			if (rc)
+				return rc;
+			if (made && made_len && !made[0])
+				snprintf(made, made_len, "%s", buf);
+		} else if (errno != EEXIST) {
 			return -errno;
+		}
 		*p = c;
 		if (!c)
 			break;
@@ -98,4 +145,9 @@ int util_mkdir_p(const char *path, mode_t mode)
 	if (stat(path, &sb))
 		return -errno;
 	return S_ISDIR(sb.st_mode) ? 0 : -ENOTDIR;
+}
+
+int util_mkdir_p(const char *path, mode_t mode)
+{
+	return util_mkdir_p_made(path, mode, NULL, 0);
 }

@@ -104,9 +104,24 @@ int util_pwrite_all(int fd, const void *buf, size_t len, uint64_t off);
 int util_write_all(int fd, const void *buf, size_t len);
 
 /* mkdir -p: creates path and its missing parents with mode (umask
- * applies).  0, -ENOTDIR when path (or a parent) exists and is not a
- * directory, -ENAMETOOLONG past PATH_MAX, or mkdir's -errno. */
+ * applies), each new one made durable (its parent fsynced).  0, -ENOTDIR
+ * when path (or a parent) exists and is not a directory, -ENAMETOOLONG
+ * past PATH_MAX, or mkdir's or fsync's -errno. */
 int util_mkdir_p(const char *path, mode_t mode);
+
+/* util_mkdir_p that also names in made (when not NULL) the topmost
+ * directory it created, "" when it created none. */
+int util_mkdir_p_made(const char *path, mode_t mode, char *made,
+		      size_t made_len);
+
+/* fsync of the directory holding path (path is cut at its last '/' for
+ * the call and restored): a new name is durable only once its parent
+ * is synced.  0 or -errno. */
+int util_sync_parent(char *path);
+
+/* fsync of directory name under dirfd ("." for dirfd itself).  0 or
+ * -errno (EINVAL, a file system that cannot sync one, counts as 0). */
+int util_fsync_dirat(int dirfd, const char *name);
 
 /* ---- bytes ---- */
 
