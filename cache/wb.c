@@ -244,6 +244,10 @@ int cache_wb_db_put(struct cache_wb *wb, const struct cache_wfile *w,
 	sqlite3_bind_blob(s, 12, mb, (int)ml, SQLITE_STATIC);
 	sqlite3_bind_int64(s, 13, (sqlite3_int64)w->seq);
 	sqlite3_bind_int(s, 14, w->changing);
+	/* A damaged file's row names no boot: held at every mount until
+	 * it is written again or removed. */
+	sqlite3_bind_text(s, 15, w->damaged[0] ? "" : wb->boot, -1,
+			  SQLITE_STATIC);
 	rc = db_step(wb, s, "saving a dirty file");
 	free(mb);
 	return rc;
@@ -282,7 +286,7 @@ static const char WB_SCHEMA[] =
 	"key TEXT NOT NULL, kind INTEGER, mode INTEGER, uid INTEGER, "
 	"gid INTEGER, mtime_ns INTEGER, size INTEGER, in_bucket INTEGER, "
 	"base_etag TEXT, queued INTEGER, meta BLOB, seq INTEGER DEFAULT 0, "
-	"changing INTEGER DEFAULT 0);"
+	"changing INTEGER DEFAULT 0, boot TEXT);"
 	"CREATE TABLE IF NOT EXISTS deletes(key TEXT PRIMARY KEY);";
 
 /* user_version 2: every committed row has its DIR/dirty/ID.meta (a
@@ -298,6 +302,8 @@ static void db_upgrade(struct cache_wb *wb)
 		     "DEFAULT 0", NULL, NULL, NULL);
 	sqlite3_exec(wb->db, "ALTER TABLE files ADD COLUMN changing INTEGER "
 		     "DEFAULT 0", NULL, NULL, NULL);
+	sqlite3_exec(wb->db, "ALTER TABLE files ADD COLUMN boot TEXT", NULL,
+		     NULL, NULL);
 	wb->db_version = 0;
 	if (sqlite3_prepare_v2(wb->db, "PRAGMA user_version", -1, &s,
 			       NULL) == SQLITE_OK) {
@@ -330,8 +336,9 @@ static int db_open(struct cache_wb *wb, char *msg, size_t ml)
 		rc = sqlite3_prepare_v2(wb->db, "INSERT OR REPLACE INTO files "
 					"(id, key, kind, mode, uid, gid, "
 					"mtime_ns, size, in_bucket, base_etag, "
-					"queued, meta, seq, changing) VALUES("
-					"?,?,?,?,?,?,?,?,?,?,?,?,?,?)", -1,
+					"queued, meta, seq, changing, boot) "
+					"VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+					-1,
 					&wb->upsert, NULL);
 	if (rc == SQLITE_OK)
 		rc = sqlite3_prepare_v2(wb->db, "DELETE FROM files WHERE "
@@ -426,7 +433,7 @@ static struct cache_wfile *row_wfile(struct cache_wb *wb, sqlite3_stmt *s,
 {
 	struct cache_wfile *w = calloc(1, sizeof(*w));
 	const char *key = (const char *)sqlite3_column_text(s, 1);
-	const char *etag = (const char *)sqlite3_column_text(s, 9);
+	const char *etag = (const char *)sqlite3_column_text(s, 9), *boot;
 
 	if (!w)
 		return NULL;
@@ -448,6 +455,8 @@ static struct cache_wfile *row_wfile(struct cache_wb *wb, sqlite3_stmt *s,
 				     &w->meta, &w->nmeta);
 	w->seq = (uint64_t)sqlite3_column_int64(s, 12);
 	w->changing = sqlite3_column_int(s, 13);
+	boot = (const char *)sqlite3_column_text(s, 14);
+	w->other_boot = !boot || !wb->boot[0] || strcmp(boot, wb->boot);
 	if (!w->key) {
 		wfile_free(w);
 		return NULL;
@@ -553,8 +562,16 @@ static void replay_one(struct cache_wb *wb, uint64_t id,
 	w->committed = true;
 	if (fstat(w->fd, &sb))
 		sb.st_size = 0;
-	if (w->changing || (from_s && !w->sums_ok) ||
-	    (!have_s && wb->db_version < WB_DB_VERSION)) {
+	if ((w->changing || (from_s && !w->sums_ok)) &&
+	    (r ? r->other_boot : !had_row || w->other_boot)) {
+		/* Being changed at the stop, and the system has booted since
+		 * (or nobody knows): a power cut may have torn what the page
+		 * cache had not written, and nothing can tell. */
+		cache_wb_damaged(wb, w, "was open for writing when fmfs "
+				 "stopped, and the system has restarted "
+				 "since: a power cut may have left it torn");
+	} else if (w->changing || (from_s && !w->sums_ok) ||
+		   (!have_s && wb->db_version < WB_DB_VERSION)) {
 		/* Being changed at the stop, or left by an older fmfs: as it
 		 * stands (docs/semantics.md), unchecked. */
 		w->changing = true;
@@ -685,7 +702,7 @@ static int load_rows(struct cache_wb *wb)
 
 	rc = sqlite3_prepare_v2(wb->db, "SELECT id, key, kind, mode, uid, "
 				"gid, mtime_ns, size, in_bucket, base_etag, "
-				"queued, meta, seq, changing FROM files "
+				"queued, meta, seq, changing, boot FROM files "
 				"ORDER BY id", -1, &s, NULL);
 	if (rc != SQLITE_OK)
 		return -EIO;
@@ -756,6 +773,28 @@ static int load_rows(struct cache_wb *wb)
 	return 0;
 }
 
+/* This boot's id: the kernel's random boot_id, or FMFS_BOOT_ID (tests
+ * that simulate a power cut set it to stand for a reboot); "" if none. */
+static void boot_id(char *out, size_t len)
+{
+	const char *env = getenv("FMFS_BOOT_ID");
+	ssize_t n = 0;
+	int fd;
+
+	out[0] = '\0';
+	if (env && *env) {
+		snprintf(out, len, "%s", env);
+		return;
+	}
+	fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		n = util_read_all(fd, out, len - 1);
+		close(fd);
+	}
+	out[n > 0 ? n : 0] = '\0';
+	out[strcspn(out, "\n")] = '\0';
+}
+
 int cache_wb_open(struct cache *c, char *msg, size_t ml)
 {
 	struct cache_wb *wb = calloc(1, sizeof(*wb));
@@ -781,6 +820,7 @@ int cache_wb_open(struct cache *c, char *msg, size_t ml)
 	}
 	wb->dirty_fd = openat(c->dirfd, "dirty", O_RDONLY | O_DIRECTORY |
 			      O_CLOEXEC);
+	boot_id(wb->boot, sizeof(wb->boot));
 	rc = db_open(wb, msg, ml);
 	if (!rc && (rc = load_rows(wb)))
 		snprintf(msg, ml, "write-back store %s/writeback.sqlite "

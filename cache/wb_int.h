@@ -49,11 +49,13 @@ struct cache_wfile {
 	uint8_t *stale;
 	uint64_t nsums, sums_cap;
 	uint64_t sums_gen;
-	uint64_t seq;             /* commits so far, kept across mounts */
+	uint64_t seq;             /* its last commit's number (wb->seq_top) */
 	bool sums_ok;             /* the last commit's sums are complete */
 	bool changing;            /* changed since the last commit (kept in
 	                           * the row: a crash then uploads the file
 	                           * as it stands, unchecked) */
+	bool other_boot;          /* replay: its row was saved before the
+	                           * system last booted (or says nothing) */
 	bool ext_seen;            /* a writer behind our back since the last
 	                           * commit: every block is stale */
 	bool checked;             /* read and found equal to its sums since
@@ -81,6 +83,8 @@ struct cache_wb {
 	struct cache_wb_tomb *tombs[CACHE_WB_HASH];
 	uint64_t nfiles, ntombs;
 	uint64_t next_id;
+	char boot[40];             /* this boot's id (rows say which boot
+				    * saved them; FMFS_BOOT_ID overrides) */
 	uint64_t seq_top;          /* commits: the last seq given (global, so
 				    * two files' seqs order their commits) */
 	char **busy_keys;          /* keys being uploaded (tombstones wait) */

@@ -302,12 +302,15 @@ def frozen_line(st):
         return "(no freeze before the end)"
 
 
-def fmfs_mount(url, mnt, cache, log, extra=(), stop=None):
+def fmfs_mount(url, mnt, cache, log, extra=(), stop=None, boot="pl-1"):
+    """boot: the boot id fmfs sees (FMFS_BOOT_ID); mounts after a power
+    cut run in another boot, as after a real one."""
     os.makedirs(mnt, exist_ok=True)
+    env = dict(os.environ, FMFS_BOOT_ID=boot)
     with open(log, "a") as err:
         p = subprocess.Popen([FMFS, "mount", url, mnt, "--cache-dir", cache,
                               "--foreground", "--no-passthrough"] +
-                             list(extra), stdout=err, stderr=err)
+                             list(extra), stdout=err, stderr=err, env=env)
     return p, wait_mount(mnt, p, stop=stop)
 
 
@@ -422,7 +425,7 @@ def trial_write(t, a, tdir, crash_at, modes, seed, template, calib=False):
     cache = os.path.join(out, "cache")
     if os.path.isdir(cache):
         subprocess.run(["cp", "-a", cache, os.path.join(tdir, "crashed")])
-    fm, ok = fmfs_mount(st_url, mnt, cache, log + ".2")
+    fm, ok = fmfs_mount(st_url, mnt, cache, log + ".2", boot="pl-2")
     if not ok:
         with open(log + ".2") as f:
             msg = f.read().strip()
@@ -594,7 +597,7 @@ def trial_read(t, a, tdir, crash_at, modes, seed, template, calib=False):
     if calib:
         return cf.ops()
     fm, ok = fmfs_mount(url, mnt, os.path.join(out, "cache"), log + ".2",
-                        ["--mode", "ro"])
+                        ["--mode", "ro"], boot="pl-2")
     if not ok:
         return ["remount on the recovered cache failed: %s" %
                 open(log + ".2").read().strip()], "refused"
