@@ -10,7 +10,9 @@
 # 1, `fmfs status` counts it, reads of it fail with EIO, its bytes stay
 # in the cache dir, and writing it again with O_TRUNC or removing it
 # through the mount ends the matter.  A file reopened and being changed
-# when the daemon died is uploaded as it stands (docs/semantics.md).
+# when the daemon died is uploaded as it stands (docs/semantics.md),
+# unless the system has restarted since (FMFS_BOOT_ID stands for the
+# boot): then it is held as damaged too.
 # The bucket is read back with the aws CLI.
 . "$TOP/tests/lib/common.sh"
 
@@ -162,4 +164,35 @@ mnt
 $FMFS flush "$MNT" --wait --timeout 60 || fail "flush --wait of the changed file"
 uploaded re
 $FMFS umount "$MNT" || fail "umount"
+
+note "the same after a reboot (a power cut may have torn it): held, named"
+FMFS_BOOT_ID=boot-one mnt --async-delay 3600
+head -c 1400000 /dev/urandom >data/rb
+cp data/rb "$MNT/rb"
+python3 - "$MNT/rb" "$B" <<'EOF'
+import os, subprocess, sys
+fd = os.open(sys.argv[1], os.O_WRONLY)
+os.pwrite(fd, b"Y" * 5000, 200000)
+subprocess.run(["pkill", "-9", "-f", "fmfs mount s3://" + sys.argv[2] + " "])
+EOF
+sleep 0.3
+$FMFS umount "$MNT" >/dev/null 2>&1 || true
+cp "$(dirty_of rb)" data/rb.held
+for boot in boot-two boot-three; do # held at every mount, not only the first
+	FMFS_BOOT_ID=$boot mnt 2>mount.err
+	grep -q "rb: .*system has restarted" mount.err ||
+		fail "the mount did not name rb: $(cat mount.err)"
+	! cat "$MNT/rb" >/dev/null 2>&1 || fail "rb read without EIO"
+	! $FMFS flush "$MNT" --wait --timeout 30 >flush.out 2>&1 ||
+		fail "flush --wait exited 0 with rb held"
+	grep -q "rb" flush.out || fail "flush did not name rb: $(cat flush.out)"
+	absent rb
+	! $FMFS umount "$MNT" >/dev/null 2>&1 || fail "umount exited 0 with rb held"
+	same_file data/rb.held "$(dirty_of rb)"
+done
+FMFS_BOOT_ID=boot-three mnt
+cp data/rb "$MNT/rb" || fail "rewrite of rb"
+$FMFS flush "$MNT" --wait --timeout 60 || fail "flush after rb was written again"
+uploaded rb
+$FMFS umount "$MNT" || fail "umount after the rewrite"
 echo "write-back damage ok"
