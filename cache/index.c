@@ -228,9 +228,17 @@ static int check_identity(struct cache *c, struct cache_index *x,
 		return rc == SQLITE_NOTFOUND ? damaged(e, "no store_id") :
 		       db_fail(x, rc, "reading the store id", e);
 	if (strcmp(v, c->cfg.store_id)) {
-		snprintf(e->msg, e->ml, "cache dir %s belongs to %s; use "
-			 "another --cache-dir (this mount is %s)", dir, v,
-			 c->cfg.store_id);
+		for (const char *p = v; *p; p++)
+			if ((unsigned char)*p < 0x20 || (unsigned char)*p == 0x7f)
+				return damaged(e, "the store id is garbled");
+		if (!strstr(v, "://"))
+			return damaged(e, "the store id is garbled");
+		snprintf(e->msg, e->ml, "cache dir %s belongs to %s (as its "
+			 "index %s says); use another --cache-dir (this mount "
+			 "is %s), or, if that is not a store you use, move "
+			 "%s aside and mount again: the read cache starts "
+			 "over, files not yet uploaded are kept", dir, v,
+			 x->path, c->cfg.store_id, x->path);
 		return -EEXIST;
 	}
 	rc = query_text(x, "SELECT value FROM meta WHERE name=?",

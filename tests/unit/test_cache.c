@@ -1256,6 +1256,29 @@ static void test_format1_upgrade(void **state)
 	assert_int_equal(g.mode, 0100600);
 }
 
+/* A store id garbled on the disk (a flipped bit) is damage, not another
+ * store: the index starts over instead of refusing the mount. */
+static void test_garbled_store_id(void **state)
+{
+	struct env *e = *state;
+	char cmd[PATH_MAX * 2];
+	struct obj o;
+
+	put_obj(e, &o, "gid/x", 3 * B64K, 92);
+	env_open(e);
+	read_all(e, &o);
+	env_close(e);
+	snprintf(cmd, sizeof(cmd), "sqlite3 '%s/index.sqlite' \"UPDATE meta "
+		 "SET value=substr(value,1,3)||char(1)||substr(value,5) WHERE "
+		 "name='store_id'\"", e->cache_dir);
+	if (system(cmd) != 0)
+		skip(); /* no sqlite3 program */
+	env_open(e);
+	assert_int_equal(stats(e).objects, 0);
+	read_all(e, &o);
+	assert_int_equal(stats(e).objects, 1);
+}
+
 static mode_t perms_at(const char *dir, const char *name)
 {
 	char path[PATH_MAX * 2];
@@ -1394,6 +1417,7 @@ int main(void)
 		T(test_store_unreachable),
 		T(test_store_removed),
 		T(test_foreign_store_id),
+		T(test_garbled_store_id),
 		T(test_block_size_mismatch),
 		T(test_corrupt_index),
 		T(test_attrs_kept),
