@@ -313,10 +313,37 @@ static void db_upgrade(struct cache_wb *wb)
 	}
 }
 
+/* PRAGMA quick_check: a page damaged on the disk would otherwise be
+ * read as rows that are not there (the queue is small: cheap). */
+static int db_quick_check(struct cache_wb *wb, char *why, size_t wl)
+{
+	sqlite3_stmt *s;
+	int rc = sqlite3_prepare_v2(wb->db, "PRAGMA quick_check", -1, &s,
+				    NULL);
+
+	if (rc != SQLITE_OK)
+		return rc;
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW) {
+		const char *t = (const char *)sqlite3_column_text(s, 0);
+
+		rc = t && !strcmp(t, "ok") ? SQLITE_OK : SQLITE_CORRUPT;
+		if (rc) {
+			snprintf(why, wl, "damaged: PRAGMA quick_check says "
+				 "%.160s", t ? t : "?");
+			for (char *p = why; *p; p++)
+				if (*p == '\n')
+					*p = ' ';
+		}
+	}
+	sqlite3_finalize(s);
+	return rc;
+}
+
 static int db_open(struct cache_wb *wb, char *msg, size_t ml)
 {
 	const char *dir = wb->c->cfg.dir;
-	char path[4096];
+	char path[4096], why[300] = "";
 	int rc;
 
 	snprintf(path, sizeof(path), "%s/writeback.sqlite", dir);
@@ -328,6 +355,8 @@ static int db_open(struct cache_wb *wb, char *msg, size_t ml)
 				  "PRAGMA synchronous=NORMAL;", NULL, NULL,
 				  NULL);
 	}
+	if (rc == SQLITE_OK)
+		rc = db_quick_check(wb, why, sizeof(why));
 	if (rc == SQLITE_OK)
 		rc = sqlite3_exec(wb->db, WB_SCHEMA, NULL, NULL, NULL);
 	if (rc == SQLITE_OK)
@@ -357,7 +386,7 @@ static int db_open(struct cache_wb *wb, char *msg, size_t ml)
 			 "lists files not yet uploaded. Move it aside (mv %s "
 			 "%s.bad; and its -wal file) and mount again: the "
 			 "queue is rebuilt from %s/dirty/*.meta (deletions "
-			 "not yet sent are lost)", path, wb->db ?
+			 "not yet sent are lost)", path, why[0] ? why : wb->db ?
 			 sqlite3_errmsg(wb->db) : "out of memory", path, path,
 			 dir);
 		return -EIO;

@@ -100,6 +100,23 @@ $FMFS flush "$MNT" --wait --timeout 60 || fail "flush --wait after moving it asi
 uploaded g1
 $FMFS umount "$MNT" || fail "umount"
 
+note "a writeback.sqlite with one damaged page: refused too (quick_check)"
+pending p1 p2 p3
+sqlite3 "$CACHE/writeback.sqlite" "PRAGMA wal_checkpoint(TRUNCATE)" >/dev/null ||
+	fail "sqlite3 cannot checkpoint writeback.sqlite"
+pages=$(sqlite3 "$CACHE/writeback.sqlite" "PRAGMA page_count")
+[ "$pages" -ge 2 ] || fail "writeback.sqlite has $pages pages"
+# page 2 (the files table): garbage from its 9th byte on, its header kept
+head -c 2000 /dev/urandom | dd of="$CACHE/writeback.sqlite" bs=1 \
+	seek=$((4096 + 8)) conv=notrunc status=none
+expect_exit 1 "writeback.sqlite.*(damaged|malformed).*aside" \
+	$FMFS mount "s3://$B" "$MNT" --cache-dir "$CACHE"
+mv "$CACHE/writeback.sqlite" "$CACHE/writeback.sqlite.bad2"
+mnt
+$FMFS flush "$MNT" --wait --timeout 60 || fail "flush --wait after moving it aside"
+uploaded p1 p2 p3
+$FMFS umount "$MNT" || fail "umount"
+
 note "dirty files damaged on the cache disk are held, not uploaded"
 pending cut flip nometa ok
 d_cut=$(dirty_of cut)
