@@ -547,8 +547,18 @@ static void replay_one(struct cache_wb *wb, uint64_t id,
 		if (fd >= 0 && !r && src == -ENOENT && !fstat(fd, &sb) &&
 		    !sb.st_size) {
 			unlinkat(c->dirfd, path, 0); /* made just before a crash */
-		} else if (fd >= 0 && (r || src == -ENOENT)) {
+		} else if (fd >= 0 && r) {
 			lost_found(wb, id, key);
+		} else if (fd >= 0 && src == -ENOENT) {
+			/* Neither row nor .meta: closed or not, nobody knows,
+			 * nor its name (both lost, or a power cut before the
+			 * row was written).  It stays and is named. */
+			lost_add(wb, "%s/%s: a dirty file not yet uploaded "
+				 "whose name is unknown (no row in "
+				 "writeback.sqlite and no .meta); it is not "
+				 "uploaded: copy its bytes out, then remove it",
+				 c->cfg.dir, path);
+			goto out;
 		} else if (fd >= 0) {
 			/* No row and a damaged .meta: committed or not, nobody
 			 * knows, nor its name.  Both stay where they are, and
