@@ -578,14 +578,21 @@ static void replay_one(struct cache_wb *wb, uint64_t id,
 		goto out;
 	}
 	if (fd < 0) {
-		/* The .meta stays: every mount says so until it is
-		 * removed. */
-		lost_add(wb, "%s: its dirty file %s/%s is gone (%s): what was "
-			 "written to it through the mount was lost before it "
-			 "was uploaded (remove %s/%s%s to stop this message)",
-			 key, c->cfg.dir, path, strerror(errno), c->cfg.dir,
-			 path, have_s ? CACHE_WB_META_SUFFIX : "");
-		if (r)
+		/* The .meta stays, and while it is damaged so does the row:
+		 * every mount says so until the .meta is removed. */
+		if (src == -ENOENT)
+			lost_add(wb, "%s: its dirty file %s/%s is gone (%s): "
+				 "what was written to it through the mount "
+				 "was lost before it was uploaded", key,
+				 c->cfg.dir, path, strerror(errno));
+		else
+			lost_add(wb, "%s: its dirty file %s/%s is gone (%s): "
+				 "what was written to it through the mount "
+				 "was lost before it was uploaded (remove "
+				 "%s/%s%s to stop this message)", key,
+				 c->cfg.dir, path, strerror(errno), c->cfg.dir,
+				 path, CACHE_WB_META_SUFFIX);
+		if (r && (have_s || src == -ENOENT))
 			cache_wb_db_del(wb, id);
 		goto out;
 	}
