@@ -518,8 +518,10 @@ int cmd_umount(int argc, char **argv)
 		if (rc == EXIT_AUTH)
 			return rc; /* not this user's mount: said why */
 		fprintf(stderr, "fmfs umount: the files above are not in the "
-			"bucket yet; they stay in the cache dir and are "
-			"uploaded when it is mounted again\n");
+			"bucket yet; they stay in the cache dir, and those "
+			"that failed to upload are tried again when it is "
+			"mounted again (damaged ones wait for you, as said "
+			"above)\n");
 		undrained = true;
 		rc = EXIT_OK;
 	}

@@ -20,12 +20,9 @@
 # a --enable-sanitizers build), split 40% ckpt, 40% write (file://), 12%
 # read, 8% write (gateway); FMFS_POWERLOSS_SEED=S replays a run (the
 # seed is printed; each failing trial prints its own replay line).
-# Until the write-back of issue 16 lands (dirty files that carry their
-# own checksums and key, the dirty/ directory synced), the write trials
-# fail in --mode tear (torn dirty files uploaded) and --meta dirsync
-# (acknowledged dirty files whose names were never synced, dropped with
-# flush --wait exiting 0), and now and then with --freeze eio (an fsync
-# acknowledged although the queue's WAL checkpoint failed).
+# A remount after a power cut runs in another boot (FMFS_BOOT_ID), as
+# after a real one: a file open for writing at the cut is then held,
+# not uploaded as it stands.
 . "$TOP/tests/lib/common.sh"
 
 mount_setup powerloss
