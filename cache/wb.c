@@ -1663,8 +1663,17 @@ int cache_w_rename(struct cache *c, const char *from, const char *to,
 		w->not_before_ms = (int64_t)util_now_ms() + wb->cfg.async_delay_ms;
 	}
 	if (w->committed) {
+		/* Replacing a file whose bytes may be acknowledged: w's bytes
+		 * and .meta reach the disk before the old file goes, so a
+		 * power cut leaves one or the other (as ext4 does for a
+		 * rename over a file). */
+		bool replace = old && old->committed;
+
 		w->seq = ++wb->seq_top;
-		rc = cache_wb_meta_write(wb, w, false);
+		if (replace && w->fd >= 0 && fdatasync(w->fd))
+			rc = -errno;
+		if (!rc)
+			rc = cache_wb_meta_write(wb, w, replace);
 	}
 	if (!rc)
 		rc = cache_wb_db_put(wb, w, w->committed);
