@@ -128,12 +128,18 @@ int cache_evict_key(struct cache *c, const char *key);
 #define CACHE_ATTR_UID   2u
 #define CACHE_ATTR_GID   4u
 #define CACHE_ATTR_MTIME 8u
+#define CACHE_ATTR_CTIME 16u
+#define CACHE_ATTR_ATIME 32u
+#define CACHE_ATTR_RDEV  64u
+#define CACHE_ATTR_ALL   127u
 struct cache_attr {
 	char etag[80];
 	unsigned has;           /* CACHE_ATTR_*: those stored with the object */
 	uint32_t mode;          /* as stored: type and permission bits */
 	uint32_t uid, gid;
 	int64_t mtime_ns;
+	int64_t ctime_ns, atime_ns;
+	uint32_t rdev;
 };
 /* key's attributes: 0 with *out filled, or -ENOENT.  Never contacts the
  * store; costs one lookup in the index (a few microseconds). */

@@ -38,7 +38,7 @@
 #include "util/util.h"
 
 /* 2: the attrs table (format 1 is upgraded in place). */
-#define CACHE_FORMAT_VERSION 2
+#define CACHE_FORMAT_VERSION 3
 /* Attribute changes waiting for the flusher; one more makes the caller
  * flush them itself first (none is ever dropped: an old row of the key
  * would come back). */

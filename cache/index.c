@@ -12,8 +12,9 @@
  *   meta(name, value)        format, store_id, block_bytes, chunk_blocks
  *   objects(id, key, etag, size, atime_ns, cached_bytes)
  *   blocks(id, chunk, present, crc)   one row per 1024 blocks of an object
- *   attrs(key, etag, has, mode, uid, gid, mtime_ns)  the attributes stored
- *                            with an object, once learned (cache_attr_*)
+ *   attrs(key, etag, has, mode, uid, gid, mtime_ns, ctime_ns, atime_ns,
+ *         rdev)              the attributes stored with an object, once
+ *                            learned (cache_attr_*)
  *
  * Why chunks of 1024 blocks rather than a row per block or one BLOB per
  * object: a row per block makes the index a million rows per TiB cached
@@ -92,7 +93,9 @@ static const char *const schema_sql =
 	" WITHOUT ROWID;"
 	"CREATE TABLE attrs(key TEXT PRIMARY KEY, etag TEXT NOT NULL,"
 	" has INTEGER NOT NULL, mode INTEGER NOT NULL, uid INTEGER NOT NULL,"
-	" gid INTEGER NOT NULL, mtime_ns INTEGER NOT NULL) WITHOUT ROWID;";
+	" gid INTEGER NOT NULL, mtime_ns INTEGER NOT NULL,"
+	" ctime_ns INTEGER NOT NULL DEFAULT 0, atime_ns INTEGER NOT NULL"
+	" DEFAULT 0, rdev INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;";
 
 /* Format 1 to 2: the attrs table (nothing else changed). */
 static const char *const upgrade1_sql =
@@ -102,6 +105,15 @@ static const char *const upgrade1_sql =
 	" uid INTEGER NOT NULL, gid INTEGER NOT NULL,"
 	" mtime_ns INTEGER NOT NULL) WITHOUT ROWID;"
 	"UPDATE meta SET value='2' WHERE name='format';"
+	"COMMIT;";
+
+/* Format 2 to 3: ctime, atime and rdev in attrs. */
+static const char *const upgrade2_sql =
+	"BEGIN;"
+	"ALTER TABLE attrs ADD COLUMN ctime_ns INTEGER NOT NULL DEFAULT 0;"
+	"ALTER TABLE attrs ADD COLUMN atime_ns INTEGER NOT NULL DEFAULT 0;"
+	"ALTER TABLE attrs ADD COLUMN rdev INTEGER NOT NULL DEFAULT 0;"
+	"UPDATE meta SET value='3' WHERE name='format';"
 	"COMMIT;";
 
 /* ---- errors: damaged (-EBADMSG, start over) or fatal (message) ---- */
@@ -216,8 +228,16 @@ static int check_identity(struct cache *c, struct cache_index *x,
 			sqlite3_exec(x->db, "ROLLBACK", NULL, NULL, NULL);
 			return db_fail(x, rc, "upgrading from format 1", e);
 		}
-		cache_log("index %s upgraded from format 1 to %d (object "
-			  "attributes)", x->path, CACHE_FORMAT_VERSION);
+		fmt = 2;
+	}
+	if (fmt == 2) {
+		rc = sqlite3_exec(x->db, upgrade2_sql, NULL, NULL, NULL);
+		if (rc != SQLITE_OK) {
+			sqlite3_exec(x->db, "ROLLBACK", NULL, NULL, NULL);
+			return db_fail(x, rc, "upgrading from format 2", e);
+		}
+		cache_log("index %s upgraded from format %s to %d (object "
+			  "attributes)", x->path, v, CACHE_FORMAT_VERSION);
 		fmt = CACHE_FORMAT_VERSION;
 	}
 	if (fmt < CACHE_FORMAT_VERSION)
@@ -475,11 +495,12 @@ static int prepare_statements(struct cache_index *x, struct open_err *e)
 		{ offsetof(struct cache_index, set_atime),
 		  "UPDATE objects SET atime_ns=? WHERE id=?" },
 		{ offsetof(struct cache_index, get_attr),
-		  "SELECT etag, has, mode, uid, gid, mtime_ns FROM attrs"
-		  " WHERE key=?" },
+		  "SELECT etag, has, mode, uid, gid, mtime_ns, ctime_ns,"
+		  " atime_ns, rdev FROM attrs WHERE key=?" },
 		{ offsetof(struct cache_index, put_attr),
 		  "INSERT OR REPLACE INTO attrs(key, etag, has, mode, uid,"
-		  " gid, mtime_ns) VALUES(?,?,?,?,?,?,?)" },
+		  " gid, mtime_ns, ctime_ns, atime_ns, rdev)"
+		  " VALUES(?,?,?,?,?,?,?,?,?,?)" },
 		{ offsetof(struct cache_index, del_attr),
 		  "DELETE FROM attrs WHERE key=?" },
 	};
@@ -708,7 +729,8 @@ static bool attr_same(const struct cache_attr *a, const struct cache_attr *b)
 {
 	return !strcmp(a->etag, b->etag) && a->has == b->has &&
 	       a->mode == b->mode && a->uid == b->uid && a->gid == b->gid &&
-	       a->mtime_ns == b->mtime_ns;
+	       a->mtime_ns == b->mtime_ns && a->ctime_ns == b->ctime_ns &&
+	       a->atime_ns == b->atime_ns && a->rdev == b->rdev;
 }
 
 int cache_attr_get(struct cache *c, const char *key, struct cache_attr *out)
@@ -749,13 +771,16 @@ static int attr_db_get(struct cache_index *x, const char *key,
 
 		/* A row that does not fit is no row: the defaults. */
 		if (etag && strlen(etag) < sizeof(out->etag) && has >= 0 &&
-		    has <= 15) {
+		    has <= CACHE_ATTR_ALL) {
 			snprintf(out->etag, sizeof(out->etag), "%s", etag);
 			out->has = (unsigned)has;
 			out->mode = (uint32_t)sqlite3_column_int64(st, 2);
 			out->uid = (uint32_t)sqlite3_column_int64(st, 3);
 			out->gid = (uint32_t)sqlite3_column_int64(st, 4);
 			out->mtime_ns = sqlite3_column_int64(st, 5);
+			out->ctime_ns = sqlite3_column_int64(st, 6);
+			out->atime_ns = sqlite3_column_int64(st, 7);
+			out->rdev = (uint32_t)sqlite3_column_int64(st, 8);
 			rc = 0;
 		}
 	}
@@ -879,6 +904,9 @@ static int attr_write(struct cache_index *x, const struct attr_pend *p)
 	sqlite3_bind_int64(x->put_attr, 5, p->a.uid);
 	sqlite3_bind_int64(x->put_attr, 6, p->a.gid);
 	sqlite3_bind_int64(x->put_attr, 7, p->a.mtime_ns);
+	sqlite3_bind_int64(x->put_attr, 8, p->a.ctime_ns);
+	sqlite3_bind_int64(x->put_attr, 9, p->a.atime_ns);
+	sqlite3_bind_int64(x->put_attr, 10, p->a.rdev);
 	return step_reset(x->put_attr);
 }
 

@@ -224,7 +224,7 @@ int cache_wb_db_put(struct cache_wb *wb, const struct cache_wfile *w,
 {
 	sqlite3_stmt *s = wb->upsert;
 	size_t ml = 0;
-	char *mb = cache_wb_meta_pack(w->meta, w->nmeta, &ml);
+	char *mb = cache_wb_pack(w, &ml);
 	int rc;
 
 	util_debug_assert_locked(&wb->lock);
@@ -479,9 +479,8 @@ static struct cache_wfile *row_wfile(struct cache_wb *wb, sqlite3_stmt *s,
 	w->in_bucket = sqlite3_column_int(s, 8);
 	snprintf(w->base_etag, sizeof(w->base_etag), "%s", etag ? etag : "");
 	if (sqlite3_column_bytes(s, 11) > 0)
-		cache_wb_meta_unpack(sqlite3_column_blob(s, 11),
-				     (size_t)sqlite3_column_bytes(s, 11),
-				     &w->meta, &w->nmeta);
+		cache_wb_unpack(w, sqlite3_column_blob(s, 11),
+				(size_t)sqlite3_column_bytes(s, 11));
 	w->seq = (uint64_t)sqlite3_column_int64(s, 12);
 	w->changing = sqlite3_column_int(s, 13);
 	boot = (const char *)sqlite3_column_text(s, 14);
@@ -1218,6 +1217,8 @@ void cache_wb_sync_external(struct cache_wfile *w, bool look)
 	    (age < EXT_FRESH_NS && age > -EXT_FRESH_NS)) {
 		w->gen++;
 		w->a.mtime_ns = m;
+		if (m > w->a.ctime_ns)
+			w->a.ctime_ns = m;
 	}
 	w->ext_size = (uint64_t)st.st_size;
 	w->ext_mtime_ns = m;
@@ -1289,6 +1290,7 @@ static void touch(struct cache_wfile *w)
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	w->a.mtime_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+	w->a.ctime_ns = w->a.mtime_ns;
 	w->gen++;
 }
 
@@ -1427,6 +1429,9 @@ void cache_w_setattr(struct cache_wfile *w, const struct cache_wattr *a,
 		if (w->external)
 			set_file_mtime(w, a->mtime_ns);
 	}
+	if (mask & CACHE_WA_ATIME)
+		w->a.atime_ns = a->atime_ns;
+	w->a.ctime_ns = util_wall_ns();
 	pthread_mutex_unlock(&wb->lock);
 }
 
@@ -1471,7 +1476,7 @@ int cache_w_xattr_set(struct cache_wfile *w, const char *name,
 	n = v = NULL;
 out:
 	if (!rc)
-		w->gen++;
+		w->gen++, w->a.ctime_ns = util_wall_ns();
 	pthread_mutex_unlock(&wb->lock);
 	free(v);
 	free(n);
@@ -1490,6 +1495,7 @@ int cache_w_xattr_remove(struct cache_wfile *w, const char *name)
 			free(w->meta[i].value);
 			w->meta[i] = w->meta[--w->nmeta];
 			w->gen++;
+			w->a.ctime_ns = util_wall_ns();
 			rc = 0;
 			break;
 		}
@@ -1658,6 +1664,7 @@ int cache_w_rename(struct cache *c, const char *from, const char *to,
 	insert(wb, w);
 	cache_wb_tomb_drop(wb, to);
 	w->gen++;
+	w->a.ctime_ns = util_wall_ns(); /* as a local disk does */
 	if (w->committed) { /* queued: restart the delay under the name */
 		w->queued_gen = w->gen;
 		w->not_before_ms = (int64_t)util_now_ms() + wb->cfg.async_delay_ms;

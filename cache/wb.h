@@ -58,21 +58,41 @@
  * it stays usable after unlink (its bytes stay readable through the
  * handle) and after it was uploaded and left the table.
  */
-enum cache_wkind { CACHE_WK_FILE = 0, CACHE_WK_DIR = 1, CACHE_WK_SYMLINK = 2 };
+/* What a dirty file is.  The special files (FIFO, socket, devices) are
+ * zero-length objects whose type and rdev live in their metadata. */
+enum cache_wkind {
+	CACHE_WK_FILE = 0, CACHE_WK_DIR = 1, CACHE_WK_SYMLINK = 2,
+	CACHE_WK_FIFO = 3, CACHE_WK_SOCK = 4, CACHE_WK_CHR = 5,
+	CACHE_WK_BLK = 6,
+};
+#define CACHE_WK_LAST CACHE_WK_BLK
+
+/* The S_IFMT bits of kind, and the kind of a mode's type bits (a type
+ * fmfs does not know: -1). */
+uint32_t cache_wkind_type(enum cache_wkind kind);
+int cache_wkind_of(uint32_t mode);
 
 struct cache_wattr {
 	enum cache_wkind kind;
 	uint32_t mode;          /* permission bits only (07777) */
 	uint32_t uid, gid;
 	int64_t mtime_ns;       /* CLOCK_REALTIME */
+	int64_t ctime_ns;       /* the last change of data or attributes */
+	int64_t atime_ns;       /* as set by utimensat (not by reads) */
+	uint32_t rdev;          /* character and block devices */
 	uint64_t size;
 };
 
 /* The attributes as object metadata, the names s3fs uses: "mode" (with
- * the file type bits), "uid", "gid", "mtime" (seconds.nanoseconds).
- * Fills kv (pointing into vals); returns 4. */
-size_t cache_wattr_meta(const struct cache_wattr *a, struct obj_kv kv[4],
-			char vals[4][32]);
+ * the file type bits), "uid", "gid", "mtime", "ctime", "atime"
+ * (seconds.nanoseconds), and "rdev" for devices.  Fills kv (pointing
+ * into vals); returns how many (at most CACHE_WATTR_META). */
+#define CACHE_WATTR_META 7
+size_t cache_wattr_meta(const struct cache_wattr *a,
+			struct obj_kv kv[CACHE_WATTR_META],
+			char vals[CACHE_WATTR_META][32]);
+/* Whether an object metadata name is one of those (not a user xattr). */
+bool cache_wattr_meta_name(const char *name);
 
 struct cache_wb_config {
 	unsigned async_delay_ms;  /* upload this long after close/fsync */
@@ -149,6 +169,8 @@ int cache_w_truncate(struct cache_wfile *w, uint64_t size);
 #define CACHE_WA_UID   2u
 #define CACHE_WA_GID   4u
 #define CACHE_WA_MTIME 8u
+#define CACHE_WA_ATIME 16u
+/* Sets what mask names; ctime becomes now (any change of attributes). */
 void cache_w_setattr(struct cache_wfile *w, const struct cache_wattr *a,
 		     unsigned mask);
 /* User metadata (names without "user."), uploaded as x-amz-meta-NAME. */

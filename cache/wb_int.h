@@ -159,6 +159,10 @@ void cache_wb_damaged(struct cache_wb *wb, struct cache_wfile *w,
 	__attribute__((format(printf, 3, 4)));
 /* meta blobs as in the row (NUL-separated name, value pairs). */
 char *cache_wb_meta_pack(const struct obj_kv *m, size_t n, size_t *len);
+/* w's metadata and the attributes kept with it (ctime, atime, rdev), for
+ * a row or a .meta; cache_wb_unpack reads them back into w (meta, a). */
+char *cache_wb_pack(const struct cache_wfile *w, size_t *len);
+int cache_wb_unpack(struct cache_wfile *w, const char *b, size_t len);
 int cache_wb_meta_unpack(const char *b, size_t len, struct obj_kv **out,
 			 size_t *n);
 

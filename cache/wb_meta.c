@@ -312,6 +312,67 @@ int cache_wb_meta_unpack(const char *b, size_t len, struct obj_kv **out,
 	return 0;
 }
 
+/* The attributes that neither a row's columns nor the .meta's fields
+ * hold ride in the packed metadata, under names no object metadata can
+ * have (':' is not a token character). */
+static const char *const extra_names[] = { ":ctime", ":atime", ":rdev" };
+
+char *cache_wb_pack(const struct cache_wfile *w, size_t *len)
+{
+	struct obj_kv kv[3];
+	char vals[3][32];
+	size_t n = 0, ml, el;
+	char *m, *e, *b;
+
+	util_time_format(w->a.ctime_ns, vals[0], sizeof(vals[0]));
+	util_time_format(w->a.atime_ns, vals[1], sizeof(vals[1]));
+	snprintf(vals[2], sizeof(vals[2]), "%u", w->a.rdev);
+	for (size_t i = 0; i < 3; i++)
+		kv[n++] = (struct obj_kv){ (char *)extra_names[i], vals[i] };
+	m = cache_wb_meta_pack(w->meta, w->nmeta, &ml);
+	e = cache_wb_meta_pack(kv, n, &el);
+	b = m && e ? malloc(ml + el + 1) : NULL;
+	if (b) {
+		memcpy(b, m, ml);
+		memcpy(b + ml, e, el);
+		*len = ml + el;
+	}
+	free(m);
+	free(e);
+	return b;
+}
+
+int cache_wb_unpack(struct cache_wfile *w, const char *b, size_t len)
+{
+	size_t j = 0;
+	int rc = cache_wb_meta_unpack(b, len, &w->meta, &w->nmeta);
+
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < w->nmeta; i++) {
+		struct obj_kv *kv = &w->meta[i];
+		int64_t t;
+		bool extra = kv->name[0] == ':';
+
+		if (!strcmp(kv->name, extra_names[0]) &&
+		    !util_time_parse(kv->value, &t))
+			w->a.ctime_ns = t;
+		else if (!strcmp(kv->name, extra_names[1]) &&
+			 !util_time_parse(kv->value, &t))
+			w->a.atime_ns = t;
+		else if (!strcmp(kv->name, extra_names[2]))
+			w->a.rdev = (uint32_t)strtoul(kv->value, NULL, 10);
+		if (extra) {
+			free(kv->name);
+			free(kv->value);
+		} else {
+			w->meta[j++] = *kv;
+		}
+	}
+	w->nmeta = j;
+	return 0;
+}
+
 static void meta_path(uint64_t id, const char *suffix, char *buf,
 		      size_t len)
 {
@@ -324,7 +385,7 @@ int cache_wb_meta_write(struct cache_wb *wb, struct cache_wfile *w,
 {
 	struct cache *c = wb->c;
 	size_t kl = strlen(w->key), el = strlen(w->base_etag), ml = 0, len, o;
-	char *mb = cache_wb_meta_pack(w->meta, w->nmeta, &ml);
+	char *mb = cache_wb_pack(w, &ml);
 	unsigned char *b;
 	char tmp[80], path[80];
 	uint64_t nb = w->nsums;
@@ -489,7 +550,7 @@ int cache_wb_meta_read(struct cache_wb *wb, uint64_t id,
 	etag = take(&r, el);
 	meta = take(&r, mlen);
 	if (r.bad || !kl || kl > OBJ_KEY_MAX || el >= CACHE_ETAG_MAX ||
-	    memchr(key, '\0', kl) || w->a.kind > CACHE_WK_SYMLINK ||
+	    memchr(key, '\0', kl) || w->a.kind > CACHE_WK_LAST ||
 	    nb > (r.len - r.o) / 4 || nb != (r.len - r.o) / 4 ||
 	    bb != c->cfg.block_bytes || nb != nblocks(c, w->a.size)) {
 		snprintf(msg, ml, "%s is damaged (fields out of range)",
@@ -501,7 +562,7 @@ int cache_wb_meta_read(struct cache_wb *wb, uint64_t id,
 	if (!w->key || sums_extend(w, nb))
 		goto out;
 	snprintf(w->base_etag, sizeof(w->base_etag), "%.*s", (int)el, etag);
-	if (mlen && cache_wb_meta_unpack(meta, mlen, &w->meta, &w->nmeta)) {
+	if (mlen && cache_wb_unpack(w, meta, mlen)) {
 		rc = -EBADMSG;
 		snprintf(msg, ml, "%s is damaged (metadata)", path);
 		goto out;

@@ -9,6 +9,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -135,30 +136,70 @@ static struct cache_wfile *next_upload(struct cache_wb *wb, int64_t now,
 	return best;
 }
 
-size_t cache_wattr_meta(const struct cache_wattr *a, struct obj_kv kv[4],
-			char vals[4][32])
+uint32_t cache_wkind_type(enum cache_wkind kind)
 {
-	snprintf(vals[0], 32, "%u", (a->mode & 07777) | (a->kind ==
-		 CACHE_WK_SYMLINK ? 0120000u : a->kind == CACHE_WK_DIR ?
-		 0040000u : 0100000u));
-	snprintf(vals[1], 32, "%u", a->uid);
-	snprintf(vals[2], 32, "%u", a->gid);
-	snprintf(vals[3], 32, "%lld.%09lld",
-		 (long long)(a->mtime_ns / 1000000000),
-		 (long long)(a->mtime_ns % 1000000000));
-	kv[0] = (struct obj_kv){ "mode", vals[0] };
-	kv[1] = (struct obj_kv){ "uid", vals[1] };
-	kv[2] = (struct obj_kv){ "gid", vals[2] };
-	kv[3] = (struct obj_kv){ "mtime", vals[3] };
-	return 4;
+	static const uint32_t t[] = { S_IFREG, S_IFDIR, S_IFLNK, S_IFIFO,
+				      S_IFSOCK, S_IFCHR, S_IFBLK };
+
+	return (unsigned)kind <= CACHE_WK_LAST ? t[kind] : S_IFREG;
+}
+
+int cache_wkind_of(uint32_t mode)
+{
+	for (int k = 0; k <= CACHE_WK_LAST; k++)
+		if ((mode & S_IFMT) == cache_wkind_type((enum cache_wkind)k))
+			return k;
+	return -1;
+}
+
+bool cache_wattr_meta_name(const char *name)
+{
+	static const char *const names[] = { "mode", "uid", "gid", "mtime",
+					     "ctime", "atime", "rdev" };
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (!strcasecmp(name, names[i]))
+			return true;
+	return false;
+}
+
+size_t cache_wattr_meta(const struct cache_wattr *a,
+			struct obj_kv kv[CACHE_WATTR_META],
+			char vals[CACHE_WATTR_META][32])
+{
+	size_t n = 0;
+
+	snprintf(vals[n], 32, "%u", (a->mode & 07777) |
+		 cache_wkind_type(a->kind));
+	kv[n] = (struct obj_kv){ "mode", vals[n] }, n++;
+	snprintf(vals[n], 32, "%u", a->uid);
+	kv[n] = (struct obj_kv){ "uid", vals[n] }, n++;
+	snprintf(vals[n], 32, "%u", a->gid);
+	kv[n] = (struct obj_kv){ "gid", vals[n] }, n++;
+	util_time_format(a->mtime_ns, vals[n], 32);
+	kv[n] = (struct obj_kv){ "mtime", vals[n] }, n++;
+	if (a->ctime_ns) {
+		util_time_format(a->ctime_ns, vals[n], 32);
+		kv[n] = (struct obj_kv){ "ctime", vals[n] }, n++;
+	}
+	if (a->atime_ns) {
+		util_time_format(a->atime_ns, vals[n], 32);
+		kv[n] = (struct obj_kv){ "atime", vals[n] }, n++;
+	}
+	if (a->kind == CACHE_WK_CHR || a->kind == CACHE_WK_BLK) {
+		snprintf(vals[n], 32, "%u", a->rdev);
+		kv[n] = (struct obj_kv){ "rdev", vals[n] }, n++;
+	}
+	return n;
 }
 
 /* The object metadata of w: attributes, then user xattrs. */
 static size_t user_meta(const struct cache_wfile *w, struct obj_kv *kv,
-			char vals[4][32])
+			char vals[CACHE_WATTR_META][32], size_t *nattr)
 {
 	size_t n = cache_wattr_meta(&w->a, kv, vals);
 
+	*nattr = n;
 	for (size_t i = 0; i < w->nmeta; i++)
 		kv[n++] = w->meta[i];
 	return n;
@@ -247,13 +288,14 @@ static bool shrunk(int fd, uint64_t size)
 /* Uploads w; called and returns with wb->lock held (dropped meanwhile). */
 static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
 {
-	struct obj_kv kv[4 + 64];
-	char vals[4][32], etag[80] = "", base[CACHE_ETAG_MAX];
+	struct obj_kv kv[CACHE_WATTR_META + 64];
+	char vals[CACHE_WATTR_META][32], etag[80] = "";
+	char base[CACHE_ETAG_MAX];
 	struct obj_error err;
 	obj_status st;
 	uint64_t g, size;
 	char *key = strdup(w->key);
-	size_t nkv;
+	size_t nkv, nattr;
 	bool was_in_bucket = w->in_bucket, meta_ok = w->nmeta <= 64;
 	struct obj_kv *mcopy = NULL;
 	enum cache_wkind kind = w->a.kind;
@@ -276,9 +318,9 @@ static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
 	wb->inflight++;
 	busy_add(wb, key);
 	memcpy(base, w->base_etag, sizeof(base));
-	nkv = user_meta(w, kv, vals);
+	nkv = user_meta(w, kv, vals, &nattr);
 	if (!meta_ok)
-		nkv = 4;
+		nkv = nattr;
 	/* The values of w->meta may change while we upload: copy. */
 	mcopy = calloc(nkv, sizeof(*mcopy));
 	for (size_t i = 0; mcopy && i < nkv; i++) {

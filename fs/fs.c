@@ -59,8 +59,9 @@ void fs_fill_attr(const struct fs *fs, const struct fs_inode *in,
 		st->st_mtim = st->st_ctim = st->st_atim =
 			(struct timespec){ fs->mount_time_s, 0 };
 	} else {
-		st->st_mode = (in->is_link ? S_IFLNK | 0777 :
-			       S_IFREG | (mode_t)fs->cfg.file_mode);
+		st->st_mode = in->ftype == S_IFLNK ? S_IFLNK | 0777 :
+			      (in->ftype ? in->ftype : S_IFREG) |
+			      (mode_t)fs->cfg.file_mode;
 		st->st_nlink = 1;
 		st->st_size = (off_t)in->size_bytes;
 		st->st_blocks = (blkcnt_t)((in->size_bytes + 511) / 512);
@@ -75,6 +76,16 @@ void fs_fill_attr(const struct fs *fs, const struct fs_inode *in,
 		st->st_mtim.tv_sec = in->mtime_ns / 1000000000;
 		st->st_mtim.tv_nsec = in->mtime_ns % 1000000000;
 		st->st_ctim = st->st_atim = st->st_mtim;
+		if (in->ctime_ns) {
+			st->st_ctim.tv_sec = in->ctime_ns / 1000000000;
+			st->st_ctim.tv_nsec = in->ctime_ns % 1000000000;
+		}
+		if (in->atime_ns) {
+			st->st_atim.tv_sec = in->atime_ns / 1000000000;
+			st->st_atim.tv_nsec = in->atime_ns % 1000000000;
+		}
+		if (S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode))
+			st->st_rdev = in->rdev;
 	}
 	if (ro && !S_ISLNK(st->st_mode))
 		st->st_mode &= ~(mode_t)0222;
@@ -103,7 +114,11 @@ void fs_refresh_from_w(struct fs *fs, struct fs_inode *in)
 	in->uid = a.uid;
 	in->gid = a.gid;
 	in->mtime_ns = a.mtime_ns;
-	in->is_link = a.kind == CACHE_WK_SYMLINK;
+	in->ctime_ns = a.ctime_ns;
+	in->atime_ns = a.atime_ns;
+	in->rdev = a.rdev;
+	if (!in->is_dir && !in->ftype && a.kind != CACHE_WK_FILE)
+		in->ftype = cache_wkind_type(a.kind);
 	if (!in->is_dir) {
 		in->size_bytes = a.size;
 		in->mtime_s = a.mtime_ns / 1000000000;
@@ -346,7 +361,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 		} else {
 			if (e)
 				ep.attr.st_mode = e->is_dir ? S_IFDIR :
-						  e->is_link ? S_IFLNK : S_IFREG;
+						  e->ftype ? e->ftype : S_IFREG;
 			n = fuse_add_direntry(req, p, left, name, &ep.attr,
 					      i + 1);
 			if (n > left)

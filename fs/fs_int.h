@@ -36,7 +36,8 @@
 struct fs_entry {
 	char *name;
 	bool is_dir;
-	bool is_link;           /* a symlink (written by this mount) */
+	uint32_t ftype;         /* not a directory: its S_IFMT bits, as far
+	                         * as known (0: a regular file) */
 	bool pending;           /* a dirty file or directory, not the bucket's */
 	uint64_t size_bytes;
 	int64_t mtime_s;
@@ -47,6 +48,8 @@ struct fs_entry {
 	bool has_attr;
 	uint32_t mode, uid, gid; /* mode: permission bits */
 	int64_t mtime_ns;
+	int64_t ctime_ns, atime_ns; /* 0: as mtime_ns */
+	uint32_t rdev;
 };
 
 /* A directory's listing: immutable once built, shared by reference so a
@@ -74,12 +77,15 @@ struct fs_inode {
 	/* POSIX attributes from object metadata or our own writes; without
 	 * them (has_attr false) the inode shows the configured defaults
 	 * (fs_fill_attr), which are never more than FS_FILE_MODE's */
-	bool is_link;
+	uint32_t ftype;            /* as fs_entry's; set once, never changed
+	                            * (the kernel's type of an inode is fixed) */
 	bool has_attr;             /* mode/uid/gid/mtime_ns below are set:
 	                            * the object's as stored, the defaults
 	                            * for what it does not store */
 	uint32_t mode, uid, gid;
 	int64_t mtime_ns;
+	int64_t ctime_ns, atime_ns; /* 0: as mtime_ns */
+	uint32_t rdev;
 	unsigned nopen;            /* open handles (a delete waits for 0) */
 	unsigned pt_open;          /* of them through backing pt_id: 0 or
 	                            * nopen (see passthrough.c) */
@@ -228,6 +234,9 @@ int fs_find(struct fs *fs, struct fs_inode *dir, const char *name,
  * applied (a new reference). */
 struct fs_listing *fs_dir_view(struct fs *fs, const char *dir_key,
 			       int *err);
+
+/* inode.c: an entry for a dirty file's attributes */
+void fs_entry_from_w(struct fs_entry *e, const struct cache_wattr *a);
 
 /* fs.c */
 void fs_fill_attr(const struct fs *fs, const struct fs_inode *in,

@@ -190,10 +190,14 @@ static void set_attrs(struct fs_inode *in, const struct fs_entry *e)
 		in->uid = e->uid;
 		in->gid = e->gid;
 		in->mtime_ns = e->mtime_ns;
+		in->ctime_ns = e->ctime_ns;
+		in->atime_ns = e->atime_ns;
+		in->rdev = e->rdev;
 	} else if (changed) {
 		in->has_attr = false;
 	}
-	in->is_link |= e->is_link; /* the kernel's type never changes */
+	if (!in->ftype) /* the kernel's type never changes */
+		in->ftype = e->ftype;
 	in->size_bytes = e->size_bytes;
 	in->mtime_s = e->mtime_s;
 	memcpy(in->etag, e->etag, sizeof(in->etag));
@@ -749,10 +753,11 @@ static void count_files(void *arg, const char *key,
 	*(size_t *)arg += a != NULL;
 }
 
-static void entry_from_w(struct fs_entry *e, const struct cache_wattr *a)
+void fs_entry_from_w(struct fs_entry *e, const struct cache_wattr *a)
 {
 	e->is_dir = a->kind == CACHE_WK_DIR;
-	e->is_link = a->kind == CACHE_WK_SYMLINK;
+	e->ftype = e->is_dir || a->kind == CACHE_WK_FILE ? 0 :
+		   cache_wkind_type(a->kind);
 	e->pending = true;
 	e->size_bytes = e->is_dir ? 0 : a->size;
 	e->mtime_s = a->mtime_ns / 1000000000;
@@ -761,6 +766,9 @@ static void entry_from_w(struct fs_entry *e, const struct cache_wattr *a)
 	e->uid = a->uid;
 	e->gid = a->gid;
 	e->mtime_ns = a->mtime_ns;
+	e->ctime_ns = a->ctime_ns;
+	e->atime_ns = a->atime_ns;
+	e->rdev = a->rdev;
 }
 
 /* One look at name in dir: the dirty table, else the listing with the
@@ -784,7 +792,7 @@ static int find_once(struct fs *fs, struct fs_inode *dir, const char *name,
 					 !cache_w_get(c, key, &w))) {
 		cache_w_stat(w, &a);
 		cache_w_put(w);
-		entry_from_w(out, &a);
+		fs_entry_from_w(out, &a);
 		return 0;
 	}
 	l = fs_dir_listing(fs, dir->key, &err);
@@ -903,12 +911,12 @@ static void view_fn(void *arg, const char *key, const struct cache_wattr *a)
 			return;
 		v->add->e[v->add->n - 1].pending = true;
 		if (!slash[1]) /* the directory's own dirty marker */
-			entry_from_w(&v->add->e[v->add->n - 1], a);
+			fs_entry_from_w(&v->add->e[v->add->n - 1], a);
 		return;
 	}
 	v->err = add_entry(v->add, &v->cap, name, false, NULL);
 	if (!v->err)
-		entry_from_w(&v->add->e[v->add->n - 1], a);
+		fs_entry_from_w(&v->add->e[v->add->n - 1], a);
 }
 
 static bool hidden(const struct view *v, const struct fs_entry *e)

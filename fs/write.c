@@ -95,8 +95,7 @@ void fs_handle_put(struct fs_handle *h)
 
 bool fs_meta_reserved(const char *name)
 {
-	return !strcmp(name, "mode") || !strcmp(name, "uid") ||
-	       !strcmp(name, "gid") || !strcmp(name, "mtime");
+	return cache_wattr_meta_name(name);
 }
 
 void fs_meta_attr(const struct obj_kv *m, size_t n, const char *etag,
@@ -121,22 +120,18 @@ void fs_meta_attr(const struct obj_kv *m, size_t n, const char *etag,
 			if (*v && !*end)
 				a->has |= CACHE_ATTR_GID;
 		} else if (!strcmp(m[i].name, "mtime")) {
-			long long sec = strtoll(v, &end, 10);
-			long long ns = 0;
-
-			if (end == v)
-				continue;
-			if (*end == '.') {
-				int digits = 0;
-
-				for (end++; *end >= '0' && *end <= '9' &&
-				     digits < 9; end++, digits++)
-					ns = ns * 10 + (*end - '0');
-				for (; digits < 9; digits++)
-					ns *= 10;
-			}
-			a->mtime_ns = sec * 1000000000 + ns;
-			a->has |= CACHE_ATTR_MTIME;
+			if (!util_time_parse(v, &a->mtime_ns))
+				a->has |= CACHE_ATTR_MTIME;
+		} else if (!strcmp(m[i].name, "ctime")) {
+			if (!util_time_parse(v, &a->ctime_ns))
+				a->has |= CACHE_ATTR_CTIME;
+		} else if (!strcmp(m[i].name, "atime")) {
+			if (!util_time_parse(v, &a->atime_ns))
+				a->has |= CACHE_ATTR_ATIME;
+		} else if (!strcmp(m[i].name, "rdev")) {
+			a->rdev = (uint32_t)strtoul(v, &end, 10);
+			if (*v && !*end)
+				a->has |= CACHE_ATTR_RDEV;
 		}
 	}
 }
@@ -147,13 +142,16 @@ void fs_wattr_attr(const struct cache_wattr *w, const char *etag,
 	memset(a, 0, sizeof(*a));
 	snprintf(a->etag, sizeof(a->etag), "%s", etag ? etag : "");
 	a->has = CACHE_ATTR_MODE | CACHE_ATTR_UID | CACHE_ATTR_GID |
-		 CACHE_ATTR_MTIME;
-	a->mode = (w->mode & 07777) | (w->kind == CACHE_WK_SYMLINK ? S_IFLNK :
-				       w->kind == CACHE_WK_DIR ? S_IFDIR :
-				       S_IFREG);
+		 CACHE_ATTR_MTIME | CACHE_ATTR_RDEV;
+	a->mode = (w->mode & 07777) | cache_wkind_type(w->kind);
 	a->uid = w->uid;
 	a->gid = w->gid;
 	a->mtime_ns = w->mtime_ns;
+	a->ctime_ns = w->ctime_ns;
+	a->atime_ns = w->atime_ns;
+	a->has |= (w->ctime_ns ? CACHE_ATTR_CTIME : 0) |
+		  (w->atime_ns ? CACHE_ATTR_ATIME : 0);
+	a->rdev = w->rdev;
 }
 
 /* What the object stores is shown as it is; the defaults (the fs's
@@ -169,8 +167,12 @@ void fs_attr_resolve(const struct fs *fs, bool is_dir, int64_t mtime_s,
 	e->mtime_ns = (a->has & CACHE_ATTR_MTIME) ? a->mtime_ns :
 		      (is_dir ? (int64_t)fs->mount_time_s : mtime_s) *
 		      1000000000;
-	if (!is_dir && (a->has & CACHE_ATTR_MODE) && S_ISLNK(a->mode))
-		e->is_link = true;
+	e->ctime_ns = (a->has & CACHE_ATTR_CTIME) ? a->ctime_ns : 0;
+	e->atime_ns = (a->has & CACHE_ATTR_ATIME) ? a->atime_ns : 0;
+	e->rdev = (a->has & CACHE_ATTR_RDEV) ? a->rdev : 0;
+	if (!is_dir && (a->has & CACHE_ATTR_MODE) && !S_ISREG(a->mode) &&
+	    !S_ISDIR(a->mode) && cache_wkind_of(a->mode) > 0)
+		e->ftype = a->mode & S_IFMT;
 }
 
 void fs_attr_apply(const struct fs *fs, struct fs_inode *in,
@@ -185,6 +187,11 @@ void fs_attr_apply(const struct fs *fs, struct fs_inode *in,
 	in->uid = e.uid;
 	in->gid = e.gid;
 	in->mtime_ns = e.mtime_ns;
+	in->ctime_ns = e.ctime_ns;
+	in->atime_ns = e.atime_ns;
+	in->rdev = e.rdev;
+	if (!in->ftype)
+		in->ftype = e.ftype;
 }
 
 /* ---- dirty copies ---- */
@@ -202,6 +209,13 @@ static void attr_of(struct fs *fs, struct fs_inode *in, struct cache_wattr *a,
 	a->gid = in->has_attr ? in->gid : (uint32_t)fs->cfg.gid;
 	a->mtime_ns = in->has_attr ? in->mtime_ns :
 		      in->mtime_s * 1000000000;
+	if (in->has_attr) {
+		a->ctime_ns = in->ctime_ns;
+		a->atime_ns = in->atime_ns;
+		a->rdev = in->rdev;
+	}
+	if (in->ftype && cache_wkind_of(in->ftype) > 0)
+		a->kind = (enum cache_wkind)cache_wkind_of(in->ftype);
 	a->size = in->size_bytes;
 	if (etag)
 		memcpy(etag, in->etag, 80);
@@ -330,17 +344,8 @@ static struct fs_inode *new_entry(struct fs *fs, struct fs_inode *dir,
 	struct fs_inode *in;
 
 	memset(&e, 0, sizeof(e));
+	fs_entry_from_w(&e, a);
 	e.name = (char *)name;
-	e.is_dir = a->kind == CACHE_WK_DIR;
-	e.is_link = a->kind == CACHE_WK_SYMLINK;
-	e.pending = true;
-	e.size_bytes = a->size;
-	e.mtime_s = a->mtime_ns / 1000000000;
-	e.has_attr = true;
-	e.mode = a->mode & 07777;
-	e.uid = a->uid;
-	e.gid = a->gid;
-	e.mtime_ns = a->mtime_ns;
 	pthread_mutex_lock(&fs->lock);
 	in = fs_inode_ref(fs, dir, &e);
 	pthread_mutex_unlock(&fs->lock);
@@ -357,7 +362,7 @@ static void ctx_attr(fuse_req_t req, enum cache_wkind kind, mode_t mode,
 	a->mode = mode & 07777;
 	a->uid = ctx->uid;
 	a->gid = ctx->gid;
-	a->mtime_ns = util_wall_ns();
+	a->mtime_ns = a->ctime_ns = util_wall_ns();
 }
 
 /* ---- operations ---- */
@@ -514,8 +519,8 @@ static int copy_meta(struct fs *fs, struct fs_inode *in,
 		     const char *xname, const char *xval, size_t xlen,
 		     int xflags)
 {
-	struct obj_kv kv[64 + 5];
-	char vals[4][32], etag[80], xv[FS_XATTR_MAX + 1];
+	struct obj_kv kv[64 + CACHE_WATTR_META + 1];
+	char vals[CACHE_WATTR_META][32], etag[80], xv[FS_XATTR_MAX + 1];
 	char kbuf[OBJ_KEY_MAX + 2];
 	struct cache_attr ca;
 	struct obj_error err;
@@ -540,6 +545,9 @@ static int copy_meta(struct fs *fs, struct fs_inode *in,
 		na.gid = a->gid;
 	if (mask & CACHE_WA_MTIME)
 		na.mtime_ns = a->mtime_ns;
+	if (mask & CACHE_WA_ATIME)
+		na.atime_ns = a->atime_ns;
+	na.ctime_ns = util_wall_ns(); /* any change of metadata */
 	n = cache_wattr_meta(&na, kv, vals);
 	if (xname) {
 		memcpy(xv, xval ? xval : "", xval ? xlen : 0);
@@ -585,12 +593,14 @@ static int copy_meta(struct fs *fs, struct fs_inode *in,
 	if (rc)
 		return rc;
 	pthread_mutex_lock(&fs->lock);
-	na.kind = in->is_link ? CACHE_WK_SYMLINK : CACHE_WK_FILE;
 	in->has_attr = true;
 	in->mode = na.mode;
 	in->uid = na.uid;
 	in->gid = na.gid;
 	in->mtime_ns = na.mtime_ns;
+	in->ctime_ns = na.ctime_ns;
+	in->atime_ns = na.atime_ns;
+	in->rdev = na.rdev;
 	in->meta_ms = 0; /* the xattrs changed: HEAD again when asked */
 	in->attr_ms = 0;
 	snprintf(kbuf, sizeof(kbuf), "%s", in->key);
@@ -631,6 +641,12 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		mask |= CACHE_WA_MTIME,
 		a.mtime_ns = (int64_t)attr->st_mtim.tv_sec * 1000000000 +
 			     attr->st_mtim.tv_nsec;
+	if (to_set & FUSE_SET_ATTR_ATIME_NOW)
+		mask |= CACHE_WA_ATIME, a.atime_ns = util_wall_ns();
+	else if (to_set & FUSE_SET_ATTR_ATIME)
+		mask |= CACHE_WA_ATIME,
+		a.atime_ns = (int64_t)attr->st_atim.tv_sec * 1000000000 +
+			     attr->st_atim.tv_nsec;
 	if ((to_set & FUSE_SET_ATTR_SIZE) && in->is_dir)
 		rc = -EISDIR;
 	if (!rc && !in->is_dir && !w &&
@@ -667,6 +683,11 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 			in->gid = a.gid;
 		if (mask & CACHE_WA_MTIME)
 			in->mtime_ns = a.mtime_ns;
+		if (mask & CACHE_WA_ATIME)
+			in->atime_ns = a.atime_ns;
+		in->ctime_ns = util_wall_ns();
+		da.ctime_ns = in->ctime_ns;
+		da.atime_ns = in->atime_ns;
 		da.mode = in->mode;
 		da.uid = in->uid;
 		da.gid = in->gid;
@@ -695,11 +716,13 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 	fuse_reply_attr(req, &st, fs->cfg.refresh_s);
 }
 
-/* mkdir and symlink: a new directory marker or link object under parent,
- * created as a dirty file holding data (the link's target; nothing for a
- * directory) and committed at once, then replied as a new entry. */
+/* mkdir, symlink and mknod: a new directory marker, link object or
+ * special file under parent, created as a dirty file holding data (the
+ * link's target; nothing for the others) and committed at once, then
+ * replied as a new entry. */
 static void make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
-		      enum cache_wkind kind, mode_t mode, const char *data)
+		      enum cache_wkind kind, mode_t mode, const char *data,
+		      uint32_t rdev)
 {
 	struct fs *fs = FS(req);
 	char key[OBJ_KEY_MAX + 2];
@@ -721,6 +744,7 @@ static void make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 		rc = rc == 0 ? -EEXIST : rc == -ENOENT ? 0 : rc;
 	}
 	ctx_attr(req, kind, mode, &a);
+	a.rdev = rdev;
 	if (!rc)
 		rc = cache_w_create(fs->cfg.cache, key, &a, false, NULL, NULL,
 				    &w);
@@ -746,13 +770,30 @@ static void make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
 		     mode_t mode)
 {
-	make_node(req, parent, name, CACHE_WK_DIR, mode, NULL);
+	make_node(req, parent, name, CACHE_WK_DIR, mode, NULL, 0);
+}
+
+/* Every type mknod(2) makes: a regular file (empty), FIFOs, sockets and
+ * devices (zero-length objects, their type and rdev in the metadata).
+ * Opening them is the kernel's business (pipes, sockets; devices not at
+ * all: the mount is nodev). */
+static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
+		     mode_t mode, dev_t rdev)
+{
+	int kind = (mode & S_IFMT) ? cache_wkind_of(mode) : CACHE_WK_FILE;
+
+	if (kind < 0 || kind == CACHE_WK_DIR || kind == CACHE_WK_SYMLINK) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	make_node(req, parent, name, (enum cache_wkind)kind, mode, NULL,
+		  (uint32_t)rdev);
 }
 
 static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
 		       const char *name)
 {
-	make_node(req, parent, name, CACHE_WK_SYMLINK, 0777, link);
+	make_node(req, parent, name, CACHE_WK_SYMLINK, 0777, link, 0);
 }
 
 void fs_op_readlink(fuse_req_t req, fuse_ino_t ino)
@@ -765,7 +806,7 @@ void fs_op_readlink(fuse_req_t req, fuse_ino_t ino)
 	size_t got = 0;
 	int rc = 0;
 
-	if (!in || !in->is_link) {
+	if (!in || in->ftype != S_IFLNK) {
 		fuse_reply_err(req, in ? EINVAL : ENOENT);
 		return;
 	}
@@ -1222,6 +1263,7 @@ void fs_write_ops(struct fuse_lowlevel_ops *ops)
 	ops->fsync = op_fsync;
 	ops->setattr = op_setattr;
 	ops->mkdir = op_mkdir;
+	ops->mknod = op_mknod;
 	ops->symlink = op_symlink;
 	ops->unlink = op_unlink;
 	ops->rmdir = op_rmdir;

@@ -46,6 +46,43 @@ int64_t util_wall_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+void util_time_format(int64_t ns, char *buf, size_t len)
+{
+	/* before 1970: "-S.F" is -(S + F), as util_time_parse reads it */
+	uint64_t a = ns < 0 ? -(uint64_t)ns : (uint64_t)ns;
+
+	snprintf(buf, len, "%s%llu.%09llu", ns < 0 ? "-" : "",
+		 (unsigned long long)(a / 1000000000),
+		 (unsigned long long)(a % 1000000000));
+}
+
+int util_time_parse(const char *s, int64_t *ns)
+{
+	char *end;
+	long long sec;
+	int64_t frac = 0;
+	int digits = 0;
+
+	errno = 0;
+	sec = strtoll(s, &end, 10);
+	if (end == s || errno || sec > INT64_MAX / 1000000000 - 1 ||
+	    sec < INT64_MIN / 1000000000 + 1)
+		return -EINVAL;
+	if (*end == '.') {
+		for (end++; *end >= '0' && *end <= '9'; end++, digits++)
+			if (digits < 9)
+				frac = frac * 10 + (*end - '0');
+		for (int d = digits; d < 9; d++)
+			frac *= 10;
+	}
+	if (*end)
+		return -EINVAL;
+	while (*s == ' ' || *s == '\t')
+		s++;
+	*ns = (int64_t)sec * 1000000000 + (*s == '-' ? -frac : frac);
+	return 0;
+}
+
 struct timespec util_deadline(unsigned ms)
 {
 	struct timespec ts;

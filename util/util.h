@@ -77,6 +77,11 @@ uint64_t util_now_ns(void);
 uint64_t util_now_ms(void);
 /* CLOCK_REALTIME in ns: for timestamps stored or shown. */
 int64_t util_wall_ns(void);
+/* A timestamp as object metadata stores it: "SECONDS.NANOSECONDS" (nine
+ * digits; s3fs and rclone write and read this form).  util_time_parse
+ * also takes whole seconds or fewer digits: 0, or -EINVAL. */
+void util_time_format(int64_t ns, char *buf, size_t len);
+int util_time_parse(const char *s, int64_t *ns);
 /* The CLOCK_MONOTONIC time ms from now, for pthread_cond_timedwait on a
  * condition variable made by util_cond_init. */
 struct timespec util_deadline(unsigned ms);
