@@ -290,6 +290,10 @@ int fs_pt_choose(struct fs *fs, struct fs_inode *in, struct fs_handle *h)
 	}
 	if (!h->w || in->nopen || !atomic_load(&fs->pt_on))
 		return 0;   /* open the usual way, as the others are */
+	/* A write must drop set-id bits (fs_write_kill_suid), which a
+	 * write through the kernel would not tell us about. */
+	if (h->writer && in->has_attr && (in->mode & (S_ISUID | S_ISGID)))
+		return 0;
 	/* The cap is charged for what the kernel wrote only when we look
 	 * (close, fsync, stat): a writer needs room to spare, and near a
 	 * full cache writes take the usual path, which says ENOSPC. */

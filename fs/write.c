@@ -461,6 +461,28 @@ static ssize_t write_bufv(void *arg, int fd, uint64_t off, size_t len)
 	return fuse_buf_copy(&dst, arg, 0);
 }
 
+/* The set-id bits a write or a chown by someone without CAP_FSETID
+ * drops, as a local disk does: set-user-ID always, set-group-ID when
+ * group execution is on (otherwise it marks mandatory locking). */
+static uint32_t suid_bits(uint32_t mode)
+{
+	return (mode & S_ISUID) |
+	       ((mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP) ?
+		S_ISGID : 0);
+}
+
+static void drop_suid(struct fs *fs, struct fs_inode *in,
+		      struct cache_wfile *w, uint32_t kill)
+{
+	struct cache_wattr a = { 0 };
+
+	pthread_mutex_lock(&fs->lock);
+	a.mode = in->mode & ~kill;
+	in->mode = a.mode;
+	pthread_mutex_unlock(&fs->lock);
+	cache_w_setattr(w, &a, CACHE_WA_MODE);
+}
+
 static void op_write_buf(fuse_req_t req, fuse_ino_t ino,
 			 struct fuse_bufvec *bufv, off_t off,
 			 struct fuse_file_info *fi)
@@ -481,11 +503,16 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino,
 	}
 	if (h->in) { /* the inode stays current without a GETATTR */
 		struct fs *fs = h->fs;
+		uint32_t kill = 0;
 
 		pthread_mutex_lock(&fs->lock);
 		if ((uint64_t)off + (uint64_t)n > h->in->size_bytes)
 			h->in->size_bytes = (uint64_t)off + (uint64_t)n;
+		if (h->in->has_attr && fuse_req_ctx(req)->uid != 0)
+			kill = suid_bits(h->in->mode);
 		pthread_mutex_unlock(&fs->lock);
+		if (kill)
+			drop_suid(fs, h->in, h->w, kill);
 	}
 	fuse_reply_write(req, (size_t)n);
 }
@@ -641,6 +668,16 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		mask |= CACHE_WA_MTIME,
 		a.mtime_ns = (int64_t)attr->st_mtim.tv_sec * 1000000000 +
 			     attr->st_mtim.tv_nsec;
+	if ((to_set & (FUSE_SET_ATTR_KILL_SUID | FUSE_SET_ATTR_KILL_SGID)) &&
+	    !(mask & CACHE_WA_MODE) && !in->is_dir) {
+		/* chown or truncate, the kernel leaving set-id bits to us
+		 * (FUSE_HANDLE_KILLPRIV_V2) */
+		pthread_mutex_lock(&fs->lock);
+		if (in->has_attr && suid_bits(in->mode))
+			mask |= CACHE_WA_MODE,
+			a.mode = in->mode & ~suid_bits(in->mode);
+		pthread_mutex_unlock(&fs->lock);
+	}
 	if (to_set & FUSE_SET_ATTR_ATIME_NOW)
 		mask |= CACHE_WA_ATIME, a.atime_ns = util_wall_ns();
 	else if (to_set & FUSE_SET_ATTR_ATIME)

@@ -82,9 +82,12 @@ else
 			mkdir -p "$TEST_DIR"
 			echo "== integration: $name"
 			t0=$(date +%s)
-			timeout -k 10 "$TEST_TIMEOUT_S" bash "$t"
+			# A test may ask for longer: a "# time-limit: S" line.
+			lim=$(sed -n 's/^# time-limit: \([0-9]*\)$/\1/p' "$t")
+			lim=${lim:-$TEST_TIMEOUT_S}
+			timeout -k 10 "$lim" bash "$t"
 			rc=$?
-			[ $rc = 124 ] && echo "   timed out after ${TEST_TIMEOUT_S}s"
+			[ $rc = 124 ] && echo "   timed out after ${lim}s"
 			if [ $rc = 77 ] && [ -n "${FMFS_REQUIRE_INTEGRATION:-}" ]; then
 				rc=1
 			fi
