@@ -335,6 +335,25 @@ static struct fs_inode *dir_of(struct fs *fs, fuse_ino_t ino, int *err)
 	return *err ? NULL : dir;
 }
 
+/* An entry of dir was made, removed or renamed: its mtime and ctime
+ * move, as on a local disk.  Kept in the inode while the kernel knows
+ * the directory (a directory object's own times are not rewritten for
+ * every entry: docs/posix.md). */
+static void dir_touch(struct fs *fs, struct fs_inode *dir)
+{
+	int64_t now = util_wall_ns();
+
+	pthread_mutex_lock(&fs->lock);
+	if (!dir->has_attr) {
+		dir->has_attr = true;
+		dir->mode = (uint32_t)fs->cfg.dir_mode;
+		dir->uid = (uint32_t)fs->cfg.uid;
+		dir->gid = (uint32_t)fs->cfg.gid;
+	}
+	dir->mtime_ns = dir->ctime_ns = now;
+	pthread_mutex_unlock(&fs->lock);
+}
+
 /* Replies with the entry of a new dirty name under dir. */
 static struct fs_inode *new_entry(struct fs *fs, struct fs_inode *dir,
 				  const char *name,
@@ -379,6 +398,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct cache_wattr a;
 	struct fs_handle *h;
 	struct fs_entry e;
+	bool created = false;
 	int err, rc, pt;
 
 	dir = dir_of(fs, parent, &err);
@@ -394,7 +414,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	else if (rc == 0 && (fi->flags & O_EXCL))
 		rc = -EEXIST;
 	else if (rc == -ENOENT)
-		e.pending = true, rc = 0; /* new: not in the bucket */
+		e.pending = created = true, rc = 0; /* new: not in the bucket */
 	if (rc) {
 		fuse_reply_err(req, -rc);
 		return;
@@ -427,6 +447,8 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	}
 	atomic_fetch_add(&in->wgen, 1); /* readers: a new copy */
 	fs_refresh_from_w(fs, in);
+	if (created)
+		dir_touch(fs, dir);
 	memset(&ep, 0, sizeof(ep));
 	pthread_mutex_lock(&fs->lock);
 	pt = fs_pt_choose(fs, in, h);
@@ -686,6 +708,15 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 			     attr->st_atim.tv_nsec;
 	if ((to_set & FUSE_SET_ATTR_SIZE) && in->is_dir)
 		rc = -EISDIR;
+	if ((to_set & FUSE_SET_ATTR_SIZE) && !rc) {
+		uint64_t cap;
+
+		/* A file bigger than the cache cannot be held (or uploaded
+		 * from it): the largest file size here. */
+		cache_w_room(fs->cfg.cache, &cap);
+		if ((uint64_t)attr->st_size > cap)
+			rc = -EFBIG;
+	}
 	if (!rc && !in->is_dir && !w &&
 	    ((to_set & FUSE_SET_ATTR_SIZE) ||
 	     (mask && fs->cfg.mode == FS_MODE_LU))) {
@@ -797,6 +828,7 @@ static void make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 		return;
 	}
 	a.size = len;
+	dir_touch(fs, dir);
 	in = new_entry(fs, dir, name, &a);
 	if (in)
 		fs_reply_entry(req, fs, in);
@@ -947,6 +979,7 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 		fs_dir_invalidate(fs, key, true);
 	else
 		cache_evict_key(c, key);
+	dir_touch(fs, dir);
 	fuse_reply_err(req, 0);
 }
 
@@ -1179,6 +1212,9 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	pthread_mutex_unlock(&fs->lock);
 	fs_dir_invalidate(fs, sdir->key, false);
 	fs_dir_invalidate(fs, ddir->key, false);
+	dir_touch(fs, sdir);
+	if (ddir != sdir)
+		dir_touch(fs, ddir);
 	if (se.is_dir) {
 		fs_dir_invalidate(fs, from, true);
 		fs_dir_invalidate(fs, to, true);
