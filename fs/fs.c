@@ -17,6 +17,7 @@
  * Each reply is exactly one fuse_reply_* per request.
  */
 #include <errno.h>
+#include <limits.h>
 #include <malloc.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -635,7 +636,7 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 				   (cs.cap_bytes - cs.used_bytes) / 4096 : 0;
 	sv.f_files = 1u << 30;
 	sv.f_ffree = sv.f_favail = 1u << 30;
-	sv.f_namemax = 1024;
+	sv.f_namemax = NAME_MAX; /* as a local disk: docs/semantics.md */
 	fuse_reply_statfs(req, &sv);
 }
 

@@ -220,6 +220,13 @@ void fs_inode_unhash(struct fs *fs, struct fs_inode *in);
 /* Forgets cached listings of dir_key, or with prefix every listing under
  * it too. */
 void fs_dir_invalidate(struct fs *fs, const char *dir_key, bool prefix);
+/* Names as on a local disk: 0 if name is at most NAME_MAX (255) bytes,
+ * else -ENAMETOOLONG.  Longer names in the bucket are not shown. */
+int fs_name_check(const char *name);
+/* 0 if the key (relative to the mount's prefix, "a/b" or "a/b/") fits
+ * the store's key limit; else logs that path was refused (what: "create",
+ * "rename") and returns -ENAMETOOLONG, before anything is written. */
+int fs_key_check(struct fs *fs, const char *key, const char *what);
 /* Finds name in dir, looking at dirty files and deletions first, then
  * the listing.  Returns 0 (out filled, name not owned) or -errno. */
 int fs_find(struct fs *fs, struct fs_inode *dir, const char *name,
