@@ -201,8 +201,10 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		return;
 	}
 	if (err) {
-		fprintf(stderr, "fmfs: lookup of '%s' in '%s' failed: %s\n",
-			name, dir->key, strerror(-err));
+		if (err != -ENAMETOOLONG) /* the caller's name, not a fault */
+			fprintf(stderr, "fmfs: lookup of '%s' in '%s' "
+				"failed: %s\n", name, dir->key,
+				strerror(-err));
 		fuse_reply_err(req, -err);
 		return;
 	}
@@ -738,6 +740,7 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	struct fs *fs = FS(req);
 	struct fs_inode *in = fs_inode_get(fs, ino);
 	struct obj_kv *m;
+	char meta[256];
 	size_t n;
 	int rc;
 
@@ -751,8 +754,8 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			    size);
 		return;
 	}
-	if (strncmp(name, "user.", 5) || fs_meta_reserved(name + 5)) {
-		fuse_reply_err(req, ENODATA);
+	if (fs_xattr_meta(name, meta, sizeof(meta))) {
+		fuse_reply_err(req, ENODATA); /* security.capability too */
 		return;
 	}
 	rc = meta_of(fs, in, &m, &n);
@@ -762,7 +765,9 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	}
 	rc = ENODATA;
 	for (size_t i = 0; i < n && rc; i++)
-		if (!strcmp(m[i].name, name + 5)) {
+		if (!strcmp(m[i].name, meta) ||
+		    (!strncmp(name, "user.", 5) && !strcmp(m[i].name, name + 5) &&
+		     !fs_xattr_reserved(name + 5))) { /* another tool's name */
 			reply_xattr(req, m[i].value, strlen(m[i].value), size);
 			rc = 0;
 		}
@@ -790,14 +795,15 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 		return;
 	}
 	for (size_t i = 0; i < n; i++) {
-		size_t k = strlen(m[i].name) + 6;
+		char x[256];
+		size_t k;
 
-		if (fs_meta_reserved(m[i].name))
+		if (!fs_xattr_name(m[i].name, x, sizeof(x)))
 			continue;
+		k = strlen(x) + 1;
 		if (len + k > sizeof(list))
 			break;
-		memcpy(list + len, "user.", 5);
-		memcpy(list + len + 5, m[i].name, k - 5);
+		memcpy(list + len, x, k);
 		len += k;
 	}
 	obj_kv_free(m, n);

@@ -236,6 +236,22 @@ int fs_find(struct fs *fs, struct fs_inode *dir, const char *name,
 struct fs_listing *fs_dir_view(struct fs *fs, const char *dir_key,
 			       int *err);
 
+/* xattr.c: xattr names as S3 metadata names (the encoding is described
+ * there and in docs/semantics.md). */
+/* The metadata names fmfs keeps attributes under (mode, uid, gid, mtime,
+ * ctime, atime, rdev): never an xattr. */
+bool fs_xattr_reserved(const char *meta);
+/* security., system., trusted.: names the kernel gives a meaning to,
+ * not stored. */
+bool fs_xattr_kernel_ns(const char *name);
+/* The metadata name of xattr name, in meta (len >= 129 bytes).  0,
+ * -ENOTSUP for a kernel namespace, -EINVAL for "" or "user.", -ERANGE
+ * when the metadata name would pass 128 bytes. */
+int fs_xattr_meta(const char *name, char *meta, size_t len);
+/* The xattr name of metadata name meta, in name (len >= 256 bytes);
+ * false when meta is not an xattr (a reserved name). */
+bool fs_xattr_name(const char *meta, char *name, size_t len);
+
 /* fs.c */
 void fs_fill_attr(const struct fs *fs, const struct fs_inode *in,
 		  struct stat *st);

@@ -1145,28 +1145,29 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	fuse_reply_err(req, -rc);
 }
 
-static int xattr_check(const char *name, size_t len)
+/* The metadata name of xattr name (fs/xattr.c), checked for storing. */
+static int xattr_check(const char *name, size_t len, char *meta,
+		       size_t meta_len)
 {
-	if (strncmp(name, "user.", 5))
-		return -ENOTSUP;
-	if (fs_meta_reserved(name + 5) || !name[5])
-		return -EPERM;
-	for (const char *p = name + 5; *p; p++)
-		if (*p < 0x21 || *p > 0x7e || *p == ':')
-			return -EINVAL; /* not an HTTP header name */
+	int rc = fs_xattr_meta(name, meta, meta_len);
+
+	if (rc)
+		return rc;
 	if (len > FS_XATTR_MAX)
 		return -E2BIG;
 	return 0;
 }
 
-/* Sets (value) or removes (value NULL) a user xattr and replies. */
+/* Sets (value) or removes (value NULL) an xattr and replies.  Only
+ * ctime may move: mtime is written back as it was (copy_meta mask 0). */
 static void change_xattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			 const char *value, size_t size, int flags)
 {
 	struct fs *fs = FS(req);
 	struct fs_inode *in = fs_inode_get(fs, ino);
 	struct cache_wfile *w = NULL;
-	int rc = in ? xattr_check(name, size) : -ENOENT;
+	char meta[256];
+	int rc = in ? xattr_check(name, size, meta, sizeof(meta)) : -ENOENT;
 
 	for (size_t i = 0; !rc && value && i < size; i++)
 		if ((unsigned char)value[i] < 0x20 ||
@@ -1178,13 +1179,12 @@ static void change_xattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	    fs->cfg.mode == FS_MODE_LU)
 		rc = materialize(fs, in, false, &w);
 	if (!rc && w) {
-		rc = value ? cache_w_xattr_set(w, name + 5, value, size,
-					       flags) :
-			     cache_w_xattr_remove(w, name + 5);
+		rc = value ? cache_w_xattr_set(w, meta, value, size, flags) :
+			     cache_w_xattr_remove(w, meta);
 		if (!rc)
 			rc = cache_w_commit(w, false);
 	} else if (!rc) {
-		rc = copy_meta(fs, in, NULL, 0, name + 5, value, size, flags);
+		rc = copy_meta(fs, in, NULL, 0, meta, value, size, flags);
 	}
 	if (w)
 		cache_w_writer(w, false);
