@@ -5,15 +5,16 @@
  *
  * S3 metadata names are case-insensitive (servers lower-case them) and
  * HTTP tokens; the store takes [a-z0-9_-], up to 128 bytes
- * (obj_meta_name_valid).  xattr names are any bytes but NUL.  So:
+ * (obj_meta_name_valid), and Ceph RGW turns '_' into '-' (it reads
+ * them as CGI variables).  xattr names are any bytes but NUL.  So:
  *
- *   user.X, X of [a-z0-9_-] only, not a name fmfs keeps attributes
+ *   user.X, X of [a-z0-9-] only, not a name fmfs keeps attributes
  *   under (fs_xattr_reserved) and not starting with "fmfs-x-":
  *       meta X                        (as fmfs always stored user.X)
- *   any other name N (other namespaces, capitals, dots, bytes):
- *       meta "fmfs-x-" + N with [a-z0-9-] kept and every other byte
- *       written "_hh" (two lower-case hex digits): "user.Foo.bar" is
- *       fmfs-x-user_2e_46oo_2ebar, "com.apple.x" fmfs-x-com_2eapple_2ex
+ *   any other name N (other namespaces, capitals, dots, '_', bytes):
+ *       meta "fmfs-x-" + N with [a-z0-9] kept and every other byte
+ *       written "-hh" (two lower-case hex digits): "user.Foo.bar" is
+ *       fmfs-x-user-2e-46oo-2ebar, "com.apple.x" fmfs-x-com-2eapple-2ex
  *
  * Both directions are one-to-one, so no xattr can land on mode, uid,
  * gid, mtime, ctime, atime or rdev.  The namespaces the kernel gives a
@@ -48,7 +49,7 @@ bool fs_xattr_kernel_ns(const char *name)
 
 static bool plain_char(char c)
 {
-	return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+	return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
 }
 
 int fs_xattr_meta(const char *name, char *meta, size_t len)
@@ -64,7 +65,7 @@ int fs_xattr_meta(const char *name, char *meta, size_t len)
 	plain = user && !fs_xattr_reserved(x) &&
 		strncmp(x, XATTR_META_PREFIX, strlen(XATTR_META_PREFIX));
 	for (const char *p = x; plain && *p; p++)
-		plain = plain_char(*p) || *p == '_';
+		plain = plain_char(*p) || *p == '-';
 	if (plain) {
 		if (strlen(x) > XATTR_META_MAX || strlen(x) >= len)
 			return -ERANGE;
@@ -78,7 +79,7 @@ int fs_xattr_meta(const char *name, char *meta, size_t len)
 		if (plain_char(*p))
 			meta[n++] = *p;
 		else
-			n += (size_t)snprintf(meta + n, len - n, "_%02x",
+			n += (size_t)snprintf(meta + n, len - n, "-%02x",
 					      (unsigned char)*p);
 	}
 	if (n > XATTR_META_MAX)
@@ -103,7 +104,7 @@ bool fs_xattr_name(const char *meta, char *name, size_t len)
 	for (; *p && n + 1 < len; p++) {
 		int hi, lo;
 
-		if (*p != '_') {
+		if (*p != '-') {
 			if (!plain_char(*p))
 				goto plain;
 			name[n++] = *p;
