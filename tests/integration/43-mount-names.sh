@@ -108,7 +108,11 @@ note "xattrs: user. and others stored as metadata, kernel namespaces not"
 echo x >"$MNT/xf"
 echo y >"$MNT/yf"
 $FMFS flush "$MNT" --wait --timeout 60 || fail "flush --wait failed"
-m0=$(stat -c %Y.%y "$MNT/xf")
+# the stored mtime (a clean object's metadata is rewritten by a copy)
+mtime_of() {
+	awsx s3api head-object --bucket "$B" --key "$1" --query Metadata.mtime
+}
+m0=$(mtime_of xf)
 python3 - "$MNT/xf" "$MNT/yf" <<'EOF' || fail "xattr round trip"
 import errno, os, sys
 f, g = sys.argv[1], sys.argv[2]
@@ -144,12 +148,12 @@ for p in (f, g):  # f clean in the bucket, g dirty (written again)
     assert err(os.getxattr, p, "user.gone") == "ENODATA"
     for ns in ("security.test", "trusted.test"):
         e = err(os.setxattr, p, ns, b"x")
-        assert e == "EOPNOTSUPP", (ns, e)
+        assert e in ("EOPNOTSUPP", "ENOTSUP"), (ns, e)
         assert err(os.getxattr, p, ns) == "ENODATA"
     assert err(os.getxattr, p, "security.capability") == "ENODATA"
     assert (os.stat(p).st_mode & 0o7777) != 0  # the real mode is intact
 EOF
-[ "$(stat -c %Y.%y "$MNT/xf")" = "$m0" ] || fail "setxattr changed the mtime"
+[ "$(mtime_of xf)" = "$m0" ] || fail "setxattr changed the mtime"
 $FMFS flush "$MNT" --wait --timeout 60 || fail "flush --wait failed"
 for k in xf yf; do
 	awsx s3api head-object --bucket "$B" --key "$k" --query Metadata \
@@ -184,9 +188,9 @@ o = os.path.join(m, "other")
 assert os.listxattr(o) == ["user.colour"], os.listxattr(o)
 assert os.getxattr(o, "user.colour") == b"blue"
 EOF
-[ "$(stat -c %Y.%y "$MNT/xf")" = "$m0" ] || fail "mtime moved after remount"
+[ "$(mtime_of xf)" = "$m0" ] || fail "mtime moved after remount"
 ls "$MNT/$D" | grep -qx "$A" || fail "255-byte names lost at remount"
 rm -r "$MNT/$D" "$MNT/$Bn" "$MNT/$L" || fail "cannot remove 255-byte names"
 $FMFS umount "$MNT" || fail "umount failed"
-keys | grep -q "$D\|$Bn\|$L" && fail "removed 255-byte keys remain"
+keys | grep -qx "$D/.*\|$Bn\|$L" && fail "removed 255-byte keys remain"
 exit 0
