@@ -17,6 +17,7 @@
  * Each reply is exactly one fuse_reply_* per request.
  */
 #include <errno.h>
+#include <limits.h>
 #include <malloc.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -215,8 +216,10 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		return;
 	}
 	if (err) {
-		fprintf(stderr, "fmfs: lookup of '%s' in '%s' failed: %s\n",
-			name, dir->key, strerror(-err));
+		if (err != -ENAMETOOLONG) /* the caller's name, not a fault */
+			fprintf(stderr, "fmfs: lookup of '%s' in '%s' "
+				"failed: %s\n", name, dir->key,
+				strerror(-err));
 		fuse_reply_err(req, -err);
 		return;
 	}
@@ -650,7 +653,7 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 				   (cs.cap_bytes - cs.used_bytes) / 4096 : 0;
 	sv.f_files = 1u << 30;
 	sv.f_ffree = sv.f_favail = 1u << 30;
-	sv.f_namemax = 1024;
+	sv.f_namemax = NAME_MAX; /* as a local disk: docs/semantics.md */
 	fuse_reply_statfs(req, &sv);
 }
 
@@ -752,6 +755,7 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	struct fs *fs = FS(req);
 	struct fs_inode *in = fs_inode_get(fs, ino);
 	struct obj_kv *m;
+	char meta[256];
 	size_t n;
 	int rc;
 
@@ -765,8 +769,8 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			    size);
 		return;
 	}
-	if (strncmp(name, "user.", 5) || fs_meta_reserved(name + 5)) {
-		fuse_reply_err(req, ENODATA);
+	if (fs_xattr_meta(name, meta, sizeof(meta))) {
+		fuse_reply_err(req, ENODATA); /* security.capability too */
 		return;
 	}
 	rc = meta_of(fs, in, &m, &n);
@@ -776,7 +780,9 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	}
 	rc = ENODATA;
 	for (size_t i = 0; i < n && rc; i++)
-		if (!strcmp(m[i].name, name + 5)) {
+		if (!strcmp(m[i].name, meta) ||
+		    (!strncmp(name, "user.", 5) && !strcmp(m[i].name, name + 5) &&
+		     !fs_xattr_reserved(name + 5))) { /* another tool's name */
 			reply_xattr(req, m[i].value, strlen(m[i].value), size);
 			rc = 0;
 		}
@@ -804,14 +810,15 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 		return;
 	}
 	for (size_t i = 0; i < n; i++) {
-		size_t k = strlen(m[i].name) + 6;
+		char x[256];
+		size_t k;
 
-		if (fs_meta_reserved(m[i].name))
+		if (!fs_xattr_name(m[i].name, x, sizeof(x)))
 			continue;
+		k = strlen(x) + 1;
 		if (len + k > sizeof(list))
 			break;
-		memcpy(list + len, "user.", 5);
-		memcpy(list + len + 5, m[i].name, k - 5);
+		memcpy(list + len, x, k);
 		len += k;
 	}
 	obj_kv_free(m, n);

@@ -226,6 +226,13 @@ void fs_inode_unhash(struct fs *fs, struct fs_inode *in);
 /* Forgets cached listings of dir_key, or with prefix every listing under
  * it too. */
 void fs_dir_invalidate(struct fs *fs, const char *dir_key, bool prefix);
+/* Names as on a local disk: 0 if name is at most NAME_MAX (255) bytes,
+ * else -ENAMETOOLONG.  Longer names in the bucket are not shown. */
+int fs_name_check(const char *name);
+/* 0 if the key (relative to the mount's prefix, "a/b" or "a/b/") fits
+ * the store's key limit; else logs that path was refused (what: "create",
+ * "rename") and returns -ENAMETOOLONG, before anything is written. */
+int fs_key_check(struct fs *fs, const char *key, const char *what);
 /* Finds name in dir, looking at dirty files and deletions first, then
  * the listing.  Returns 0 (out filled, name not owned) or -errno. */
 int fs_find(struct fs *fs, struct fs_inode *dir, const char *name,
@@ -237,6 +244,22 @@ struct fs_listing *fs_dir_view(struct fs *fs, const char *dir_key,
 
 /* inode.c: an entry for a dirty file's attributes */
 void fs_entry_from_w(struct fs_entry *e, const struct cache_wattr *a);
+
+/* xattr.c: xattr names as S3 metadata names (the encoding is described
+ * there and in docs/semantics.md). */
+/* The metadata names fmfs keeps attributes under (mode, uid, gid, mtime,
+ * ctime, atime, rdev): never an xattr. */
+bool fs_xattr_reserved(const char *meta);
+/* security., system., trusted.: names the kernel gives a meaning to,
+ * not stored. */
+bool fs_xattr_kernel_ns(const char *name);
+/* The metadata name of xattr name, in meta (len >= 129 bytes).  0,
+ * -ENOTSUP for a kernel namespace, -EINVAL for "" or "user.", -ERANGE
+ * when the metadata name would pass 128 bytes. */
+int fs_xattr_meta(const char *name, char *meta, size_t len);
+/* The xattr name of metadata name meta, in name (len >= 256 bytes);
+ * false when meta is not an xattr (a reserved name). */
+bool fs_xattr_name(const char *meta, char *name, size_t len);
 
 /* fs.c */
 void fs_fill_attr(const struct fs *fs, const struct fs_inode *in,
@@ -271,7 +294,6 @@ void fs_attr_resolve(const struct fs *fs, bool is_dir, int64_t mtime_s,
 /* The same into an inode (lock held). */
 void fs_attr_apply(const struct fs *fs, struct fs_inode *in,
 		   const struct cache_attr *a);
-bool fs_meta_reserved(const char *name);
 
 /* passthrough.c */
 /* Our /dev/fuse I/O, which negotiates passthrough (after mounting). */

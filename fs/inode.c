@@ -7,7 +7,7 @@
  * and answering lookups (positive and negative) and readdir without more
  * requests, so `ls -l` of a prefix costs its LIST pages and no HEAD per
  * entry.  Names that cannot be path components (empty, ".", "..", with
- * a NUL) are skipped and counted; a name that is both an object and a
+ * a NUL, longer than NAME_MAX) are skipped and counted; a name that is both an object and a
  * prefix shows as the directory (as Mountpoint does).  Directory marker
  * objects ("dir/") make the directory exist and are not shown.
  *
@@ -18,6 +18,7 @@
  * directory and can be served stale while the store is unreachable.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -282,9 +283,28 @@ struct fs_inode *fs_inode_lookup(struct fs *fs, struct fs_inode *dir,
 
 /* ---- listings ---- */
 
+int fs_name_check(const char *name)
+{
+	return strnlen(name, NAME_MAX + 1) > NAME_MAX ? -ENAMETOOLONG : 0;
+}
+
+int fs_key_check(struct fs *fs, const char *key, const char *what)
+{
+	size_t room = obj_key_room(fs->cfg.st), kl = strlen(key);
+
+	if (kl <= room)
+		return 0;
+	fprintf(stderr, "fmfs: %s of '%.64s...' refused (ENAMETOOLONG): its "
+		"key would be %zu bytes, the store takes at most %zu under "
+		"this mount's prefix\n", what, key, kl, room);
+	return -ENAMETOOLONG;
+}
+
+/* A name a local disk could hold: skipped in listings otherwise (a name
+ * over NAME_MAX could be listed but not looked up). */
 static bool name_ok(const char *n)
 {
-	return *n && strcmp(n, ".") && strcmp(n, "..") && strlen(n) <= 1024;
+	return *n && strcmp(n, ".") && strcmp(n, "..") && !fs_name_check(n);
 }
 
 static int cmp_entry(const void *a, const void *b)
@@ -842,6 +862,10 @@ int fs_find(struct fs *fs, struct fs_inode *dir, const char *name,
 	size_t kl;
 	int rc;
 
+	if (fs_name_check(name)) {
+		memset(out, 0, sizeof(*out));
+		return -ENAMETOOLONG;
+	}
 	if ((size_t)snprintf(key, sizeof(key), "%s%s/", dir->key, name) >=
 	    sizeof(key)) {
 		memset(out, 0, sizeof(*out));

@@ -15,6 +15,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,11 +92,6 @@ void fs_handle_put(struct fs_handle *h)
 	pthread_mutex_destroy(&h->lock);
 	atomic_fetch_sub(&fs->open_files, 1);
 	free(h);
-}
-
-bool fs_meta_reserved(const char *name)
-{
-	return cache_wattr_meta_name(name);
 }
 
 void fs_meta_attr(const struct obj_kv *m, size_t n, const char *etag,
@@ -316,15 +312,23 @@ int fs_open_w(struct fs *fs, struct fs_inode *in, int flags,
 
 /* ---- helpers for names ---- */
 
-static int child_key(const struct fs_inode *dir, const char *name,
-		     bool is_dir, char *key, size_t len)
+/* The key of name in dir.  A name over NAME_MAX fails as on a local
+ * disk; a key over the store's limit (S3: 1024 bytes with the mount's
+ * prefix) fails too, logged, before anything is made: what cannot be
+ * uploaded is never created. */
+static int child_key(struct fs *fs, const struct fs_inode *dir,
+		     const char *name, bool is_dir, char *key, size_t len,
+		     const char *what)
 {
-	if (strlen(name) > 1024)
+	if (fs_name_check(name))
 		return -ENAMETOOLONG;
 	if ((size_t)snprintf(key, len, "%s%s%s", dir->key, name,
-			     is_dir ? "/" : "") >= len)
+			     is_dir ? "/" : "") >= len) {
+		snprintf(key, len, "%s%s", dir->key, name); /* for the log */
+		fs_key_check(fs, key, what);
 		return -ENAMETOOLONG;
-	return 0;
+	}
+	return fs_key_check(fs, key, what);
 }
 
 static struct fs_inode *dir_of(struct fs *fs, fuse_ino_t ino, int *err)
@@ -406,7 +410,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 		fuse_reply_err(req, err);
 		return;
 	}
-	rc = child_key(dir, name, false, key, sizeof(key));
+	rc = child_key(fs, dir, name, false, key, sizeof(key), "create");
 	if (!rc)
 		rc = fs_find(fs, dir, name, &e);
 	if (rc == 0 && e.is_dir)
@@ -604,7 +608,7 @@ static int copy_meta(struct fs *fs, struct fs_inode *in,
 	}
 	pthread_mutex_lock(&fs->lock);
 	for (size_t i = 0; i < in->nmeta && n < 64; i++) {
-		if (fs_meta_reserved(in->meta[i].name))
+		if (fs_xattr_reserved(in->meta[i].name))
 			continue;
 		if (xname && !strcmp(in->meta[i].name, xname)) {
 			found = true;
@@ -806,7 +810,8 @@ static void make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 		fuse_reply_err(req, err);
 		return;
 	}
-	rc = child_key(dir, name, kind == CACHE_WK_DIR, key, sizeof(key));
+	rc = child_key(fs, dir, name, kind == CACHE_WK_DIR, key,
+		       sizeof(key), kind == CACHE_WK_DIR ? "mkdir" : "create");
 	if (!rc) {
 		rc = fs_find(fs, dir, name, &e);
 		rc = rc == 0 ? -EEXIST : rc == -ENOENT ? 0 : rc;
@@ -947,7 +952,8 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 	if (!rc && e.is_dir != dir_entry)
 		rc = dir_entry ? -ENOTDIR : -EISDIR;
 	if (!rc)
-		rc = child_key(dir, name, dir_entry, key, sizeof(key));
+		rc = child_key(fs, dir, name, dir_entry, key, sizeof(key),
+			       "remove");
 	if (!rc && dir_entry) {
 		struct fs_listing *l = fs_dir_view(fs, key, &rc);
 
@@ -1084,6 +1090,28 @@ static void dirty_key(void *arg, const char *key, const struct cache_wattr *a)
 		keys_add(arg, key);
 }
 
+/* -ENAMETOOLONG (logged) if the longest key under the old prefix (of
+ * length fl) would not fit the store under to. */
+static int rename_dir_fits(struct fs *fs, const struct keys *bucket,
+			   const struct keys *dirty, size_t fl, const char *to)
+{
+	const char *longest = NULL;
+	size_t max = 0;
+	char nk[2 * OBJ_KEY_MAX + 2];
+
+	for (size_t i = 0; i < bucket->n + dirty->n; i++) {
+		const char *k = i < bucket->n ? bucket->k[i] :
+						dirty->k[i - bucket->n];
+
+		if (strlen(k) > max)
+			max = strlen(k), longest = k;
+	}
+	if (!longest)
+		return 0;
+	snprintf(nk, sizeof(nk), "%s%s", to, longest + fl);
+	return fs_key_check(fs, nk, "rename");
+}
+
 /* Every key under the prefix from, in the bucket (not deleted, not
  * dirty) and dirty, moves under to. */
 static int rename_dir(struct fs *fs, const char *from, const char *to)
@@ -1115,6 +1143,8 @@ static int rename_dir(struct fs *fs, const char *from, const char *to)
 	free(token);
 	cache_w_list(c, from, dirty_key, &dirty);
 	rc = rc ? rc : bucket.err ? bucket.err : dirty.err;
+	if (!rc) /* all or nothing: no key moves if one would not fit */
+		rc = rename_dir_fits(fs, &bucket, &dirty, fl, to);
 	for (size_t i = 0; !rc && i < bucket.n; i++) {
 		struct cache_wfile *w;
 		const char *k = bucket.k[i];
@@ -1179,9 +1209,11 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	if (!rc && exists && de.is_dir != se.is_dir)
 		rc = de.is_dir ? -EISDIR : -ENOTDIR;
 	if (!rc)
-		rc = child_key(sdir, name, se.is_dir, from, sizeof(from));
+		rc = child_key(fs, sdir, name, se.is_dir, from, sizeof(from),
+			       "rename");
 	if (!rc)
-		rc = child_key(ddir, newname, se.is_dir, to, sizeof(to));
+		rc = child_key(fs, ddir, newname, se.is_dir, to, sizeof(to),
+			       "rename");
 	if (!rc && se.is_dir && !strncmp(to, from, strlen(from)))
 		rc = -EINVAL; /* into itself */
 	if (!rc && exists && de.is_dir) {
@@ -1222,28 +1254,29 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	fuse_reply_err(req, -rc);
 }
 
-static int xattr_check(const char *name, size_t len)
+/* The metadata name of xattr name (fs/xattr.c), checked for storing. */
+static int xattr_check(const char *name, size_t len, char *meta,
+		       size_t meta_len)
 {
-	if (strncmp(name, "user.", 5))
-		return -ENOTSUP;
-	if (fs_meta_reserved(name + 5) || !name[5])
-		return -EPERM;
-	for (const char *p = name + 5; *p; p++)
-		if (*p < 0x21 || *p > 0x7e || *p == ':')
-			return -EINVAL; /* not an HTTP header name */
+	int rc = fs_xattr_meta(name, meta, meta_len);
+
+	if (rc)
+		return rc;
 	if (len > FS_XATTR_MAX)
 		return -E2BIG;
 	return 0;
 }
 
-/* Sets (value) or removes (value NULL) a user xattr and replies. */
+/* Sets (value) or removes (value NULL) an xattr and replies.  Only
+ * ctime may move: mtime is written back as it was (copy_meta mask 0). */
 static void change_xattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			 const char *value, size_t size, int flags)
 {
 	struct fs *fs = FS(req);
 	struct fs_inode *in = fs_inode_get(fs, ino);
 	struct cache_wfile *w = NULL;
-	int rc = in ? xattr_check(name, size) : -ENOENT;
+	char meta[256];
+	int rc = in ? xattr_check(name, size, meta, sizeof(meta)) : -ENOENT;
 
 	for (size_t i = 0; !rc && value && i < size; i++)
 		if ((unsigned char)value[i] < 0x20 ||
@@ -1255,13 +1288,12 @@ static void change_xattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	    fs->cfg.mode == FS_MODE_LU)
 		rc = materialize(fs, in, false, &w);
 	if (!rc && w) {
-		rc = value ? cache_w_xattr_set(w, name + 5, value, size,
-					       flags) :
-			     cache_w_xattr_remove(w, name + 5);
+		rc = value ? cache_w_xattr_set(w, meta, value, size, flags) :
+			     cache_w_xattr_remove(w, meta);
 		if (!rc)
 			rc = cache_w_commit(w, false);
 	} else if (!rc) {
-		rc = copy_meta(fs, in, NULL, 0, name + 5, value, size, flags);
+		rc = copy_meta(fs, in, NULL, 0, meta, value, size, flags);
 	}
 	if (w)
 		cache_w_writer(w, false);

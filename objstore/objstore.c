@@ -207,6 +207,13 @@ const char *obj_describe(const struct obj_store *st)
 	return st->desc;
 }
 
+size_t obj_key_room(const struct obj_store *st)
+{
+	size_t pl = strlen(st->prefix);
+
+	return pl < OBJ_KEY_MAX ? OBJ_KEY_MAX - pl : 0;
+}
+
 char *obj_full_key(struct obj_store *st, const char *key,
 		   struct obj_error *err)
 {

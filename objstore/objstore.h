@@ -101,6 +101,10 @@ void obj_close(struct obj_store *st);
 
 /* A human-readable description, "s3://bkt/pre (http://127.0.0.1:8000, path-style)". */
 const char *obj_describe(const struct obj_store *st);
+/* The longest key, in bytes, a caller may pass (keys are relative to the
+ * store's prefix): OBJ_KEY_MAX less the prefix.  Longer ones fail with
+ * OBJ_ERR_INVALID. */
+size_t obj_key_room(const struct obj_store *st);
 
 /* Checks the bucket exists and the credentials are accepted (one request). */
 obj_status obj_check_bucket(struct obj_store *st, struct obj_error *err);
