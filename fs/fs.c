@@ -191,11 +191,12 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	}
 	err = fs_find(fs, dir, name, &e);
 	if (err == -ENOENT) {
-		/* Negative entry: the kernel remembers it for refresh_s. */
+		/* Negative entry: the kernel remembers it for the negative
+		 * bound (at most refresh_s), then asks us again. */
 		struct fuse_entry_param ep;
 
 		memset(&ep, 0, sizeof(ep));
-		ep.entry_timeout = ttl(fs);
+		ep.entry_timeout = (double)fs->cfg.negative_refresh_s;
 		fuse_reply_entry(req, &ep);
 		return;
 	}
@@ -961,6 +962,8 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t ml)
 		fs->cfg.uid = getuid();
 	if (fs->cfg.gid < 0)
 		fs->cfg.gid = getgid();
+	if (fs->cfg.negative_refresh_s > fs->cfg.refresh_s)
+		fs->cfg.negative_refresh_s = fs->cfg.refresh_s;
 	fs->started_ms = util_now_ms();
 	fs->mount_time_s = time(NULL);
 	fs->ctl_fd = -1;
