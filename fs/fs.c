@@ -280,7 +280,13 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino,
 	}
 	fi->fh = (uintptr_t)l;
 	fi->cache_readdir = 1;
-	fi->keep_cache = 1;
+	/* The kernel keeps its copy of the entries while the listing is
+	 * the one it cached (its own changes it accounts for itself); a
+	 * listing fetched since may hold other clients' names. */
+	pthread_mutex_lock(&fs->lock);
+	fi->keep_cache = l->fetched_ms && l->fetched_ms == in->rd_fetched_ms;
+	in->rd_fetched_ms = l->fetched_ms;
+	pthread_mutex_unlock(&fs->lock);
 	if (fuse_reply_open(req, fi) == -ENOENT)
 		fs_listing_put(l); /* interrupted */
 }

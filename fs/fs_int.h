@@ -111,6 +111,8 @@ struct fs_inode {
 	struct cache_wfile *w_dead; /* its dirty file then, for attributes */
 	atomic_uint_fast64_t wgen; /* bumped when a new dirty file is made:
 	                            * read handles look for it (fs_handle_w) */
+	uint64_t rd_fetched_ms;    /* a directory's listing the kernel last
+	                            * cached (opendir); protected by lock */
 	uint64_t nlookup;          /* kernel references; protected by lock */
 	unsigned children;         /* inodes naming us as parent */
 	/* user metadata (xattrs), fetched by HEAD, protected by fs->lock */
