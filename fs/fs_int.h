@@ -42,10 +42,12 @@
 #define FS_NEG_SLOTS 4096
 #define FS_FOLDER_SUFFIX "_$folder$" /* Hadoop S3A/s3n: "a/dir_$folder$" */
 
-/* Objects other than "dir/" that make a directory, for rmdir and rename
- * to remove (fs_entry.markers). */
+/* What makes a directory entry of the store's one (fs_entry.markers):
+ * rmdir and rename remove each, and a directory is gone once each has a
+ * tombstone (their DELETEs end in any order). */
 #define FS_MARK_PLAIN  1u  /* "dir", its x-amz-meta-mode says S_IFDIR */
 #define FS_MARK_FOLDER 2u  /* "dir_$folder$" */
+#define FS_MARK_PREFIX 4u  /* keys under "dir/" (or the marker itself) */
 
 /* One name in a directory, as the last listing saw it. */
 struct fs_entry {
@@ -55,7 +57,8 @@ struct fs_entry {
 	bool pending;           /* a dirty file or directory, not the bucket's */
 	bool untyped;           /* zero bytes, type not learned yet (a HEAD
 	                         * may say directory: FS_PROBE_MAX) */
-	unsigned markers;       /* FS_MARK_*: a directory's other objects */
+	unsigned markers;       /* FS_MARK_*: the objects that make a
+	                         * directory (from a listing) */
 	uint64_t size_bytes;
 	int64_t mtime_s;
 	char etag[80];

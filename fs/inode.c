@@ -481,6 +481,8 @@ static int fetch_listing(struct fs *fs, const char *dir_key,
 				continue;
 			}
 			rc = add_entry(l, &cap, n, true, NULL);
+			if (!rc)
+				l->e[l->n - 1].markers = FS_MARK_PREFIX;
 		}
 		if (!rc && pg.next_token && !(token = strdup(pg.next_token)))
 			rc = -ENOMEM;
@@ -947,8 +949,10 @@ static int probe_name(struct fs *fs, const char *key, size_t kl,
 			last = oe->key;
 	}
 	for (size_t i = 0; i < pg.nprefixes; i++) {
-		if (!strcmp(pg.prefixes[i] + kl, "/"))
+		if (!strcmp(pg.prefixes[i] + kl, "/")) {
 			dir = true;
+			markers |= FS_MARK_PREFIX;
+		}
 		if (strcmp(pg.prefixes[i], last) > 0)
 			last = pg.prefixes[i];
 	}
@@ -1018,6 +1022,28 @@ static int look_up(struct fs *fs, struct fs_inode *dir, const char *name,
 	return err;
 }
 
+/* Whether each object that makes directory key ("a/dir/", kl its
+ * length) one has a tombstone. */
+static bool dir_tombstoned(struct cache *c, char *key, size_t kl,
+			   unsigned markers)
+{
+	char k[OBJ_KEY_MAX + 16];
+	bool gone = markers != 0;
+
+	if (markers & FS_MARK_PREFIX)
+		gone = cache_w_tombstoned(c, key);
+	if (gone && (markers & FS_MARK_PLAIN)) {
+		snprintf(k, sizeof(k), "%.*s", (int)kl - 1, key);
+		gone = cache_w_tombstoned(c, k);
+	}
+	if (gone && (markers & FS_MARK_FOLDER)) {
+		snprintf(k, sizeof(k), "%.*s%s", (int)kl - 1, key,
+			 FS_FOLDER_SUFFIX);
+		gone = cache_w_tombstoned(c, k);
+	}
+	return gone;
+}
+
 /* One look at name in dir: the dirty table, else the listing with the
  * tombstones over it.  *gen: the generation of the listing used, or
  * UINT64_MAX when the dirty table answered. */
@@ -1050,7 +1076,7 @@ static int find_once(struct fs *fs, struct fs_inode *dir, const char *name,
 		if (cache_w_tombstoned(c, key))
 			e = NULL;
 		key[kl - 1] = '/';
-	} else if (e && cache_w_tombstoned(c, key)) {
+	} else if (e && dir_tombstoned(c, key, kl, out->markers)) {
 		cache_w_list(c, key, count_files, &n);
 		if (!n)
 			e = NULL; /* removed or renamed away */
@@ -1159,13 +1185,34 @@ static void view_fn(void *arg, const char *key, const struct cache_wattr *a)
 		entry_from_w(&v->add->e[v->add->n - 1], a);
 }
 
-static bool hidden(const struct view *v, const struct fs_entry *e)
+static bool hide_has(const struct view *v, const char *name, bool is_dir)
 {
 	for (size_t i = 0; i < v->nhide; i++)
-		if (v->hide[i].is_dir == e->is_dir &&
-		    !strcmp(v->hide[i].name, e->name))
+		if (v->hide[i].is_dir == is_dir &&
+		    !strcmp(v->hide[i].name, name))
 			return true;
 	return false;
+}
+
+/* A file with a tombstone, or a directory each of whose objects has
+ * one (dir_tombstoned). */
+static bool hidden(const struct view *v, const struct fs_entry *e)
+{
+	char folder[1025 + sizeof(FS_FOLDER_SUFFIX)];
+	bool gone = e->markers != 0;
+
+	if (!e->is_dir)
+		return hide_has(v, e->name, false);
+	if (e->markers & FS_MARK_PREFIX)
+		gone = hide_has(v, e->name, true);
+	if (gone && (e->markers & FS_MARK_PLAIN))
+		gone = hide_has(v, e->name, false);
+	if (gone && (e->markers & FS_MARK_FOLDER)) {
+		snprintf(folder, sizeof(folder), "%s%s", e->name,
+			 FS_FOLDER_SUFFIX);
+		gone = hide_has(v, folder, false);
+	}
+	return gone;
 }
 
 static struct fs_listing *view_once(struct fs *fs, const char *dir_key,
