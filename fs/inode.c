@@ -253,6 +253,19 @@ struct fs_inode *fs_inode_ref(struct fs *fs, struct fs_inode *dir,
 	return in;
 }
 
+/* A directory that the zero-byte object "a/dir" makes one (older s3fs)
+ * shows that object's mode, uid and gid until this cache keeps its own
+ * for "a/dir/" (key). */
+static void plain_dir_attr(struct fs *fs, char *key, const struct fs_entry *e,
+			   struct fs_entry *k)
+{
+	struct cache_attr a;
+
+	key[strlen(key) - 1] = '\0';
+	if (!cache_attr_get(fs->cfg.cache, key, &a))
+		fs_attr_resolve(fs, true, e->mtime_s, &a, k);
+}
+
 struct fs_inode *fs_inode_lookup(struct fs *fs, struct fs_inode *dir,
 				 const struct fs_entry *e)
 {
@@ -269,15 +282,12 @@ struct fs_inode *fs_inode_lookup(struct fs *fs, struct fs_inode *dir,
 		     sizeof(key);
 		pthread_mutex_unlock(&fs->lock);
 		/* A file's are for one version; a directory's, kept by
-		 * this cache, for the name; else those of the object
-		 * "dir" that makes it one (older s3fs). */
+		 * this cache, for the name. */
 		if (ok && !cache_attr_get(fs->cfg.cache, key, &a) &&
 		    (e->is_dir || !strcmp(a.etag, e->etag)))
 			fs_attr_resolve(fs, e->is_dir, e->mtime_s, &a, &k);
-		else if (ok && (e->markers & FS_MARK_PLAIN) &&
-			 (key[strlen(key) - 1] = '\0',
-			  !cache_attr_get(fs->cfg.cache, key, &a)))
-			fs_attr_resolve(fs, true, e->mtime_s, &a, &k);
+		else if (ok && (e->markers & FS_MARK_PLAIN))
+			plain_dir_attr(fs, key, e, &k);
 	}
 	pthread_mutex_lock(&fs->lock);
 	in = fs_inode_ref(fs, dir, &k);
