@@ -207,11 +207,12 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	}
 	err = fs_find(fs, dir, name, &e);
 	if (err == -ENOENT) {
-		/* Negative entry: the kernel remembers it for refresh_s. */
+		/* Negative entry: the kernel remembers it for the negative
+		 * bound (at most refresh_s), then asks us again. */
 		struct fuse_entry_param ep;
 
 		memset(&ep, 0, sizeof(ep));
-		ep.entry_timeout = ttl(fs);
+		ep.entry_timeout = (double)fs->cfg.negative_refresh_s;
 		fuse_reply_entry(req, &ep);
 		return;
 	}
@@ -297,7 +298,13 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino,
 	}
 	fi->fh = (uintptr_t)l;
 	fi->cache_readdir = 1;
-	fi->keep_cache = 1;
+	/* The kernel keeps its copy of the entries while the listing is
+	 * the one it cached (its own changes it accounts for itself); a
+	 * listing fetched since may hold other clients' names. */
+	pthread_mutex_lock(&fs->lock);
+	fi->keep_cache = l->fetched_ms && l->fetched_ms == in->rd_fetched_ms;
+	in->rd_fetched_ms = l->fetched_ms;
+	pthread_mutex_unlock(&fs->lock);
 	if (fuse_reply_open(req, fi) == -ENOENT)
 		fs_listing_put(l); /* interrupted */
 }
@@ -983,6 +990,8 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t ml)
 		fs->cfg.uid = getuid();
 	if (fs->cfg.gid < 0)
 		fs->cfg.gid = getgid();
+	if (fs->cfg.negative_refresh_s > fs->cfg.refresh_s)
+		fs->cfg.negative_refresh_s = fs->cfg.refresh_s;
 	fs->started_ms = util_now_ms();
 	fs->mount_time_s = time(NULL);
 	fs->ctl_fd = -1;

@@ -39,6 +39,9 @@ struct fs_config {
 	struct cache *cache;        /* borrowed */
 	enum fs_mode mode;
 	unsigned refresh_s;         /* listing/attribute revalidation */
+	unsigned negative_refresh_s; /* a name missing from a listing this
+	                             * old is asked of the store (at most
+	                             * refresh_s) */
 	unsigned async_delay_ms;    /* upload this long after close/fsync */
 	unsigned uploaders;         /* files uploaded at once; 0: 4 */
 	unsigned threads;           /* FUSE worker threads; 0: 8 */

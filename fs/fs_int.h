@@ -31,6 +31,23 @@
  * to /dev/fuse by splice; at 1 MiB libfuse needs a bigger pipe, which
  * takes CAP_SYS_RESOURCE, and falls back to a copy through a buffer. */
 #define FS_MAX_READ ((1u << 20) - (16u << 10))
+/* HEADs of zero-byte objects of unknown type per LIST of a directory
+ * (older s3fs writes directories as such objects, docs/semantics.md
+ * "Directories made by other tools"); the rest wait for a later LIST
+ * or a lookup of their name. */
+#define FS_PROBE_MAX 64
+/* Names a lookup found missing in the store, remembered for the
+ * negative bound so that a lookup and the create after it cost one
+ * LIST (a lost slot only costs another). */
+#define FS_NEG_SLOTS 4096
+#define FS_FOLDER_SUFFIX "_$folder$" /* Hadoop S3A/s3n: "a/dir_$folder$" */
+
+/* What makes a directory entry of the store's one (fs_entry.markers):
+ * rmdir and rename remove each, and a directory is gone once each has a
+ * tombstone (their DELETEs end in any order). */
+#define FS_MARK_PLAIN  1u  /* "dir", its x-amz-meta-mode says S_IFDIR */
+#define FS_MARK_FOLDER 2u  /* "dir_$folder$" */
+#define FS_MARK_PREFIX 4u  /* keys under "dir/" (or the marker itself) */
 
 /* One name in a directory, as the last listing saw it. */
 struct fs_entry {
@@ -39,6 +56,10 @@ struct fs_entry {
 	uint32_t ftype;         /* not a directory: its S_IFMT bits, as far
 	                         * as known (0: a regular file) */
 	bool pending;           /* a dirty file or directory, not the bucket's */
+	bool untyped;           /* zero bytes, type not learned yet (a HEAD
+	                         * may say directory: FS_PROBE_MAX) */
+	unsigned markers;       /* FS_MARK_*: the objects that make a
+	                         * directory (from a listing) */
 	uint64_t size_bytes;
 	int64_t mtime_s;
 	char etag[80];
@@ -99,6 +120,8 @@ struct fs_inode {
 	struct cache_wfile *w_dead; /* its dirty file then, for attributes */
 	atomic_uint_fast64_t wgen; /* bumped when a new dirty file is made:
 	                            * read handles look for it (fs_handle_w) */
+	uint64_t rd_fetched_ms;    /* a directory's listing the kernel last
+	                            * cached (opendir); protected by lock */
 	uint64_t nlookup;          /* kernel references; protected by lock */
 	unsigned children;         /* inodes naming us as parent */
 	/* user metadata (xattrs), fetched by HEAD, protected by fs->lock */
@@ -145,6 +168,9 @@ struct fs {
 	 * dir_gens[hash of the directory key] for one directory. */
 	atomic_uint_fast64_t dir_gen;
 	atomic_uint_fast64_t dir_gens[FS_DIR_GENS];
+	/* Names found missing by a LIST of that name (fs_find), by hash of
+	 * the key; protected by lock. */
+	struct { uint64_t h, ms; } neg[FS_NEG_SLOTS];
 	/* control socket */
 	int ctl_fd;
 	pthread_t ctl_thread;

@@ -9,7 +9,11 @@
  * entry.  Names that cannot be path components (empty, ".", "..", with
  * a NUL, longer than NAME_MAX) are skipped and counted; a name that is both an object and a
  * prefix shows as the directory (as Mountpoint does).  Directory marker
- * objects ("dir/") make the directory exist and are not shown.
+ * objects ("dir/") make the directory exist and are not shown; so do
+ * those of other tools, "dir_$folder$" (Hadoop) and a zero-byte "dir"
+ * whose x-amz-meta-mode says S_IFDIR (older s3fs), which a listing can
+ * only tell by a HEAD (type_of_empty).  A name missing from a listing
+ * older than the negative bound is asked of the store (probe_name).
  *
  * Inodes are created on lookup/readdirplus and live while the kernel
  * holds a reference (nlookup) or a child does.  Locking: fs->lock protects
@@ -254,6 +258,19 @@ struct fs_inode *fs_inode_ref(struct fs *fs, struct fs_inode *dir,
 	return in;
 }
 
+/* A directory that the zero-byte object "a/dir" makes one (older s3fs)
+ * shows that object's mode, uid and gid until this cache keeps its own
+ * for "a/dir/" (key). */
+static void plain_dir_attr(struct fs *fs, char *key, const struct fs_entry *e,
+			   struct fs_entry *k)
+{
+	struct cache_attr a;
+
+	key[strlen(key) - 1] = '\0';
+	if (!cache_attr_get(fs->cfg.cache, key, &a))
+		fs_attr_resolve(fs, true, e->mtime_s, &a, k);
+}
+
 struct fs_inode *fs_inode_lookup(struct fs *fs, struct fs_inode *dir,
 				 const struct fs_entry *e)
 {
@@ -274,6 +291,8 @@ struct fs_inode *fs_inode_lookup(struct fs *fs, struct fs_inode *dir,
 		if (ok && !cache_attr_get(fs->cfg.cache, key, &a) &&
 		    (e->is_dir || !strcmp(a.etag, e->etag)))
 			fs_attr_resolve(fs, e->is_dir, e->mtime_s, &a, &k);
+		else if (ok && (e->markers & FS_MARK_PLAIN))
+			plain_dir_attr(fs, key, e, &k);
 	}
 	pthread_mutex_lock(&fs->lock);
 	in = fs_inode_ref(fs, dir, &k);
@@ -353,12 +372,105 @@ static int add_entry(struct fs_listing *l, size_t *cap, const char *name,
 	return 0;
 }
 
+/* Sorts l and keeps one entry per name (the directory if both); a
+ * directory made by several objects keeps the markers of each, for
+ * rmdir to remove them all. */
+static void dedup(struct fs_listing *l)
+{
+	size_t w = 0;
+
+	if (l->n) /* l->e may be NULL, and qsort's is declared nonnull */
+		qsort(l->e, l->n, sizeof(*l->e), cmp_entry);
+	for (size_t r = 0; r < l->n; r++) {
+		if (w && !strcmp(l->e[w - 1].name, l->e[r].name)) {
+			if (l->e[w - 1].is_dir && l->e[r].is_dir)
+				l->e[w - 1].markers |= l->e[r].markers;
+			free(l->e[r].name);
+			continue;
+		}
+		l->e[w++] = l->e[r];
+	}
+	l->n = w;
+}
+
+/* The type of a zero-byte object key (e: its entry, from a listing):
+ * older s3fs writes a directory "a/dir" as such an object with
+ * x-amz-meta-mode S_IFDIR.  A listing carries no metadata, so the
+ * answer of one HEAD is kept in the cache index for that version (its
+ * ETag), as any HEAD's attributes are, and later listings and mounts of
+ * the cache dir ask nothing.  *budget: the HEADs the caller may still
+ * make; past it, or with the store down, e stays an untyped file. */
+static void type_of_empty(struct fs *fs, const char *key,
+			  struct fs_entry *e, unsigned *budget)
+{
+	struct cache_attr a;
+	struct obj_meta m;
+	struct obj_error err;
+	obj_status st;
+
+	if (cache_attr_get(fs->cfg.cache, key, &a) ||
+	    strcmp(a.etag, e->etag)) {
+		if (!*budget || !fs_store_up(fs)) {
+			e->untyped = true;
+			return;
+		}
+		(*budget)--;
+		atomic_fetch_add(&fs->heads, 1);
+		st = obj_head(fs->cfg.st, key, &m, &err);
+		if (st == OBJ_ERR_NOT_FOUND)
+			return; /* gone since the LIST: a file, as listed */
+		if (st != OBJ_OK) {
+			fs_obj_errno(fs, st, &err);
+			*budget = 0;
+			e->untyped = true;
+			return;
+		}
+		fs_meta_attr(m.user, m.nuser, m.etag, &a);
+		obj_meta_release(&m);
+		cache_attr_set(fs->cfg.cache, key, &a);
+	}
+	e->untyped = false;
+	if ((a.has & CACHE_ATTR_MODE) && S_ISDIR(a.mode)) {
+		e->is_dir = true;
+		e->markers |= FS_MARK_PLAIN;
+		e->size_bytes = 0;
+	}
+}
+
+/* Adds the object key (name in its directory) to l: "x_$folder$" as
+ * directory x, a zero-byte object as what its mode says. */
+static int add_object(struct fs *fs, struct fs_listing *l, size_t *cap,
+		      const char *name, const struct obj_entry *oe,
+		      unsigned *budget)
+{
+	size_t nl = strlen(name), sl = strlen(FS_FOLDER_SUFFIX);
+	char base[1025];
+	int rc;
+
+	if (nl > sl && nl - sl < sizeof(base) &&
+	    !strcmp(name + nl - sl, FS_FOLDER_SUFFIX)) {
+		memcpy(base, name, nl - sl);
+		base[nl - sl] = '\0';
+		if (name_ok(base)) {
+			rc = add_entry(l, cap, base, true, NULL);
+			if (!rc)
+				l->e[l->n - 1].markers = FS_MARK_FOLDER;
+			return rc;
+		}
+	}
+	rc = add_entry(l, cap, name, false, oe);
+	if (!rc && oe->size_bytes == 0)
+		type_of_empty(fs, oe->key, &l->e[l->n - 1], budget);
+	return rc;
+}
+
 /* Lists dir->key fully into a new listing. */
 static int fetch_listing(struct fs *fs, const char *dir_key,
 			 struct fs_listing **out)
 {
 	struct fs_listing *l = calloc(1, sizeof(*l));
-	size_t plen = strlen(dir_key), cap = 0, w;
+	size_t plen = strlen(dir_key), cap = 0;
+	unsigned budget = FS_PROBE_MAX;
 	char *token = NULL;
 	int rc = 0;
 
@@ -389,7 +501,8 @@ static int fetch_listing(struct fs *fs, const char *dir_key,
 				atomic_fetch_add(&fs->skipped_names, 1);
 				continue;
 			}
-			rc = add_entry(l, &cap, n, false, &pg.entries[i]);
+			rc = add_object(fs, l, &cap, n, &pg.entries[i],
+					&budget);
 		}
 		for (size_t i = 0; !rc && i < pg.nprefixes; i++) {
 			char *n = pg.prefixes[i] + plen;
@@ -402,6 +515,8 @@ static int fetch_listing(struct fs *fs, const char *dir_key,
 				continue;
 			}
 			rc = add_entry(l, &cap, n, true, NULL);
+			if (!rc)
+				l->e[l->n - 1].markers = FS_MARK_PREFIX;
 		}
 		if (!rc && pg.next_token && !(token = strdup(pg.next_token)))
 			rc = -ENOMEM;
@@ -412,17 +527,7 @@ static int fetch_listing(struct fs *fs, const char *dir_key,
 		fs_listing_put(l);
 		return rc;
 	}
-	/* Sort, then keep one entry per name (the directory if both). */
-	if (l->n) /* l->e may be NULL, and qsort's is declared nonnull */
-		qsort(l->e, l->n, sizeof(*l->e), cmp_entry);
-	for (size_t r = w = 0; r < l->n; r++) {
-		if (w && !strcmp(l->e[w - 1].name, l->e[r].name)) {
-			free(l->e[r].name);
-			continue;
-		}
-		l->e[w++] = l->e[r];
-	}
-	l->n = w;
+	dedup(l);
 	l->fetched_ms = util_now_ms();
 	*out = l;
 	return 0;
@@ -791,6 +896,192 @@ void fs_entry_from_w(struct fs_entry *e, const struct cache_wattr *a)
 	e->rdev = a->rdev;
 }
 
+/* ---- names the listing does not have ---- */
+
+static uint64_t key_hash(const char *key)
+{
+	uint64_t h = 1469598103934665603ull;
+
+	for (; *key; key++)
+		h = (h ^ (unsigned char)*key) * 1099511628211ull;
+	return h;
+}
+
+/* Whether name (key h), missing from listing l, is to be asked of the
+ * store: l and the last answer for that name are older than the
+ * negative bound.  With --refresh 0 the listing was just fetched. */
+static bool neg_ask(struct fs *fs, const struct fs_listing *l, uint64_t h)
+{
+	uint64_t now = util_now_ms(), seen = 0;
+	uint64_t bound = (uint64_t)fs->cfg.negative_refresh_s * 1000;
+
+	if (!fs->cfg.refresh_s || !l->fetched_ms ||
+	    now - l->fetched_ms <= bound || !fs_store_up(fs))
+		return false;
+	pthread_mutex_lock(&fs->lock);
+	if (fs->neg[h % FS_NEG_SLOTS].h == h)
+		seen = fs->neg[h % FS_NEG_SLOTS].ms;
+	pthread_mutex_unlock(&fs->lock);
+	return !seen || now - seen > bound;
+}
+
+static void neg_note(struct fs *fs, uint64_t h)
+{
+	pthread_mutex_lock(&fs->lock);
+	fs->neg[h % FS_NEG_SLOTS].h = h;
+	fs->neg[h % FS_NEG_SLOTS].ms = util_now_ms();
+	pthread_mutex_unlock(&fs->lock);
+}
+
+/* The cached listing of dir_key is older than the bucket: the next
+ * look fetches it again (no generation bump: nothing of ours moved). */
+static void dir_mark_stale(struct fs *fs, const char *dir_key)
+{
+	pthread_mutex_lock(&fs->lock);
+	for (struct fs_dircache *d = fs->dirs[hash_key(fs, dir_key)]; d;
+	     d = d->next)
+		if (!strcmp(d->key, dir_key))
+			d->l->fetched_ms = 0;
+	pthread_mutex_unlock(&fs->lock);
+}
+
+/* One name asked of the store: key is "a/name" (kl: its length).  A LIST
+ * with prefix "a/name" and delimiter '/' finds, in one request, the
+ * object "a/name", the directory "a/name/" (with a marker or only keys
+ * below it) and "a/name_$folder$"; a HEAD finds only the first.  Keys
+ * that share the prefix ("name.bak", "name2/") come too: if they fill
+ * the page before "a/name_$folder$", which sorts last of the three, the
+ * answer is -EAGAIN (undecided).  0 with out filled, or -ENOENT. */
+static int probe_name(struct fs *fs, const char *key, size_t kl,
+		      struct fs_entry *out)
+{
+	char folder[OBJ_KEY_MAX + 16];
+	struct fs_entry f = { .name = NULL };
+	struct obj_list_page pg;
+	struct obj_error err;
+	const char *last = "";
+	bool file = false, dir = false, decided;
+	unsigned markers = 0, budget = 1;
+	obj_status st;
+
+	snprintf(folder, sizeof(folder), "%s%s", key, FS_FOLDER_SUFFIX);
+	atomic_fetch_add(&fs->list_pages, 1);
+	st = obj_list(fs->cfg.st, key, "/", NULL, 1000, &pg, &err);
+	if (st != OBJ_OK) {
+		fs_obj_errno(fs, st, &err);
+		return -ENOENT; /* the listing's answer stands */
+	}
+	for (size_t i = 0; i < pg.nentries; i++) {
+		const struct obj_entry *oe = &pg.entries[i];
+
+		if (!oe->key[kl]) {
+			file = true;
+			f.size_bytes = oe->size_bytes;
+			f.mtime_s = oe->mtime_s;
+			memcpy(f.etag, oe->etag, sizeof(f.etag));
+		} else if (!strcmp(oe->key, folder)) {
+			dir = true;
+			markers |= FS_MARK_FOLDER;
+		}
+		if (strcmp(oe->key, last) > 0)
+			last = oe->key;
+	}
+	for (size_t i = 0; i < pg.nprefixes; i++) {
+		if (!strcmp(pg.prefixes[i] + kl, "/")) {
+			dir = true;
+			markers |= FS_MARK_PREFIX;
+		}
+		if (strcmp(pg.prefixes[i], last) > 0)
+			last = pg.prefixes[i];
+	}
+	decided = !pg.next_token || strcmp(last, folder) >= 0;
+	obj_list_page_release(&pg);
+	if (!decided)
+		return -EAGAIN;
+	if (file && !f.size_bytes)
+		type_of_empty(fs, key, &f, &budget);
+	if (f.is_dir) {
+		dir = true;
+		markers |= f.markers;
+	}
+	if (!dir && !file)
+		return -ENOENT;
+	*out = dir ? (struct fs_entry){ .is_dir = true, .markers = markers } :
+	       f;
+	return 0;
+}
+
+/* The listing's entry for name, or when it has none and is older than
+ * the negative bound, the store's (key: "a/name/", kl its length;
+ * *gen: the listing's generation).  0 with out filled, -ENOENT, or
+ * another -errno. */
+static int look_up(struct fs *fs, struct fs_inode *dir, const char *name,
+		   char *key, size_t kl, struct fs_entry *out, uint64_t *gen)
+{
+	uint64_t h;
+	int err = 0;
+
+	for (int tries = 0;; tries++) {
+		struct fs_listing *l = fs_dir_listing(fs, dir->key, &err);
+		const struct fs_entry *e;
+		bool ask;
+
+		if (!l)
+			return err;
+		*gen = l->gen;
+		e = fs_listing_find(l, name);
+		if (e) {
+			*out = *e;
+			out->name = NULL;
+		}
+		key[kl - 1] = '\0';
+		h = key_hash(key);
+		ask = !e && tries == 0 && neg_ask(fs, l, h);
+		fs_listing_put(l);
+		if (e && out->untyped) { /* past the listing's HEADs */
+			unsigned budget = 1;
+
+			type_of_empty(fs, key, out, &budget);
+			if (out->is_dir)
+				dir_mark_stale(fs, dir->key);
+		}
+		err = ask ? probe_name(fs, key, kl - 1, out) : -ENOENT;
+		key[kl - 1] = '/';
+		if (e)
+			return 0;
+		if (err != -EAGAIN)
+			break;
+		dir_mark_stale(fs, dir->key); /* undecided: LIST it all */
+	}
+	if (err == -ENOENT)
+		neg_note(fs, h);
+	else if (!err) /* readdir shows it too */
+		dir_mark_stale(fs, dir->key);
+	return err;
+}
+
+/* Whether each object that makes directory key ("a/dir/", kl its
+ * length) one has a tombstone. */
+static bool dir_tombstoned(struct cache *c, char *key, size_t kl,
+			   unsigned markers)
+{
+	char k[OBJ_KEY_MAX + 16];
+	bool gone = markers != 0;
+
+	if (markers & FS_MARK_PREFIX)
+		gone = cache_w_tombstoned(c, key);
+	if (gone && (markers & FS_MARK_PLAIN)) {
+		snprintf(k, sizeof(k), "%.*s", (int)kl - 1, key);
+		gone = cache_w_tombstoned(c, k);
+	}
+	if (gone && (markers & FS_MARK_FOLDER)) {
+		snprintf(k, sizeof(k), "%.*s%s", (int)kl - 1, key,
+			 FS_FOLDER_SUFFIX);
+		gone = cache_w_tombstoned(c, k);
+	}
+	return gone;
+}
+
 /* One look at name in dir: the dirty table, else the listing with the
  * tombstones over it.  *gen: the generation of the listing used, or
  * UINT64_MAX when the dirty table answered. */
@@ -799,11 +1090,10 @@ static int find_once(struct fs *fs, struct fs_inode *dir, const char *name,
 {
 	struct cache *c = fs->cfg.cache;
 	const struct fs_entry *e;
-	struct fs_listing *l;
 	struct cache_wfile *w;
 	struct cache_wattr a;
 	size_t n = 0;
-	int err = 0;
+	int err;
 
 	memset(out, 0, sizeof(*out));
 	*gen = UINT64_MAX;
@@ -815,22 +1105,16 @@ static int find_once(struct fs *fs, struct fs_inode *dir, const char *name,
 		fs_entry_from_w(out, &a);
 		return 0;
 	}
-	l = fs_dir_listing(fs, dir->key, &err);
-	if (!l)
+	err = look_up(fs, dir, name, key, kl, out, gen);
+	if (err && err != -ENOENT)
 		return err;
-	*gen = l->gen;
-	e = fs_listing_find(l, name);
-	if (e) {
-		*out = *e;
-		out->name = NULL;
-	}
-	fs_listing_put(l);
+	e = err ? NULL : out;
 	if (e && !out->is_dir) {
 		key[kl - 1] = '\0';
 		if (cache_w_tombstoned(c, key))
 			e = NULL;
 		key[kl - 1] = '/';
-	} else if (e && cache_w_tombstoned(c, key)) {
+	} else if (e && dir_tombstoned(c, key, kl, out->markers)) {
 		cache_w_list(c, key, count_files, &n);
 		if (!n)
 			e = NULL; /* removed or renamed away */
@@ -943,29 +1227,34 @@ static void view_fn(void *arg, const char *key, const struct cache_wattr *a)
 		fs_entry_from_w(&v->add->e[v->add->n - 1], a);
 }
 
-static bool hidden(const struct view *v, const struct fs_entry *e)
+static bool hide_has(const struct view *v, const char *name, bool is_dir)
 {
 	for (size_t i = 0; i < v->nhide; i++)
-		if (v->hide[i].is_dir == e->is_dir &&
-		    !strcmp(v->hide[i].name, e->name))
+		if (v->hide[i].is_dir == is_dir &&
+		    !strcmp(v->hide[i].name, name))
 			return true;
 	return false;
 }
 
-static void dedup(struct fs_listing *l)
+/* A file with a tombstone, or a directory each of whose objects has
+ * one (dir_tombstoned). */
+static bool hidden(const struct view *v, const struct fs_entry *e)
 {
-	size_t w = 0;
+	char folder[1025 + sizeof(FS_FOLDER_SUFFIX)];
+	bool gone = e->markers != 0;
 
-	if (l->n) /* l->e may be NULL */
-		qsort(l->e, l->n, sizeof(*l->e), cmp_entry);
-	for (size_t r = 0; r < l->n; r++) {
-		if (w && !strcmp(l->e[w - 1].name, l->e[r].name)) {
-			free(l->e[r].name);
-			continue;
-		}
-		l->e[w++] = l->e[r];
+	if (!e->is_dir)
+		return hide_has(v, e->name, false);
+	if (e->markers & FS_MARK_PREFIX)
+		gone = hide_has(v, e->name, true);
+	if (gone && (e->markers & FS_MARK_PLAIN))
+		gone = hide_has(v, e->name, false);
+	if (gone && (e->markers & FS_MARK_FOLDER)) {
+		snprintf(folder, sizeof(folder), "%s%s", e->name,
+			 FS_FOLDER_SUFFIX);
+		gone = hide_has(v, folder, false);
 	}
-	l->n = w;
+	return gone;
 }
 
 static struct fs_listing *view_once(struct fs *fs, const char *dir_key,
@@ -992,7 +1281,7 @@ static struct fs_listing *view_once(struct fs *fs, const char *dir_key,
 	nadd = m->n;
 	for (size_t i = 0; !v.err && i < l->n; i++) {
 		const struct fs_entry *e = &l->e[i];
-		const struct fs_entry *p = NULL;
+		struct fs_entry *p = NULL;
 		size_t lo = 0, hi = nadd;
 
 		while (lo < hi) { /* a dirty entry of that name wins */
@@ -1008,6 +1297,8 @@ static struct fs_listing *view_once(struct fs *fs, const char *dir_key,
 			else
 				hi = mid;
 		}
+		if (p && p->is_dir && e->is_dir) /* rmdir removes both */
+			p->markers |= e->markers;
 		if (p || hidden(&v, e))
 			continue;
 		v.err = add_entry(m, &v.cap, e->name, e->is_dir, NULL);

@@ -930,6 +930,24 @@ static void keep_dead(struct fs *fs, struct fs_inode *in, const char *key)
 		cache_w_get(fs->cfg.cache, key, &in->w_dead);
 }
 
+/* The objects of other tools that make directory key ("a/dir/") one
+ * (FS_MARK_*) go with it, in the background as the marker does. */
+static void remove_markers(struct fs *fs, const char *key, unsigned markers)
+{
+	char k[OBJ_KEY_MAX + 16];
+	size_t kl = strlen(key) - 1;
+
+	if (markers & FS_MARK_PLAIN) {
+		snprintf(k, sizeof(k), "%.*s", (int)kl, key);
+		cache_w_tombstone(fs->cfg.cache, k, false);
+	}
+	if (markers & FS_MARK_FOLDER) {
+		snprintf(k, sizeof(k), "%.*s%s", (int)kl, key,
+			 FS_FOLDER_SUFFIX);
+		cache_w_tombstone(fs->cfg.cache, k, false);
+	}
+}
+
 /* Removes name (a file: dir_entry false) and replies. */
 static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 			bool dir_entry)
@@ -981,6 +999,8 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 	in_bucket = dir_entry || pin_pending(fs, key, e.pending, &pin);
 	cache_w_unlink(c, key, in_bucket, held);
 	unpin(pin);
+	if (dir_entry)
+		remove_markers(fs, key, e.markers);
 	if (dir_entry)
 		fs_dir_invalidate(fs, key, true);
 	else
@@ -1112,9 +1132,31 @@ static int rename_dir_fits(struct fs *fs, const struct keys *bucket,
 	return fs_key_check(fs, nk, "rename");
 }
 
+/* A directory that another tool's object makes one (FS_MARK_*, not
+ * under the prefix from) stays one under its new name, empty or not:
+ * that object is copied to the marker "to" and goes. */
+static int move_markers(struct fs *fs, const char *from, const char *to,
+			unsigned markers)
+{
+	char k[OBJ_KEY_MAX + 16];
+	int fl = (int)strlen(from) - 1;
+	int rc = 0;
+
+	if (markers & FS_MARK_PLAIN) {
+		snprintf(k, sizeof(k), "%.*s", fl, from);
+		rc = copy_object(fs, k, to);
+	}
+	if (!rc && (markers & FS_MARK_FOLDER)) {
+		snprintf(k, sizeof(k), "%.*s%s", fl, from, FS_FOLDER_SUFFIX);
+		rc = copy_object(fs, k, to);
+	}
+	return rc;
+}
+
 /* Every key under the prefix from, in the bucket (not deleted, not
- * dirty) and dirty, moves under to. */
-static int rename_dir(struct fs *fs, const char *from, const char *to)
+ * dirty) and dirty, moves under to; so do the markers of other tools. */
+static int rename_dir(struct fs *fs, const char *from, const char *to,
+		      unsigned markers)
 {
 	struct cache *c = fs->cfg.cache;
 	struct keys bucket = { 0 }, dirty = { 0 };
@@ -1170,6 +1212,8 @@ static int rename_dir(struct fs *fs, const char *from, const char *to)
 		if (rc == -ENOENT) /* uploaded meanwhile: copy it */
 			rc = copy_object(fs, dirty.k[i], nk);
 	}
+	if (!rc)
+		rc = move_markers(fs, from, to, markers);
 	if (!rc)
 		rc = cache_w_tombstone(c, from, false); /* the marker */
 	keys_free(&bucket);
@@ -1229,7 +1273,7 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		pthread_mutex_unlock(&fs->lock);
 	}
 	if (!rc && strcmp(from, to))
-		rc = se.is_dir ? rename_dir(fs, from, to) :
+		rc = se.is_dir ? rename_dir(fs, from, to, se.markers) :
 		     rename_file(fs, from, to, &se, exists ? &de : NULL);
 	if (rc) {
 		fuse_reply_err(req, -rc);

@@ -39,7 +39,7 @@ struct mount_opts {
 	const char *cache_size_arg;   /* as given, for messages */
 	uint64_t cache_size;
 	int mode;
-	unsigned refresh_s, threads, fetch_timeout_s;
+	unsigned refresh_s, negative_refresh_s, threads, fetch_timeout_s;
 	unsigned async_delay_s, upload_parallel;
 	bool foreground, debug, no_passthrough;
 	int file_mode, dir_mode;    /* -1: fs's defaults (attr_opt) */
@@ -73,7 +73,11 @@ static void mount_usage(FILE *f)
 "  --part-size SIZE      multipart part size (default 8M)\n"
 "  --upload-parallel N   requests in flight to the store, 1-64 (default 16)\n"
 "  --refresh SECONDS     revalidate listings and attributes, 0-86400\n"
-"                        (default 30)\n"
+"                        (default 30; 0: at every lookup)\n"
+"  --negative-refresh SECONDS\n"
+"                        a name missing from a listing this old is asked\n"
+"                        of the store (one LIST), 0-86400 (default 1;\n"
+"                        at most --refresh)\n"
 "  --timeout SECONDS     an uncached read fails with EIO after, 1-86400\n"
 "                        (default 30)\n"
 "  --threads N           FUSE worker threads, 1-64 (default 8)\n"
@@ -172,13 +176,14 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 	enum { OPT_CACHE_DIR = 256, OPT_CACHE_SIZE, OPT_MODE, OPT_REFRESH,
 	       OPT_FG, OPT_TIMEOUT, OPT_THREADS, OPT_DEBUG, OPT_DELAY, OPT_PART,
 	       OPT_UPAR, OPT_NO_PT, OPT_FMODE, OPT_DMODE, OPT_UID, OPT_GID,
-	       OPT_NO_AO };
+	       OPT_NO_AO, OPT_NEG };
 	static const struct option lo[] = {
 		{ "cache-dir", required_argument, NULL, OPT_CACHE_DIR },
 		{ "cache-size", required_argument, NULL, OPT_CACHE_SIZE },
 		TOOLS_OBJ_OPTIONS,
 		{ "mode", required_argument, NULL, OPT_MODE },
 		{ "refresh", required_argument, NULL, OPT_REFRESH },
+		{ "negative-refresh", required_argument, NULL, OPT_NEG },
 		{ "timeout", required_argument, NULL, OPT_TIMEOUT },
 		{ "threads", required_argument, NULL, OPT_THREADS },
 		{ "foreground", no_argument, NULL, OPT_FG },
@@ -201,6 +206,7 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 	o->file_mode = o->dir_mode = -1;
 	o->uid = o->gid = -1;
 	o->refresh_s = 30;
+	o->negative_refresh_s = 1;
 	o->fetch_timeout_s = 30;
 	o->mode = FS_MODE_SW;
 	o->async_delay_s = 1;
@@ -235,6 +241,12 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 		case OPT_REFRESH:
 			if (mount_uint_opt("--refresh", optarg, 0, 86400,
 					   "seconds", &o->refresh_s))
+				return -1;
+			break;
+		case OPT_NEG:
+			if (mount_uint_opt("--negative-refresh", optarg, 0,
+					   86400, "seconds",
+					   &o->negative_refresh_s))
 				return -1;
 			break;
 		case OPT_TIMEOUT:
@@ -640,6 +652,7 @@ static int serve(struct mount_opts *o, int ready_fd, char *msg, size_t ml)
 	struct fs_config fc = {
 		.mountpoint = o->mnt_real, .store_url = o->url,
 		.mode = (enum fs_mode)o->mode, .refresh_s = o->refresh_s,
+		.negative_refresh_s = o->negative_refresh_s,
 		.async_delay_ms = o->async_delay_s * 1000,
 		.threads = o->threads, .fuse_opts = o->fuse_opts,
 		.ctl_path = o->ctl_path, .ready_fd = ready_fd,
