@@ -241,8 +241,8 @@ static int materialize(struct fs *fs, struct fs_inode *in, bool truncate,
 	if (!rc)
 		fs_load_meta(fs, in);
 	attr_of(fs, in, &a, etag);
-	if (truncate)
-		a.size = 0;
+	if (truncate) /* O_TRUNC or truncate(2): a change of the data */
+		a.size = 0, a.mtime_ns = a.ctime_ns = util_wall_ns();
 	if (a.size) {
 		rc = cache_file_open(c, in->key, a.size, etag, &cf);
 		if (rc)
