@@ -90,6 +90,8 @@ void fs_fill_attr(const struct fs *fs, const struct fs_inode *in,
 	}
 	if (ro && !S_ISLNK(st->st_mode))
 		st->st_mode &= ~(mode_t)0222;
+	if (in->unlinked) /* removed or replaced, still open */
+		st->st_nlink = 0;
 }
 
 /* A dirty file's attributes replace what the inode had (fs->lock not
