@@ -265,6 +265,8 @@ static int db_tomb(struct cache_wb *wb, const char *key, bool add)
 	sqlite3_stmt *s = add ? wb->tomb_add : wb->tomb_del;
 
 	sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
+	if (!add)
+		wb->tomb_unsynced = true;
 	return db_step(wb, s, add ? "saving a deletion" :
 		       "removing a deletion");
 }
@@ -274,8 +276,10 @@ static int db_tomb(struct cache_wb *wb, const char *key, bool add)
 static int db_sync(struct cache_wb *wb)
 {
 	if (sqlite3_exec(wb->db, "PRAGMA wal_checkpoint(PASSIVE)", NULL,
-			 NULL, NULL) == SQLITE_OK)
+			 NULL, NULL) == SQLITE_OK) {
+		wb->tomb_unsynced = false;
 		return 0;
+	}
 	cache_wb_log_err(wb, "write-back store: a synced commit failed: %s",
 			 sqlite3_errmsg(wb->db));
 	return -EIO;
@@ -1564,6 +1568,12 @@ int cache_w_commit(struct cache_wfile *w, bool durable)
 		rc = db_sync(wb);
 	pthread_mutex_unlock(&wb->lock);
 	return rc;
+}
+
+int cache_wb_db_sync(struct cache_wb *wb)
+{
+	util_debug_assert_locked(&wb->lock);
+	return db_sync(wb);
 }
 
 /* ---- namespace ---- */

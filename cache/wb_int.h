@@ -85,6 +85,11 @@ struct cache_wb {
 	uint64_t next_id;
 	char boot[40];             /* this boot's id (rows say which boot
 				    * saved them; FMFS_BOOT_ID overrides) */
+	/* A deletion's row was removed since the last synced commit: a
+	 * power cut could bring it back and DELETE what an upload of the
+	 * same key has put since (cache_wb_db_sync before that upload's
+	 * local copy goes). */
+	bool tomb_unsynced;
 	uint64_t seq_top;          /* commits: the last seq given (global, so
 				    * two files' seqs order their commits) */
 	char **busy_keys;          /* keys being uploaded (tombstones wait) */
@@ -117,6 +122,8 @@ void cache_wb_dirty_path(uint64_t id, char *buf, size_t len);
 void cache_wb_uncharge(struct cache *c, uint64_t n);
 int cache_wb_db_put(struct cache_wb *wb, const struct cache_wfile *w,
 		    bool queued);
+/* A synced commit of the queue (wb->lock held): 0 or -EIO. */
+int cache_wb_db_sync(struct cache_wb *wb);
 int cache_wb_db_del(struct cache_wb *wb, uint64_t id);
 /* A file the kernel writes behind our back (cache_w_external): its size
  * from the file; look: also count it changed if it was (wb->lock). */

@@ -262,6 +262,13 @@ static void try_clean(struct cache_wb *wb, struct cache_wfile *w,
 	charged = w->charged;
 	adopted = crcs && size &&
 		  !cache_adopt(c, key, etag, size, path, crcs, charged);
+	/* A deletion of this key dropped since the last synced commit
+	 * must stay dropped before the bucket's copy is the only one: a
+	 * replay would DELETE the new object (68-mount-powerloss). */
+	if (wb->tomb_unsynced && cache_wb_db_sync(wb)) {
+		free(crcs);
+		return; /* kept as it is: the next mount uploads it again */
+	}
 	cache_wb_take_out(wb, w);
 	cache_wb_db_del(wb, w->id);
 	cache_wb_meta_remove(wb, w->id);
