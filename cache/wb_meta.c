@@ -319,26 +319,22 @@ static const char *const extra_names[] = { ":ctime", ":atime", ":rdev" };
 
 char *cache_wb_pack(const struct cache_wfile *w, size_t *len)
 {
-	struct obj_kv kv[3];
+	struct obj_kv *kv = malloc((w->nmeta + 3) * sizeof(*kv));
 	char vals[3][32];
-	size_t n = 0, ml, el;
-	char *m, *e, *b;
+	char *b;
 
+	if (!kv)
+		return NULL;
+	if (w->nmeta)
+		memcpy(kv, w->meta, w->nmeta * sizeof(*kv));
 	util_time_format(w->a.ctime_ns, vals[0], sizeof(vals[0]));
 	util_time_format(w->a.atime_ns, vals[1], sizeof(vals[1]));
 	snprintf(vals[2], sizeof(vals[2]), "%u", w->a.rdev);
 	for (size_t i = 0; i < 3; i++)
-		kv[n++] = (struct obj_kv){ (char *)extra_names[i], vals[i] };
-	m = cache_wb_meta_pack(w->meta, w->nmeta, &ml);
-	e = cache_wb_meta_pack(kv, n, &el);
-	b = m && e ? malloc(ml + el + 1) : NULL;
-	if (b) {
-		memcpy(b, m, ml);
-		memcpy(b + ml, e, el);
-		*len = ml + el;
-	}
-	free(m);
-	free(e);
+		kv[w->nmeta + i] = (struct obj_kv){ (char *)extra_names[i],
+						    vals[i] };
+	b = cache_wb_meta_pack(kv, w->nmeta + 3, len);
+	free(kv);
 	return b;
 }
 
