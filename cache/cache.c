@@ -1169,8 +1169,8 @@ static int dir_prepare(struct cache *c, char *msg, size_t ml)
 		rc = -errno;
 	/* New names survive a power cut only once their parents are
 	 * synced (a dirty file in a lost dir is lost with it). */
-	if (!rc && made && (rc = util_fsync_dirat(c->dirfd, "objects")) == 0)
-		rc = util_fsync_dirat(c->dirfd, ".");
+	if (!rc && made && (rc = util_fsync_at(c->dirfd, "objects")) == 0)
+		rc = util_fsync_at(c->dirfd, ".");
 	if (rc) {
 		snprintf(msg, ml, "cache dir %s is not writable: %s; use "
 			 "another --cache-dir", dir, strerror(-rc));

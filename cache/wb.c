@@ -430,7 +430,7 @@ static void move_aside(struct cache_wb *wb, uint64_t id, const char *key,
 	size_t i;
 
 	if (!mkdirat(wb->c->dirfd, "lost+found", 0700))
-		util_fsync_dirat(wb->c->dirfd, ".");
+		util_fsync_at(wb->c->dirfd, ".");
 	snprintf(from, sizeof(from), "dirty/%016" PRIx64 "%s", id, suffix);
 	i = (size_t)snprintf(to, tl, "lost+found/%016" PRIx64 "-", id);
 	for (size_t k = 0; key[k] && i + 1 < tl - strlen(suffix); i++, k++)
@@ -442,8 +442,8 @@ static void move_aside(struct cache_wb *wb, uint64_t id, const char *key,
 	}
 	/* The new name first: a power cut may then leave both, never
 	 * neither. */
-	util_fsync_dirat(wb->c->dirfd, "lost+found");
-	util_fsync_dirat(wb->c->dirfd, "dirty");
+	util_fsync_at(wb->c->dirfd, "lost+found");
+	util_fsync_at(wb->c->dirfd, "dirty");
 }
 
 /* A dirty file never committed (the writer had not closed it). */
@@ -859,7 +859,7 @@ int cache_wb_open(struct cache *c, char *msg, size_t ml)
 	util_cond_init(&wb->cond);
 	c->wb = wb;
 	if (!mkdirat(c->dirfd, "dirty", 0700))
-		rc = util_fsync_dirat(c->dirfd, ".");
+		rc = util_fsync_at(c->dirfd, ".");
 	else if (errno != EEXIST)
 		rc = -errno;
 	if (rc) {

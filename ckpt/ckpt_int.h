@@ -103,7 +103,6 @@ void ckpt_marker_name(uint32_t rank, char *buf, size_t len);
 /* Parses "step-<digits>" after prefix; -1 if name is not one. */
 int ckpt_parse_step(const char *name, const char *prefix, uint64_t *step);
 
-int ckpt_fsync_path(const char *path);  /* a directory or a file */
 /* Writes buf to dir/name through dir/name.tmp: write, fsync, rename,
  * fsync dir. */
 int ckpt_write_atomic(const char *dir, const char *name, const void *buf,

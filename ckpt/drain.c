@@ -21,6 +21,7 @@
  * retention once a newer step commits.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -488,7 +489,7 @@ static int local_commit(struct ckpt *c, struct ckpt_step *s, char *why,
 		return rc;
 	}
 	ckpt_crash_point("renamed", s->step);
-	rc = ckpt_fsync_path(c->dir);
+	rc = util_fsync_at(AT_FDCWD, c->dir);
 	if (rc) {
 		util_msg(why, why_len, "fsync of %s failed: %s", c->dir,
 			 strerror(-rc));

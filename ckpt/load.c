@@ -689,7 +689,7 @@ int ckpt_reader_restore(struct ckpt_reader *r, const char *dir, char *msg,
 		ckpt_rm_rf(tmp);
 		return rc;
 	}
-	ckpt_fsync_path(dir);
+	util_fsync_at(AT_FDCWD, dir);
 	/* Check what landed, through the same reader a load would use. */
 	ckpt_config_init(&cfg);
 	cfg.dir = dir;

@@ -65,19 +65,6 @@ int ckpt_parse_step(const char *name, const char *prefix, uint64_t *step)
 
 /* ---- files ---- */
 
-int ckpt_fsync_path(const char *path)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	int rc = 0;
-
-	if (fd < 0)
-		return -errno;
-	if (fsync(fd) && errno != EINVAL)
-		rc = -errno;
-	close(fd);
-	return rc;
-}
-
 int ckpt_write_atomic(const char *dir, const char *name, const void *buf,
 		      size_t len, char *msg, size_t msg_len)
 {
@@ -101,7 +88,7 @@ int ckpt_write_atomic(const char *dir, const char *name, const void *buf,
 	if (!rc && rename(tmp, path))
 		rc = -errno;
 	if (!rc)
-		rc = ckpt_fsync_path(dir);
+		rc = util_fsync_at(AT_FDCWD, dir);
 	if (rc) {
 		unlink(tmp);
 		util_msg(msg, msg_len, "cannot write %s: %s", path,
@@ -414,7 +401,7 @@ int ckpt_local_remove(const char *dir, uint64_t step, bool complete)
 		snprintf(mf, sizeof(mf), "%s/" CKPT_MANIFEST_NAME, path);
 		if (unlink(mf) && errno != ENOENT)
 			return -errno;
-		ckpt_fsync_path(path);
+		util_fsync_at(AT_FDCWD, path);
 	} else {
 		struct stat sb;
 
@@ -544,8 +531,8 @@ int ckpt_local_aside(const char *dir, uint64_t step, const char *reason,
 		return rc;
 	}
 	snprintf(dst, sizeof(dst), "%s/" CKPT_ASIDE_DIR, dir);
-	ckpt_fsync_path(dst);
-	ckpt_fsync_path(dir);
+	util_fsync_at(AT_FDCWD, dst);
+	util_fsync_at(AT_FDCWD, dir);
 	snprintf(out, out_len, "%s/%s", dir, name);
 	return 0;
 }
@@ -712,7 +699,7 @@ static int retain(const char *dir, struct obj_store *st, unsigned keep,
 		gone += !rc;
 	}
 	if (dir && (!keep_all || remove_all_incomplete))
-		ckpt_fsync_path(dir);
+		util_fsync_at(AT_FDCWD, dir);
 	free(v);
 	if (removed)
 		*removed = gone;

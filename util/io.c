@@ -97,9 +97,9 @@ int util_sync_parent(char *path)
 	return rc;
 }
 
-int util_fsync_dirat(int dirfd, const char *name)
+int util_fsync_at(int dirfd, const char *name)
 {
-	int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
 	int rc = 0;
 
 	if (fd < 0)

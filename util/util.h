@@ -124,9 +124,10 @@ int util_mkdir_p_made(const char *path, mode_t mode, char *made,
  * is synced.  0 or -errno. */
 int util_sync_parent(char *path);
 
-/* fsync of directory name under dirfd ("." for dirfd itself).  0 or
- * -errno (EINVAL, a file system that cannot sync one, counts as 0). */
-int util_fsync_dirat(int dirfd, const char *name);
+/* fsync of name (a file or a directory) under dirfd ("." for dirfd
+ * itself, AT_FDCWD for a path).  0 or -errno (EINVAL, a file system
+ * that cannot sync one, counts as 0). */
+int util_fsync_at(int dirfd, const char *name);
 
 /* ---- bytes ---- */
 
