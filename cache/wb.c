@@ -545,7 +545,11 @@ static void replay_one(struct cache_wb *wb, uint64_t id,
 	key = from_s ? s->key : r ? r->key : "?";
 	cache_wb_dirty_path(id, path, sizeof(path));
 	fd = openat(c->dirfd, path, O_RDWR | O_CLOEXEC);
-	committed = (r && queued) || have_s;
+	/* A .meta is written only by a commit: one that is damaged, under
+	 * a row that says "never closed" (a row rolled back by damage to
+	 * the WAL), is a committed file held as damaged, not lost+found
+	 * (46-mount-damage, seed 1074074272 f214). */
+	committed = (r && queued) || have_s || (r && src == -EBADMSG);
 	if (!committed) {
 		if (fd >= 0 && !r && src == -ENOENT && !fstat(fd, &sb) &&
 		    !sb.st_size) {
