@@ -1021,6 +1021,17 @@ static int look_up(struct fs *fs, struct fs_inode *dir, const char *name,
 	uint64_t h;
 	int err = 0;
 
+	/* --refresh 0: every lookup asks the store, for that one name (a
+	 * whole listing per lookup made `ls -l` of n names cost n LISTs of
+	 * n keys).  Undecided, or the store gone meanwhile: as below. */
+	if (!fs->cfg.refresh_s && fs_store_up(fs)) {
+		*gen = dir_gen_of(fs, dir->key);
+		key[kl - 1] = '\0';
+		err = probe_name(fs, key, kl - 1, out);
+		key[kl - 1] = '/';
+		if (err != -EAGAIN && fs_store_up(fs))
+			return err;
+	}
 	for (int tries = 0;; tries++) {
 		struct fs_listing *l = fs_dir_listing(fs, dir->key, &err);
 		const struct fs_entry *e;
