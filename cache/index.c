@@ -203,7 +203,8 @@ static int check_identity(struct cache *c, struct cache_index *x,
 			  struct open_err *e)
 {
 	const char *dir = c->cfg.dir;
-	char v[1100];
+	char v[1100], *end;
+	unsigned long long bb;
 	long fmt;
 	int rc;
 
@@ -266,7 +267,13 @@ static int check_identity(struct cache *c, struct cache_index *x,
 	if (rc != SQLITE_OK)
 		return rc == SQLITE_NOTFOUND ? damaged(e, "no block size") :
 		       db_fail(x, rc, "reading the block size", e);
-	if (strtoull(v, NULL, 10) != c->cfg.block_bytes) {
+	/* Block sizes fmfs writes are multiples of 4 KiB up to 64 MiB
+	 * (config_apply in cache.c); anything else is a damaged value, not a
+	 * cache dir of another configuration. */
+	bb = strtoull(v, &end, 10);
+	if (end == v || *end || bb == 0 || bb % 4096 || bb > (64u << 20))
+		return damaged(e, "the block size is garbled");
+	if (bb != c->cfg.block_bytes) {
 		snprintf(e->msg, e->ml, "cache dir %s uses %s-byte blocks, "
 			 "not %u; use the same block size or another "
 			 "--cache-dir", dir, v, c->cfg.block_bytes);
