@@ -792,8 +792,13 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		if (!strcmp(m[i].name, meta) ||
 		    (!strncmp(name, "user.", 5) && !strcmp(m[i].name, name + 5) &&
 		     !fs_xattr_reserved(name + 5))) { /* another tool's name */
-			reply_xattr(req, m[i].value, strlen(m[i].value), size);
-			rc = 0;
+			char v[8192]; /* S3 allows 2 KiB of metadata */
+			ssize_t vl = fs_xattr_value_decode(m[i].value, v,
+							   sizeof(v));
+
+			rc = vl < 0 ? (int)-vl : 0;
+			if (!rc)
+				reply_xattr(req, v, (size_t)vl, size);
 		}
 	if (rc)
 		fuse_reply_err(req, rc);

@@ -286,6 +286,13 @@ int fs_xattr_meta(const char *name, char *meta, size_t len);
 /* The xattr name of metadata name meta, in name (len >= 256 bytes);
  * false when meta is not an xattr (a reserved name). */
 bool fs_xattr_name(const char *meta, char *name, size_t len);
+/* An xattr value as stored in metadata (fs/xattr.c): out gets a NUL-
+ * terminated string; its length, or -E2BIG when it does not fit len. */
+ssize_t fs_xattr_value_encode(const char *v, size_t n, char *out,
+			      size_t len);
+/* A stored value back: its bytes in out (len at most), their count, or
+ * -ERANGE.  A value fmfs did not encode comes back as it is. */
+ssize_t fs_xattr_value_decode(const char *s, char *out, size_t len);
 
 /* fs.c */
 void fs_fill_attr(const struct fs *fs, const struct fs_inode *in,

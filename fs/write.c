@@ -1319,13 +1319,16 @@ static void change_xattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	struct fs *fs = FS(req);
 	struct fs_inode *in = fs_inode_get(fs, ino);
 	struct cache_wfile *w = NULL;
-	char meta[256];
+	char meta[256], enc[FS_XATTR_MAX + 1];
 	int rc = in ? xattr_check(name, size, meta, sizeof(meta)) : -ENOENT;
+	ssize_t el;
 
-	for (size_t i = 0; !rc && value && i < size; i++)
-		if ((unsigned char)value[i] < 0x20 ||
-		    (unsigned char)value[i] > 0x7e)
-			rc = -EINVAL; /* S3 metadata is printable ASCII */
+	if (!rc && value) { /* S3 metadata is header text (fs/xattr.c) */
+		el = fs_xattr_value_encode(value, size, enc, sizeof(enc));
+		rc = el < 0 ? (int)el : 0;
+		value = enc;
+		size = (size_t)el;
+	}
 	if (!rc && in->is_dir)
 		rc = -ENOTSUP;
 	if (!rc && cache_w_hold(fs->cfg.cache, in->key, &w) &&

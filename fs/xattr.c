@@ -20,15 +20,24 @@
  * gid, mtime, ctime, atime or rdev.  The namespaces the kernel gives a
  * meaning (security., system., trusted.) are not stored (fs_xattr_meta
  * says -ENOTSUP): fmfs keeps no capabilities, ACLs or SELinux labels.
+ *
+ * Values: S3 metadata values are HTTP header text, which servers trim
+ * of surrounding spaces.  A value of printable ASCII, not beginning or
+ * ending with a space and not beginning with "fmfs-b64:", is stored as
+ * it is (as fmfs always stored them); any other (binary, NUL bytes,
+ * UTF-8, empty) as "fmfs-b64:" + its base64.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
+#include <openssl/evp.h>
+
 #include "fs_int.h"
 
 #define XATTR_META_PREFIX "fmfs-x-"
 #define XATTR_META_MAX 128 /* obj_meta_name_valid */
+#define XATTR_B64 "fmfs-b64:"
 
 bool fs_xattr_reserved(const char *meta)
 {
@@ -127,4 +136,62 @@ plain:
 		return false;
 	snprintf(name, len, "user.%s", meta);
 	return true;
+}
+
+static bool plain_value(const char *v, size_t n)
+{
+	if (!n || v[0] == ' ' || v[n - 1] == ' ')
+		return false; /* an empty header is not sent (curl) */
+	if (n >= strlen(XATTR_B64) && !memcmp(v, XATTR_B64, strlen(XATTR_B64)))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)v[i] < 0x20 || (unsigned char)v[i] > 0x7e)
+			return false;
+	return true;
+}
+
+ssize_t fs_xattr_value_encode(const char *v, size_t n, char *out,
+			      size_t len)
+{
+	size_t pl = strlen(XATTR_B64);
+
+	if (plain_value(v, n)) {
+		if (n >= len)
+			return -E2BIG;
+		memcpy(out, v, n);
+		out[n] = '\0';
+		return (ssize_t)n;
+	}
+	if (n > INT32_MAX / 2 || pl + 4 * ((n + 2) / 3) >= len)
+		return -E2BIG;
+	memcpy(out, XATTR_B64, pl);
+	return (ssize_t)pl + EVP_EncodeBlock((unsigned char *)out + pl,
+					     (const unsigned char *)v, (int)n);
+}
+
+ssize_t fs_xattr_value_decode(const char *s, char *out, size_t len)
+{
+	size_t pl = strlen(XATTR_B64), sl = strlen(s), bl = sl - pl;
+	int n;
+
+	if (sl < pl || memcmp(s, XATTR_B64, pl) || bl % 4 ||
+	    3 * (bl / 4) > len)
+		goto raw;
+	for (size_t i = pl; i < sl; i++) /* EVP_DecodeBlock skips blanks */
+		if (s[i] == ' ' || s[i] == '\t' || s[i] == '\r' ||
+		    s[i] == '\n')
+			goto raw;
+	n = EVP_DecodeBlock((unsigned char *)out, (const unsigned char *)s + pl,
+			    (int)bl);
+	if (n < 0)
+		goto raw;
+	/* it counts the padding's zero bytes too */
+	if (bl && s[sl - 1] == '=')
+		n -= 1 + (s[sl - 2] == '=');
+	return n;
+raw:
+	if (sl > len)
+		return -ERANGE;
+	memcpy(out, s, sl);
+	return (ssize_t)sl;
 }

@@ -8,7 +8,8 @@
 # ENAMETOOLONG; a key of exactly 1024 bytes is uploaded, one of 1025 (a
 # file or a directory marker) is ENAMETOOLONG with a log line and nothing
 # written; a directory rename that would push a key past 1024 bytes moves
-# nothing.  xattrs in user. and in another namespace round trip, are
+# nothing.  xattrs in user. and in another namespace round trip (binary,
+# empty and space-edged values too, base64 in the bucket), are
 # object metadata for aws, survive a remount, keep mtime; XATTR_CREATE and
 # XATTR_REPLACE; security. and trusted. are not stored.
 . "$TOP/tests/lib/common.sh"
@@ -116,6 +117,9 @@ m0=$(mtime_of xf)
 python3 - "$MNT/xf" "$MNT/yf" <<'EOF' || fail "xattr round trip"
 import errno, os, sys
 f, g = sys.argv[1], sys.argv[2]
+BIN = {"user.bin": bytes(range(256)), "user.nul": b"a\0b", "user.utf8":
+       "gr\u00fc\u00df".encode(), "user.spaced": b" x ", "user.empty": b"",
+       "user.prefixed": b"fmfs-b64:AAAA"}
 def err(fn, *a):
     try:
         fn(*a)
@@ -130,13 +134,16 @@ for p in (f, g):  # f clean in the bucket, g dirty (written again)
     os.setxattr(p, "user.mode", b"not the mode")
     os.setxattr(p, "com.apple.FinderInfo", b"v3")
     os.setxattr(p, "ceph.dir.layout", b"v4")
+    for k, v in BIN.items():
+        os.setxattr(p, k, v)
+        assert os.getxattr(p, k) == v, (k, os.getxattr(p, k))
     assert os.getxattr(p, "user.plain") == b"v1"
     assert os.getxattr(p, "user.Mixed.Case") == b"v2"
     assert os.getxattr(p, "user.mode") == b"not the mode"
     assert os.getxattr(p, "com.apple.FinderInfo") == b"v3"
     names = set(os.listxattr(p))
     want = {"user.plain", "user.Mixed.Case", "user.mode",
-            "com.apple.FinderInfo", "ceph.dir.layout"}
+            "com.apple.FinderInfo", "ceph.dir.layout"} | set(BIN)
     assert names == want, names
     assert err(os.setxattr, p, "user.plain", b"x", os.XATTR_CREATE) == "EEXIST"
     assert err(os.setxattr, p, "user.none", b"x", os.XATTR_REPLACE) == "ENODATA"
@@ -164,6 +171,13 @@ for k in xf yf; do
 		grep -qF "$m" "$TEST_DIR/meta.$k" ||
 			fail "$k: aws lacks $m: $(cat "$TEST_DIR/meta.$k")"
 	done
+	# values that are not header text are stored in base64
+	for m in '"bin": "fmfs-b64:AAECAwQFBgcICQoLDA0ODxAREhMU' \
+		'"nul": "fmfs-b64:YQBi"' '"spaced": "fmfs-b64:IHgg"' \
+		'"empty": "fmfs-b64:"' '"prefixed": "fmfs-b64:Zm1mcy1iNjQ6QUFBQQ=="'; do
+		grep -qF "$m" "$TEST_DIR/meta.$k" ||
+			fail "$k: aws lacks $m: $(cat "$TEST_DIR/meta.$k")"
+	done
 	grep -q layout "$TEST_DIR/meta.$k" && fail "$k: a removed xattr stayed"
 	grep -qE '"mode": "[0-9]+"' "$TEST_DIR/meta.$k" ||
 		fail "$k: user.mode clobbered the mode"
@@ -177,13 +191,18 @@ mnt
 python3 - "$MNT" <<'EOF' || fail "xattrs after a remount"
 import os, sys
 m = sys.argv[1]
+BIN = {"user.bin": bytes(range(256)), "user.nul": b"a\0b", "user.utf8":
+       "gr\u00fc\u00df".encode(), "user.spaced": b" x ", "user.empty": b"",
+       "user.prefixed": b"fmfs-b64:AAAA"}
 for k in ("xf", "yf"):
     p = os.path.join(m, k)
+    for x, v in BIN.items():
+        assert os.getxattr(p, x) == v, (k, x, os.getxattr(p, x))
     assert os.getxattr(p, "user.plain") == b"v1b"
     assert os.getxattr(p, "user.Mixed.Case") == b"v2"
     assert os.getxattr(p, "com.apple.FinderInfo") == b"v3"
     assert set(os.listxattr(p)) == {"user.plain", "user.Mixed.Case",
-                                    "user.mode", "com.apple.FinderInfo"}
+                                    "user.mode", "com.apple.FinderInfo"} | set(BIN)
 o = os.path.join(m, "other")
 assert os.listxattr(o) == ["user.colour"], os.listxattr(o)
 assert os.getxattr(o, "user.colour") == b"blue"
