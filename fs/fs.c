@@ -446,6 +446,38 @@ int fs_revalidate(struct fs *fs, struct fs_inode *in)
 	return 0;
 }
 
+/* relatime, at open for reading (reads themselves may never reach us:
+ * passthrough, the page cache): atime moves to now when it is not
+ * after mtime or ctime, or is a day old.  Kept on the inode and, for a
+ * clean file, in the cache index (not a metadata rewrite per read): it
+ * reaches the bucket with the file's next change or upload. */
+static void touch_atime(struct fs *fs, struct fs_inode *in, bool dirty)
+{
+	int64_t now = util_wall_ns(), at, ct;
+	char key[OBJ_KEY_MAX + 2], etag[80];
+	struct cache_attr a;
+	bool moved = false;
+
+	pthread_mutex_lock(&fs->lock);
+	if (in->has_attr) {
+		at = in->atime_ns ? in->atime_ns : in->mtime_ns;
+		ct = in->ctime_ns ? in->ctime_ns : in->mtime_ns;
+		moved = at <= in->mtime_ns || at <= ct ||
+			now - at >= 86400 * (int64_t)1000000000;
+		if (moved)
+			in->atime_ns = now;
+	}
+	snprintf(key, sizeof(key), "%s", in->key);
+	memcpy(etag, in->etag, sizeof(etag));
+	pthread_mutex_unlock(&fs->lock);
+	if (moved && !dirty && !cache_attr_get(fs->cfg.cache, key, &a) &&
+	    !strcmp(a.etag, etag)) {
+		a.atime_ns = now;
+		a.has |= CACHE_ATTR_ATIME;
+		cache_attr_set(fs->cfg.cache, key, &a);
+	}
+}
+
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs *fs = FS(req);
@@ -497,6 +529,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (fs_pt_clean_wanted(fs, h, fi->flags))
 		pinned = !cache_file_ensure_pinned(h->cf, 0, size);
 opened:
+	if (fs->cfg.mode != FS_MODE_RO && (fi->flags & O_ACCMODE) != O_WRONLY)
+		touch_atime(fs, in, h->w != NULL);
 	pthread_mutex_lock(&fs->lock);
 	pt = fs->cfg.mode == FS_MODE_RO ?
 	     fs_pt_choose_clean(fs, in, h, pinned, &kept) :

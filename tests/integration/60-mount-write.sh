@@ -5,8 +5,9 @@
 # back with the aws CLI: create/write/append/overwrite/truncate, write a
 # temporary file then rename it (uploaded once, under the final name),
 # mkdir/rmdir, a directory rename with hundreds of files, unlink of an open
-# file, symlink, chmod and xattrs in object metadata, a file over the
-# multipart threshold by several parts, concurrent writers, kill -9 of the
+# file, symlink, chmod and xattrs in object metadata, relatime on reads,
+# a file over the multipart threshold by several parts, concurrent
+# writers, kill -9 of the
 # daemon with committed files then a remount that uploads them, the
 # gateway stopped during writes then restarted, a cache full of dirty data
 # (ENOSPC, nothing lost), umount draining, and bad options.
@@ -119,6 +120,24 @@ python3 -c "import os; os.setxattr('$MNT/b', 'user.mode', b'1')" ||
 [ "$(stat -c %a "$MNT/b")" = 600 ] || fail "the xattr user.mode changed the mode"
 [ "$(python3 -c "import os; print(os.getxattr('$MNT/b', 'user.mode').decode())")" = 1 ] ||
 	fail "user.mode does not read back"
+
+note "relatime: a read moves an old atime once, kept across a remount"
+echo at >"$MNT/at"
+flushw
+touch -a -d '2020-01-02 03:04:05 UTC' "$MNT/at"  # uploaded with its ctime
+flushw
+[ "$(stat -c %X "$MNT/at")" = 1577934245 ] || fail "touch -a: atime $(stat -c %X "$MNT/at")"
+t0=$(date +%s)
+cat "$MNT/at" >/dev/null
+a1=$(stat -c %X "$MNT/at")
+[ "$a1" -ge "$t0" ] || fail "a read left the atime at $a1 (before $t0)"
+sleep 1.1
+cat "$MNT/at" >/dev/null
+[ "$(stat -c %X "$MNT/at")" = "$a1" ] || fail "relatime: a second read moved the atime"
+case $(meta at atime) in 1577934245*) ;; *) fail "a read rewrote the object's atime ($(meta at atime))" ;; esac
+$FMFS umount "$MNT" || fail "umount failed"
+mnt --part-size 5M
+[ "$(stat -c %X "$MNT/at")" = "$a1" ] || fail "the atime after a remount: $(stat -c %X "$MNT/at"), not $a1"
 
 note "concurrent writers to different files"
 for i in 1 2 3 4; do random_file data/w$i 4; done
