@@ -434,6 +434,12 @@ int fs_revalidate(struct fs *fs, struct fs_inode *in)
 	}
 	fs_meta_attr(m.user, m.nuser, m.etag, &a);
 	pthread_mutex_lock(&fs->lock);
+	/* the same version: a later atime of ours (touch_atime) stands */
+	if (in->has_attr && !strcmp(in->etag, m.etag) &&
+	    in->atime_ns > ((a.has & CACHE_ATTR_ATIME) ? a.atime_ns : 0)) {
+		a.atime_ns = in->atime_ns;
+		a.has |= CACHE_ATTR_ATIME;
+	}
 	in->size_bytes = m.size_bytes;
 	in->mtime_s = m.mtime_s;
 	snprintf(in->etag, sizeof(in->etag), "%s", m.etag);
