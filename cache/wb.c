@@ -1439,7 +1439,7 @@ void cache_w_setattr(struct cache_wfile *w, const struct cache_wattr *a,
 	}
 	if (mask & CACHE_WA_ATIME)
 		w->a.atime_ns = a->atime_ns;
-	w->a.ctime_ns = util_wall_ns();
+	w->a.ctime_ns = mask & CACHE_WA_CTIME ? a->ctime_ns : util_wall_ns();
 	pthread_mutex_unlock(&wb->lock);
 }
 

@@ -170,7 +170,9 @@ int cache_w_truncate(struct cache_wfile *w, uint64_t size);
 #define CACHE_WA_GID   4u
 #define CACHE_WA_MTIME 8u
 #define CACHE_WA_ATIME 16u
-/* Sets what mask names; ctime becomes now (any change of attributes). */
+#define CACHE_WA_CTIME 32u /* a copy's (a hard link's): as given */
+/* Sets what mask names; ctime becomes now (any change of attributes),
+ * or a->ctime_ns with CACHE_WA_CTIME. */
 void cache_w_setattr(struct cache_wfile *w, const struct cache_wattr *a,
 		     unsigned mask);
 /* User metadata (names without "user."), uploaded as x-amz-meta-NAME. */

@@ -63,7 +63,7 @@ void fs_fill_attr(const struct fs *fs, const struct fs_inode *in,
 		st->st_mode = in->ftype == S_IFLNK ? S_IFLNK | 0777 :
 			      (in->ftype ? in->ftype : S_IFREG) |
 			      (mode_t)fs->cfg.file_mode;
-		st->st_nlink = 1;
+		st->st_nlink = 1 + in->nlinks; /* hard links: link.c */
 		st->st_size = (off_t)in->size_bytes;
 		st->st_blocks = (blkcnt_t)((in->size_bytes + 511) / 512);
 		st->st_mtim.tv_sec = in->mtime_s;
@@ -680,6 +680,8 @@ static void op_release(fuse_req_t req, fuse_ino_t ino,
 		if (h->pt)   /* the kernel's writes are over: a last look */
 			cache_w_external(h->w, false);
 		rc = cache_w_commit(h->w, false);
+		if (!rc && h->in)
+			rc = fs_link_sync(h->fs, h->in, false);
 		cache_w_writer(h->w, false);
 		h->writer = false;
 	}

@@ -41,6 +41,8 @@
  * LIST (a lost slot only costs another). */
 #define FS_NEG_SLOTS 4096
 #define FS_FOLDER_SUFFIX "_$folder$" /* Hadoop S3A/s3n: "a/dir_$folder$" */
+#define FS_LINK_BUCKETS 1024 /* hash of hard links' extra names */
+#define FS_LINK_MAX 1000     /* names of one file (st_nlink, EMLINK) */
 
 /* What makes a directory entry of the store's one (fs_entry.markers):
  * rmdir and rename remove each, and a directory is gone once each has a
@@ -123,12 +125,28 @@ struct fs_inode {
 	uint64_t rd_fetched_ms;    /* a directory's listing the kernel last
 	                            * cached (opendir); protected by lock */
 	uint64_t nlookup;          /* kernel references; protected by lock */
-	unsigned children;         /* inodes naming us as parent */
+	unsigned children;         /* inodes and links naming us as parent */
+	/* Hard links (link.c): the file's other names, each a copy in the
+	 * bucket; while there is one the inode is kept (not freed at
+	 * nlookup 0).  Protected by lock. */
+	struct fs_link *links;
+	unsigned nlinks;
 	/* user metadata (xattrs), fetched by HEAD, protected by fs->lock */
 	struct obj_kv *meta;
 	size_t nmeta;
 	uint64_t meta_ms;
 	struct fs_inode *next_ino, *next_name; /* hash chains */
+};
+
+/* One more name of a file (a hard link, link.c): dir/name, whose key
+ * holds a copy of the file that follows each of its changes.  The
+ * file's first name stays in->parent/in->name/in->key. */
+struct fs_link {
+	struct fs_inode *in;
+	struct fs_inode *dir;      /* counted in dir->children */
+	char *name;
+	struct fs_link *next_hash; /* fs->links */
+	struct fs_link *next_in;   /* in->links */
 };
 
 #define FS_DIR_GENS 256
@@ -153,6 +171,8 @@ struct fs {
 	struct fs_inode *root;
 	struct fs_dircache **dirs; /* hash by key; protected by lock */
 	size_t ndirs;
+	/* hard links by (dir, name), FS_LINK_BUCKETS; protected by lock */
+	struct fs_link **links;
 	/* counters for `fmfs status` */
 	atomic_uint_fast64_t lookups, listings, list_pages, opens, reads;
 	atomic_uint_fast64_t getxattrs;
@@ -223,6 +243,9 @@ struct fs_inode *fs_inode_ref(struct fs *fs, struct fs_inode *dir,
 struct fs_inode *fs_inode_lookup(struct fs *fs, struct fs_inode *dir,
 				 const struct fs_entry *e);
 void fs_inode_forget(struct fs *fs, struct fs_inode *in, uint64_t n);
+/* Frees in (and then its parents) if nothing holds it any more: no
+ * kernel reference, no child, no hard link.  Lock held. */
+void fs_inode_maybe_free(struct fs *fs, struct fs_inode *in);
 /* The directory's listing, fetched if missing or older than refresh_s.
  * Returns a reference (fs_listing_put) or NULL with *err set (-errno). */
 struct fs_listing *fs_dir_listing(struct fs *fs, const char *dir_key,
@@ -327,6 +350,61 @@ void fs_attr_resolve(const struct fs *fs, bool is_dir, int64_t mtime_s,
 /* The same into an inode (lock held). */
 void fs_attr_apply(const struct fs *fs, struct fs_inode *in,
 		   const struct cache_attr *a);
+
+/* write.c, for link.c */
+int fs_child_key(struct fs *fs, const struct fs_inode *dir,
+		 const char *name, bool is_dir, char *key, size_t len,
+		 const char *what);
+struct fs_inode *fs_dir_of(struct fs *fs, fuse_ino_t ino, int *err);
+void fs_dir_touch(struct fs *fs, struct fs_inode *dir);
+int fs_materialize(struct fs *fs, struct fs_inode *in, bool truncate,
+		   struct cache_wfile **out);
+/* Rewrites a clean object's metadata (attributes per mask; ctime now). */
+int fs_copy_meta(struct fs *fs, struct fs_inode *in,
+		 const struct cache_wattr *a, unsigned mask,
+		 const char *xname, const char *xval, size_t xlen,
+		 int xflags);
+/* A server-side copy of the clean object from onto to (whatever was
+ * dirty under to goes); the index's attributes follow. */
+int fs_copy_to(struct fs *fs, const char *from, const char *to);
+/* Renames the file from (entry se) to to (its entry de, or NULL). */
+int fs_rename_file(struct fs *fs, const char *from, const char *to,
+		   const struct fs_entry *se, const struct fs_entry *de);
+
+/* link.c: hard links within one mount (docs/posix.md "Hard links").
+ * Each extra name is a key of its own in the bucket holding a copy of
+ * the file, brought up to date after each change of the file (close,
+ * fsync, setattr, xattrs); in this mount every name is the one inode. */
+void fs_link_op(struct fuse_lowlevel_ops *ops);
+/* The file dir/name is an extra name of (lock held), or NULL. */
+struct fs_inode *fs_link_inode(struct fs *fs, const struct fs_inode *dir,
+			       const char *name);
+/* The same, taking the lock: whether dir/name is such a name. */
+bool fs_link_named(struct fs *fs, const struct fs_inode *dir,
+		   const char *name);
+/* Brings every extra name of in up to date with the file as committed
+ * (dirty: copies of its dirty file, committed with durable; clean: a
+ * server-side copy).  0 at once for a file with no links. */
+int fs_link_sync(struct fs *fs, struct fs_inode *in, bool durable);
+/* Before unlink of file dir/name (key): if that name is one of a file
+ * with hard links, removes it (the others stay), touches the file's
+ * ctime and returns 0 or -errno; 1 if it is not such a name (the usual
+ * path then). */
+int fs_link_unlink(struct fs *fs, struct fs_inode *dir, const char *name,
+		   const char *key, const struct fs_entry *e);
+/* Before rename of file sdir/name over ddir/newname (exists: there is a
+ * file there).  *same: both are names of one file (rename does nothing).
+ * A destination that is a name of a file with links stops being one
+ * (the file keeps its others).  Returns 0 or -errno. */
+int fs_link_rename_pre(struct fs *fs, struct fs_inode *sdir,
+		       const char *name, struct fs_inode *ddir,
+		       const char *newname, bool exists, bool *same);
+/* After the keys moved: the extra name sdir/name is ddir/newname now.
+ * Returns true if sdir/name was an extra name (lock held). */
+bool fs_link_renamed(struct fs *fs, struct fs_inode *sdir, const char *name,
+		     struct fs_inode *ddir, const char *newname);
+/* Frees every link (unmount). */
+void fs_links_free(struct fs *fs);
 
 /* passthrough.c */
 /* Our /dev/fuse I/O, which negotiates passthrough (after mounting). */

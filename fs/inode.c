@@ -109,6 +109,7 @@ static void inode_free(struct fs_inode *in)
 
 void fs_inodes_free(struct fs *fs)
 {
+	fs_links_free(fs);
 	for (size_t b = 0; b < fs->nbuckets; b++) {
 		struct fs_inode *in = fs->by_ino[b];
 
@@ -157,7 +158,8 @@ static void unlink_chain(struct fs_inode **head, struct fs_inode *in,
 /* Drops in if nothing references it any more; walks up to parents. */
 static void maybe_free(struct fs *fs, struct fs_inode *in)
 {
-	while (in && in != fs->root && in->nlookup == 0 && in->children == 0) {
+	while (in && in != fs->root && in->nlookup == 0 && in->children == 0 &&
+	       !in->links) {
 		struct fs_inode *parent = in->parent;
 
 		unlink_chain(&fs->by_ino[hash_ino(fs, in->ino)], in, false);
@@ -168,6 +170,11 @@ static void maybe_free(struct fs *fs, struct fs_inode *in)
 		parent->children--;
 		in = parent;
 	}
+}
+
+void fs_inode_maybe_free(struct fs *fs, struct fs_inode *in)
+{
+	maybe_free(fs, in);
 }
 
 void fs_inode_forget(struct fs *fs, struct fs_inode *in, uint64_t n)
@@ -215,6 +222,12 @@ struct fs_inode *fs_inode_ref(struct fs *fs, struct fs_inode *dir,
 	size_t hb = hash_name(fs, dir->ino, e->name);
 	struct fs_inode *in;
 
+	/* Another name of a file with hard links: that file, whose
+	 * attributes are its own, not those of this name's copy. */
+	if (!e->is_dir && (in = fs_link_inode(fs, dir, e->name))) {
+		in->nlookup++;
+		return in;
+	}
 	for (in = fs->by_name[hb]; in; in = in->next_name)
 		if (in->parent == dir && !strcmp(in->name, e->name))
 			break;

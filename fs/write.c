@@ -221,7 +221,7 @@ static void attr_of(struct fs *fs, struct fs_inode *in, struct cache_wattr *a,
 /* A dirty copy of the clean object in: its bytes (fetched if needed), or
  * none when truncate is set.  Returned held (a writer registered, see
  * cache_w_hold): the caller undoes it once its change is committed. */
-static int materialize(struct fs *fs, struct fs_inode *in, bool truncate,
+int fs_materialize(struct fs *fs, struct fs_inode *in, bool truncate,
 		       struct cache_wfile **out)
 {
 	struct cache *c = fs->cfg.cache;
@@ -301,7 +301,7 @@ int fs_open_w(struct fs *fs, struct fs_inode *in, int flags,
 			return rc;
 		}
 	} else {
-		rc = materialize(fs, in, flags & O_TRUNC, &w);
+		rc = fs_materialize(fs, in, flags & O_TRUNC, &w);
 		if (rc)
 			return rc;
 	}
@@ -316,7 +316,7 @@ int fs_open_w(struct fs *fs, struct fs_inode *in, int flags,
  * disk; a key over the store's limit (S3: 1024 bytes with the mount's
  * prefix) fails too, logged, before anything is made: what cannot be
  * uploaded is never created. */
-static int child_key(struct fs *fs, const struct fs_inode *dir,
+int fs_child_key(struct fs *fs, const struct fs_inode *dir,
 		     const char *name, bool is_dir, char *key, size_t len,
 		     const char *what)
 {
@@ -331,7 +331,7 @@ static int child_key(struct fs *fs, const struct fs_inode *dir,
 	return fs_key_check(fs, key, what);
 }
 
-static struct fs_inode *dir_of(struct fs *fs, fuse_ino_t ino, int *err)
+struct fs_inode *fs_dir_of(struct fs *fs, fuse_ino_t ino, int *err)
 {
 	struct fs_inode *dir = fs_inode_get(fs, ino);
 
@@ -343,7 +343,7 @@ static struct fs_inode *dir_of(struct fs *fs, fuse_ino_t ino, int *err)
  * move, as on a local disk.  Kept in the inode while the kernel knows
  * the directory (a directory object's own times are not rewritten for
  * every entry: docs/posix.md). */
-static void dir_touch(struct fs *fs, struct fs_inode *dir)
+void fs_dir_touch(struct fs *fs, struct fs_inode *dir)
 {
 	int64_t now = util_wall_ns();
 
@@ -405,18 +405,20 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	bool created = false;
 	int err, rc, pt;
 
-	dir = dir_of(fs, parent, &err);
+	dir = fs_dir_of(fs, parent, &err);
 	if (!dir) {
 		fuse_reply_err(req, err);
 		return;
 	}
-	rc = child_key(fs, dir, name, false, key, sizeof(key), "create");
+	rc = fs_child_key(fs, dir, name, false, key, sizeof(key), "create");
 	if (!rc)
 		rc = fs_find(fs, dir, name, &e);
 	if (rc == 0 && e.is_dir)
 		rc = -EISDIR;
 	else if (rc == 0 && (fi->flags & O_EXCL))
 		rc = -EEXIST;
+	else if (rc == 0 && fs_link_named(fs, dir, name))
+		rc = -EEXIST; /* the kernel opens a name it knows instead */
 	else if (rc == -ENOENT)
 		e.pending = created = true, rc = 0; /* new: not in the bucket */
 	if (rc) {
@@ -452,7 +454,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	atomic_fetch_add(&in->wgen, 1); /* readers: a new copy */
 	fs_refresh_from_w(fs, in);
 	if (created)
-		dir_touch(fs, dir);
+		fs_dir_touch(fs, dir);
 	memset(&ep, 0, sizeof(ep));
 	pthread_mutex_lock(&fs->lock);
 	pt = fs_pt_choose(fs, in, h);
@@ -550,7 +552,11 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino,
 
 	(void)ino;
 	/* close(): queued for upload, safe from a crash of this daemon. */
-	fuse_reply_err(req, h->writer ? -cache_w_commit(h->w, false) : 0);
+	int rc = h->writer ? cache_w_commit(h->w, false) : 0;
+
+	if (!rc && h->writer && h->in)
+		rc = fs_link_sync(h->fs, h->in, false);
+	fuse_reply_err(req, -rc);
 }
 
 static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
@@ -560,14 +566,19 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 
 	(void)ino;
 	(void)datasync;
-	/* fsync(): on the cache disk, safe from a power cut as well. */
-	fuse_reply_err(req, h->w ? -cache_w_commit(h->w, true) : 0);
+	/* fsync(): on the cache disk, safe from a power cut as well; so
+	 * are the file's other names (hard links). */
+	int rc = h->w ? cache_w_commit(h->w, true) : 0;
+
+	if (!rc && h->w && h->in)
+		rc = fs_link_sync(h->fs, h->in, true);
+	fuse_reply_err(req, -rc);
 }
 
 /* Rewrites a clean object's metadata in place (server-side copy onto
  * itself): attributes per mask, and the xattr xname set to xval (or
  * removed when xval is NULL). */
-static int copy_meta(struct fs *fs, struct fs_inode *in,
+int fs_copy_meta(struct fs *fs, struct fs_inode *in,
 		     const struct cache_wattr *a, unsigned mask,
 		     const char *xname, const char *xval, size_t xlen,
 		     int xflags)
@@ -725,7 +736,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 	    ((to_set & FUSE_SET_ATTR_SIZE) ||
 	     (mask && fs->cfg.mode == FS_MODE_LU))) {
 		/* lu never touches the bucket: attributes need a copy. */
-		rc = materialize(fs, in, (to_set & FUSE_SET_ATTR_SIZE) &&
+		rc = fs_materialize(fs, in, (to_set & FUSE_SET_ATTR_SIZE) &&
 				 attr->st_size == 0, &own);
 		w = own;
 	}
@@ -734,7 +745,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 	if (!rc && mask && w)
 		cache_w_setattr(w, &a, mask);
 	else if (!rc && mask && !in->is_dir)
-		rc = copy_meta(fs, in, &a, mask, NULL, NULL, 0, 0);
+		rc = fs_copy_meta(fs, in, &a, mask, NULL, NULL, 0, 0);
 	else if (!rc && mask) { /* directories: kept in the cache index */
 		struct cache_wattr da = { .kind = CACHE_WK_DIR };
 		struct cache_attr ca;
@@ -774,6 +785,10 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 	/* Not through an open writer: nothing else will commit it. */
 	if (!rc && w && !(h && h->writer))
 		rc = cache_w_commit(w, false);
+	/* the other names follow (through an open writer: now too, as
+	 * attributes do not wait for its close) */
+	if (!rc && !in->is_dir && (mask || (to_set & FUSE_SET_ATTR_SIZE)))
+		rc = fs_link_sync(fs, in, false);
 	if (own)
 		cache_w_writer(own, false);
 	cache_w_put(own);
@@ -805,12 +820,12 @@ static void make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 	size_t len = data ? strlen(data) : 0;
 	int err, rc;
 
-	dir = dir_of(fs, parent, &err);
+	dir = fs_dir_of(fs, parent, &err);
 	if (!dir) {
 		fuse_reply_err(req, err);
 		return;
 	}
-	rc = child_key(fs, dir, name, kind == CACHE_WK_DIR, key,
+	rc = fs_child_key(fs, dir, name, kind == CACHE_WK_DIR, key,
 		       sizeof(key), kind == CACHE_WK_DIR ? "mkdir" : "create");
 	if (!rc) {
 		rc = fs_find(fs, dir, name, &e);
@@ -833,7 +848,7 @@ static void make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 		return;
 	}
 	a.size = len;
-	dir_touch(fs, dir);
+	fs_dir_touch(fs, dir);
 	in = new_entry(fs, dir, name, &a);
 	if (in)
 		fs_reply_entry(req, fs, in);
@@ -961,7 +976,7 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 	bool held = false, in_bucket;
 	int err, rc;
 
-	dir = dir_of(fs, parent, &err);
+	dir = fs_dir_of(fs, parent, &err);
 	if (!dir) {
 		fuse_reply_err(req, err);
 		return;
@@ -970,7 +985,7 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 	if (!rc && e.is_dir != dir_entry)
 		rc = dir_entry ? -ENOTDIR : -EISDIR;
 	if (!rc)
-		rc = child_key(fs, dir, name, dir_entry, key, sizeof(key),
+		rc = fs_child_key(fs, dir, name, dir_entry, key, sizeof(key),
 			       "remove");
 	if (!rc && dir_entry) {
 		struct fs_listing *l = fs_dir_view(fs, key, &rc);
@@ -980,6 +995,13 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 		fs_listing_put(l);
 	}
 	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	/* A name of a file with hard links: the other names stay. */
+	if (!dir_entry && (rc = fs_link_unlink(fs, dir, name, key, &e)) <= 0) {
+		if (!rc)
+			fs_dir_touch(fs, dir);
 		fuse_reply_err(req, -rc);
 		return;
 	}
@@ -1005,7 +1027,7 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 		fs_dir_invalidate(fs, key, true);
 	else
 		cache_evict_key(c, key);
-	dir_touch(fs, dir);
+	fs_dir_touch(fs, dir);
 	fuse_reply_err(req, 0);
 }
 
@@ -1019,16 +1041,13 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 	remove_name(req, parent, name, true);
 }
 
-/* A clean object from -> to: server-side copy, then the old key goes. */
-static int copy_object(struct fs *fs, const char *from, const char *to)
+int fs_copy_to(struct fs *fs, const char *from, const char *to)
 {
 	struct obj_error err;
 	struct cache_attr ca;
 	char etag[80];
 	obj_status st;
 
-	if (fs->cfg.mode == FS_MODE_LU)
-		return -EXDEV; /* never in the bucket: mv copies instead */
 	/* The copy replaces whatever was dirty under the new name; an
 	 * upload or a DELETE of it still out must not land after it. */
 	cache_w_key_begin(fs->cfg.cache, to);
@@ -1047,10 +1066,21 @@ static int copy_object(struct fs *fs, const char *from, const char *to)
 		cache_attr_set(fs->cfg.cache, to, NULL);
 	}
 	cache_evict_key(fs->cfg.cache, to);
-	return cache_w_tombstone(fs->cfg.cache, from, false);
+	return 0;
 }
 
-static int rename_file(struct fs *fs, const char *from, const char *to,
+/* A clean object from -> to: server-side copy, then the old key goes. */
+static int copy_object(struct fs *fs, const char *from, const char *to)
+{
+	int rc;
+
+	if (fs->cfg.mode == FS_MODE_LU)
+		return -EXDEV; /* never in the bucket: mv copies instead */
+	rc = fs_copy_to(fs, from, to);
+	return rc ? rc : cache_w_tombstone(fs->cfg.cache, from, false);
+}
+
+int fs_rename_file(struct fs *fs, const char *from, const char *to,
 		       const struct fs_entry *se, const struct fs_entry *de)
 {
 	struct cache_wfile *pf, *pt = NULL;
@@ -1229,11 +1259,11 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	char from[OBJ_KEY_MAX + 2], to[OBJ_KEY_MAX + 2];
 	struct fs_inode *sdir, *ddir, *in;
 	struct fs_entry se, de;
-	bool exists;
+	bool exists, same = false;
 	int err, rc;
 
-	sdir = dir_of(fs, parent, &err);
-	ddir = sdir ? dir_of(fs, newparent, &err) : NULL;
+	sdir = fs_dir_of(fs, parent, &err);
+	ddir = sdir ? fs_dir_of(fs, newparent, &err) : NULL;
 	if (!ddir) {
 		fuse_reply_err(req, err);
 		return;
@@ -1253,10 +1283,10 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	if (!rc && exists && de.is_dir != se.is_dir)
 		rc = de.is_dir ? -EISDIR : -ENOTDIR;
 	if (!rc)
-		rc = child_key(fs, sdir, name, se.is_dir, from, sizeof(from),
+		rc = fs_child_key(fs, sdir, name, se.is_dir, from, sizeof(from),
 			       "rename");
 	if (!rc)
-		rc = child_key(fs, ddir, newname, se.is_dir, to, sizeof(to),
+		rc = fs_child_key(fs, ddir, newname, se.is_dir, to, sizeof(to),
 			       "rename");
 	if (!rc && se.is_dir && !strncmp(to, from, strlen(from)))
 		rc = -EINVAL; /* into itself */
@@ -1267,6 +1297,13 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 			rc = -ENOTEMPTY;
 		fs_listing_put(l);
 	}
+	if (!rc && !se.is_dir)
+		rc = fs_link_rename_pre(fs, sdir, name, ddir, newname, exists,
+					&same);
+	if (!rc && same) { /* two names of one file: nothing happens */
+		fuse_reply_err(req, 0);
+		return;
+	}
 	if (!rc && exists && !de.is_dir) {
 		pthread_mutex_lock(&fs->lock);
 		keep_dead(fs, fs_inode_by_key(fs, to), to);
@@ -1274,7 +1311,7 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	}
 	if (!rc && strcmp(from, to))
 		rc = se.is_dir ? rename_dir(fs, from, to, se.markers) :
-		     rename_file(fs, from, to, &se, exists ? &de : NULL);
+		     fs_rename_file(fs, from, to, &se, exists ? &de : NULL);
 	if (rc) {
 		fuse_reply_err(req, -rc);
 		return;
@@ -1285,12 +1322,14 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		rc = fs_inode_move(fs, in, ddir, newname);
 	else if ((in = fs_inode_by_key(fs, to)))
 		fs_inode_unhash(fs, in); /* replaced */
+	if (!se.is_dir && !rc)
+		fs_link_renamed(fs, sdir, name, ddir, newname);
 	pthread_mutex_unlock(&fs->lock);
 	fs_dir_invalidate(fs, sdir->key, false);
 	fs_dir_invalidate(fs, ddir->key, false);
-	dir_touch(fs, sdir);
+	fs_dir_touch(fs, sdir);
 	if (ddir != sdir)
-		dir_touch(fs, ddir);
+		fs_dir_touch(fs, ddir);
 	if (se.is_dir) {
 		fs_dir_invalidate(fs, from, true);
 		fs_dir_invalidate(fs, to, true);
@@ -1333,18 +1372,20 @@ static void change_xattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		rc = -ENOTSUP;
 	if (!rc && cache_w_hold(fs->cfg.cache, in->key, &w) &&
 	    fs->cfg.mode == FS_MODE_LU)
-		rc = materialize(fs, in, false, &w);
+		rc = fs_materialize(fs, in, false, &w);
 	if (!rc && w) {
 		rc = value ? cache_w_xattr_set(w, meta, value, size, flags) :
 			     cache_w_xattr_remove(w, meta);
 		if (!rc)
 			rc = cache_w_commit(w, false);
 	} else if (!rc) {
-		rc = copy_meta(fs, in, NULL, 0, meta, value, size, flags);
+		rc = fs_copy_meta(fs, in, NULL, 0, meta, value, size, flags);
 	}
 	if (w)
 		cache_w_writer(w, false);
 	cache_w_put(w);
+	if (!rc)
+		rc = fs_link_sync(fs, in, false);
 	fuse_reply_err(req, -rc);
 }
 
@@ -1422,4 +1463,5 @@ void fs_write_ops(struct fuse_lowlevel_ops *ops)
 	ops->rename = op_rename;
 	ops->setxattr = op_setxattr;
 	ops->removexattr = op_removexattr;
+	fs_link_op(ops);
 }

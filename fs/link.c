@@ -1,0 +1,604 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * link.c - hard links within one mount.
+ *
+ * An object store has no inodes: a file with several names is one object
+ * per name, each a copy.  In the mount they are one inode.  Its first name
+ * is the inode's key (in->key): reads, writes and attribute changes go
+ * there as for any file.  Every other name is a struct fs_link whose key
+ * is brought up to date each time a change of the file is committed
+ * (close, fsync, setattr, xattrs: fs_link_sync), with that commit's
+ * durability: a dirty file is copied into the other name's dirty file, a
+ * clean one is copied server-side.  So after a crash or in the bucket,
+ * each name holds the file as of its last commit.
+ *
+ * unlink of another name deletes its key; unlink of the first name makes
+ * another name the first (the file's dirty copy, or a server-side copy,
+ * moves onto its key: fs_rename_file, then fs_inode_move).  Both move the
+ * file's ctime, as a change of its link count does.  An inode with links
+ * is not freed when the kernel forgets it, so every name keeps finding
+ * the one inode (fs_inode_ref asks fs_link_inode first).
+ *
+ * The links live in this mount's memory: after a remount the names are
+ * independent files with one link each (docs/posix.md, "Hard links").
+ * Locking: fs->lock protects the table, in->links and in->nlinks.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fs_int.h"
+
+static struct fs *FS(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+/* ---- the table (fs->lock held) ---- */
+
+static size_t link_hash(const struct fs_inode *dir, const char *name)
+{
+	uint64_t h = 1469598103934665603ull ^ dir->ino;
+
+	for (; *name; name++)
+		h = (h ^ (unsigned char)*name) * 1099511628211ull;
+	return (size_t)(h % FS_LINK_BUCKETS);
+}
+
+static struct fs_link *link_find(struct fs *fs, const struct fs_inode *dir,
+				 const char *name)
+{
+	struct fs_link *l;
+
+	if (!fs->links)
+		return NULL;
+	for (l = fs->links[link_hash(dir, name)]; l; l = l->next_hash)
+		if (l->dir == dir && !strcmp(l->name, name))
+			return l;
+	return NULL;
+}
+
+struct fs_inode *fs_link_inode(struct fs *fs, const struct fs_inode *dir,
+			       const char *name)
+{
+	struct fs_link *l = link_find(fs, dir, name);
+
+	return l ? l->in : NULL;
+}
+
+bool fs_link_named(struct fs *fs, const struct fs_inode *dir,
+		   const char *name)
+{
+	bool named;
+
+	pthread_mutex_lock(&fs->lock);
+	named = link_find(fs, dir, name) != NULL;
+	pthread_mutex_unlock(&fs->lock);
+	return named;
+}
+
+static void link_hash_in(struct fs *fs, struct fs_link *l)
+{
+	size_t b = link_hash(l->dir, l->name);
+
+	l->next_hash = fs->links[b];
+	fs->links[b] = l;
+}
+
+static void link_hash_out(struct fs *fs, struct fs_link *l)
+{
+	for (struct fs_link **pp = &fs->links[link_hash(l->dir, l->name)];
+	     *pp; pp = &(*pp)->next_hash)
+		if (*pp == l) {
+			*pp = l->next_hash;
+			return;
+		}
+}
+
+static int link_add(struct fs *fs, struct fs_inode *in, struct fs_inode *dir,
+		    const char *name)
+{
+	struct fs_link *l;
+
+	if (!fs->links &&
+	    !(fs->links = calloc(FS_LINK_BUCKETS, sizeof(*fs->links))))
+		return -ENOMEM;
+	l = calloc(1, sizeof(*l));
+	if (!l || !(l->name = strdup(name))) {
+		free(l);
+		return -ENOMEM;
+	}
+	l->in = in;
+	l->dir = dir;
+	dir->children++;
+	link_hash_in(fs, l);
+	l->next_in = in->links;
+	in->links = l;
+	in->nlinks++;
+	return 0;
+}
+
+/* Drops l.  Its directory may go with it, and so may the inode: callers
+ * hold a reference to the inode (nlookup) while they still use it. */
+static void link_drop(struct fs *fs, struct fs_link *l)
+{
+	struct fs_inode *in = l->in, *dir = l->dir;
+
+	link_hash_out(fs, l);
+	for (struct fs_link **pp = &in->links; *pp; pp = &(*pp)->next_in)
+		if (*pp == l) {
+			*pp = l->next_in;
+			break;
+		}
+	util_assert(in->nlinks > 0 && dir->children > 0);
+	in->nlinks--;
+	dir->children--;
+	free(l->name);
+	free(l);
+	fs_inode_maybe_free(fs, dir);
+	fs_inode_maybe_free(fs, in);
+}
+
+void fs_links_free(struct fs *fs)
+{
+	if (!fs->links)
+		return;
+	for (size_t b = 0; b < FS_LINK_BUCKETS; b++)
+		for (struct fs_link *l = fs->links[b], *n; l; l = n) {
+			n = l->next_hash;
+			free(l->name);
+			free(l);
+		}
+	free(fs->links);
+	fs->links = NULL;
+}
+
+/* The key of l (lock held). */
+static int link_key(const struct fs_link *l, char *key, size_t len)
+{
+	return (size_t)snprintf(key, len, "%s%s", l->dir->key, l->name) >=
+	       len ? -ENAMETOOLONG : 0;
+}
+
+/* The file with links that dir/name (key) is a name of, or NULL (lock
+ * held). */
+static struct fs_inode *link_owner(struct fs *fs, struct fs_inode *dir,
+				   const char *name, const char *key)
+{
+	struct fs_link *l = link_find(fs, dir, name);
+	struct fs_inode *in;
+
+	if (l)
+		return l->in;
+	in = fs_inode_by_key(fs, key);
+	return in && !in->is_dir && in->links ? in : NULL;
+}
+
+/* ---- copies ---- */
+
+/* cache_w_write_with's source: the bytes of another dirty file, at the
+ * same offsets. */
+static ssize_t copy_fn(void *arg, int fd, uint64_t off, size_t len)
+{
+	int src = *(const int *)arg;
+	loff_t so = (loff_t)off, dof = (loff_t)off;
+	char buf[65536];
+	ssize_t n;
+
+	n = copy_file_range(src, &so, fd, &dof, len, 0);
+	if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL ||
+		      errno == EOPNOTSUPP)) {
+		n = pread(src, buf, len < sizeof(buf) ? len : sizeof(buf),
+			  (off_t)off);
+		if (n > 0)
+			n = pwrite(fd, buf, (size_t)n, (off_t)off);
+	}
+	if (n < 0)
+		return -errno;
+	return n ? n : -EIO; /* shorter than it said: try again later */
+}
+
+/* The user metadata of w becomes kv[0..n). */
+static int copy_xattrs(struct cache_wfile *w, const struct obj_kv *kv,
+		       size_t n)
+{
+	struct obj_kv *old = NULL;
+	size_t no = 0;
+	int rc = cache_w_xattrs(w, &old, &no);
+
+	for (size_t i = 0; !rc && i < no; i++) {
+		bool keep = false;
+
+		for (size_t j = 0; j < n && !keep; j++)
+			keep = !strcmp(old[i].name, kv[j].name);
+		if (!keep)
+			rc = cache_w_xattr_remove(w, old[i].name);
+	}
+	for (size_t i = 0; !rc && i < n; i++)
+		rc = cache_w_xattr_set(w, kv[i].name, kv[i].value,
+				       strlen(kv[i].value), 0);
+	obj_kv_free(old, no);
+	return rc;
+}
+
+/* key's dirty file becomes a copy of src: bytes, attributes, xattrs;
+ * committed with durable.  An existing one is rewritten in place (as an
+ * open for writing would): never a moment without the name. */
+static int clone_w(struct fs *fs, struct cache_wfile *src, const char *key,
+		   bool durable)
+{
+	struct cache *c = fs->cfg.cache;
+	struct cache_wfile *w = NULL;
+	struct cache_wattr a, z;
+	struct obj_kv *kv = NULL;
+	size_t n = 0;
+	int rc, sfd = cache_w_fd(src);
+	ssize_t wn;
+
+	cache_w_stat(src, &a);
+	rc = cache_w_xattrs(src, &kv, &n);
+	if (rc)
+		return rc;
+	z = a;
+	z.size = 0;
+	for (int tries = 0; tries < 3; tries++) {
+		/* in the bucket perhaps: an earlier copy may have gone up */
+		rc = cache_w_create(c, key, &z, true, NULL, NULL, &w);
+		if (!rc) {
+			cache_w_writer(w, true);
+			break;
+		}
+		if (rc != -EEXIST)
+			break;
+		rc = cache_w_hold(c, key, &w);
+		if (!rc) {
+			rc = cache_w_truncate(w, 0);
+			break;
+		}
+		w = NULL; /* uploaded meanwhile: create it again */
+	}
+	if (!rc && a.size) {
+		wn = cache_w_write_with(w, 0, a.size, copy_fn, &sfd);
+		rc = wn < 0 ? (int)wn : 0;
+	}
+	if (!rc)
+		rc = copy_xattrs(w, kv, n);
+	if (!rc) {
+		cache_w_setattr(w, &a, CACHE_WA_MODE | CACHE_WA_UID |
+			       CACHE_WA_GID | CACHE_WA_MTIME | CACHE_WA_ATIME |
+			       CACHE_WA_CTIME);
+		rc = cache_w_commit(w, durable);
+	}
+	if (w) {
+		cache_w_writer(w, false);
+		cache_w_put(w);
+	}
+	obj_kv_free(kv, n);
+	return rc;
+}
+
+/* Marks the listing of key's directory old. */
+static void invalidate_parent(struct fs *fs, const char *key)
+{
+	char d[OBJ_KEY_MAX + 2];
+	size_t n;
+
+	snprintf(d, sizeof(d), "%s", key);
+	n = strlen(d);
+	while (n && d[n - 1] != '/')
+		d[--n] = '\0';
+	fs_dir_invalidate(fs, d, false);
+}
+
+int fs_link_sync(struct fs *fs, struct fs_inode *in, bool durable)
+{
+	char pkey[OBJ_KEY_MAX + 2], (*keys)[OBJ_KEY_MAX + 2] = NULL;
+	struct cache_wfile *w;
+	unsigned n = 0;
+	int rc = 0;
+
+	pthread_mutex_lock(&fs->lock);
+	if (in->nlinks && (keys = malloc(in->nlinks * sizeof(*keys)))) {
+		for (struct fs_link *l = in->links; l && !rc; l = l->next_in)
+			rc = link_key(l, keys[n++], sizeof(keys[0]));
+		snprintf(pkey, sizeof(pkey), "%s", in->key);
+	} else if (in->nlinks) {
+		rc = -ENOMEM;
+	}
+	pthread_mutex_unlock(&fs->lock);
+	if (!n || rc) {
+		free(keys);
+		return rc;
+	}
+	if (!cache_w_get(fs->cfg.cache, pkey, &w)) {
+		for (unsigned i = 0; i < n && !rc; i++)
+			rc = clone_w(fs, w, keys[i], durable);
+		cache_w_put(w);
+	} else if (fs->cfg.mode == FS_MODE_LU) {
+		rc = -EIO; /* never: linked files stay dirty under lu */
+	} else {
+		for (unsigned i = 0; i < n && !rc; i++)
+			rc = fs_copy_to(fs, pkey, keys[i]);
+	}
+	for (unsigned i = 0; i < n; i++)
+		invalidate_parent(fs, keys[i]);
+	free(keys);
+	if (rc)
+		fprintf(stderr, "fmfs: the hard links of '%s' could not be "
+			"updated: %s\n", pkey, strerror(-rc));
+	return rc;
+}
+
+/* The file's ctime moves (a name came or went), then its other names
+ * follow.  The store down: the inode's ctime moves all the same, the
+ * copies follow with the next change.  Returns fs_link_sync's result. */
+static int link_touch(struct fs *fs, struct fs_inode *in)
+{
+	struct cache_wattr a = { 0 };
+	struct cache_wfile *w;
+	char key[OBJ_KEY_MAX + 2];
+	int rc;
+
+	pthread_mutex_lock(&fs->lock);
+	snprintf(key, sizeof(key), "%s", in->key);
+	pthread_mutex_unlock(&fs->lock);
+	if (!cache_w_hold(fs->cfg.cache, key, &w)) {
+		cache_w_setattr(w, &a, 0); /* ctime: now */
+		rc = cache_w_commit(w, false);
+		cache_w_writer(w, false);
+		cache_w_put(w);
+		fs_refresh_from_w(fs, in);
+	} else {
+		rc = fs_copy_meta(fs, in, &a, 0, NULL, NULL, 0, 0);
+	}
+	if (rc) {
+		pthread_mutex_lock(&fs->lock);
+		if (in->has_attr)
+			in->ctime_ns = util_wall_ns();
+		pthread_mutex_unlock(&fs->lock);
+	}
+	return fs_link_sync(fs, in, false);
+}
+
+/* The first name of in, dir/name (key, entry se), goes: its first link
+ * takes its place, the file's bytes moving onto that key.  The caller
+ * holds a reference to in. */
+static int link_promote(struct fs *fs, struct fs_inode *in,
+			struct fs_inode *dir, const char *key,
+			const struct fs_entry *se)
+{
+	char to[OBJ_KEY_MAX + 2], *nname;
+	struct fs_inode *ndir;
+	struct fs_link *l;
+	struct fs_entry de;
+	int rc;
+
+	pthread_mutex_lock(&fs->lock);
+	l = in->links;
+	rc = l ? link_key(l, to, sizeof(to)) : -ENOENT;
+	ndir = l ? l->dir : NULL;
+	nname = l ? strdup(l->name) : NULL;
+	if (!rc && !nname)
+		rc = -ENOMEM;
+	if (!rc)
+		ndir->nlookup++; /* stays while we work */
+	pthread_mutex_unlock(&fs->lock);
+	if (rc) {
+		free(nname);
+		return rc;
+	}
+	rc = fs_find(fs, ndir, nname, &de);
+	if (rc == -ENOENT)
+		rc = fs_rename_file(fs, key, to, se, NULL);
+	else if (!rc)
+		rc = fs_rename_file(fs, key, to, se, &de);
+	pthread_mutex_lock(&fs->lock);
+	l = link_find(fs, ndir, nname);
+	if (!rc && l && l->in == in) {
+		rc = fs_inode_move(fs, in, ndir, nname);
+		in->attr_ms = 0; /* another key now: its version from a HEAD */
+		if (!rc)
+			link_drop(fs, l);
+	} else if (!rc) {
+		rc = -ENOENT; /* the link went meanwhile */
+	}
+	pthread_mutex_unlock(&fs->lock);
+	fs_inode_forget(fs, ndir, 1);
+	fs_dir_invalidate(fs, dir->key, false);
+	invalidate_parent(fs, to);
+	free(nname);
+	return rc;
+}
+
+int fs_link_unlink(struct fs *fs, struct fs_inode *dir, const char *name,
+		   const char *key, const struct fs_entry *e)
+{
+	struct fs_inode *in;
+	struct fs_link *l;
+	int rc = 0;
+
+	pthread_mutex_lock(&fs->lock);
+	in = link_owner(fs, dir, name, key);
+	if (!in) {
+		pthread_mutex_unlock(&fs->lock);
+		return 1;
+	}
+	in->nlookup++; /* stays while we work */
+	l = link_find(fs, dir, name);
+	if (l)
+		link_drop(fs, l);
+	pthread_mutex_unlock(&fs->lock);
+	if (l) { /* another name: its copy goes (it may be in the bucket) */
+		rc = cache_w_unlink(fs->cfg.cache, key, true, false);
+		cache_evict_key(fs->cfg.cache, key);
+		fs_dir_invalidate(fs, dir->key, false);
+	} else {
+		rc = link_promote(fs, in, dir, key, e);
+	}
+	if (!rc)
+		link_touch(fs, in); /* the name is gone all the same */
+	fs_inode_forget(fs, in, 1);
+	return rc;
+}
+
+int fs_link_rename_pre(struct fs *fs, struct fs_inode *sdir,
+		       const char *name, struct fs_inode *ddir,
+		       const char *newname, bool exists, bool *same)
+{
+	char from[OBJ_KEY_MAX + 2], to[OBJ_KEY_MAX + 2];
+	struct fs_inode *x, *y;
+	struct fs_link *l;
+	struct fs_entry de;
+	int rc = 0;
+
+	*same = false;
+	if (!exists)
+		return 0;
+	pthread_mutex_lock(&fs->lock);
+	if (!fs->links) {
+		pthread_mutex_unlock(&fs->lock);
+		return 0;
+	}
+	snprintf(from, sizeof(from), "%s%s", sdir->key, name);
+	snprintf(to, sizeof(to), "%s%s", ddir->key, newname);
+	x = link_owner(fs, sdir, name, from);
+	y = link_owner(fs, ddir, newname, to);
+	if (!y || x == y) {
+		*same = y != NULL; /* two names of one file: nothing to do */
+		pthread_mutex_unlock(&fs->lock);
+		return 0;
+	}
+	y->nlookup++;
+	l = link_find(fs, ddir, newname);
+	if (l) /* another name of y: the rename overwrites its copy */
+		link_drop(fs, l);
+	pthread_mutex_unlock(&fs->lock);
+	if (!l) { /* y's first name: another takes its place first */
+		rc = fs_find(fs, ddir, newname, &de);
+		if (!rc)
+			rc = link_promote(fs, y, ddir, to, &de);
+	}
+	if (!rc)
+		link_touch(fs, y);
+	fs_inode_forget(fs, y, 1);
+	return rc;
+}
+
+bool fs_link_renamed(struct fs *fs, struct fs_inode *sdir, const char *name,
+		     struct fs_inode *ddir, const char *newname)
+{
+	struct fs_link *l = link_find(fs, sdir, name);
+	struct fs_inode *odir;
+	char *nn;
+
+	if (!l)
+		return false;
+	nn = strdup(newname);
+	if (!nn) { /* the name is gone from the table: a copy from now on */
+		struct fs_inode *in = l->in;
+
+		in->nlookup++;
+		link_drop(fs, l);
+		in->nlookup--;
+		fs_inode_maybe_free(fs, in);
+		return true;
+	}
+	link_hash_out(fs, l);
+	odir = l->dir;
+	free(l->name);
+	l->name = nn;
+	l->dir = ddir;
+	ddir->children++;
+	link_hash_in(fs, l);
+	odir->children--;
+	fs_inode_maybe_free(fs, odir);
+	return true;
+}
+
+static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
+		    const char *newname)
+{
+	struct fs *fs = FS(req);
+	struct cache *c = fs->cfg.cache;
+	struct fs_inode *in = fs_inode_get(fs, ino), *dir;
+	struct cache_wfile *w = NULL;
+	char key[OBJ_KEY_MAX + 2], pkey[OBJ_KEY_MAX + 2];
+	struct fs_link *l;
+	struct fs_entry e;
+	int err, rc;
+
+	if (!in) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (in->is_dir) {
+		fuse_reply_err(req, EPERM); /* as every Linux file system */
+		return;
+	}
+	dir = fs_dir_of(fs, newparent, &err);
+	if (!dir) {
+		fuse_reply_err(req, err);
+		return;
+	}
+	rc = fs_child_key(fs, dir, newname, false, key, sizeof(key), "link");
+	if (!rc) {
+		rc = fs_find(fs, dir, newname, &e);
+		rc = !rc ? -EEXIST : rc == -ENOENT ? 0 : rc;
+	}
+	pthread_mutex_lock(&fs->lock);
+	if (!rc && in->unlinked)
+		rc = -ENOENT;
+	else if (!rc && in->nlinks + 1 >= FS_LINK_MAX)
+		rc = -EMLINK;
+	snprintf(pkey, sizeof(pkey), "%s", in->key);
+	if (!rc)
+		in->nlookup++; /* stays while we work; the reply's then */
+	pthread_mutex_unlock(&fs->lock);
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	/* lu never writes the bucket: a linked file is kept dirty */
+	if (fs->cfg.mode == FS_MODE_LU && cache_w_hold(c, pkey, &w)) {
+		rc = fs_materialize(fs, in, false, &w);
+		if (!rc)
+			rc = cache_w_commit(w, false);
+	}
+	if (w) {
+		cache_w_writer(w, false);
+		cache_w_put(w);
+	}
+	if (!rc) {
+		pthread_mutex_lock(&fs->lock);
+		rc = link_add(fs, in, dir, newname);
+		pthread_mutex_unlock(&fs->lock);
+	}
+	if (!rc) {
+		/* the copy under the new name is made as the first of its
+		 * updates, with the ctime the link gives the file */
+		rc = link_touch(fs, in);
+		if (rc) { /* no copy: the name never came */
+			pthread_mutex_lock(&fs->lock);
+			if ((l = link_find(fs, dir, newname)) && l->in == in)
+				link_drop(fs, l);
+			pthread_mutex_unlock(&fs->lock);
+			cache_w_unlink(c, key, true, false);
+		}
+	}
+	if (rc) {
+		fs_inode_forget(fs, in, 1);
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	fs_dir_touch(fs, dir);
+	fs_dir_invalidate(fs, dir->key, false);
+	fs_reply_entry(req, fs, in);
+}
+
+void fs_link_op(struct fuse_lowlevel_ops *ops)
+{
+	ops->link = op_link;
+}
