@@ -1164,6 +1164,18 @@ int cache_w_fd(struct cache_wfile *w)
 	return w->fd;
 }
 
+uint64_t cache_w_version(struct cache_wfile *w)
+{
+	struct cache_wb *wb = w->c->wb;
+	uint64_t v;
+
+	pthread_mutex_lock(&wb->lock);
+	cache_wb_sync_external(w, true);
+	v = (w->id << 32) ^ w->gen;
+	pthread_mutex_unlock(&wb->lock);
+	return v;
+}
+
 int cache_w_check(struct cache_wfile *w)
 {
 	struct cache_wb *wb = w->c->wb;

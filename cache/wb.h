@@ -136,6 +136,10 @@ void cache_w_writer(struct cache_wfile *w, bool add);
  * would be lost.  Undo with cache_w_writer(w, false), then cache_w_put. */
 int cache_w_hold(struct cache *c, const char *key, struct cache_wfile **out);
 int cache_w_fd(struct cache_wfile *w);
+/* A number that changes with every change of w (bytes, attributes,
+ * xattrs, name; a writer behind our back included) and differs between
+ * dirty files: an equal one means nothing changed. */
+uint64_t cache_w_version(struct cache_wfile *w);
 /* Before a file replayed from before the mount is first read or written
  * through a handle: reads it and checks it against the checksums of its
  * last commit (once per mount).  -EIO if it does not match (it is then

@@ -680,8 +680,8 @@ static void op_release(fuse_req_t req, fuse_ino_t ino,
 		if (h->pt)   /* the kernel's writes are over: a last look */
 			cache_w_external(h->w, false);
 		rc = cache_w_commit(h->w, false);
-		if (!rc && h->in)
-			rc = fs_link_sync(h->fs, h->in, false);
+		if (!rc && h->in) /* hard links: failure logged */
+			fs_link_sync(h->fs, h->in, false);
 		cache_w_writer(h->w, false);
 		h->writer = false;
 	}
@@ -1045,6 +1045,7 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t ml)
 	fs->mount_time_s = time(NULL);
 	fs->ctl_fd = -1;
 	pthread_mutex_init(&fs->lock, NULL);
+	pthread_mutex_init(&fs->link_lock, NULL);
 	rc = fs_inodes_init(fs);
 	if (rc) {
 		snprintf(msg, ml, "out of memory");
@@ -1161,6 +1162,7 @@ out_inodes:
 	fs_inodes_free(fs);
 out_free:
 	pthread_mutex_destroy(&fs->lock);
+	pthread_mutex_destroy(&fs->link_lock);
 	free(fs);
 	return rc;
 }

@@ -147,6 +147,8 @@ struct fs_link {
 	char *name;
 	struct fs_link *next_hash; /* fs->links */
 	struct fs_link *next_in;   /* in->links */
+	uint64_t synced;           /* cache_w_version of the dirty file last
+	                            * copied here (0: none); link_lock */
 };
 
 #define FS_DIR_GENS 256
@@ -173,6 +175,12 @@ struct fs {
 	size_t ndirs;
 	/* hard links by (dir, name), FS_LINK_BUCKETS; protected by lock */
 	struct fs_link **links;
+	atomic_uint links_total;   /* their number */
+	/* Held by every change of a file with links or of its names (link,
+	 * unlink, rename, the copies' updates), so that the copies are made
+	 * under the names of the moment; taken before lock.  The table
+	 * changes only under both. */
+	pthread_mutex_t link_lock;
 	/* counters for `fmfs status` */
 	atomic_uint_fast64_t lookups, listings, list_pages, opens, reads;
 	atomic_uint_fast64_t getxattrs;
@@ -392,17 +400,32 @@ int fs_link_sync(struct fs *fs, struct fs_inode *in, bool durable);
  * path then). */
 int fs_link_unlink(struct fs *fs, struct fs_inode *dir, const char *name,
 		   const char *key, const struct fs_entry *e);
+/* Whether any file of the mount has links (op_rename then holds
+ * link_lock: fs_link_lock/fs_link_unlock). */
+bool fs_links_any(struct fs *fs);
+void fs_link_lock(struct fs *fs);
+void fs_link_unlock(struct fs *fs);
 /* Before rename of file sdir/name over ddir/newname (exists: there is a
- * file there).  *same: both are names of one file (rename does nothing).
- * A destination that is a name of a file with links stops being one
- * (the file keeps its others).  Returns 0 or -errno. */
+ * file there), link_lock held.  *same: both are names of one file
+ * (rename does nothing).  A destination that is the first name of a file
+ * with links: another of its names takes its place first (*promoted:
+ * that file, for fs_link_rename_post).  Returns 0 or -errno. */
 int fs_link_rename_pre(struct fs *fs, struct fs_inode *sdir,
 		       const char *name, struct fs_inode *ddir,
-		       const char *newname, bool exists, bool *same);
-/* After the keys moved: the extra name sdir/name is ddir/newname now.
- * Returns true if sdir/name was an extra name (lock held). */
-bool fs_link_renamed(struct fs *fs, struct fs_inode *sdir, const char *name,
-		     struct fs_inode *ddir, const char *newname);
+		       const char *newname, bool exists, bool *same,
+		       struct fs_inode **promoted);
+/* After the keys moved (lock held): the extra name sdir/name is
+ * ddir/newname now; a file whose extra name ddir/newname was replaced
+ * loses it, and is returned (for fs_link_rename_post) or NULL. */
+struct fs_inode *fs_link_renamed(struct fs *fs, struct fs_inode *sdir,
+				 const char *name, struct fs_inode *ddir,
+				 const char *newname);
+/* After the rename (rc its result), link_lock held: a promoted file gets
+ * its name back if the rename failed; the ctime of the files that lost a
+ * name moves. */
+void fs_link_rename_post(struct fs *fs, struct fs_inode *promoted,
+			 struct fs_inode *taken, struct fs_inode *ddir,
+			 const char *newname, int rc);
 /* Frees every link (unmount). */
 void fs_links_free(struct fs *fs);
 

@@ -37,6 +37,21 @@ static struct fs *FS(fuse_req_t req)
 	return fuse_req_userdata(req);
 }
 
+bool fs_links_any(struct fs *fs)
+{
+	return atomic_load(&fs->links_total) != 0;
+}
+
+void fs_link_lock(struct fs *fs)
+{
+	pthread_mutex_lock(&fs->link_lock);
+}
+
+void fs_link_unlock(struct fs *fs)
+{
+	pthread_mutex_unlock(&fs->link_lock);
+}
+
 /* ---- the table (fs->lock held) ---- */
 
 static size_t link_hash(const struct fs_inode *dir, const char *name)
@@ -118,6 +133,7 @@ static int link_add(struct fs *fs, struct fs_inode *in, struct fs_inode *dir,
 	l->next_in = in->links;
 	in->links = l;
 	in->nlinks++;
+	atomic_fetch_add(&fs->links_total, 1);
 	return 0;
 }
 
@@ -136,6 +152,7 @@ static void link_drop(struct fs *fs, struct fs_link *l)
 	util_assert(in->nlinks > 0 && dir->children > 0);
 	in->nlinks--;
 	dir->children--;
+	atomic_fetch_sub(&fs->links_total, 1);
 	free(l->name);
 	free(l);
 	fs_inode_maybe_free(fs, dir);
@@ -293,48 +310,67 @@ static void invalidate_parent(struct fs *fs, const char *key)
 	fs_dir_invalidate(fs, d, false);
 }
 
-int fs_link_sync(struct fs *fs, struct fs_inode *in, bool durable)
+/* fs_link_sync with link_lock held: the links cannot change. */
+static int link_sync_locked(struct fs *fs, struct fs_inode *in, bool durable)
 {
-	char pkey[OBJ_KEY_MAX + 2], (*keys)[OBJ_KEY_MAX + 2] = NULL;
-	struct cache_wfile *w;
-	unsigned n = 0;
-	int rc = 0;
+	char pkey[OBJ_KEY_MAX + 2], key[OBJ_KEY_MAX + 2];
+	struct cache_wfile *w = NULL;
+	uint64_t v = 0;
+	int rc = 0, rc1;
 
 	pthread_mutex_lock(&fs->lock);
-	if (in->nlinks && (keys = malloc(in->nlinks * sizeof(*keys)))) {
-		for (struct fs_link *l = in->links; l && !rc; l = l->next_in)
-			rc = link_key(l, keys[n++], sizeof(keys[0]));
-		snprintf(pkey, sizeof(pkey), "%s", in->key);
-	} else if (in->nlinks) {
-		rc = -ENOMEM;
-	}
+	snprintf(pkey, sizeof(pkey), "%s", in->key);
 	pthread_mutex_unlock(&fs->lock);
-	if (!n || rc) {
-		free(keys);
-		return rc;
+	if (!in->links)
+		return 0;
+	if (!cache_w_get(fs->cfg.cache, pkey, &w))
+		v = cache_w_version(w); /* before the copy: a later change
+					 * is copied again next time */
+	else if (fs->cfg.mode == FS_MODE_LU)
+		return -EIO; /* never: linked files stay dirty under lu */
+	for (struct fs_link *l = in->links; l; l = l->next_in) {
+		if (w && l->synced == v)
+			continue; /* this version is there already */
+		pthread_mutex_lock(&fs->lock);
+		rc1 = link_key(l, key, sizeof(key));
+		pthread_mutex_unlock(&fs->lock);
+		if (!rc1)
+			rc1 = w ? clone_w(fs, w, key, durable) :
+				  fs_copy_to(fs, pkey, key);
+		if (!rc1)
+			l->synced = v;
+		else if (!rc)
+			rc = rc1;
+		if (!rc1)
+			invalidate_parent(fs, key);
 	}
-	if (!cache_w_get(fs->cfg.cache, pkey, &w)) {
-		for (unsigned i = 0; i < n && !rc; i++)
-			rc = clone_w(fs, w, keys[i], durable);
-		cache_w_put(w);
-	} else if (fs->cfg.mode == FS_MODE_LU) {
-		rc = -EIO; /* never: linked files stay dirty under lu */
-	} else {
-		for (unsigned i = 0; i < n && !rc; i++)
-			rc = fs_copy_to(fs, pkey, keys[i]);
-	}
-	for (unsigned i = 0; i < n; i++)
-		invalidate_parent(fs, keys[i]);
-	free(keys);
+	cache_w_put(w);
 	if (rc)
 		fprintf(stderr, "fmfs: the hard links of '%s' could not be "
-			"updated: %s\n", pkey, strerror(-rc));
+			"updated (they follow with its next change): %s\n",
+			pkey, strerror(-rc));
+	return rc;
+}
+
+int fs_link_sync(struct fs *fs, struct fs_inode *in, bool durable)
+{
+	int rc;
+
+	pthread_mutex_lock(&fs->lock);
+	rc = in->nlinks != 0;
+	pthread_mutex_unlock(&fs->lock);
+	if (!rc)
+		return 0;
+	pthread_mutex_lock(&fs->link_lock);
+	rc = link_sync_locked(fs, in, durable);
+	pthread_mutex_unlock(&fs->link_lock);
 	return rc;
 }
 
 /* The file's ctime moves (a name came or went), then its other names
- * follow.  The store down: the inode's ctime moves all the same, the
- * copies follow with the next change.  Returns fs_link_sync's result. */
+ * follow (link_lock held).  The store down: the inode's ctime moves all
+ * the same, the copies follow with the next change.  Returns the copies'
+ * update's result. */
 static int link_touch(struct fs *fs, struct fs_inode *in)
 {
 	struct cache_wattr a = { 0 };
@@ -360,56 +396,41 @@ static int link_touch(struct fs *fs, struct fs_inode *in)
 			in->ctime_ns = util_wall_ns();
 		pthread_mutex_unlock(&fs->lock);
 	}
-	return fs_link_sync(fs, in, false);
+	return link_sync_locked(fs, in, false);
 }
 
-/* The first name of in, dir/name (key, entry se), goes: its first link
- * takes its place, the file's bytes moving onto that key.  The caller
- * holds a reference to in. */
-static int link_promote(struct fs *fs, struct fs_inode *in,
-			struct fs_inode *dir, const char *key,
+/* The first name of in (its key, entry se) goes: its first link takes
+ * its place, the file's bytes moving onto that key (link_lock held; the
+ * caller holds a reference to in). */
+static int link_promote(struct fs *fs, struct fs_inode *in, const char *key,
 			const struct fs_entry *se)
 {
-	char to[OBJ_KEY_MAX + 2], *nname;
-	struct fs_inode *ndir;
-	struct fs_link *l;
+	char to[OBJ_KEY_MAX + 2], from_dir[OBJ_KEY_MAX + 2];
+	struct fs_link *l = in->links;
 	struct fs_entry de;
 	int rc;
 
 	pthread_mutex_lock(&fs->lock);
-	l = in->links;
 	rc = l ? link_key(l, to, sizeof(to)) : -ENOENT;
-	ndir = l ? l->dir : NULL;
-	nname = l ? strdup(l->name) : NULL;
-	if (!rc && !nname)
-		rc = -ENOMEM;
-	if (!rc)
-		ndir->nlookup++; /* stays while we work */
+	snprintf(from_dir, sizeof(from_dir), "%s", in->parent->key);
 	pthread_mutex_unlock(&fs->lock);
-	if (rc) {
-		free(nname);
+	if (rc)
 		return rc;
-	}
-	rc = fs_find(fs, ndir, nname, &de);
+	rc = fs_find(fs, l->dir, l->name, &de);
 	if (rc == -ENOENT)
 		rc = fs_rename_file(fs, key, to, se, NULL);
 	else if (!rc)
 		rc = fs_rename_file(fs, key, to, se, &de);
+	if (rc)
+		return rc;
 	pthread_mutex_lock(&fs->lock);
-	l = link_find(fs, ndir, nname);
-	if (!rc && l && l->in == in) {
-		rc = fs_inode_move(fs, in, ndir, nname);
-		in->attr_ms = 0; /* another key now: its version from a HEAD */
-		if (!rc)
-			link_drop(fs, l);
-	} else if (!rc) {
-		rc = -ENOENT; /* the link went meanwhile */
-	}
+	rc = fs_inode_move(fs, in, l->dir, l->name);
+	in->attr_ms = 0; /* another key now: its version from a HEAD */
+	if (!rc)
+		link_drop(fs, l);
 	pthread_mutex_unlock(&fs->lock);
-	fs_inode_forget(fs, ndir, 1);
-	fs_dir_invalidate(fs, dir->key, false);
+	fs_dir_invalidate(fs, from_dir, false);
 	invalidate_parent(fs, to);
-	free(nname);
 	return rc;
 }
 
@@ -420,41 +441,50 @@ int fs_link_unlink(struct fs *fs, struct fs_inode *dir, const char *name,
 	struct fs_link *l;
 	int rc = 0;
 
+	if (!fs_links_any(fs))
+		return 1;
+	pthread_mutex_lock(&fs->link_lock);
 	pthread_mutex_lock(&fs->lock);
 	in = link_owner(fs, dir, name, key);
+	if (in)
+		in->nlookup++; /* stays while we work */
+	l = in ? link_find(fs, dir, name) : NULL;
+	pthread_mutex_unlock(&fs->lock);
 	if (!in) {
-		pthread_mutex_unlock(&fs->lock);
+		pthread_mutex_unlock(&fs->link_lock);
 		return 1;
 	}
-	in->nlookup++; /* stays while we work */
-	l = link_find(fs, dir, name);
-	if (l)
-		link_drop(fs, l);
-	pthread_mutex_unlock(&fs->lock);
 	if (l) { /* another name: its copy goes (it may be in the bucket) */
 		rc = cache_w_unlink(fs->cfg.cache, key, true, false);
-		cache_evict_key(fs->cfg.cache, key);
+		pthread_mutex_lock(&fs->lock);
+		if (!rc)
+			link_drop(fs, l);
+		pthread_mutex_unlock(&fs->lock);
+		if (!rc)
+			cache_evict_key(fs->cfg.cache, key);
 		fs_dir_invalidate(fs, dir->key, false);
 	} else {
-		rc = link_promote(fs, in, dir, key, e);
+		rc = link_promote(fs, in, key, e);
 	}
 	if (!rc)
 		link_touch(fs, in); /* the name is gone all the same */
+	pthread_mutex_unlock(&fs->link_lock);
 	fs_inode_forget(fs, in, 1);
 	return rc;
 }
 
 int fs_link_rename_pre(struct fs *fs, struct fs_inode *sdir,
 		       const char *name, struct fs_inode *ddir,
-		       const char *newname, bool exists, bool *same)
+		       const char *newname, bool exists, bool *same,
+		       struct fs_inode **promoted)
 {
 	char from[OBJ_KEY_MAX + 2], to[OBJ_KEY_MAX + 2];
 	struct fs_inode *x, *y;
-	struct fs_link *l;
 	struct fs_entry de;
-	int rc = 0;
+	int rc;
 
 	*same = false;
+	*promoted = NULL;
 	if (!exists)
 		return 0;
 	pthread_mutex_lock(&fs->lock);
@@ -466,45 +496,51 @@ int fs_link_rename_pre(struct fs *fs, struct fs_inode *sdir,
 	snprintf(to, sizeof(to), "%s%s", ddir->key, newname);
 	x = link_owner(fs, sdir, name, from);
 	y = link_owner(fs, ddir, newname, to);
-	if (!y || x == y) {
-		*same = y != NULL; /* two names of one file: nothing to do */
+	if (!y || x == y || link_find(fs, ddir, newname)) {
+		/* two names of one file: nothing to do; another name of y:
+		 * taken once the rename is done (fs_link_renamed) */
+		*same = y && x == y;
 		pthread_mutex_unlock(&fs->lock);
 		return 0;
 	}
 	y->nlookup++;
-	l = link_find(fs, ddir, newname);
-	if (l) /* another name of y: the rename overwrites its copy */
-		link_drop(fs, l);
 	pthread_mutex_unlock(&fs->lock);
-	if (!l) { /* y's first name: another takes its place first */
-		rc = fs_find(fs, ddir, newname, &de);
-		if (!rc)
-			rc = link_promote(fs, y, ddir, to, &de);
-	}
+	/* y's first name: another takes its place first */
+	rc = fs_find(fs, ddir, newname, &de);
 	if (!rc)
-		link_touch(fs, y);
-	fs_inode_forget(fs, y, 1);
+		rc = link_promote(fs, y, to, &de);
+	if (rc)
+		fs_inode_forget(fs, y, 1);
+	else
+		*promoted = y;
 	return rc;
 }
 
-bool fs_link_renamed(struct fs *fs, struct fs_inode *sdir, const char *name,
-		     struct fs_inode *ddir, const char *newname)
+struct fs_inode *fs_link_renamed(struct fs *fs, struct fs_inode *sdir,
+				 const char *name, struct fs_inode *ddir,
+				 const char *newname)
 {
 	struct fs_link *l = link_find(fs, sdir, name);
-	struct fs_inode *odir;
+	struct fs_link *d = link_find(fs, ddir, newname);
+	struct fs_inode *odir, *taken = NULL;
 	char *nn;
 
+	if (d && d != l) { /* replaced: its file keeps its other names */
+		taken = d->in;
+		taken->nlookup++;
+		link_drop(fs, d);
+	}
 	if (!l)
-		return false;
+		return taken;
 	nn = strdup(newname);
-	if (!nn) { /* the name is gone from the table: a copy from now on */
+	if (!nn) { /* the name is out of the table: a copy from now on */
 		struct fs_inode *in = l->in;
 
 		in->nlookup++;
 		link_drop(fs, l);
 		in->nlookup--;
 		fs_inode_maybe_free(fs, in);
-		return true;
+		return taken;
 	}
 	link_hash_out(fs, l);
 	odir = l->dir;
@@ -515,7 +551,33 @@ bool fs_link_renamed(struct fs *fs, struct fs_inode *sdir, const char *name,
 	link_hash_in(fs, l);
 	odir->children--;
 	fs_inode_maybe_free(fs, odir);
-	return true;
+	return taken;
+}
+
+void fs_link_rename_post(struct fs *fs, struct fs_inode *promoted,
+			 struct fs_inode *taken, struct fs_inode *ddir,
+			 const char *newname, int rc)
+{
+	if (promoted && rc) {
+		/* The rename failed after ddir/newname stopped being the
+		 * first name of promoted: it comes back as another name. */
+		pthread_mutex_lock(&fs->lock);
+		if (link_add(fs, promoted, ddir, newname))
+			fprintf(stderr, "fmfs: rename failed, and '%s%s' is "
+				"now a copy of its file\n", ddir->key,
+				newname);
+		pthread_mutex_unlock(&fs->lock);
+		link_sync_locked(fs, promoted, false);
+	}
+	if (promoted) {
+		if (!rc)
+			link_touch(fs, promoted);
+		fs_inode_forget(fs, promoted, 1);
+	}
+	if (taken) {
+		link_touch(fs, taken);
+		fs_inode_forget(fs, taken, 1);
+	}
 }
 
 static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
@@ -528,6 +590,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 	char key[OBJ_KEY_MAX + 2], pkey[OBJ_KEY_MAX + 2];
 	struct fs_link *l;
 	struct fs_entry e;
+	bool pinned;
 	int err, rc;
 
 	if (!in) {
@@ -543,6 +606,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 		fuse_reply_err(req, err);
 		return;
 	}
+	pthread_mutex_lock(&fs->link_lock);
 	rc = fs_child_key(fs, dir, newname, false, key, sizeof(key), "link");
 	if (!rc) {
 		rc = fs_find(fs, dir, newname, &e);
@@ -554,15 +618,12 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 	else if (!rc && in->nlinks + 1 >= FS_LINK_MAX)
 		rc = -EMLINK;
 	snprintf(pkey, sizeof(pkey), "%s", in->key);
-	if (!rc)
+	pinned = !rc;
+	if (pinned)
 		in->nlookup++; /* stays while we work; the reply's then */
 	pthread_mutex_unlock(&fs->lock);
-	if (rc) {
-		fuse_reply_err(req, -rc);
-		return;
-	}
 	/* lu never writes the bucket: a linked file is kept dirty */
-	if (fs->cfg.mode == FS_MODE_LU && cache_w_hold(c, pkey, &w)) {
+	if (!rc && fs->cfg.mode == FS_MODE_LU && cache_w_hold(c, pkey, &w)) {
 		rc = fs_materialize(fs, in, false, &w);
 		if (!rc)
 			rc = cache_w_commit(w, false);
@@ -576,20 +637,20 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 		rc = link_add(fs, in, dir, newname);
 		pthread_mutex_unlock(&fs->lock);
 	}
-	if (!rc) {
-		/* the copy under the new name is made as the first of its
-		 * updates, with the ctime the link gives the file */
-		rc = link_touch(fs, in);
-		if (rc) { /* no copy: the name never came */
-			pthread_mutex_lock(&fs->lock);
-			if ((l = link_find(fs, dir, newname)) && l->in == in)
-				link_drop(fs, l);
-			pthread_mutex_unlock(&fs->lock);
-			cache_w_unlink(c, key, true, false);
-		}
+	/* The copy under the new name is made as the first of its updates,
+	 * with the ctime the link gives the file. */
+	if (!rc && (rc = link_touch(fs, in))) {
+		/* no copy: the name never came */
+		pthread_mutex_lock(&fs->lock);
+		if ((l = link_find(fs, dir, newname)) && l->in == in)
+			link_drop(fs, l);
+		pthread_mutex_unlock(&fs->lock);
+		cache_w_unlink(c, key, true, false);
 	}
+	pthread_mutex_unlock(&fs->link_lock);
 	if (rc) {
-		fs_inode_forget(fs, in, 1);
+		if (pinned)
+			fs_inode_forget(fs, in, 1);
 		fuse_reply_err(req, -rc);
 		return;
 	}

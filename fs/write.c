@@ -554,8 +554,10 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino,
 	/* close(): queued for upload, safe from a crash of this daemon. */
 	int rc = h->writer ? cache_w_commit(h->w, false) : 0;
 
+	/* the other names (hard links) follow; a failure there is logged
+	 * and tried again with the next change, the file is committed */
 	if (!rc && h->writer && h->in)
-		rc = fs_link_sync(h->fs, h->in, false);
+		fs_link_sync(h->fs, h->in, false);
 	fuse_reply_err(req, -rc);
 }
 
@@ -785,10 +787,10 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 	/* Not through an open writer: nothing else will commit it. */
 	if (!rc && w && !(h && h->writer))
 		rc = cache_w_commit(w, false);
-	/* the other names follow (through an open writer: now too, as
-	 * attributes do not wait for its close) */
-	if (!rc && !in->is_dir && (mask || (to_set & FUSE_SET_ATTR_SIZE)))
-		rc = fs_link_sync(fs, in, false);
+	/* the other names follow (through an open writer: at its close,
+	 * whose bytes they would otherwise get before they are committed) */
+	if (!rc && !in->is_dir && !(h && h->writer))
+		fs_link_sync(fs, in, false);
 	if (own)
 		cache_w_writer(own, false);
 	cache_w_put(own);
@@ -1251,27 +1253,17 @@ static int rename_dir(struct fs *fs, const char *from, const char *to,
 	return rc;
 }
 
-static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
-		      fuse_ino_t newparent, const char *newname,
-		      unsigned int flags)
+/* rename(2) of sdir/name to ddir/newname; 0 or -errno. */
+static int do_rename(struct fs *fs, struct fs_inode *sdir, const char *name,
+		     struct fs_inode *ddir, const char *newname,
+		     unsigned int flags)
 {
-	struct fs *fs = FS(req);
 	char from[OBJ_KEY_MAX + 2], to[OBJ_KEY_MAX + 2];
-	struct fs_inode *sdir, *ddir, *in;
+	struct fs_inode *in, *promoted = NULL, *taken = NULL;
 	struct fs_entry se, de;
-	bool exists, same = false;
-	int err, rc;
+	bool exists = false, same = false;
+	int rc;
 
-	sdir = fs_dir_of(fs, parent, &err);
-	ddir = sdir ? fs_dir_of(fs, newparent, &err) : NULL;
-	if (!ddir) {
-		fuse_reply_err(req, err);
-		return;
-	}
-	if (flags & RENAME_EXCHANGE) {
-		fuse_reply_err(req, EINVAL);
-		return;
-	}
 	rc = fs_find(fs, sdir, name, &se);
 	if (!rc) {
 		rc = fs_find(fs, ddir, newname, &de);
@@ -1284,10 +1276,10 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		rc = de.is_dir ? -EISDIR : -ENOTDIR;
 	if (!rc)
 		rc = fs_child_key(fs, sdir, name, se.is_dir, from, sizeof(from),
-			       "rename");
+				  "rename");
 	if (!rc)
 		rc = fs_child_key(fs, ddir, newname, se.is_dir, to, sizeof(to),
-			       "rename");
+				  "rename");
 	if (!rc && se.is_dir && !strncmp(to, from, strlen(from)))
 		rc = -EINVAL; /* into itself */
 	if (!rc && exists && de.is_dir) {
@@ -1299,22 +1291,20 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	}
 	if (!rc && !se.is_dir)
 		rc = fs_link_rename_pre(fs, sdir, name, ddir, newname, exists,
-					&same);
-	if (!rc && same) { /* two names of one file: nothing happens */
-		fuse_reply_err(req, 0);
-		return;
-	}
-	if (!rc && exists && !de.is_dir) {
+					&same, &promoted);
+	if (rc || same) /* same: two names of one file, nothing happens */
+		return rc;
+	if (exists && !de.is_dir) {
 		pthread_mutex_lock(&fs->lock);
 		keep_dead(fs, fs_inode_by_key(fs, to), to);
 		pthread_mutex_unlock(&fs->lock);
 	}
-	if (!rc && strcmp(from, to))
+	if (strcmp(from, to))
 		rc = se.is_dir ? rename_dir(fs, from, to, se.markers) :
 		     fs_rename_file(fs, from, to, &se, exists ? &de : NULL);
 	if (rc) {
-		fuse_reply_err(req, -rc);
-		return;
+		fs_link_rename_post(fs, promoted, NULL, ddir, newname, rc);
+		return rc;
 	}
 	pthread_mutex_lock(&fs->lock);
 	in = fs_inode_by_key(fs, from);
@@ -1323,8 +1313,9 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	else if ((in = fs_inode_by_key(fs, to)))
 		fs_inode_unhash(fs, in); /* replaced */
 	if (!se.is_dir && !rc)
-		fs_link_renamed(fs, sdir, name, ddir, newname);
+		taken = fs_link_renamed(fs, sdir, name, ddir, newname);
 	pthread_mutex_unlock(&fs->lock);
+	fs_link_rename_post(fs, promoted, taken, ddir, newname, 0);
 	fs_dir_invalidate(fs, sdir->key, false);
 	fs_dir_invalidate(fs, ddir->key, false);
 	fs_dir_touch(fs, sdir);
@@ -1334,6 +1325,36 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		fs_dir_invalidate(fs, from, true);
 		fs_dir_invalidate(fs, to, true);
 	}
+	return rc;
+}
+
+static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+		      fuse_ino_t newparent, const char *newname,
+		      unsigned int flags)
+{
+	struct fs *fs = FS(req);
+	struct fs_inode *sdir, *ddir;
+	bool links;
+	int err, rc;
+
+	sdir = fs_dir_of(fs, parent, &err);
+	ddir = sdir ? fs_dir_of(fs, newparent, &err) : NULL;
+	if (!ddir) {
+		fuse_reply_err(req, err);
+		return;
+	}
+	if (flags & RENAME_EXCHANGE) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	/* With hard links in the mount, names and keys may not move while
+	 * a copy is made under them (fs/link.c). */
+	links = fs_links_any(fs);
+	if (links)
+		fs_link_lock(fs);
+	rc = do_rename(fs, sdir, name, ddir, newname, flags);
+	if (links)
+		fs_link_unlock(fs);
 	fuse_reply_err(req, -rc);
 }
 
@@ -1385,7 +1406,7 @@ static void change_xattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		cache_w_writer(w, false);
 	cache_w_put(w);
 	if (!rc)
-		rc = fs_link_sync(fs, in, false);
+		fs_link_sync(fs, in, false); /* the other names follow */
 	fuse_reply_err(req, -rc);
 }
 
