@@ -39,6 +39,7 @@
 #include "helpers.h"
 #include "cache/cache.h"
 #include "cache/cache_int.h"
+#include "cache/wb.h"
 
 #define B64K (64 * KIB)
 
@@ -1225,6 +1226,47 @@ static void test_attrs_kept(void **state)
 	assert_int_equal(g.mode, 040700);
 }
 
+/* cache_w_version (hard links copy a dirty file only when it changed):
+ * the same number while nothing changes, another after each kind of
+ * change and for another dirty file; CACHE_WA_CTIME sets ctime as
+ * given (a copy's), without it ctime becomes now. */
+static void test_w_version(void **state)
+{
+	struct env *e = *state;
+	struct cache_wattr a = { .kind = CACHE_WK_FILE, .mode = 0644 }, g;
+	struct cache_wfile *w, *w2;
+	uint64_t v0, v1, v2, v3;
+
+	env_open(e);
+	assert_int_equal(cache_w_create(e->c, "k/a", &a, false, NULL, NULL,
+					&w), 0);
+	v0 = cache_w_version(w);
+	assert_true(v0 == cache_w_version(w));
+	assert_int_equal(cache_w_pwrite(w, "abc", 3, 0), 3);
+	v1 = cache_w_version(w);
+	assert_true(v1 != v0);
+	assert_true(v1 == cache_w_version(w));
+	assert_int_equal(cache_w_xattr_set(w, "x", "y", 1, 0), 0);
+	v2 = cache_w_version(w);
+	assert_true(v2 != v1);
+	a.ctime_ns = 1234567890123456789;
+	a.mtime_ns = 1000000000;
+	cache_w_setattr(w, &a, CACHE_WA_MTIME | CACHE_WA_CTIME);
+	v3 = cache_w_version(w);
+	assert_true(v3 != v2);
+	cache_w_stat(w, &g);
+	assert_true(g.ctime_ns == 1234567890123456789);
+	assert_true(g.mtime_ns == 1000000000);
+	cache_w_setattr(w, &a, CACHE_WA_MODE);
+	cache_w_stat(w, &g);
+	assert_true(g.ctime_ns > 1700000000LL * 1000000000); /* now */
+	assert_int_equal(cache_w_create(e->c, "k/b", &a, false, NULL, NULL,
+					&w2), 0);
+	assert_true(cache_w_version(w2) != cache_w_version(w));
+	cache_w_put(w2);
+	cache_w_put(w);
+}
+
 /* An index of format 1 (no attrs table) is upgraded in place: its
  * cached blocks stay. */
 static void test_format1_upgrade(void **state)
@@ -1450,6 +1492,7 @@ int main(void)
 		T(test_block_size_mismatch),
 		T(test_corrupt_index),
 		T(test_attrs_kept),
+		T(test_w_version),
 		T(test_format1_upgrade),
 		T(test_dir_tightened),
 		T(test_dir_unusable),
