@@ -12,7 +12,9 @@
  * reaching us.  Write side (create, write, setattr, unlink, rename,
  * mkdir, symlink, xattrs, fsync) is in write.c over the cache's
  * write-back (cache/wb.h); on a `--mode ro` mount it answers EROFS.
- * FUSE passthrough, where the kernel offers it, is in passthrough.c.
+ * Hard links (link, and what unlink and rename do to a linked name) are
+ * in link.c.  FUSE passthrough, where the kernel offers it, is in
+ * passthrough.c.
  *
  * Each reply is exactly one fuse_reply_* per request.
  */

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fs_int.h - shared by the files of the fs module: the inode table and
- * cached directory listings (inode.c), the FUSE operations (fs.c) and the
- * control socket (ctl.c).
+ * cached directory listings (inode.c), the FUSE operations (fs.c,
+ * write.c, link.c) and the control socket (ctl.c).
  */
 #ifndef FMFS_FS_INT_H
 #define FMFS_FS_INT_H
