@@ -114,13 +114,6 @@ void fs_refresh_from_w(struct fs *fs, struct fs_inode *in)
 		cache_w_put(w);
 	}
 	pthread_mutex_lock(&fs->lock);
-	if (in->is_dir && in->has_attr) {
-		/* A directory's marker not uploaded yet holds what mkdir
-		 * set; what the inode has since (entries made: fs_dir_touch;
-		 * chmod, utimensat: the cache index) is newer. */
-		pthread_mutex_unlock(&fs->lock);
-		return;
-	}
 	in->has_attr = true;
 	in->mode = a.mode;
 	in->uid = a.uid;

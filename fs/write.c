@@ -346,6 +346,8 @@ struct fs_inode *fs_dir_of(struct fs *fs, fuse_ino_t ino, int *err)
 void fs_dir_touch(struct fs *fs, struct fs_inode *dir)
 {
 	int64_t now = util_wall_ns();
+	char key[OBJ_KEY_MAX + 2];
+	struct cache_wfile *w;
 
 	pthread_mutex_lock(&fs->lock);
 	if (!dir->has_attr) {
@@ -355,7 +357,18 @@ void fs_dir_touch(struct fs *fs, struct fs_inode *dir)
 		dir->gid = (uint32_t)fs->cfg.gid;
 	}
 	dir->mtime_ns = dir->ctime_ns = now;
+	snprintf(key, sizeof(key), "%s", dir->key);
 	pthread_mutex_unlock(&fs->lock);
+	/* A marker still waiting for its upload is where the directory's
+	 * attributes are read from (fs_refresh_from_w): it moves too. */
+	if (*key && !cache_w_hold(fs->cfg.cache, key, &w)) {
+		struct cache_wattr a = { .mtime_ns = now, .ctime_ns = now };
+
+		cache_w_setattr(w, &a, CACHE_WA_MTIME | CACHE_WA_CTIME);
+		cache_w_commit(w, false);
+		cache_w_writer(w, false);
+		cache_w_put(w);
+	}
 }
 
 /* Replies with the entry of a new dirty name under dir. */
