@@ -534,12 +534,7 @@ struct fs_inode *fs_link_renamed(struct fs *fs, struct fs_inode *sdir,
 		return taken;
 	nn = strdup(newname);
 	if (!nn) { /* the name is out of the table: a copy from now on */
-		struct fs_inode *in = l->in;
-
-		in->nlookup++;
 		link_drop(fs, l);
-		in->nlookup--;
-		fs_inode_maybe_free(fs, in);
 		return taken;
 	}
 	link_hash_out(fs, l);

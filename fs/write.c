@@ -222,7 +222,7 @@ static void attr_of(struct fs *fs, struct fs_inode *in, struct cache_wattr *a,
  * none when truncate is set.  Returned held (a writer registered, see
  * cache_w_hold): the caller undoes it once its change is committed. */
 int fs_materialize(struct fs *fs, struct fs_inode *in, bool truncate,
-		       struct cache_wfile **out)
+		   struct cache_wfile **out)
 {
 	struct cache *c = fs->cfg.cache;
 	struct cache_file *cf = NULL;
@@ -317,8 +317,8 @@ int fs_open_w(struct fs *fs, struct fs_inode *in, int flags,
  * prefix) fails too, logged, before anything is made: what cannot be
  * uploaded is never created. */
 int fs_child_key(struct fs *fs, const struct fs_inode *dir,
-		     const char *name, bool is_dir, char *key, size_t len,
-		     const char *what)
+		 const char *name, bool is_dir, char *key, size_t len,
+		 const char *what)
 {
 	if (fs_name_check(name))
 		return -ENAMETOOLONG;
@@ -594,9 +594,9 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
  * itself): attributes per mask, and the xattr xname set to xval (or
  * removed when xval is NULL). */
 int fs_copy_meta(struct fs *fs, struct fs_inode *in,
-		     const struct cache_wattr *a, unsigned mask,
-		     const char *xname, const char *xval, size_t xlen,
-		     int xflags)
+		 const struct cache_wattr *a, unsigned mask,
+		 const char *xname, const char *xval, size_t xlen,
+		 int xflags)
 {
 	struct obj_kv kv[64 + CACHE_WATTR_META + 1];
 	char vals[CACHE_WATTR_META][32], etag[80], xv[FS_XATTR_MAX + 1];
