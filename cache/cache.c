@@ -1002,6 +1002,7 @@ void cache_config_init(struct cache_config *cfg)
 	cfg->inflight_max_bytes = 256u << 20;
 	cfg->fetch_parallel = 16;
 	cfg->fetch_timeout_ms = 30000;
+	cfg->listing_max_bytes = 1ull << 30;
 }
 
 static uint64_t round_blocks(uint64_t n, uint64_t bb)
@@ -1026,6 +1027,7 @@ static int config_apply(struct cache *c, const struct cache_config *in,
 	DEF(inflight_max_bytes);
 	DEF(fetch_parallel);
 	DEF(fetch_timeout_ms);
+	DEF(listing_max_bytes);
 #undef DEF
 	bb = k->block_bytes;
 	if (!in->dir || !*in->dir || !in->store_id || !*in->store_id) {

@@ -47,6 +47,8 @@ struct cache_config {
 	uint64_t inflight_max_bytes;    /* all fetches together; 0: 256 MiB */
 	unsigned fetch_parallel;        /* ranged GETs at once; 0: 16 */
 	unsigned fetch_timeout_ms;      /* a waiting reader gives up; 0: 30000 */
+	uint64_t listing_max_bytes;     /* listings kept in the index (below);
+	                                 * 0: 1 GiB */
 };
 void cache_config_init(struct cache_config *cfg);
 
@@ -150,6 +152,28 @@ int cache_attr_get(struct cache *c, const char *key, struct cache_attr *out);
 void cache_attr_set(struct cache *c, const char *key,
 		    const struct cache_attr *a);
 
+/* Directory listings, as the fs packs them (bytes the cache does not
+ * read), kept in the index so that a remount knows the namespace before
+ * it asks the store (docs/cache-format.md "listings").  dir is the
+ * directory's key ("" or "a/b/"); fetched_ms when the store gave it
+ * (CLOCK_REALTIME, ms; 0: stale, LIST it again before trusting it).
+ * Bounded by listing_max_bytes: the listings used longest ago go. */
+/* dir's listing (*data malloc'd, the caller frees it): 0, -ENOENT, or
+ * -ENOMEM / -EIO.  Never contacts the store. */
+int cache_listing_get(struct cache *c, const char *dir, void **data,
+		      size_t *len, uint32_t *entries, int64_t *fetched_ms);
+/* Keeps a copy of data as dir's listing; in the index after the next
+ * flush (about a second, and at close). */
+void cache_listing_put(struct cache *c, const char *dir, const void *data,
+		       size_t len, uint32_t entries, int64_t fetched_ms);
+/* Marks dir's listing stale (its data stays, served while the store is
+ * unreachable); tree: every listing whose key starts with dir. */
+void cache_listing_stale(struct cache *c, const char *dir, bool tree);
+/* Listings in the index and their entries (as last flushed). */
+void cache_listing_stats(struct cache *c, uint64_t *dirs, uint64_t *entries);
+/* The index's size on disk (index.sqlite and its WAL), bytes. */
+uint64_t cache_index_bytes(struct cache *c);
+
 struct cache_stats {
 	uint64_t cap_bytes, used_bytes;
 	uint64_t objects, blocks;
@@ -162,6 +186,8 @@ struct cache_stats {
 	bool connected;                 /* last store request succeeded */
 };
 void cache_get_stats(struct cache *c, struct cache_stats *out);
+/* The store answered another request (the fs's): connected again. */
+void cache_store_answered(struct cache *c);
 
 /* Write-back (files written through the mount, their upload queue and
  * tombstones) has its own header: cache/wb.h. */

@@ -37,8 +37,9 @@
 #include "wb.h"
 #include "util/util.h"
 
-/* 2: the attrs table (format 1 is upgraded in place). */
-#define CACHE_FORMAT_VERSION 3
+/* 2: the attrs table; 3: more attributes; 4: the listings table
+ * (older formats are upgraded in place). */
+#define CACHE_FORMAT_VERSION 4
 /* Attribute changes waiting for the flusher; one more makes the caller
  * flush them itself first (none is ever dropped: an old row of the key
  * would come back). */
@@ -212,8 +213,9 @@ struct cache {
 	size_t ndead, dead_cap;
 	bool flush_all;             /* the last flush failed: rewrite all */
 
-	/* The index (index.c). */
+	/* The index (index.c) and the listings kept in it (listing.c). */
 	struct cache_index *idx;
+	struct cache_names *names;
 
 	/* Fetching (fetch.c). */
 	pthread_mutex_t fq_lock;
@@ -321,6 +323,31 @@ void cache_mark_dirty(struct cache_file *f);
 void cache_index_forget(struct cache *c, uint64_t id);
 /* Takes f off the dirty list and marks it detached (c->lock held). */
 void cache_index_detach(struct cache_file *f);
+
+/* ---- listing.c: the fs's listings in the index ---- */
+struct sqlite3;
+struct cache_names_snap;
+int cache_names_init(struct cache *c);
+void cache_names_free(struct cache *c);
+/* Prepares the statements on the index's connection (an SQLite result
+ * code); db_close undoes it. */
+int cache_names_db_open(struct cache *c, struct sqlite3 *db);
+void cache_names_db_close(struct cache *c);
+/* At close, after the last flush: every stale mark is in the index (a
+ * crash before this makes every listing stale at the next open). */
+void cache_names_clean(struct cache *c);
+/* A copy of the pending changes for a flush (*out NULL: none). */
+int cache_names_snap_take(struct cache *c, struct cache_names_snap **out);
+/* Whether the table is past its bound (a flush with nothing else to
+ * write still evicts). */
+bool cache_names_over(struct cache *c);
+/* Writes s (may be NULL) in the flush's transaction and evicts past the
+ * bound; an SQLite result code. */
+int cache_names_write(struct cache *c, struct cache_names_snap *s);
+/* After the commit (written) or its failure: frees s, and what it wrote
+ * stops being pending unless changed since. */
+void cache_names_snap_done(struct cache *c, struct cache_names_snap *s,
+			   bool written);
 
 /* ---- fetch.c ---- */
 int cache_fetch_start(struct cache *c);

@@ -104,6 +104,11 @@ static void store_failed(struct cache *c, const struct cache_file *f,
 
 static void store_ok(struct cache *c)
 {
+	cache_store_answered(c);
+}
+
+void cache_store_answered(struct cache *c)
+{
 	if (!atomic_load_explicit(&c->connected, memory_order_relaxed) &&
 	    !atomic_exchange(&c->connected, true))
 		cache_log("store reachable again");

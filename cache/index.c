@@ -15,6 +15,8 @@
  *   attrs(key, etag, has, mode, uid, gid, mtime_ns, ctime_ns, atime_ns,
  *         rdev)              the attributes stored with an object, once
  *                            learned (cache_attr_*)
+ *   listings(dir, fetched_ms, used_ms, entries, bytes, data)
+ *                            directory listings the fs packed (listing.c)
  *
  * Why chunks of 1024 blocks rather than a row per block or one BLOB per
  * object: a row per block makes the index a million rows per TiB cached
@@ -48,6 +50,7 @@
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cache_int.h"
@@ -82,6 +85,15 @@ struct cache_index {
 	bool failing;               /* the last write failed (flush_lock) */
 };
 
+/* A rowid table: its rows hold BLOBs of up to megabytes, which a
+ * WITHOUT ROWID table stores badly. */
+#define LISTINGS_SQL                                                     \
+	"CREATE TABLE listings(dir TEXT NOT NULL UNIQUE,"                \
+	" fetched_ms INTEGER NOT NULL, used_ms INTEGER NOT NULL,"         \
+	" entries INTEGER NOT NULL, bytes INTEGER NOT NULL,"             \
+	" data BLOB NOT NULL);"                                          \
+	"CREATE INDEX listings_used ON listings(used_ms);"
+
 static const char *const schema_sql =
 	"CREATE TABLE meta(name TEXT PRIMARY KEY, value TEXT NOT NULL)"
 	" WITHOUT ROWID;"
@@ -95,7 +107,8 @@ static const char *const schema_sql =
 	" has INTEGER NOT NULL, mode INTEGER NOT NULL, uid INTEGER NOT NULL,"
 	" gid INTEGER NOT NULL, mtime_ns INTEGER NOT NULL,"
 	" ctime_ns INTEGER NOT NULL DEFAULT 0, atime_ns INTEGER NOT NULL"
-	" DEFAULT 0, rdev INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;";
+	" DEFAULT 0, rdev INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;"
+	LISTINGS_SQL;
 
 /* Format 1 to 2: the attrs table (nothing else changed). */
 static const char *const upgrade1_sql =
@@ -114,6 +127,13 @@ static const char *const upgrade2_sql =
 	"ALTER TABLE attrs ADD COLUMN atime_ns INTEGER NOT NULL DEFAULT 0;"
 	"ALTER TABLE attrs ADD COLUMN rdev INTEGER NOT NULL DEFAULT 0;"
 	"UPDATE meta SET value='3' WHERE name='format';"
+	"COMMIT;";
+
+/* Format 3 to 4: the listings table. */
+static const char *const upgrade3_sql =
+	"BEGIN;"
+	LISTINGS_SQL
+	"UPDATE meta SET value='4' WHERE name='format';"
 	"COMMIT;";
 
 /* ---- errors: damaged (-EBADMSG, start over) or fatal (message) ---- */
@@ -237,8 +257,17 @@ static int check_identity(struct cache *c, struct cache_index *x,
 			sqlite3_exec(x->db, "ROLLBACK", NULL, NULL, NULL);
 			return db_fail(x, rc, "upgrading from format 2", e);
 		}
+		fmt = 3;
+	}
+	if (fmt == 3) {
+		rc = sqlite3_exec(x->db, upgrade3_sql, NULL, NULL, NULL);
+		if (rc != SQLITE_OK) {
+			sqlite3_exec(x->db, "ROLLBACK", NULL, NULL, NULL);
+			return db_fail(x, rc, "upgrading from format 3", e);
+		}
 		cache_log("index %s upgraded from format %s to %d (object "
-			  "attributes)", x->path, v, CACHE_FORMAT_VERSION);
+			  "attributes, listings)", x->path, v,
+			  CACHE_FORMAT_VERSION);
 		fmt = CACHE_FORMAT_VERSION;
 	}
 	if (fmt < CACHE_FORMAT_VERSION)
@@ -525,8 +554,9 @@ static int prepare_statements(struct cache_index *x, struct open_err *e)
 	return 0;
 }
 
-static void db_close(struct cache_index *x)
+static void db_close(struct cache *c, struct cache_index *x)
 {
+	cache_names_db_close(c);
 	sqlite3_finalize(x->upsert_obj);
 	sqlite3_finalize(x->del_obj);
 	sqlite3_finalize(x->del_blocks);
@@ -595,13 +625,15 @@ static int index_try(struct cache *c, struct cache_index *x,
 		rc = check_identity(c, x, e);
 	if (!rc)
 		rc = prepare_statements(x, e);
+	if (!rc && (rc = cache_names_db_open(c, x->db)) != SQLITE_OK)
+		rc = db_fail(x, rc, "reading the listings", e);
 	if (!rc)
 		rc = load_objects(c, x, &l, e);
 	if (!rc)
 		rc = load_blocks(x, &l, e);
 	if (rc) {
 		loaded_free(&l);
-		db_close(x);
+		db_close(c, x);
 		return rc;
 	}
 	if (l.bad)
@@ -656,7 +688,11 @@ int cache_index_open(struct cache *c, char *msg, size_t ml)
 	pthread_mutex_init(&x->alock, NULL);
 	util_cond_init(&x->cond);
 	c->idx = x;
-	rc = index_try(c, x, &e);
+	rc = cache_names_init(c);
+	if (!rc)
+		rc = index_try(c, x, &e);
+	else
+		snprintf(msg, ml, "cache index: out of memory");
 	if (rc == -EBADMSG) {
 		c->next_id = 1;
 		c->ndead = 0;
@@ -676,6 +712,7 @@ int cache_index_open(struct cache *c, char *msg, size_t ml)
 		pthread_cond_destroy(&x->cond);
 		free(x);
 		c->idx = NULL;
+		cache_names_free(c);
 	}
 	return rc;
 }
@@ -697,7 +734,10 @@ void cache_index_close(struct cache *c)
 
 	if (!x)
 		return;
-	db_close(x);
+	if (x->db && !x->failing)
+		cache_names_clean(c);
+	db_close(c, x);
+	cache_names_free(c);
 	attr_pend_free_all(x);
 	pthread_mutex_destroy(&x->flush_lock);
 	pthread_mutex_destroy(&x->lock);
@@ -705,6 +745,22 @@ void cache_index_close(struct cache *c)
 	pthread_cond_destroy(&x->cond);
 	free(x);
 	c->idx = NULL;
+}
+
+uint64_t cache_index_bytes(struct cache *c)
+{
+	const char *sfx[] = { "", "-wal" };
+	uint64_t n = 0;
+
+	for (size_t i = 0; c->idx && i < 2; i++) {
+		char p[PATH_MAX + 8];
+		struct stat st;
+
+		snprintf(p, sizeof(p), "%s%s", c->idx->path, sfx[i]);
+		if (!stat(p, &st))
+			n += (uint64_t)st.st_size;
+	}
+	return n;
 }
 
 /* ---- object attributes ---- */
@@ -1238,8 +1294,9 @@ static int write_obj(struct cache_index *x, const struct snap_obj *so)
 	return rc;
 }
 
-static int snap_write(struct cache_index *x, const struct snap *s,
-		      const struct attr_snap *as)
+static int snap_write(struct cache *c, struct cache_index *x,
+		      const struct snap *s, const struct attr_snap *as,
+		      struct cache_names_snap *ns)
 {
 	int rc = sqlite3_exec(x->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
 
@@ -1262,6 +1319,8 @@ static int snap_write(struct cache_index *x, const struct snap *s,
 	for (size_t i = 0; rc == SQLITE_OK && i < as->n; i++)
 		rc = attr_write(x, as->v[i]);
 	if (rc == SQLITE_OK)
+		rc = cache_names_write(c, ns);
+	if (rc == SQLITE_OK)
 		rc = sqlite3_exec(x->db, "COMMIT", NULL, NULL, NULL);
 	if (rc != SQLITE_OK) {
 		if (!x->failing)
@@ -1282,6 +1341,7 @@ int cache_index_flush(struct cache *c, bool all_atimes)
 {
 	struct cache_index *x = c->idx;
 	struct snap s = { 0 };
+	struct cache_names_snap *ns = NULL;
 	struct attr_snap as;
 	int rc;
 
@@ -1293,9 +1353,13 @@ int cache_index_flush(struct cache *c, bool all_atimes)
 		rc = attr_snap_take(x, &as);
 	else
 		as.v = NULL, as.n = 0;
-	if (!rc && (s.objs || s.ndead || s.natimes || as.n))
-		rc = snap_write(x, &s, &as);
+	if (!rc)
+		rc = cache_names_snap_take(c, &ns);
+	if (!rc && (s.objs || s.ndead || s.natimes || as.n || ns ||
+		    cache_names_over(c)))
+		rc = snap_write(c, x, &s, &as, ns);
 	attr_snap_done(x, &as, rc == 0);
+	cache_names_snap_done(c, ns, rc == 0);
 	if (rc) {
 		/* Everything again next time; the deletions too. */
 		pthread_mutex_lock(&c->dirty_lock);

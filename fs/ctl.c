@@ -310,7 +310,8 @@ static void do_status(struct fs *fs, FILE *out, bool json)
 	kv(out, json, &first, "store", fs->cfg.store_url, true);
 	kv(out, json, &first, "mode", fs_mode_name(fs->cfg.mode), true);
 	kv(out, json, &first, "connected",
-	   c.connected && fs_store_up(fs) ? "true" : "false", false);
+	   c.connected && atomic_load(&fs->connected) ? "true" : "false",
+	   false);
 	kv_u64(out, json, &first, "uptime_s",
 	       (util_now_ms() - fs->started_ms) / 1000);
 	kv_u64(out, json, &first, "cache_cap_bytes", c.cap_bytes);
@@ -364,6 +365,25 @@ static void do_status(struct fs *fs, FILE *out, bool json)
 	}
 	kv_u64(out, json, &first, "lookups", atomic_load(&fs->lookups));
 	kv_u64(out, json, &first, "listings", atomic_load(&fs->listings));
+	{
+		uint64_t dirs, entries, mem;
+
+		cache_listing_stats(fs->cfg.cache, &dirs, &entries);
+		kv_u64(out, json, &first, "namespace_dirs", dirs);
+		kv_u64(out, json, &first, "namespace_entries", entries);
+		kv_u64(out, json, &first, "index_bytes",
+		       cache_index_bytes(fs->cfg.cache));
+		kv_u64(out, json, &first, "listings_loaded",
+		       atomic_load(&fs->ns_loads));
+		pthread_mutex_lock(&fs->lock);
+		dirs = fs->ndirs;
+		entries = fs->dir_entries;
+		mem = fs->ninodes;
+		pthread_mutex_unlock(&fs->lock);
+		kv_u64(out, json, &first, "memory_dirs", dirs);
+		kv_u64(out, json, &first, "memory_entries", entries);
+		kv_u64(out, json, &first, "inodes", mem);
+	}
 	kv_u64(out, json, &first, "skipped_names",
 	       atomic_load(&fs->skipped_names));
 	kv_u64(out, json, &first, "store_requests", o.requests);

@@ -1043,7 +1043,13 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t ml)
 		fs->cfg.gid = getgid();
 	if (fs->cfg.negative_refresh_s > fs->cfg.refresh_s)
 		fs->cfg.negative_refresh_s = fs->cfg.refresh_s;
+	if (!fs->cfg.listing_mem_entries)
+		fs->cfg.listing_mem_entries = FS_MEM_ENTRIES;
 	fs->started_ms = util_now_ms();
+	atomic_store(&fs->connected, !cfg->disconnected);
+	if (cfg->disconnected) /* the prober asks again in a moment */
+		atomic_store(&fs->offline_until_ms,
+			     fs->started_ms + FS_OFFLINE_MS);
 	fs->mount_time_s = time(NULL);
 	fs->ctl_fd = -1;
 	pthread_mutex_init(&fs->lock, NULL);
@@ -1126,6 +1132,11 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t ml)
 			goto out_unmount;
 		}
 	}
+	rc = fs_probe_start(fs);
+	if (rc) {
+		snprintf(msg, ml, "cannot start a thread: %s", strerror(-rc));
+		goto out_unmount;
+	}
 	/* libfuse sends a read reply that is not spliced (a 1 MiB reply
 	 * does not fit the 1 MiB pipe it may use) through a buffer it
 	 * mallocs and frees per reply.  With glibc's sliding thresholds
@@ -1151,6 +1162,7 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t ml)
 		rc = 0;
 	}
 out_unmount:
+	fs_probe_stop(fs);
 	/* No more callbacks into fs once this returns. */
 	cache_wb_stop(cfg->cache);
 	fuse_session_unmount(fs->se);

@@ -57,7 +57,14 @@ struct fs_config {
 	int file_mode, dir_mode;
 	int64_t uid, gid;
 	bool no_allow_other;        /* root mounts add allow_other unless */
+	/* Directory entries of the listings kept in memory; more come from
+	 * the cache index (docs/semantics.md "Memory").  0: FS_MEM_ENTRIES */
+	uint64_t listing_mem_entries;
+	bool disconnected;          /* the store did not answer at mount:
+	                             * start from what the cache knows */
 };
+
+#define FS_MEM_ENTRIES 262144
 
 #define FS_FILE_MODE 0600
 #define FS_DIR_MODE 0755

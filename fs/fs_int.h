@@ -24,7 +24,8 @@
 #include "util/util.h"
 
 #define FS_LISTING_MAX_ENTRIES 4000000 /* per directory; memory bound */
-#define FS_DIRCACHE_MAX 16384          /* directories whose listing we keep */
+#define FS_DIRCACHE_MAX 16384          /* directories whose listing we keep
+                                        * in memory (the index keeps more) */
 #define FS_OFFLINE_MS 5000             /* metadata stays stale this long */
 /* The largest read request: 1 MiB less 16 KiB, so that a reply, its
  * header and libfuse's slack fit a pipe of pipe-max-size (1 MiB) and go
@@ -161,6 +162,7 @@ struct fs_dircache {
 	char *key;
 	struct fs_listing *l;
 	struct fs_dircache *next;
+	struct fs_dircache *lru_prev, *lru_next; /* most recently used first */
 };
 
 struct fs {
@@ -173,6 +175,9 @@ struct fs {
 	struct fs_inode *root;
 	struct fs_dircache **dirs; /* hash by key; protected by lock */
 	size_t ndirs;
+	struct fs_dircache *dir_lru, *dir_lru_tail;
+	size_t dir_entries;        /* in the listings of dirs: at most
+	                            * cfg.listing_mem_entries but for one */
 	/* hard links by (dir, name), FS_LINK_BUCKETS; protected by lock */
 	struct fs_link **links;
 	atomic_uint links_total;   /* their number */
@@ -184,11 +189,19 @@ struct fs {
 	/* counters for `fmfs status` */
 	atomic_uint_fast64_t lookups, listings, list_pages, opens, reads;
 	atomic_uint_fast64_t getxattrs;
+	atomic_uint_fast64_t ns_loads; /* listings read from the index */
 	atomic_uint_fast64_t heads;    /* HEADs for attributes and xattrs */
 	atomic_uint_fast64_t skipped_names, open_files;
 	/* After a transport failure, metadata is served from what we have
 	 * (no retries per lookup) until this time. */
 	atomic_uint_fast64_t offline_until_ms;
+	/* The store answered the last request (false from a transport
+	 * failure until the next answer: namespace.c's prober asks). */
+	atomic_bool connected;
+	pthread_mutex_t probe_lock; /* probe_stop; probe_cond wakes it */
+	pthread_cond_t probe_cond;
+	pthread_t probe_thread;
+	bool probe_stop, probe_started;
 	/* Bumped by fs_dir_invalidate: a listing fetched across a bump may
 	 * be stale and is not kept. */
 	/* Changes to the bucket under a directory, for a LIST that was out
@@ -428,6 +441,19 @@ void fs_link_rename_post(struct fs *fs, struct fs_inode *promoted,
 			 const char *newname, int rc);
 /* Frees every link (unmount). */
 void fs_links_free(struct fs *fs);
+
+/* namespace.c: listings kept in the cache index */
+/* Hands a settled listing to the index (packed; lock held). */
+void fs_ns_save(struct fs *fs, const char *dir_key,
+		const struct fs_listing *l);
+/* dir_key's listing as the index keeps it (a new listing, fetched_ms as
+ * this mount's clock would have it, 0 when stale), or NULL. */
+struct fs_listing *fs_ns_load(struct fs *fs, const char *dir_key);
+/* The store answered a request: connected (logged when it was not). */
+void fs_store_answered(struct fs *fs);
+/* The thread that asks a store found unreachable until it answers. */
+int fs_probe_start(struct fs *fs);
+void fs_probe_stop(struct fs *fs);
 
 /* passthrough.c */
 /* Our /dev/fuse I/O, which negotiates passthrough (after mounting). */

@@ -542,6 +542,7 @@ static int fetch_listing(struct fs *fs, const char *dir_key,
 	}
 	dedup(l);
 	l->fetched_ms = util_now_ms();
+	fs_store_answered(fs);
 	*out = l;
 	return 0;
 }
@@ -556,38 +557,62 @@ static size_t hash_key(const struct fs *fs, const char *key)
 	return hash_name(fs, 0, key);
 }
 
+static void lru_unlink(struct fs *fs, struct fs_dircache *d)
+{
+	if (d->lru_prev)
+		d->lru_prev->lru_next = d->lru_next;
+	else
+		fs->dir_lru = d->lru_next;
+	if (d->lru_next)
+		d->lru_next->lru_prev = d->lru_prev;
+	else
+		fs->dir_lru_tail = d->lru_prev;
+	d->lru_prev = d->lru_next = NULL;
+}
+
+static void lru_front(struct fs *fs, struct fs_dircache *d)
+{
+	d->lru_prev = NULL;
+	d->lru_next = fs->dir_lru;
+	if (fs->dir_lru)
+		fs->dir_lru->lru_prev = d;
+	else
+		fs->dir_lru_tail = d;
+	fs->dir_lru = d;
+}
+
 /* The cached listing of key (a new reference), or NULL.  Lock held. */
 static struct fs_listing *dircache_get(struct fs *fs, const char *key)
 {
 	for (struct fs_dircache *d = fs->dirs[hash_key(fs, key)]; d;
 	     d = d->next)
 		if (!strcmp(d->key, key)) {
+			lru_unlink(fs, d);
+			lru_front(fs, d);
 			atomic_fetch_add(&d->l->refs, 1);
 			return d->l;
 		}
 	return NULL;
 }
 
-/* Drops the listing fetched longest ago (rare: only past the bound). */
+/* Drops the listing used longest ago (past the memory bound; the index
+ * keeps it, fs_ns_load brings it back). */
 static void dircache_drop_oldest(struct fs *fs)
 {
-	struct fs_dircache **victim = NULL;
+	struct fs_dircache *d = fs->dir_lru_tail, **pp;
 
-	for (size_t b = 0; b < fs->nbuckets; b++)
-		for (struct fs_dircache **pp = &fs->dirs[b]; *pp;
-		     pp = &(*pp)->next)
-			if (!victim ||
-			    (*pp)->l->fetched_ms < (*victim)->l->fetched_ms)
-				victim = pp;
-	if (victim) {
-		struct fs_dircache *d = *victim;
-
-		*victim = d->next;
-		fs_listing_put(d->l);
-		free(d->key);
-		free(d);
-		fs->ndirs--;
-	}
+	if (!d)
+		return;
+	for (pp = &fs->dirs[hash_key(fs, d->key)]; *pp != d;
+	     pp = &(*pp)->next)
+		;
+	*pp = d->next;
+	lru_unlink(fs, d);
+	fs->dir_entries -= d->l->n;
+	fs_listing_put(d->l);
+	free(d->key);
+	free(d);
+	fs->ndirs--;
 }
 
 /* Installs l (taking over the caller's reference) as key's listing. */
@@ -599,22 +624,33 @@ static void dircache_put(struct fs *fs, const char *key,
 
 	for (d = fs->dirs[b]; d; d = d->next)
 		if (!strcmp(d->key, key)) {
+			fs->dir_entries += l->n - d->l->n;
 			fs_listing_put(d->l);
 			d->l = l;
+			lru_unlink(fs, d);
+			lru_front(fs, d);
+			break;
+		}
+	if (!d) {
+		d = calloc(1, sizeof(*d));
+		if (!d || !(d->key = strdup(key))) {
+			free(d);
+			fs_listing_put(l);
 			return;
 		}
-	d = calloc(1, sizeof(*d));
-	if (!d || !(d->key = strdup(key))) {
-		free(d);
-		fs_listing_put(l);
-		return;
+		d->l = l;
+		d->next = fs->dirs[b];
+		fs->dirs[b] = d;
+		lru_front(fs, d);
+		fs->ndirs++;
+		fs->dir_entries += l->n;
 	}
-	if (fs->ndirs >= FS_DIRCACHE_MAX)
+	/* The bound: never the listing just put (one directory larger than
+	 * the bound is still served from memory while it is used). */
+	while (fs->dir_lru_tail != d &&
+	       (fs->ndirs > FS_DIRCACHE_MAX ||
+		fs->dir_entries > fs->cfg.listing_mem_entries))
 		dircache_drop_oldest(fs);
-	d->l = l;
-	d->next = fs->dirs[b];
-	fs->dirs[b] = d;
-	fs->ndirs++;
 }
 
 /* The generation of dir_key's listing: its own changes and those of a
@@ -636,6 +672,19 @@ struct fs_listing *fs_dir_listing(struct fs *fs, const char *dir_key,
 	pthread_mutex_lock(&fs->lock);
 	l = dircache_get(fs, dir_key);
 	pthread_mutex_unlock(&fs->lock);
+	gen = dir_gen_of(fs, dir_key);
+	if (!l && (l = fs_ns_load(fs, dir_key))) {
+		/* Known from the index (a remount, or dropped from memory):
+		 * as if LISTed then; a change of ours meanwhile makes it
+		 * stale, as it would a LIST's. */
+		atomic_fetch_add(&l->refs, 1);
+		pthread_mutex_lock(&fs->lock);
+		l->gen = gen;
+		if (gen != dir_gen_of(fs, dir_key))
+			l->fetched_ms = 0;
+		dircache_put(fs, dir_key, l);
+		pthread_mutex_unlock(&fs->lock);
+	}
 	if (l && (fresh(fs, l->fetched_ms) || !fs_store_up(fs)))
 		return l;
 	/* Two threads may fetch the same directory at once; the later
@@ -657,6 +706,9 @@ struct fs_listing *fs_dir_listing(struct fs *fs, const char *dir_key,
 		nl->gen = gen;
 		if (gen != dir_gen_of(fs, dir_key))
 			nl->fetched_ms = 0; /* unsettled: not kept as fresh */
+		/* Under the lock: a change of ours (fs_dir_invalidate) is
+		 * either before (unsettled, not kept) or marks it after. */
+		fs_ns_save(fs, dir_key, nl);
 		dircache_put(fs, dir_key, nl);
 		pthread_mutex_unlock(&fs->lock);
 		return nl;
@@ -739,8 +791,13 @@ int fs_obj_errno(struct fs *fs, obj_status st, const struct obj_error *e)
 	char line[1024];
 
 	if (st == OBJ_ERR_CONNECT || st == OBJ_ERR_TIMEOUT ||
-	    st == OBJ_ERR_SERVER)
+	    st == OBJ_ERR_SERVER) {
 		atomic_store(&fs->offline_until_ms, util_now_ms() + FS_OFFLINE_MS);
+		if (atomic_exchange(&fs->connected, false))
+			fprintf(stderr, "fmfs: the store does not answer: "
+				"disconnected; serving what the cache knows, "
+				"writes are queued, reconnecting on its own\n");
+	}
 	if ((unsigned)st <= OBJ_ERR_OTHER &&
 	    atomic_exchange(&logged[st], 1) == 0) {
 		obj_error_format(e, line, sizeof(line));
@@ -881,6 +938,8 @@ void fs_dir_invalidate(struct fs *fs, const char *dir_key, bool prefix)
 		if (!prefix)
 			break;
 	}
+	if (fs->cfg.cache) /* and in the index, for a remount */
+		cache_listing_stale(fs->cfg.cache, dir_key, prefix);
 	pthread_mutex_unlock(&fs->lock);
 }
 
@@ -955,6 +1014,8 @@ static void dir_mark_stale(struct fs *fs, const char *dir_key)
 	     d = d->next)
 		if (!strcmp(d->key, dir_key))
 			d->l->fetched_ms = 0;
+	if (fs->cfg.cache)
+		cache_listing_stale(fs->cfg.cache, dir_key, false);
 	pthread_mutex_unlock(&fs->lock);
 }
 

@@ -45,6 +45,8 @@ struct mount_opts {
 	int file_mode, dir_mode;    /* -1: fs's defaults (attr_opt) */
 	int64_t uid, gid;
 	bool no_allow_other;
+	uint64_t mem_entries, namespace_bytes; /* 0: the defaults */
+	bool disconnected;          /* the store did not answer (precheck) */
 	char mnt_real[PATH_MAX], cache_real[PATH_MAX], ctl_path[256];
 	char cache_def[PATH_MAX];   /* the default cache dir, when chosen */
 	/* What this mount made, for a failed one to remove (undo_cache_dir):
@@ -81,6 +83,10 @@ static void mount_usage(FILE *f)
 "  --timeout SECONDS     an uncached read fails with EIO after, 1-86400\n"
 "                        (default 30)\n"
 "  --threads N           FUSE worker threads, 1-64 (default 8)\n"
+"  --memory-entries N    directory entries kept in memory, 1000-100000000\n"
+"                        (default 262144; the cache index keeps the rest)\n"
+"  --namespace-size SIZE listings kept in the cache index, K/M/G (default\n"
+"                        1G; the least recently used go past it)\n"
 "  --no-passthrough      send writes through the daemon even where the\n"
 "                        kernel could write files open for writing\n"
 "                        straight into the cache (FUSE passthrough)\n"
@@ -176,7 +182,7 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 	enum { OPT_CACHE_DIR = 256, OPT_CACHE_SIZE, OPT_MODE, OPT_REFRESH,
 	       OPT_FG, OPT_TIMEOUT, OPT_THREADS, OPT_DEBUG, OPT_DELAY, OPT_PART,
 	       OPT_UPAR, OPT_NO_PT, OPT_FMODE, OPT_DMODE, OPT_UID, OPT_GID,
-	       OPT_NO_AO, OPT_NEG };
+	       OPT_NO_AO, OPT_NEG, OPT_MEM, OPT_NS };
 	static const struct option lo[] = {
 		{ "cache-dir", required_argument, NULL, OPT_CACHE_DIR },
 		{ "cache-size", required_argument, NULL, OPT_CACHE_SIZE },
@@ -197,6 +203,8 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 		{ "uid", required_argument, NULL, OPT_UID },
 		{ "gid", required_argument, NULL, OPT_GID },
 		{ "no-allow-other", no_argument, NULL, OPT_NO_AO },
+		{ "memory-entries", required_argument, NULL, OPT_MEM },
+		{ "namespace-size", required_argument, NULL, OPT_NS },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
@@ -283,6 +291,22 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 				return -1;
 			break;
 		case OPT_NO_AO: o->no_allow_other = true; break;
+		case OPT_MEM:
+			if (tools_parse_u64(optarg, 1000, 100000000,
+					    &o->mem_entries))
+				return tools_bad_opt("fmfs mount",
+					"--memory-entries", optarg, "a whole "
+					"number of entries from 1000 to "
+					"100000000");
+			break;
+		case OPT_NS:
+			if (tools_parse_size(optarg, &o->namespace_bytes) ||
+			    o->namespace_bytes < (64u << 10) ||
+			    o->namespace_bytes > (1ull << 40))
+				return tools_bad_opt("fmfs mount",
+					"--namespace-size", optarg, "a size "
+					"from 64K to 1T");
+			break;
 		case 'o': o->fuse_opts = optarg; break;
 		case 'h': mount_usage(stdout); exit(EXIT_OK);
 		default: return -1;
@@ -638,6 +662,7 @@ static int open_all(struct mount_opts *o, struct obj_store **st,
 	cc.store_id = o->url;
 	cc.size_bytes = o->cache_size;
 	cc.fetch_timeout_ms = o->fetch_timeout_s * 1000;
+	cc.listing_max_bytes = o->namespace_bytes;
 	rc = cache_open(&cc, *st, c, msg, ml);
 	if (rc) {
 		obj_close(*st);
@@ -660,6 +685,8 @@ static int serve(struct mount_opts *o, int ready_fd, char *msg, size_t ml)
 		.file_mode = o->file_mode, .dir_mode = o->dir_mode,
 		.uid = o->uid, .gid = o->gid,
 		.no_allow_other = o->no_allow_other,
+		.listing_mem_entries = o->mem_entries,
+		.disconnected = o->disconnected,
 	};
 	struct obj_store *st;
 	struct cache *c;
@@ -675,12 +702,25 @@ static int serve(struct mount_opts *o, int ready_fd, char *msg, size_t ml)
 	return rc;
 }
 
-/* Checks credentials, bucket and cache before going to the background. */
+/* Whether the store's answer err means it could not be reached (not
+ * that it refused us: credentials, bucket). */
+static bool unreachable(const struct obj_error *err)
+{
+	return err->status == OBJ_ERR_CONNECT ||
+	       err->status == OBJ_ERR_TIMEOUT ||
+	       err->status == OBJ_ERR_SERVER;
+}
+
+/* Checks credentials, bucket and cache before going to the background.
+ * A store that does not answer, with a cache dir that knows some of its
+ * namespace: mounted disconnected (docs/semantics.md "The store
+ * unreachable"). */
 static int precheck(struct mount_opts *o)
 {
 	struct obj_store *st;
-	struct obj_error err;
+	struct obj_error err, down;
 	struct cache *c;
+	uint64_t dirs = 0, entries = 0;
 	char msg[1024];
 	int rc;
 
@@ -689,16 +729,40 @@ static int precheck(struct mount_opts *o)
 		return report_obj(o->url, &err);
 	if (obj_check_bucket(st, &err) != OBJ_OK) {
 		obj_close(st);
-		return report_obj(o->url, &err);
+		if (!unreachable(&err) || o->cache_was_empty ||
+		    o->cache_made[0]) /* nothing cached: nothing to serve */
+			return report_obj(o->url, &err);
+		o->disconnected = true;
 	}
-	obj_close(st);
+	down = err;
+	if (!o->disconnected)
+		obj_close(st);
 	rc = open_all(o, &st, &c, msg, sizeof(msg));
 	if (rc) {
 		fprintf(stderr, "fmfs mount: %s\n", msg);
 		return rc;
 	}
+	if (o->disconnected)
+		cache_listing_stats(c, &dirs, &entries);
 	cache_close(c);
 	obj_close(st);
+	if (o->disconnected && !dirs) {
+		report_obj(o->url, &down);
+		fprintf(stderr, "fmfs mount: the cache dir %s knows nothing of "
+			"this bucket yet, so there is nothing to serve "
+			"without it; mount again once the store answers\n",
+			o->cache_real);
+		return tools_exit_code(down.status);
+	}
+	if (o->disconnected) {
+		obj_error_format(&down, msg, sizeof(msg));
+		fprintf(stderr, "fmfs mount: warning: the store does not answer "
+			"(%s); mounting disconnected from the cache in %s (%llu "
+			"directories, %llu entries known): cached files are "
+			"served, the rest fails with EIO, writes are queued, and "
+			"the mount reconnects on its own\n", msg, o->cache_real,
+			(unsigned long long)dirs, (unsigned long long)entries);
+	}
 	return EXIT_OK;
 }
 
