@@ -88,11 +88,11 @@ struct cache_index {
 /* A rowid table: its rows hold BLOBs of up to megabytes, which a
  * WITHOUT ROWID table stores badly. */
 #define LISTINGS_SQL                                                     \
-	"CREATE TABLE listings(dir TEXT NOT NULL UNIQUE,"                \
+	"CREATE TABLE IF NOT EXISTS listings(dir TEXT NOT NULL UNIQUE,"  \
 	" fetched_ms INTEGER NOT NULL, used_ms INTEGER NOT NULL,"         \
 	" entries INTEGER NOT NULL, bytes INTEGER NOT NULL,"             \
 	" data BLOB NOT NULL);"                                          \
-	"CREATE INDEX listings_used ON listings(used_ms);"
+	"CREATE INDEX IF NOT EXISTS listings_used ON listings(used_ms);"
 
 static const char *const schema_sql =
 	"CREATE TABLE meta(name TEXT PRIMARY KEY, value TEXT NOT NULL)"

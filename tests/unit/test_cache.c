@@ -1226,6 +1226,99 @@ static void test_attrs_kept(void **state)
 	assert_int_equal(g.mode, 040700);
 }
 
+static void listing_expect(struct env *e, const char *dir, const char *want,
+			   int64_t want_fetched)
+{
+	void *data;
+	size_t len;
+	uint32_t n;
+	int64_t fetched;
+
+	assert_int_equal(cache_listing_get(e->c, dir, &data, &len, &n,
+					   &fetched), 0);
+	assert_int_equal(len, strlen(want));
+	assert_memory_equal(data, want, len);
+	assert_int_equal(n, (uint32_t)len);
+	assert_true(fetched == want_fetched);
+	free(data);
+}
+
+/* Listings kept for the fs: seen at once, kept across a reopen, marked
+ * stale one by one or by tree (not a sibling that shares the prefix
+ * bytes), and bounded: past listing_max_bytes the least recently used
+ * go at the next flush, the one just read stays. */
+static void test_listings_kept(void **state)
+{
+	struct env *e = *state;
+	char big[40000];
+	uint64_t dirs, entries;
+	void *data;
+	size_t len;
+	uint32_t n;
+	int64_t f;
+
+	env_open(e);
+	assert_int_equal(cache_listing_get(e->c, "a/", &data, &len, &n, &f),
+			 -ENOENT);
+	cache_listing_put(e->c, "", "root", 4, 4, 1000);
+	cache_listing_put(e->c, "a/", "aaa", 3, 3, 2000);
+	cache_listing_put(e->c, "a/b/", "bb", 2, 2, 3000);
+	cache_listing_put(e->c, "a/bc/", "c", 1, 1, 4000);
+	listing_expect(e, "a/", "aaa", 2000);
+	assert_int_equal(cache_index_flush(e->c, false), 0);
+	cache_listing_stats(e->c, &dirs, &entries);
+	assert_int_equal(dirs, 4);
+	assert_int_equal(entries, 10);
+	cache_listing_put(e->c, "a/", "AAAA", 4, 4, 5000); /* replaced */
+	env_close(e);
+	env_open(e);
+	listing_expect(e, "", "root", 1000);
+	listing_expect(e, "a/", "AAAA", 5000);
+	cache_listing_stale(e->c, "a/", false);
+	listing_expect(e, "a/", "AAAA", 0);
+	listing_expect(e, "a/b/", "bb", 3000);
+	cache_listing_stale(e->c, "a/b/", true);
+	listing_expect(e, "a/b/", "bb", 0);   /* pending */
+	listing_expect(e, "a/bc/", "c", 4000); /* not under "a/b/" */
+	assert_int_equal(cache_index_flush(e->c, false), 0);
+	listing_expect(e, "a/b/", "bb", 0);   /* written */
+	listing_expect(e, "a/bc/", "c", 4000);
+	cache_listing_put(e->c, "a/b/", "new", 3, 3, 6000); /* fresh again */
+	env_close(e);
+
+	e->cfg.listing_max_bytes = 100000;
+	env_open(e);
+	listing_expect(e, "a/b/", "new", 6000);
+	listing_expect(e, "a/bc/", "c", 4000);
+	memset(big, 'x', sizeof(big));
+	cache_listing_put(e->c, "big1/", big, sizeof(big), 1, 7000);
+	assert_int_equal(cache_index_flush(e->c, false), 0);
+	cache_listing_put(e->c, "big2/", big, sizeof(big), 1, 7000);
+	assert_int_equal(cache_index_flush(e->c, false), 0);
+	usleep(2000); /* used_ms: big1 is read after the others */
+	assert_int_equal(cache_listing_get(e->c, "big1/", &data, &len, &n,
+					   &f), 0);
+	free(data);
+	assert_int_equal(cache_index_flush(e->c, false), 0);
+	cache_listing_put(e->c, "big3/", big, sizeof(big), 1, 7000);
+	assert_int_equal(cache_index_flush(e->c, false), 0);
+	/* 120 KB > 100 KB: down to 90 KB, the oldest first: the small
+	 * ones and big2; big1 (read last but one) and big3 stay. */
+	assert_int_equal(cache_listing_get(e->c, "big2/", &data, &len, &n,
+					   &f), -ENOENT);
+	assert_int_equal(cache_listing_get(e->c, "a/b/", &data, &len, &n,
+					   &f), -ENOENT);
+	assert_int_equal(cache_listing_get(e->c, "big1/", &data, &len, &n,
+					   &f), 0);
+	assert_int_equal(len, sizeof(big));
+	free(data);
+	assert_int_equal(cache_listing_get(e->c, "big3/", &data, &len, &n,
+					   &f), 0);
+	free(data);
+	cache_listing_stats(e->c, &dirs, &entries);
+	assert_int_equal(dirs, 2);
+}
+
 /* cache_w_version (hard links copy a dirty file only when it changed):
  * the same number while nothing changes, another after each kind of
  * change and for another dirty file; CACHE_WA_CTIME sets ctime as
@@ -1492,6 +1585,7 @@ int main(void)
 		T(test_block_size_mismatch),
 		T(test_corrupt_index),
 		T(test_attrs_kept),
+		T(test_listings_kept),
 		T(test_w_version),
 		T(test_format1_upgrade),
 		T(test_dir_tightened),
