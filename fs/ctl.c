@@ -383,6 +383,8 @@ static void do_status(struct fs *fs, FILE *out, bool json)
 		kv_u64(out, json, &first, "memory_dirs", dirs);
 		kv_u64(out, json, &first, "memory_entries", entries);
 		kv_u64(out, json, &first, "inodes", mem);
+		kv_u64(out, json, &first, "inodes_trimmed",
+		       atomic_load(&fs->trimmed));
 	}
 	kv_u64(out, json, &first, "skipped_names",
 	       atomic_load(&fs->skipped_names));

@@ -1045,6 +1045,8 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t ml)
 		fs->cfg.negative_refresh_s = fs->cfg.refresh_s;
 	if (!fs->cfg.listing_mem_entries)
 		fs->cfg.listing_mem_entries = FS_MEM_ENTRIES;
+	if (!fs->cfg.inode_max)
+		fs->cfg.inode_max = FS_MEM_INODES;
 	fs->started_ms = util_now_ms();
 	atomic_store(&fs->connected, !cfg->disconnected);
 	if (cfg->disconnected) /* the prober asks again in a moment */

@@ -60,11 +60,17 @@ struct fs_config {
 	/* Directory entries of the listings kept in memory; more come from
 	 * the cache index (docs/semantics.md "Memory").  0: FS_MEM_ENTRIES */
 	uint64_t listing_mem_entries;
+	/* Inodes the kernel may hold; past it, it is asked to drop names
+	 * that no open file or link needs, in hash order, down to 90%
+	 * (fs_inodes_trim; an LRU would cost 16 bytes an inode).
+	 * 0: FS_MEM_INODES */
+	uint64_t inode_max;
 	bool disconnected;          /* the store did not answer at mount:
 	                             * start from what the cache knows */
 };
 
-#define FS_MEM_ENTRIES 262144
+#define FS_MEM_ENTRIES 131072
+#define FS_MEM_INODES 131072
 
 #define FS_FILE_MODE 0600
 #define FS_DIR_MODE 0755

@@ -44,6 +44,7 @@
 #define FS_FOLDER_SUFFIX "_$folder$" /* Hadoop S3A/s3n: "a/dir_$folder$" */
 #define FS_LINK_BUCKETS 1024 /* hash of hard links' extra names */
 #define FS_LINK_MAX 1000     /* names of one file (st_nlink, EMLINK) */
+#define FS_TRIM_MAX 65536    /* names the kernel is asked to drop a second */
 
 /* What makes a directory entry of the store's one (fs_entry.markers):
  * rmdir and rename remove each, and a directory is gone once each has a
@@ -202,6 +203,10 @@ struct fs {
 	pthread_cond_t probe_cond;
 	pthread_t probe_thread;
 	bool probe_stop, probe_started;
+	size_t trim_cursor;        /* where fs_inodes_trim looks next (lock) */
+	bool trim_pending;         /* trimmed since the last malloc_trim
+	                            * (the prober's) */
+	atomic_uint_fast64_t trimmed; /* names the kernel was asked to drop */
 	/* Bumped by fs_dir_invalidate: a listing fetched across a bump may
 	 * be stale and is not kept. */
 	/* Changes to the bucket under a directory, for a LIST that was out
@@ -451,7 +456,12 @@ void fs_ns_save(struct fs *fs, const char *dir_key,
 struct fs_listing *fs_ns_load(struct fs *fs, const char *dir_key);
 /* The store answered a request: connected (logged when it was not). */
 void fs_store_answered(struct fs *fs);
-/* The thread that asks a store found unreachable until it answers. */
+/* Past cfg.inode_max inodes: asks the kernel to drop names nothing of
+ * ours needs (FUSE notify_inval_entry), whose FORGETs free the inodes.
+ * Returns how many were asked.  No lock held. */
+size_t fs_inodes_trim(struct fs *fs);
+/* The thread that trims inodes, and asks a store found unreachable until
+ * it answers. */
 int fs_probe_start(struct fs *fs);
 void fs_probe_stop(struct fs *fs);
 

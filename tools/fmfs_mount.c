@@ -45,7 +45,7 @@ struct mount_opts {
 	int file_mode, dir_mode;    /* -1: fs's defaults (attr_opt) */
 	int64_t uid, gid;
 	bool no_allow_other;
-	uint64_t mem_entries, namespace_bytes; /* 0: the defaults */
+	uint64_t mem_entries, mem_inodes, namespace_bytes; /* 0: defaults */
 	bool disconnected;          /* the store did not answer (precheck) */
 	char mnt_real[PATH_MAX], cache_real[PATH_MAX], ctl_path[256];
 	char cache_def[PATH_MAX];   /* the default cache dir, when chosen */
@@ -84,7 +84,9 @@ static void mount_usage(FILE *f)
 "                        (default 30)\n"
 "  --threads N           FUSE worker threads, 1-64 (default 8)\n"
 "  --memory-entries N    directory entries kept in memory, 1000-100000000\n"
-"                        (default 262144; the cache index keeps the rest)\n"
+"                        (default 131072; the cache index keeps the rest)\n"
+"  --memory-inodes N     inodes before the kernel is asked to drop unused\n"
+"                        names, 1000-100000000 (default 131072)\n"
 "  --namespace-size SIZE listings kept in the cache index, K/M/G (default\n"
 "                        1G; the least recently used go past it)\n"
 "  --no-passthrough      send writes through the daemon even where the\n"
@@ -182,7 +184,7 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 	enum { OPT_CACHE_DIR = 256, OPT_CACHE_SIZE, OPT_MODE, OPT_REFRESH,
 	       OPT_FG, OPT_TIMEOUT, OPT_THREADS, OPT_DEBUG, OPT_DELAY, OPT_PART,
 	       OPT_UPAR, OPT_NO_PT, OPT_FMODE, OPT_DMODE, OPT_UID, OPT_GID,
-	       OPT_NO_AO, OPT_NEG, OPT_MEM, OPT_NS };
+	       OPT_NO_AO, OPT_NEG, OPT_MEM, OPT_NS, OPT_INO };
 	static const struct option lo[] = {
 		{ "cache-dir", required_argument, NULL, OPT_CACHE_DIR },
 		{ "cache-size", required_argument, NULL, OPT_CACHE_SIZE },
@@ -205,6 +207,7 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 		{ "no-allow-other", no_argument, NULL, OPT_NO_AO },
 		{ "memory-entries", required_argument, NULL, OPT_MEM },
 		{ "namespace-size", required_argument, NULL, OPT_NS },
+		{ "memory-inodes", required_argument, NULL, OPT_INO },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
@@ -297,6 +300,14 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 				return tools_bad_opt("fmfs mount",
 					"--memory-entries", optarg, "a whole "
 					"number of entries from 1000 to "
+					"100000000");
+			break;
+		case OPT_INO:
+			if (tools_parse_u64(optarg, 1000, 100000000,
+					    &o->mem_inodes))
+				return tools_bad_opt("fmfs mount",
+					"--memory-inodes", optarg, "a whole "
+					"number of inodes from 1000 to "
 					"100000000");
 			break;
 		case OPT_NS:
@@ -686,6 +697,7 @@ static int serve(struct mount_opts *o, int ready_fd, char *msg, size_t ml)
 		.uid = o->uid, .gid = o->gid,
 		.no_allow_other = o->no_allow_other,
 		.listing_mem_entries = o->mem_entries,
+		.inode_max = o->mem_inodes,
 		.disconnected = o->disconnected,
 	};
 	struct obj_store *st;
