@@ -524,8 +524,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	size = in->size_bytes;
 	memcpy(etag, in->etag, sizeof(etag));
 	/* The kernel may keep its pages while the version is unchanged. */
-	fi->keep_cache = in->open_etag[0] && !strcmp(in->open_etag, etag);
-	memcpy(in->open_etag, etag, sizeof(etag));
+	fi->keep_cache = in->open_etag && in->open_etag == fs_etag_hash(etag);
+	in->open_etag = fs_etag_hash(etag);
 	pthread_mutex_unlock(&fs->lock);
 	rc = cache_file_open(fs->cfg.cache, in->key, size, etag, &h->cf);
 	if (rc)

@@ -90,15 +90,17 @@ struct fs_listing {
 struct fs_inode {
 	fuse_ino_t ino;
 	struct fs_inode *parent;   /* holds a reference while we exist */
-	char *name;                /* "" for the root */
-	char *key;                 /* file: "a/b"; dir: "a/b/"; root: "" */
+	char *name;                /* "" for the root; inside key's block */
+	char *key;                 /* file: "a/b"; dir: "a/b/"; root: "";
+	                            * one allocation with name */
 	bool is_dir;
 	/* attributes; protected by fs->lock */
 	uint64_t size_bytes;
 	int64_t mtime_s;
 	char etag[80];
 	uint64_t attr_ms;          /* when last confirmed with the store */
-	char open_etag[80];        /* version at the last open (keep_cache) */
+	uint64_t open_etag;        /* version at the last open (keep_cache):
+	                            * fs_etag_hash of its ETag, 0 none */
 	/* POSIX attributes from object metadata or our own writes; without
 	 * them (has_attr false) the inode shows the configured defaults
 	 * (fs_fill_attr), which are never more than FS_FILE_MODE's */
@@ -257,6 +259,15 @@ struct fs_handle {
 
 
 /* inode.c */
+/* A 64-bit hash of an ETag, never 0 (FNV-1a). */
+static inline uint64_t fs_etag_hash(const char *etag)
+{
+	uint64_t h = 1469598103934665603ull;
+
+	for (; *etag; etag++)
+		h = (h ^ (unsigned char)*etag) * 1099511628211ull;
+	return h ? h : 1;
+}
 int fs_inodes_init(struct fs *fs);
 void fs_inodes_free(struct fs *fs);
 struct fs_inode *fs_inode_get(struct fs *fs, fuse_ino_t ino);  /* no ref */
