@@ -15,8 +15,8 @@
  *   attrs(key, etag, has, mode, uid, gid, mtime_ns, ctime_ns, atime_ns,
  *         rdev)              the attributes stored with an object, once
  *                            learned (cache_attr_*)
- *   listings(dir, fetched_ms, used_ms, entries, bytes, data)
- *                            directory listings the fs packed (listing.c)
+ *   listings(dir, fetched_ms, used_ms, entries, bytes), listing_data(id,
+ *         data)              directory listings the fs packed (listing.c)
  *
  * Why chunks of 1024 blocks rather than a row per block or one BLOB per
  * object: a row per block makes the index a million rows per TiB cached
@@ -85,14 +85,16 @@ struct cache_index {
 	bool failing;               /* the last write failed (flush_lock) */
 };
 
-/* A rowid table: its rows hold BLOBs of up to megabytes, which a
- * WITHOUT ROWID table stores badly. */
+/* The BLOBs (up to megabytes) in a table of their own, keyed by the
+ * listings row's rowid: a stale mark or a touch rewrites a small row,
+ * never the BLOB (an UPDATE rewrites the whole record). */
 #define LISTINGS_SQL                                                     \
 	"CREATE TABLE IF NOT EXISTS listings(dir TEXT NOT NULL UNIQUE,"  \
 	" fetched_ms INTEGER NOT NULL, used_ms INTEGER NOT NULL,"         \
-	" entries INTEGER NOT NULL, bytes INTEGER NOT NULL,"             \
-	" data BLOB NOT NULL);"                                          \
-	"CREATE INDEX IF NOT EXISTS listings_used ON listings(used_ms);"
+	" entries INTEGER NOT NULL, bytes INTEGER NOT NULL);"            \
+	"CREATE INDEX IF NOT EXISTS listings_used ON listings(used_ms);"  \
+	"CREATE TABLE IF NOT EXISTS listing_data(id INTEGER PRIMARY KEY," \
+	" data BLOB NOT NULL);"
 
 static const char *const schema_sql =
 	"CREATE TABLE meta(name TEXT PRIMARY KEY, value TEXT NOT NULL)"

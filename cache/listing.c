@@ -10,7 +10,8 @@
  * entries and the time it was last used.  They live in one table of the
  * index (docs/cache-format.md, "listings"):
  *
- *   listings(dir, fetched_ms, used_ms, entries, bytes, data)
+ *   listings(dir, fetched_ms, used_ms, entries, bytes)
+ *   listing_data(id, data)    id: the listings row's rowid
  *
  * Nothing here is on a hot path's critical section: a put copies the
  * bytes into a small table in memory (seen by a get at once) and the
@@ -64,8 +65,8 @@ struct cache_names {
 	struct names_prefix *prefixes;
 	uint64_t seq;
 	sqlite3 *db;                /* the index's; NULL while closed */
-	sqlite3_stmt *get, *put, *size_of, *mark, *touch, *mark_range,
-		     *mark_all, *oldest, *del;
+	sqlite3_stmt *get, *ins, *upd, *put_data, *size_of, *mark, *touch,
+		     *mark_range, *mark_all, *oldest, *del, *del_data;
 	uint64_t dirs, entries, bytes; /* in the table */
 };
 
@@ -127,6 +128,24 @@ void cache_names_free(struct cache *c)
 	c->names = NULL;
 }
 
+/* The table's totals, from the table (at open, after a failed flush). */
+static int recount(struct cache_names *n, sqlite3 *db)
+{
+	sqlite3_stmt *st;
+	int rc = sqlite3_prepare_v2(db, "SELECT count(*), total(entries),"
+				    " total(bytes) FROM listings", -1, &st,
+				    NULL);
+
+	if (rc != SQLITE_OK)
+		return rc;
+	if (sqlite3_step(st) == SQLITE_ROW) {
+		n->dirs = (uint64_t)sqlite3_column_int64(st, 0);
+		n->entries = (uint64_t)sqlite3_column_double(st, 1);
+		n->bytes = (uint64_t)sqlite3_column_double(st, 2);
+	}
+	return sqlite3_finalize(st);
+}
+
 int cache_names_db_open(struct cache *c, struct sqlite3 *db)
 {
 	static const struct {
@@ -134,12 +153,18 @@ int cache_names_db_open(struct cache *c, struct sqlite3 *db)
 		const char *sql;
 	} stmts[] = {
 		{ offsetof(struct cache_names, get),
-		  "SELECT fetched_ms, entries, data FROM listings WHERE dir=?" },
-		{ offsetof(struct cache_names, put),
-		  "INSERT OR REPLACE INTO listings(dir, fetched_ms, used_ms,"
-		  " entries, bytes, data) VALUES(?,?,?,?,?,?)" },
+		  "SELECT l.fetched_ms, l.entries, d.data FROM listings l"
+		  " JOIN listing_data d ON d.id=l.rowid WHERE l.dir=?" },
+		{ offsetof(struct cache_names, ins),
+		  "INSERT INTO listings(dir, fetched_ms, used_ms, entries,"
+		  " bytes) VALUES(?,?,?,?,?)" },
+		{ offsetof(struct cache_names, upd),
+		  "UPDATE listings SET fetched_ms=?, used_ms=?, entries=?,"
+		  " bytes=? WHERE rowid=?" },
+		{ offsetof(struct cache_names, put_data),
+		  "INSERT OR REPLACE INTO listing_data(id, data) VALUES(?,?)" },
 		{ offsetof(struct cache_names, size_of),
-		  "SELECT entries, bytes FROM listings WHERE dir=?" },
+		  "SELECT rowid, entries, bytes FROM listings WHERE dir=?" },
 		{ offsetof(struct cache_names, mark),
 		  "UPDATE listings SET fetched_ms=0 WHERE dir=?" },
 		{ offsetof(struct cache_names, touch),
@@ -149,13 +174,13 @@ int cache_names_db_open(struct cache *c, struct sqlite3 *db)
 		{ offsetof(struct cache_names, mark_all),
 		  "UPDATE listings SET fetched_ms=0" },
 		{ offsetof(struct cache_names, oldest),
-		  "SELECT dir, entries, bytes FROM listings ORDER BY used_ms"
-		  " LIMIT 256" },
+		  "SELECT dir FROM listings ORDER BY used_ms LIMIT 256" },
 		{ offsetof(struct cache_names, del),
-		  "DELETE FROM listings WHERE dir=?" },
+		  "DELETE FROM listings WHERE rowid=?" },
+		{ offsetof(struct cache_names, del_data),
+		  "DELETE FROM listing_data WHERE id=?" },
 	};
 	struct cache_names *n = c->names;
-	sqlite3_stmt *st;
 	int rc;
 
 	for (size_t i = 0; i < sizeof(stmts) / sizeof(stmts[0]); i++) {
@@ -167,16 +192,7 @@ int cache_names_db_open(struct cache *c, struct sqlite3 *db)
 		if (rc != SQLITE_OK)
 			goto fail;
 	}
-	rc = sqlite3_prepare_v2(db, "SELECT count(*), total(entries),"
-				" total(bytes) FROM listings", -1, &st, NULL);
-	if (rc != SQLITE_OK)
-		goto fail;
-	if (sqlite3_step(st) == SQLITE_ROW) {
-		n->dirs = (uint64_t)sqlite3_column_int64(st, 0);
-		n->entries = (uint64_t)sqlite3_column_double(st, 1);
-		n->bytes = (uint64_t)sqlite3_column_double(st, 2);
-	}
-	rc = sqlite3_finalize(st);
+	rc = recount(n, db);
 	if (rc != SQLITE_OK)
 		goto fail;
 	/* After a crash the last second's stale marks may be lost: a
@@ -186,7 +202,9 @@ int cache_names_db_open(struct cache *c, struct sqlite3 *db)
 			  " EXISTS (SELECT 1 FROM meta WHERE"
 			  " name='listings_clean' AND value='1');"
 			  "INSERT OR REPLACE INTO meta VALUES"
-			  "('listings_clean','0')", NULL, NULL, NULL);
+			  "('listings_clean','0');"
+			  "DELETE FROM listing_data WHERE id NOT IN"
+			  " (SELECT rowid FROM listings)", NULL, NULL, NULL);
 	if (rc != SQLITE_OK)
 		goto fail;
 	pthread_mutex_lock(&n->lock);
@@ -212,9 +230,10 @@ void cache_names_clean(struct cache *c)
 void cache_names_db_close(struct cache *c)
 {
 	struct cache_names *n = c->names;
-	sqlite3_stmt **all[] = { &n->get, &n->put, &n->size_of, &n->mark,
-				 &n->touch, &n->mark_range, &n->mark_all,
-				 &n->oldest, &n->del };
+	sqlite3_stmt **all[] = { &n->get, &n->ins, &n->upd, &n->put_data,
+				 &n->size_of, &n->mark, &n->touch,
+				 &n->mark_range, &n->mark_all, &n->oldest,
+				 &n->del, &n->del_data };
 
 	pthread_mutex_lock(&n->lock);
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
@@ -330,12 +349,12 @@ void cache_listing_put(struct cache *c, const char *dir, const void *data,
 	if (len)
 		memcpy(copy, data, len);
 	pthread_mutex_lock(&n->lock);
+	/* Rare (a burst of huge listings within a second, or an index that
+	 * cannot be written): not kept, which only costs a LIST after a
+	 * remount (an older row of dir stays: fresh, it was right then);
+	 * the caller may hold its own locks, so no flush here. */
 	full = n->pend_bytes + len > NAMES_PENDING_MAX_BYTES;
-	pthread_mutex_unlock(&n->lock);
-	if (full) /* rare: a burst of large listings within a second */
-		cache_index_flush(c, false);
-	pthread_mutex_lock(&n->lock);
-	p = pend_get(n, dir);
+	p = full ? NULL : pend_get(n, dir);
 	if (p) {
 		n->pend_bytes -= p->data ? p->len : 0;
 		free(p->data);
@@ -481,16 +500,19 @@ static int step_done(sqlite3_stmt *st)
 	return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-/* The entries and bytes of dir's row, if any (lock held). */
-static void row_size(struct cache_names *n, const char *dir,
+/* The rowid, entries and bytes of dir's row, if any (lock held). */
+static void row_size(struct cache_names *n, const char *dir, int64_t *id,
 		     uint64_t *entries, uint64_t *bytes, bool *found)
 {
-	sqlite3_bind_text(n->size_of, 1, dir, -1, SQLITE_STATIC);
-	*found = sqlite3_step(n->size_of) == SQLITE_ROW;
-	*entries = *found ? (uint64_t)sqlite3_column_int64(n->size_of, 0) : 0;
-	*bytes = *found ? (uint64_t)sqlite3_column_int64(n->size_of, 1) : 0;
-	sqlite3_reset(n->size_of);
-	sqlite3_clear_bindings(n->size_of);
+	sqlite3_stmt *st = n->size_of;
+
+	sqlite3_bind_text(st, 1, dir, -1, SQLITE_STATIC);
+	*found = sqlite3_step(st) == SQLITE_ROW;
+	*id = *found ? sqlite3_column_int64(st, 0) : 0;
+	*entries = *found ? (uint64_t)sqlite3_column_int64(st, 1) : 0;
+	*bytes = *found ? (uint64_t)sqlite3_column_int64(st, 2) : 0;
+	sqlite3_reset(st);
+	sqlite3_clear_bindings(st);
 }
 
 static int mark_tree(struct cache_names *n, const char *dir)
@@ -517,19 +539,35 @@ static int mark_tree(struct cache_names *n, const char *dir)
 static int write_one(struct cache_names *n, const struct names_pend *p)
 {
 	uint64_t e0, b0;
+	int64_t id;
 	bool found;
 	int rc = SQLITE_OK;
 
+	/* The data in a table of its own: a stale mark or a touch rewrites
+	 * a small row, never the BLOB. */
 	if (p->data) {
-		row_size(n, p->dir, &e0, &b0, &found);
-		sqlite3_bind_text(n->put, 1, p->dir, -1, SQLITE_STATIC);
-		sqlite3_bind_int64(n->put, 2, p->fetched_ms);
-		sqlite3_bind_int64(n->put, 3, p->used_ms);
-		sqlite3_bind_int64(n->put, 4, p->entries);
-		sqlite3_bind_int64(n->put, 5, (int64_t)p->len);
-		sqlite3_bind_blob(n->put, 6, p->data ? p->data : "",
-				  (int)p->len, SQLITE_STATIC);
-		rc = step_done(n->put);
+		sqlite3_stmt *st = n->ins;
+
+		row_size(n, p->dir, &id, &e0, &b0, &found);
+		if (found) {
+			st = n->upd;
+			sqlite3_bind_int64(st, 5, id);
+		} else {
+			sqlite3_bind_text(st, 1, p->dir, -1, SQLITE_STATIC);
+		}
+		sqlite3_bind_int64(st, found ? 1 : 2, p->fetched_ms);
+		sqlite3_bind_int64(st, found ? 2 : 3, p->used_ms);
+		sqlite3_bind_int64(st, found ? 3 : 4, p->entries);
+		sqlite3_bind_int64(st, found ? 4 : 5, (int64_t)p->len);
+		rc = step_done(st);
+		if (rc == SQLITE_OK && !found)
+			id = sqlite3_last_insert_rowid(n->db);
+		if (rc == SQLITE_OK) {
+			sqlite3_bind_int64(n->put_data, 1, id);
+			sqlite3_bind_blob(n->put_data, 2, p->data, (int)p->len,
+					  SQLITE_STATIC);
+			rc = step_done(n->put_data);
+		}
 		if (rc == SQLITE_OK) {
 			n->dirs += !found;
 			n->entries += p->entries - e0;
@@ -565,6 +603,9 @@ static int evict(struct cache *c, struct cache_names *n)
 		while (bytes > low && (rc = sqlite3_step(st)) == SQLITE_ROW) {
 			char *d = strdup((const char *)
 					 sqlite3_column_text(st, 0));
+			int64_t id;
+			uint64_t e0, b0;
+			bool found;
 
 			if (nd == cd) {
 				size_t nc = cd ? cd * 2 : 64;
@@ -580,7 +621,8 @@ static int evict(struct cache *c, struct cache_names *n)
 			if (!d)
 				break;
 			dirs[nd++] = d;
-			bytes -= (uint64_t)sqlite3_column_int64(st, 2);
+			row_size(n, d, &id, &e0, &b0, &found);
+			bytes -= b0;
 		}
 		sqlite3_reset(st);
 		rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
@@ -588,13 +630,16 @@ static int evict(struct cache *c, struct cache_names *n)
 			break;
 		for (size_t i = 0; i < nd; i++) {
 			uint64_t e0, b0;
+			int64_t id;
 			bool found;
 
 			if (rc == SQLITE_OK) {
-				row_size(n, dirs[i], &e0, &b0, &found);
-				sqlite3_bind_text(n->del, 1, dirs[i], -1,
-						  SQLITE_STATIC);
-				rc = step_done(n->del);
+				row_size(n, dirs[i], &id, &e0, &b0, &found);
+				sqlite3_bind_int64(n->del_data, 1, id);
+				rc = found ? step_done(n->del_data) : SQLITE_OK;
+				sqlite3_bind_int64(n->del, 1, id);
+				if (rc == SQLITE_OK && found)
+					rc = step_done(n->del);
 				if (rc == SQLITE_OK && found) {
 					n->dirs--;
 					n->entries -= e0;
@@ -614,10 +659,10 @@ int cache_names_write(struct cache *c, struct cache_names_snap *s)
 	struct cache_names *n = c->names;
 	int rc = SQLITE_OK;
 
-	if (!s && (!n || n->bytes <= c->cfg.listing_max_bytes))
+	if (!n)
 		return SQLITE_OK;
 	pthread_mutex_lock(&n->lock);
-	if (!n->db) {
+	if (!n->db || (!s && n->bytes <= c->cfg.listing_max_bytes)) {
 		pthread_mutex_unlock(&n->lock);
 		return SQLITE_OK;
 	}
@@ -638,8 +683,15 @@ void cache_names_snap_done(struct cache *c, struct cache_names_snap *s,
 {
 	struct cache_names *n = c->names;
 
-	if (!s)
+	if (!s) {
+		if (!written && n) { /* an eviction rolled back */
+			pthread_mutex_lock(&n->lock);
+			if (n->db)
+				recount(n, n->db);
+			pthread_mutex_unlock(&n->lock);
+		}
 		return;
+	}
 	pthread_mutex_lock(&n->lock);
 	for (size_t i = 0; i < s->n; i++) {
 		struct names_pend **pp = pend_find(n, s->v[i]->dir), *p = *pp;
@@ -652,6 +704,9 @@ void cache_names_snap_done(struct cache *c, struct cache_names_snap *s,
 		}
 		pend_free(s->v[i]);
 	}
+	/* A rolled-back flush counted what it did not keep. */
+	if (!written && n->db && recount(n, n->db) != SQLITE_OK)
+		cache_log_ratelimited("cannot count the listings in the index");
 	for (struct names_prefix *q = s->prefixes; written && q; q = q->next)
 		for (struct names_prefix **pp = &n->prefixes; *pp;
 		     pp = &(*pp)->next)

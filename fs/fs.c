@@ -373,9 +373,16 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 			if (n > left)
 				break;
 		} else {
-			if (e)
+			if (e) {
 				ep.attr.st_mode = e->is_dir ? S_IFDIR :
 						  e->ftype ? e->ftype : S_IFREG;
+				/* Not 0: glibc's readdir skips such an
+				 * entry (every name after the first
+				 * READDIRPLUS reply was lost). */
+				pthread_mutex_lock(&fs->lock);
+				ep.attr.st_ino = fs_dirent_ino(fs, dir, name);
+				pthread_mutex_unlock(&fs->lock);
+			}
 			n = fuse_add_direntry(req, p, left, name, &ep.attr,
 					      i + 1);
 			if (n > left)
@@ -1164,10 +1171,12 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t ml)
 		rc = 0;
 	}
 out_unmount:
-	fs_probe_stop(fs);
 	/* No more callbacks into fs once this returns. */
 	cache_wb_stop(cfg->cache);
 	fuse_session_unmount(fs->se);
+	/* After the unmount: a notify of its stuck behind a request that is
+	 * never answered now fails instead of hanging the join. */
+	fs_probe_stop(fs);
 out_signals:
 	fuse_remove_signal_handlers(fs->se);
 out_ctl:

@@ -216,6 +216,9 @@ struct fs {
 	 * dir_gens[hash of the directory key] for one directory. */
 	atomic_uint_fast64_t dir_gen;
 	atomic_uint_fast64_t dir_gens[FS_DIR_GENS];
+	/* Bumped by each dir_mark_stale (no generation bump there): a
+	 * listing read from the index across one is not kept as fresh. */
+	atomic_uint_fast64_t stale_marks;
 	/* Names found missing by a LIST of that name (fs_find), by hash of
 	 * the key; protected by lock. */
 	struct { uint64_t h, ms; } neg[FS_NEG_SLOTS];
@@ -280,6 +283,11 @@ struct fs_inode *fs_inode_ref(struct fs *fs, struct fs_inode *dir,
 struct fs_inode *fs_inode_lookup(struct fs *fs, struct fs_inode *dir,
 				 const struct fs_entry *e);
 void fs_inode_forget(struct fs *fs, struct fs_inode *in, uint64_t n);
+/* d_ino of dir/name in a plain readdir reply: its inode's number if the
+ * kernel knows one, else a stable number that is not an inode's.  Never
+ * 0: glibc's readdir skips an entry whose d_ino is 0.  Lock held. */
+uint64_t fs_dirent_ino(struct fs *fs, const struct fs_inode *dir,
+		       const char *name);
 /* Frees in (and then its parents) if nothing holds it any more: no
  * kernel reference, no child, no hard link.  Lock held. */
 void fs_inode_maybe_free(struct fs *fs, struct fs_inode *in);
@@ -459,9 +467,12 @@ void fs_link_rename_post(struct fs *fs, struct fs_inode *promoted,
 void fs_links_free(struct fs *fs);
 
 /* namespace.c: listings kept in the cache index */
-/* Hands a settled listing to the index (packed; lock held). */
-void fs_ns_save(struct fs *fs, const char *dir_key,
-		const struct fs_listing *l);
+/* l packed for the index (malloc'd; NULL: out of memory).  No lock. */
+void *fs_ns_pack(const struct fs_listing *l, size_t *len);
+/* Hands l, packed, to the index if it is settled (fetched_ms set); lock
+ * held, so that a change of ours marks it stale after, not before. */
+void fs_ns_keep(struct fs *fs, const char *dir_key,
+		const struct fs_listing *l, const void *packed, size_t len);
 /* dir_key's listing as the index keeps it (a new listing, fetched_ms as
  * this mount's clock would have it, 0 when stale), or NULL. */
 struct fs_listing *fs_ns_load(struct fs *fs, const char *dir_key);

@@ -297,6 +297,21 @@ static void plain_dir_attr(struct fs *fs, char *key, const struct fs_entry *e,
 		fs_attr_resolve(fs, true, e->mtime_s, &a, k);
 }
 
+uint64_t fs_dirent_ino(struct fs *fs, const struct fs_inode *dir,
+		       const char *name)
+{
+	struct fs_inode *in;
+	uint64_t h = 1469598103934665603ull ^ dir->ino;
+
+	for (in = fs->by_name[hash_name(fs, dir->ino, name)]; in;
+	     in = in->next_name)
+		if (in->parent == dir && !strcmp(in->name, name))
+			return in->ino;
+	for (const char *p = name; *p; p++)
+		h = (h ^ (unsigned char)*p) * 1099511628211ull;
+	return h | (1ull << 63); /* never one of ours, never 0 */
+}
+
 struct fs_inode *fs_inode_lookup(struct fs *fs, struct fs_inode *dir,
 				 const struct fs_entry *e)
 {
@@ -679,24 +694,38 @@ struct fs_listing *fs_dir_listing(struct fs *fs, const char *dir_key,
 				  int *err)
 {
 	struct fs_listing *l, *nl;
-	uint64_t gen;
+	uint64_t gen, marks;
+	void *packed;
+	size_t plen = 0;
 
 	*err = 0;
+	/* The generation with the look: a change of ours (fs_dir_invalidate,
+	 * under the lock) is before both, and marked the index too, or
+	 * after both, and changes it. */
 	pthread_mutex_lock(&fs->lock);
 	l = dircache_get(fs, dir_key);
-	pthread_mutex_unlock(&fs->lock);
 	gen = dir_gen_of(fs, dir_key);
-	if (!l && (l = fs_ns_load(fs, dir_key))) {
+	marks = atomic_load(&fs->stale_marks);
+	pthread_mutex_unlock(&fs->lock);
+	if (!l && (nl = fs_ns_load(fs, dir_key))) {
 		/* Known from the index (a remount, or dropped from memory):
 		 * as if LISTed then; a change of ours meanwhile makes it
-		 * stale, as it would a LIST's. */
-		atomic_fetch_add(&l->refs, 1);
+		 * stale, as it would a LIST's.  Another thread may have put
+		 * one meanwhile: that one stays. */
 		pthread_mutex_lock(&fs->lock);
-		l->gen = gen;
-		if (gen != dir_gen_of(fs, dir_key))
-			l->fetched_ms = 0;
-		dircache_put(fs, dir_key, l);
+		l = dircache_get(fs, dir_key);
+		if (!l) {
+			nl->gen = gen;
+			if (gen != dir_gen_of(fs, dir_key) ||
+			    marks != atomic_load(&fs->stale_marks))
+				nl->fetched_ms = 0;
+			atomic_fetch_add(&nl->refs, 1);
+			dircache_put(fs, dir_key, nl);
+			l = nl;
+			nl = NULL;
+		}
 		pthread_mutex_unlock(&fs->lock);
+		fs_listing_put(nl);
 	}
 	if (l && (fresh(fs, l->fetched_ms) || !fs_store_up(fs)))
 		return l;
@@ -714,6 +743,7 @@ struct fs_listing *fs_dir_listing(struct fs *fs, const char *dir_key,
 	}
 	if (*err == 0) {
 		fs_listing_put(l);
+		packed = fs_ns_pack(nl, &plen);
 		atomic_fetch_add(&nl->refs, 1);
 		pthread_mutex_lock(&fs->lock);
 		nl->gen = gen;
@@ -721,9 +751,10 @@ struct fs_listing *fs_dir_listing(struct fs *fs, const char *dir_key,
 			nl->fetched_ms = 0; /* unsettled: not kept as fresh */
 		/* Under the lock: a change of ours (fs_dir_invalidate) is
 		 * either before (unsettled, not kept) or marks it after. */
-		fs_ns_save(fs, dir_key, nl);
+		fs_ns_keep(fs, dir_key, nl, packed, plen);
 		dircache_put(fs, dir_key, nl);
 		pthread_mutex_unlock(&fs->lock);
+		free(packed);
 		return nl;
 	}
 	if (l)
@@ -1025,6 +1056,7 @@ static void dir_mark_stale(struct fs *fs, const char *dir_key)
 			d->l->fetched_ms = 0;
 	if (fs->cfg.cache)
 		cache_listing_stale(fs->cfg.cache, dir_key, false);
+	atomic_fetch_add(&fs->stale_marks, 1);
 	pthread_mutex_unlock(&fs->lock);
 }
 

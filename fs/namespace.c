@@ -5,9 +5,11 @@
  * before it asks the store, and a mount with the store down serves them
  * at all (docs/semantics.md "The store unreachable").
  *
- * A listing fetched from the store (settled: no change of ours crossed
- * its LIST) is packed and handed to cache_listing_put with the wall-clock
- * time of its fetch; the flusher writes it off the hot path.  A
+ * A listing fetched from the store is packed (no lock held) and, if it
+ * is settled (no change of ours crossed its LIST), handed to
+ * cache_listing_put with the wall-clock time of its fetch, under the
+ * lock that orders it with the stale marks of our changes; the flusher
+ * writes it off the hot path.  A
  * directory whose listing is not in memory (never seen by this mount, or
  * dropped past the memory bound) is unpacked from the index: fresh if
  * its fetch is less than --refresh ago, as if it had been fetched by
@@ -57,21 +59,17 @@ static int64_t wall_ms(void)
 	return util_wall_ns() / 1000000;
 }
 
-void fs_ns_save(struct fs *fs, const char *dir_key,
-		const struct fs_listing *l)
+void *fs_ns_pack(const struct fs_listing *l, size_t *len_out)
 {
 	size_t len = NS_HEAD + 4, at = NS_HEAD;
-	uint64_t age = util_now_ms() - l->fetched_ms;
 	unsigned char *b;
 
-	if (!l->fetched_ms || !fs->cfg.cache)
-		return; /* unsettled: not worth keeping */
 	for (size_t i = 0; i < l->n; i++)
 		len += NS_FIXED + strlen(l->e[i].name) +
 		       strnlen(l->e[i].etag, sizeof(l->e[i].etag) - 1);
 	b = malloc(len);
 	if (!b)
-		return; /* only costs a LIST after a remount */
+		return NULL; /* only costs a LIST after a remount */
 	memcpy(b, NS_MAGIC, 4);
 	util_put32le(b + 4, NS_VERSION);
 	util_put32le(b + 8, (uint32_t)l->n);
@@ -95,9 +93,19 @@ void fs_ns_save(struct fs *fs, const char *dir_key,
 		at += 23 + el;
 	}
 	util_put32le(b + at, util_crc32c(0, b, at));
-	cache_listing_put(fs->cfg.cache, dir_key, b, len, (uint32_t)l->n,
+	*len_out = len;
+	return b;
+}
+
+void fs_ns_keep(struct fs *fs, const char *dir_key,
+		const struct fs_listing *l, const void *packed, size_t len)
+{
+	uint64_t age = util_now_ms() - l->fetched_ms;
+
+	if (!l->fetched_ms || !packed || !fs->cfg.cache)
+		return; /* unsettled: not worth keeping */
+	cache_listing_put(fs->cfg.cache, dir_key, packed, len, (uint32_t)l->n,
 			  wall_ms() - (int64_t)age);
-	free(b);
 }
 
 static void ns_bad(const char *dir_key, const char *why)
@@ -359,8 +367,10 @@ size_t fs_inodes_trim(struct fs *fs)
 	/* No lock held: the kernel answers with FORGETs, which our workers
 	 * take fs->lock for.  A parent gone meanwhile only gets -ENOENT. */
 	for (size_t i = 0; i < n; i++) {
-		fuse_lowlevel_notify_inval_entry(fs->se, v[i].parent,
-						 v[i].name, strlen(v[i].name));
+		if (!fuse_session_exited(fs->se))
+			fuse_lowlevel_notify_inval_entry(fs->se, v[i].parent,
+							 v[i].name,
+							 strlen(v[i].name));
 		free(v[i].name);
 	}
 	free(v);
