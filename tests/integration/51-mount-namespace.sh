@@ -123,11 +123,13 @@ python3 - "$CACHE/index.sqlite" <<'PY'
 import sqlite3, sys, time
 db = sqlite3.connect(sys.argv[1])
 n = 0
-for (d, data) in db.execute("SELECT dir, data FROM listings").fetchall():
+for (i, data) in db.execute("SELECT l.rowid, d.data FROM listings l"
+                            " JOIN listing_data d ON d.id=l.rowid").fetchall():
     b = bytearray(data)
     b[len(b) // 2] ^= 0x55
-    db.execute("UPDATE listings SET data=?, fetched_ms=? WHERE dir=?",
-               (bytes(b), int(time.time() * 1000), d))
+    db.execute("UPDATE listing_data SET data=? WHERE id=?", (bytes(b), i))
+    db.execute("UPDATE listings SET fetched_ms=? WHERE rowid=?",
+               (int(time.time() * 1000), i))
     n += 1
 db.commit()
 print("damaged", n, "listings")
