@@ -69,8 +69,8 @@ struct fs_config {
 	                             * start from what the cache knows */
 };
 
-#define FS_MEM_ENTRIES 131072
-#define FS_MEM_INODES 131072
+#define FS_MEM_ENTRIES 65536
+#define FS_MEM_INODES 65536
 
 #define FS_FILE_MODE 0600
 #define FS_DIR_MODE 0755
