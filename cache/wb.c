@@ -402,11 +402,14 @@ static int db_open(struct cache_wb *wb, char *msg, size_t ml)
 
 /* Keeps "what: why" for flush and umount to report (wb->lock not needed:
  * only at open). */
-static void lost_add(struct cache_wb *wb, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-static void lost_add(struct cache_wb *wb, const char *fmt, ...)
+static void lost_add_row(struct cache_wb *wb, uint64_t row,
+			 const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void lost_add_row(struct cache_wb *wb, uint64_t row,
+			 const char *fmt, ...)
 {
 	char line[1400], **l;
+	uint64_t *rows;
 	va_list ap;
 
 	va_start(ap, fmt);
@@ -417,9 +420,15 @@ static void lost_add(struct cache_wb *wb, const char *fmt, ...)
 	if (!l)
 		return;
 	wb->lost = l;
+	rows = realloc(wb->lost_row, (wb->nlost + 1) * sizeof(*rows));
+	if (!rows)
+		return;
+	wb->lost_row = rows;
+	rows[wb->nlost] = row;
 	if ((l[wb->nlost] = strdup(line)))
 		wb->nlost++;
 }
+#define lost_add(wb, ...) lost_add_row(wb, 0, __VA_ARGS__)
 
 /* Moves DIR/dirty/ID[suffix] to DIR/lost+found/ID-KEY[suffix]; the name
  * it got in to (or "" if it could not). */
@@ -588,10 +597,16 @@ static void replay_one(struct cache_wb *wb, uint64_t id,
 		/* The .meta stays, and while it is damaged so does the row:
 		 * every mount says so until the .meta is removed. */
 		if (src == -ENOENT)
-			lost_add(wb, "%s: its dirty file %s/%s is gone (%s): "
-				 "what was written to it through the mount "
-				 "was lost before it was uploaded", key,
-				 c->cfg.dir, path, strerror(errno));
+			/* Its row is all that is left: kept (every mount
+			 * says so) until a flush --wait or umount has named
+			 * it (cache_w_flush), not dropped here: the mount's
+			 * own check opens the cache before the daemon does
+			 * (46-mount-damage, seed 977836433 f145). */
+			lost_add_row(wb, r && !have_s ? id : 0,
+				     "%s: its dirty file %s/%s is gone (%s): "
+				     "what was written to it through the "
+				     "mount was lost before it was uploaded",
+				     key, c->cfg.dir, path, strerror(errno));
 		else
 			lost_add(wb, "%s: its dirty file %s/%s is gone (%s): "
 				 "what was written to it through the mount "
@@ -599,7 +614,7 @@ static void replay_one(struct cache_wb *wb, uint64_t id,
 				 "%s/%s%s to stop this message)", key,
 				 c->cfg.dir, path, strerror(errno), c->cfg.dir,
 				 path, CACHE_WB_META_SUFFIX);
-		if (r && (have_s || src == -ENOENT))
+		if (r && have_s)
 			cache_wb_db_del(wb, id);
 		goto out;
 	}
@@ -965,6 +980,7 @@ void cache_wb_close(struct cache *c)
 	for (size_t i = 0; i < wb->nlost; i++)
 		free(wb->lost[i]);
 	free(wb->lost);
+	free(wb->lost_row);
 	free(wb->busy_keys);
 	pthread_mutex_destroy(&wb->lock);
 	pthread_cond_destroy(&wb->cond);

@@ -103,6 +103,8 @@ struct cache_wb {
 	uint64_t rebuilt;          /* rows re-made from dirty/ID.meta at open */
 	char **lost;               /* "what: why" of committed files whose */
 	size_t nlost;              /* bytes were gone at open (flush says so) */
+	uint64_t *lost_row;        /* per lost line: the id of the row kept
+	                            * until a flush --wait names it, or 0 */
 	int dirty_fd;              /* DIR/dirty, for fsync of renames */
 	int db_version;            /* PRAGMA user_version at open */
 	char last_error[256];

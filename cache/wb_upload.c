@@ -687,6 +687,13 @@ int cache_w_flush(struct cache *c, const char *prefix, bool wait,
 			break;
 		}
 	}
+	/* A lost file known only by its row has been named now: the row
+	 * goes (docs/cache-format.md, "Replay"). */
+	for (size_t i = 0; wait && i < wb->nlost; i++) {
+		if (wb->lost_row[i] && !strncmp(wb->lost[i], prefix, pl) &&
+		    !cache_wb_db_del(wb, wb->lost_row[i]))
+			wb->lost_row[i] = 0;
+	}
 	pthread_mutex_unlock(&wb->lock);
 	return rc;
 }

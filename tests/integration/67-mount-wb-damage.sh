@@ -162,6 +162,34 @@ uploaded cut
 absent flip
 $FMFS umount "$MNT" || fail "umount after the repair"
 
+note "a dirty file and its .meta both gone (only the row is left): named"
+# The mount's own check opens the cache before the daemon does: the
+# report must outlive that first open (46-mount-damage seed 977836433).
+pending gone
+d_gone=$(dirty_of gone)
+rm -f "$d_gone" "$d_gone.meta"
+mnt 2>mount.err
+grep -q "^fmfs: cache: gone: its dirty file .* is gone" mount.err ||
+	fail "the mount did not name gone: $(cat mount.err)"
+grep -q "gone: its dirty file .* is gone" "$CACHE/fmfs.log" ||
+	fail "the daemon's log does not name gone"
+[ "$(stat_of lost_files)" = 1 ] || fail "status: lost_files $(stat_of lost_files)"
+rc=0
+$FMFS flush "$MNT" --wait --timeout 60 2>err || rc=$?
+[ "$rc" = 1 ] || fail "flush --wait exited $rc with gone's bytes lost"
+grep -q "^gone: its dirty file .*lost before it was uploaded" err ||
+	fail "flush did not name gone: $(cat err)"
+absent gone
+rc=0
+$FMFS umount "$MNT" 2>err || rc=$?
+[ "$rc" = 1 ] || fail "umount exited $rc with gone's bytes lost"
+grep -q "^gone: " err || fail "umount did not name gone: $(cat err)"
+mnt 2>mount.err # named by a flush: its row went, so this mount is clean
+grep -q "gone" mount.err && fail "gone named again after flush named it"
+$FMFS flush "$MNT" --wait --timeout 60 ||
+	fail "flush --wait still fails once gone was named"
+$FMFS umount "$MNT" || fail "umount"
+
 note "a file reopened and being changed at the kill goes up as it stands"
 mnt --async-delay 3600
 head -c 1400000 /dev/urandom >data/re
