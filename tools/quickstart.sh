@@ -56,7 +56,8 @@ $F obj stat "$store/quickstart/data.bin"
 $F obj get "$store/quickstart/data.bin" "$work/back.bin"
 cmp "$work/data.bin" "$work/back.bin"
 { set +x; } 2>/dev/null
-if [ -e /dev/fuse ] && { [ "$(id -u)" = 0 ] || command -v fusermount3 >/dev/null; }; then
+if [ -r /dev/fuse ] && [ -w /dev/fuse ] &&
+	{ [ "$(id -u)" = 0 ] || command -v fusermount3 >/dev/null; }; then
 	# Mount the store, read through the cache, look at the status.
 	mkdir "$work/mnt"
 	trap 'tools/fmfs umount "$work/mnt" 2>/dev/null || true; rm -rf "$work"' EXIT
@@ -95,7 +96,14 @@ if [ -e /dev/fuse ] && { [ "$(id -u)" = 0 ] || command -v fusermount3 >/dev/null
 	{ set +x; } 2>/dev/null
 	mounted="; mounted, read byte-exact through the cache, wrote and flushed a copy, trained, crashed and resumed with checkpoints on the mount"
 else
-	mounted="; mount skipped: needs /dev/fuse and root or fusermount3 (apt-get install fuse3)"
+	if [ ! -e /dev/fuse ]; then
+		why="there is no /dev/fuse (modprobe fuse; in a container, pass --device /dev/fuse)"
+	elif [ ! -r /dev/fuse ] || [ ! -w /dev/fuse ]; then
+		why="/dev/fuse ($(stat -c %A /dev/fuse) $(stat -c %U /dev/fuse)) is not usable by $(id -un 2>/dev/null || id -u): run as root, or give the user access to /dev/fuse"
+	else
+		why="not root and no fusermount3 (apt-get install fuse3)"
+	fi
+	mounted="; mount skipped: $why"
 fi
 $F obj rm -r "$store/quickstart/"
 echo "quickstart: ok (40 MiB up and back byte-exact through $store$mounted)"
