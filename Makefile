@@ -32,6 +32,10 @@ libdir = $(prefix)/lib
 includedir = $(prefix)/include
 mandir = $(prefix)/share/man
 pkgconfigdir = $(libdir)/pkgconfig
+# mount(8) looks for mount.TYPE in /sbin only: there for the system
+# prefixes, under the prefix otherwise (a private install must not touch
+# /sbin).
+mounthelperdir ?= $(if $(filter /usr /usr/local,$(prefix)),/sbin,$(prefix)/sbin)
 
 CPPFLAGS = -I. $(CURL_CFLAGS)
 
@@ -115,7 +119,7 @@ train/libtrain.a: $(TRAIN_OBJS)
 # tools/: the three front ends (tools/tools.h: their shape)
 TOOLS_COMMON = tools/tools.o
 FMFS_OBJS = tools/fmfs.o tools/fmfs_mount.o tools/fmfs_ctl.o \
-	tools/fmfs_obj.o $(TOOLS_COMMON)
+	tools/fmfs_obj.o tools/fmfs_helper.o $(TOOLS_COMMON)
 FMCKPT_OBJS = tools/fmckpt.o tools/fmckpt_store.o tools/fmckpt_status.o \
 	tools/fmckpt_bench.o $(TOOLS_COMMON)
 FMTRAIN_OBJS = tools/fmtrain.o tools/fmtrain_tokenize.o \
@@ -242,6 +246,8 @@ install: $(PROGS) $(FMCKPT_INSTALL)
 		$(DESTDIR)$(libdir) $(DESTDIR)$(pkgconfigdir) \
 		$(DESTDIR)$(includedir)/fmfs/objstore
 	install -m 755 $(PROGS) $(DESTDIR)$(bindir)/
+	install -d $(DESTDIR)$(mounthelperdir)
+	ln -sf $(bindir)/fmfs $(DESTDIR)$(mounthelperdir)/mount.fmfs
 	install -m 644 docs/fmfs.1 docs/fmckpt.1 docs/fmtrain.1 \
 		$(DESTDIR)$(mandir)/man1/
 	install -m 644 ckpt/libfmckpt.a $(DESTDIR)$(libdir)/
@@ -253,6 +259,7 @@ install: $(PROGS) $(FMCKPT_INSTALL)
 
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(bindir)/,$(notdir $(PROGS))) \
+		$(DESTDIR)$(mounthelperdir)/mount.fmfs \
 		$(addprefix $(DESTDIR)$(mandir)/man1/,fmfs.1 fmckpt.1 fmtrain.1) \
 		$(DESTDIR)$(libdir)/libfmckpt.a $(DESTDIR)$(libdir)/libfmckpt.so \
 		$(DESTDIR)$(libdir)/libfmckpt.so.$(FMCKPT_SO_VERSION) \

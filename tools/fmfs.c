@@ -7,6 +7,7 @@
  * hand).  Exit codes as in tools.h (and docs/fmfs.1).
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "config.h"
 #include "fmfs.h"
@@ -40,6 +41,14 @@ static const struct tools_cmd cmds[] = {
 
 int main(int argc, char **argv)
 {
+	const char *base = strrchr(argv[0], '/');
+
+	base = base ? base + 1 : argv[0];
+	/* mount(8)'s helper, by its name or in mount.fuse3's form (type
+	 * fuse.fmfs runs "fmfs SOURCE DIR -o OPTIONS"). */
+	if (!strcmp(base, "mount.fmfs") ||
+	    (argc >= 3 && strstr(argv[1], "://")))
+		return fmfs_mount_helper(argc, argv);
 	return tools_main(argc, argv, "fmfs", "fmfs " FMFS_VERSION, usage, cmds,
 			  sizeof(cmds) / sizeof(cmds[0]));
 }

@@ -26,6 +26,13 @@ int cmd_status(int argc, char **argv);
 int cmd_prefetch(int argc, char **argv);
 int cmd_evict(int argc, char **argv);
 int cmd_obj(int argc, char **argv);       /* fmfs_obj.c */
+/* mount.fmfs SOURCE DIR [-sfnv] [-o OPTIONS] (fmfs_helper.c). */
+int fmfs_mount_helper(int argc, char **argv);
+
+/* fmfs mount's long options, ending with a NULL name: the helper's -o
+ * spellings. */
+struct option;
+const struct option *fmfs_mount_options(void);
 
 /* Is real (a path realpath made) the root of a mount, per
  * /proc/self/mountinfo?  mount refuses a busy mountpoint; umount still

@@ -179,38 +179,46 @@ static int attr_opt(const char *opt, const char *v, struct mount_opts *o)
 	return 0;
 }
 
+/* fmfs mount's long options (also the -o spellings of mount.fmfs,
+ * fmfs_helper.c). */
+enum { OPT_CACHE_DIR = 256, OPT_CACHE_SIZE, OPT_MODE, OPT_REFRESH,
+       OPT_FG, OPT_TIMEOUT, OPT_THREADS, OPT_DEBUG, OPT_DELAY, OPT_PART,
+       OPT_UPAR, OPT_NO_PT, OPT_FMODE, OPT_DMODE, OPT_UID, OPT_GID,
+       OPT_NO_AO, OPT_NEG, OPT_MEM, OPT_NS, OPT_INO };
+static const struct option mount_lo[] = {
+	{ "cache-dir", required_argument, NULL, OPT_CACHE_DIR },
+	{ "cache-size", required_argument, NULL, OPT_CACHE_SIZE },
+	TOOLS_OBJ_OPTIONS,
+	{ "mode", required_argument, NULL, OPT_MODE },
+	{ "refresh", required_argument, NULL, OPT_REFRESH },
+	{ "negative-refresh", required_argument, NULL, OPT_NEG },
+	{ "timeout", required_argument, NULL, OPT_TIMEOUT },
+	{ "threads", required_argument, NULL, OPT_THREADS },
+	{ "foreground", no_argument, NULL, OPT_FG },
+	{ "debug", no_argument, NULL, OPT_DEBUG },
+	{ "async-delay", required_argument, NULL, OPT_DELAY },
+	{ "part-size", required_argument, NULL, OPT_PART },
+	{ "upload-parallel", required_argument, NULL, OPT_UPAR },
+	{ "no-passthrough", no_argument, NULL, OPT_NO_PT },
+	{ "file-mode", required_argument, NULL, OPT_FMODE },
+	{ "dir-mode", required_argument, NULL, OPT_DMODE },
+	{ "uid", required_argument, NULL, OPT_UID },
+	{ "gid", required_argument, NULL, OPT_GID },
+	{ "no-allow-other", no_argument, NULL, OPT_NO_AO },
+	{ "memory-entries", required_argument, NULL, OPT_MEM },
+	{ "namespace-size", required_argument, NULL, OPT_NS },
+	{ "memory-inodes", required_argument, NULL, OPT_INO },
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 }
+};
+
+const struct option *fmfs_mount_options(void)
+{
+	return mount_lo;
+}
+
 static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 {
-	enum { OPT_CACHE_DIR = 256, OPT_CACHE_SIZE, OPT_MODE, OPT_REFRESH,
-	       OPT_FG, OPT_TIMEOUT, OPT_THREADS, OPT_DEBUG, OPT_DELAY, OPT_PART,
-	       OPT_UPAR, OPT_NO_PT, OPT_FMODE, OPT_DMODE, OPT_UID, OPT_GID,
-	       OPT_NO_AO, OPT_NEG, OPT_MEM, OPT_NS, OPT_INO };
-	static const struct option lo[] = {
-		{ "cache-dir", required_argument, NULL, OPT_CACHE_DIR },
-		{ "cache-size", required_argument, NULL, OPT_CACHE_SIZE },
-		TOOLS_OBJ_OPTIONS,
-		{ "mode", required_argument, NULL, OPT_MODE },
-		{ "refresh", required_argument, NULL, OPT_REFRESH },
-		{ "negative-refresh", required_argument, NULL, OPT_NEG },
-		{ "timeout", required_argument, NULL, OPT_TIMEOUT },
-		{ "threads", required_argument, NULL, OPT_THREADS },
-		{ "foreground", no_argument, NULL, OPT_FG },
-		{ "debug", no_argument, NULL, OPT_DEBUG },
-		{ "async-delay", required_argument, NULL, OPT_DELAY },
-		{ "part-size", required_argument, NULL, OPT_PART },
-		{ "upload-parallel", required_argument, NULL, OPT_UPAR },
-		{ "no-passthrough", no_argument, NULL, OPT_NO_PT },
-		{ "file-mode", required_argument, NULL, OPT_FMODE },
-		{ "dir-mode", required_argument, NULL, OPT_DMODE },
-		{ "uid", required_argument, NULL, OPT_UID },
-		{ "gid", required_argument, NULL, OPT_GID },
-		{ "no-allow-other", no_argument, NULL, OPT_NO_AO },
-		{ "memory-entries", required_argument, NULL, OPT_MEM },
-		{ "namespace-size", required_argument, NULL, OPT_NS },
-		{ "memory-inodes", required_argument, NULL, OPT_INO },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 }
-	};
 	int c;
 
 	obj_config_init(&o->obj);
@@ -222,7 +230,7 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 	o->mode = FS_MODE_SW;
 	o->async_delay_s = 1;
 	optind = 1;
-	while ((c = tools_getopt(argc, argv, "o:fh", lo, &o->obj)) != -1) {
+	while ((c = tools_getopt(argc, argv, "o:fh", mount_lo, &o->obj)) != -1) {
 		switch (c) {
 		case OPT_CACHE_DIR: o->cache_dir = optarg; break;
 		case OPT_CACHE_SIZE:

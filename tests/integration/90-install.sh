@@ -22,10 +22,13 @@ make -s -C "$TOP" install prefix="$inst" >"$TEST_DIR/install.log" 2>&1 ||
 for f in bin/fmfs bin/fmckpt bin/fmtrain share/man/man1/fmfs.1 \
 	share/man/man1/fmckpt.1 share/man/man1/fmtrain.1 lib/libfmckpt.a \
 	lib/libfmckpt.so lib/libfmckpt.so.0 include/fmfs/ckpt.h \
-	include/fmfs/objstore/objstore.h lib/pkgconfig/fmckpt.pc; do
+	include/fmfs/objstore/objstore.h lib/pkgconfig/fmckpt.pc \
+	sbin/mount.fmfs; do
 	[ -e "$inst/$f" ] || fail "make install did not install $f"
 done
-note "make install prefix=...: programs, man pages, libfmckpt.a/.so, headers, fmckpt.pc"
+[ "$(readlink "$inst/sbin/mount.fmfs")" = "$inst/bin/fmfs" ] ||
+	fail "mount.fmfs does not point at $inst/bin/fmfs"
+note "make install prefix=...: programs, mount.fmfs, man pages, libfmckpt.a/.so, headers, fmckpt.pc"
 
 # DESTDIR stages the same tree under another root, for packagers.
 make -s -C "$TOP" install prefix=/usr DESTDIR="$TEST_DIR/stage" \
@@ -33,6 +36,8 @@ make -s -C "$TOP" install prefix=/usr DESTDIR="$TEST_DIR/stage" \
 [ -e "$TEST_DIR/stage/usr/lib/libfmckpt.so.0" ] &&
 	[ -e "$TEST_DIR/stage/usr/include/fmfs/ckpt.h" ] ||
 	fail "make install DESTDIR=$TEST_DIR/stage prefix=/usr missed files"
+[ "$(readlink "$TEST_DIR/stage/sbin/mount.fmfs")" = /usr/bin/fmfs ] ||
+	fail "make install prefix=/usr: no /sbin/mount.fmfs -> /usr/bin/fmfs under DESTDIR (mount(8) looks in /sbin)"
 grep -q '^prefix=/usr$' "$TEST_DIR/stage/usr/lib/pkgconfig/fmckpt.pc" ||
 	fail "fmckpt.pc under DESTDIR does not name prefix /usr"
 note "make install DESTDIR=... prefix=/usr stages under DESTDIR"
@@ -159,6 +164,7 @@ grep -q '^ok step 7$' "$TEST_DIR/rt2.out" || fail "rt-static: $(cat "$TEST_DIR/r
 note "linked to libfmckpt.a: the same round trip"
 
 make -s -C "$TOP" uninstall prefix="$inst" >/dev/null 2>&1 || fail "make uninstall failed"
-[ ! -e "$inst/lib/libfmckpt.so.0" ] && [ ! -e "$inst/bin/fmfs" ] ||
+[ ! -e "$inst/lib/libfmckpt.so.0" ] && [ ! -e "$inst/bin/fmfs" ] &&
+	[ ! -L "$inst/sbin/mount.fmfs" ] ||
 	fail "make uninstall left files in $inst"
 note "make uninstall removes them again"
