@@ -1595,6 +1595,22 @@ int cache_w_commit(struct cache_wfile *w, bool durable)
 			w->committed = true;
 			pthread_cond_broadcast(&wb->cond);
 		}
+	} else if (w->in_table && w->committed && !w->sums_ok && ok &&
+		   !w->external && cache_wb_sums_fresh(w) &&
+		   w->queued_gen > w->uploaded_gen) {
+		/* Committed by a close while the kernel still wrote the file
+		 * (passthrough: no sums then), unchanged since: the release
+		 * takes its sums, so that a replay checks it instead of
+		 * uploading it unchecked (46-mount-damage, seed 457394246
+		 * f13: a flipped bit served and uploaded). */
+		w->seq = ++wb->seq_top;
+		w->sums_ok = true;
+		w->sums_gen = w->gen;
+		w->changing = false;
+		w->checked = true;
+		rc = cache_wb_meta_write(wb, w, durable);
+		if (!rc)
+			rc = cache_wb_db_put(wb, w, true);
 	}
 	if (!rc && durable)
 		rc = db_sync(wb);

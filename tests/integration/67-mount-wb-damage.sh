@@ -162,6 +162,40 @@ uploaded cut
 absent flip
 $FMFS umount "$MNT" || fail "umount after the repair"
 
+note "closed while the kernel still wrote it (passthrough), released late: checked"
+# close() of one descriptor commits the file while a dup of it keeps the
+# kernel's passthrough writer open, so no sums can be taken then; the
+# release 300 ms later must take them: a flipped bit is then caught by
+# the replay, not served and uploaded (46-mount-damage seed 457394246).
+mnt --async-delay 3600
+head -c 3000000 /dev/urandom >data/late
+python3 - "$MNT/late" data/late <<'EOF2'
+import os, sys, time
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+with open(sys.argv[2], "rb") as f:
+    os.write(fd, f.read())
+fd2 = os.dup(fd)
+os.close(fd)          # FLUSH: committed, the writer still open
+time.sleep(0.3)
+os.close(fd2)         # FLUSH + RELEASE, 300 ms after the last write
+EOF2
+sleep 1.5
+kill_daemon
+d_late=$(dirty_of late)
+printf '\x00' | dd of="$d_late" bs=1 seek=2000000 conv=notrunc 2>/dev/null
+cmp -s "$d_late" data/late && printf '\xff' |
+	dd of="$d_late" bs=1 seek=2000000 conv=notrunc 2>/dev/null
+cmp -s "$d_late" data/late && fail "the flip did not change late"
+mnt
+cat "$MNT/late" >/dev/null 2>&1 && fail "the damaged late was served"
+rc=0
+$FMFS flush "$MNT" --wait --timeout 60 2>err || rc=$?
+[ "$rc" = 1 ] && grep -q "^late: .*does not match its checksums" err ||
+	fail "late: flush exited $rc: $(cat err)"
+absent late
+rm "$MNT/late" || fail "rm late"
+$FMFS umount "$MNT" || fail "umount"
+
 note "a dirty file and its .meta both gone (only the row is left): named"
 # The mount's own check opens the cache before the daemon does: the
 # report must outlive that first open (46-mount-damage seed 977836433).
