@@ -46,6 +46,13 @@ UTIL_OBJS = util/util.o util/crc32c.o util/io.o
 UTIL_A = util/libutil.a
 UTIL_LIBS = -lpthread
 
+# metrics/: the Prometheus text format and the /metrics endpoint
+# (libmicrohttpd)
+METRICS_OBJS = metrics/metrics.o
+METRICS_A = metrics/libmetrics.a $(UTIL_A)
+METRICS_LIBS = $(MHD_LIBS) $(UTIL_LIBS)
+$(METRICS_OBJS): CPPFLAGS += $(MHD_CFLAGS)
+
 # objstore/: object-store clients behind one interface
 OBJSTORE_OBJS = objstore/objstore.o objstore/url.o objstore/creds.o \
 	objstore/sigv4.o objstore/s3.o objstore/s3_engine.o \
@@ -63,11 +70,11 @@ CACHE_LIBS = $(SQLITE_LIBS) $(URING_LIBS) $(OBJSTORE_LIBS)
 
 # fs/: FUSE low-level operations over cache + objstore
 FS_OBJS = fs/fs.o fs/inode.o fs/ctl.o fs/write.o fs/link.o fs/passthrough.o \
-	fs/namespace.o \
+	fs/namespace.o fs/metrics.o \
 	fs/xattr.o
-FS_A = fs/libfs.a $(CACHE_A)
-FS_LIBS = $(FUSE_LIBS) $(CACHE_LIBS)
-$(FS_OBJS): CPPFLAGS += $(FUSE_CFLAGS)
+FS_A = fs/libfs.a $(CACHE_A) $(METRICS_A)
+FS_LIBS = $(FUSE_LIBS) $(CACHE_LIBS) $(METRICS_LIBS)
+$(FS_OBJS): CPPFLAGS += $(FUSE_CFLAGS) $(MHD_CFLAGS)
 
 # ckpt/: libfmckpt, the asynchronous checkpoint writer and reader.  Its
 # objects and those below it are position-independent: they also make
@@ -105,9 +112,10 @@ NVCCFLAGS = -O2 -std=c++17 $(NVCC_ARCH) -Xcompiler -Wall,-Wextra,-Wno-unused-par
 $(TRAIN_OBJS) tests/unit/test_train.o: CPPFLAGS += $(BLAS_CFLAGS)
 $(TRAIN_OBJS) tests/unit/test_train.o: CFLAGS += $(OPENMP_CFLAGS)
 
-LIBS_A = util/libutil.a objstore/libobjstore.a cache/libcache.a \
-	fs/libfs.a ckpt/libckpt.a train/libtrain.a
+LIBS_A = util/libutil.a metrics/libmetrics.a objstore/libobjstore.a \
+	cache/libcache.a fs/libfs.a ckpt/libckpt.a train/libtrain.a
 util/libutil.a: $(UTIL_OBJS)
+metrics/libmetrics.a: $(METRICS_OBJS)
 objstore/libobjstore.a: $(OBJSTORE_OBJS)
 cache/libcache.a: $(CACHE_OBJS)
 fs/libfs.a: $(FS_OBJS)

@@ -981,6 +981,7 @@ void cache_get_stats(struct cache *c, struct cache_stats *out)
 	out->hits = atomic_load(&c->hits);
 	out->misses = atomic_load(&c->misses);
 	out->bytes_fetched = atomic_load(&c->bytes_fetched);
+	out->ahead_bytes = atomic_load(&c->ahead_bytes);
 	out->inflight_bytes = atomic_load(&c->inflight_bytes);
 	out->evictions = atomic_load(&c->evictions);
 	out->crc_failures = atomic_load(&c->crc_failures);

@@ -179,6 +179,8 @@ struct cache_stats {
 	uint64_t objects, blocks;
 	uint64_t hits, misses;          /* blocks served from cache / fetched */
 	uint64_t bytes_fetched;
+	uint64_t ahead_bytes;           /* of which asked for ahead of readers:
+	                                 * readahead and fmfs prefetch */
 	uint64_t inflight_bytes;        /* readahead and fetches under way */
 	uint64_t evictions;             /* blocks evicted */
 	uint64_t crc_failures;          /* blocks that failed verification */

@@ -249,6 +249,7 @@ struct cache {
 
 	/* Statistics. */
 	atomic_uint_fast64_t hits, misses, bytes_fetched, inflight_bytes;
+	atomic_uint_fast64_t ahead_bytes; /* fetches started ahead of readers */
 	atomic_uint_fast64_t evictions, crc_failures, fetch_errors;
 	atomic_uint_fast64_t blocks_present;
 	atomic_bool connected;

@@ -295,6 +295,8 @@ void cache_fetch_submit(struct cache_file *f, uint32_t b0, uint32_t b1,
 	if (!prefetch) /* readahead was admitted (counted) already */
 		atomic_fetch_add(&c->inflight_bytes,
 				 cache_run_len(f, b0, b1));
+	else
+		atomic_fetch_add(&c->ahead_bytes, cache_run_len(f, b0, b1));
 	if (!j) {
 		run_done(f, b0, b1, -ENOMEM, NULL);
 		return;

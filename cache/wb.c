@@ -627,6 +627,7 @@ static void replay_one(struct cache_wb *wb, uint64_t id,
 	w->fd = fd;
 	fd = -1;
 	w->gen = w->queued_gen = 1;
+	w->queued_ms = util_now_ms(); /* or earlier: not known */
 	w->committed = true;
 	if (fstat(w->fd, &sb))
 		sb.st_size = 0;
@@ -1576,6 +1577,8 @@ int cache_w_commit(struct cache_wfile *w, bool durable)
 	pthread_mutex_lock(&wb->lock);
 	cache_wb_sync_external(w, true);
 	if (w->in_table && (w->gen > w->queued_gen || !w->committed)) {
+		if (w->queued_gen <= w->uploaded_gen || !w->queued_ms)
+			w->queued_ms = util_now_ms();
 		w->queued_gen = w->gen;
 		w->not_before_ms = (int64_t)util_now_ms() + wb->cfg.async_delay_ms;
 		/* The sums first, then the row: a crash in between leaves
@@ -1724,6 +1727,8 @@ int cache_w_rename(struct cache *c, const char *from, const char *to,
 	w->gen++;
 	w->a.ctime_ns = util_wall_ns(); /* as a local disk does */
 	if (w->committed) { /* queued: restart the delay under the name */
+		if (!w->queued_ms)
+			w->queued_ms = util_now_ms();
 		w->queued_gen = w->gen;
 		w->not_before_ms = (int64_t)util_now_ms() + wb->cfg.async_delay_ms;
 	}

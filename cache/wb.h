@@ -235,6 +235,8 @@ struct cache_wb_stats {
 	uint64_t damaged_files;   /* not matching their checksums: held */
 	uint64_t lost_files;      /* committed, bytes gone at open */
 	uint64_t rebuilt;         /* re-queued from dirty/ID.meta at open */
+	uint64_t oldest_queued_ms; /* age of the oldest change queued and not
+	                            * uploaded yet (0: none) */
 	char last_error[256];
 };
 void cache_wb_get_stats(struct cache *c, struct cache_wb_stats *out);

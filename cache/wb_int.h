@@ -37,6 +37,8 @@ struct cache_wfile {
 	int64_t ext_mtime_ns;     /* changes (cache_wb_sync_external) */
 	uint64_t ext_gen0;        /* gen when the first of them came */
 	int64_t not_before_ms;
+	uint64_t queued_ms;       /* monotonic: when the oldest change not
+	                           * yet uploaded was queued (0: none) */
 	int64_t failed_ms;        /* latest failed upload */
 	unsigned attempts;
 	char last_err[512];

@@ -420,6 +420,8 @@ static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
 	w->attempts = 0;
 	w->last_err[0] = '\0';
 	w->uploaded_gen = g;
+	if (g >= w->queued_gen)
+		w->queued_ms = 0;
 	snprintf(w->base_etag, sizeof(w->base_etag), "%s", etag);
 	if (!skip_put) {
 		wb->uploaded_files++;
@@ -660,6 +662,8 @@ int cache_w_flush(struct cache *c, const char *prefix, bool wait,
 			if (w->gen > w->queued_gen) {
 				/* Written but not closed yet: what is there
 				 * now goes up, like sync(1), unchecked. */
+				if (!w->queued_ms)
+					w->queued_ms = util_now_ms();
 				w->queued_gen = w->gen;
 				w->changing = true;
 				if (!cache_wb_db_put(wb, w, true))
@@ -702,12 +706,17 @@ void cache_wb_get_stats(struct cache *c, struct cache_wb_stats *o)
 {
 	struct cache_wb *wb = c->wb;
 
+	uint64_t oldest = 0;
+
 	memset(o, 0, sizeof(*o));
 	pthread_mutex_lock(&wb->lock);
 	o->dirty_files = wb->nfiles;
 	for (size_t h = 0; h < CACHE_WB_HASH && (wb->nfiles || wb->ntombs); h++) {
 		for (struct cache_wfile *w = wb->tab[h]; w; w = w->hnext) {
 			o->queued += w->queued_gen > w->uploaded_gen;
+			if (w->queued_gen > w->uploaded_gen && w->queued_ms &&
+			    (!oldest || w->queued_ms < oldest))
+				oldest = w->queued_ms;
 			o->damaged_files += w->damaged[0] != '\0';
 		}
 		for (struct cache_wb_tomb *t = wb->tombs[h]; t; t = t->next)
@@ -723,6 +732,7 @@ void cache_wb_get_stats(struct cache *c, struct cache_wb_stats *o)
 	o->lost_files = wb->nlost;
 	o->rebuilt = wb->rebuilt;
 	memcpy(o->last_error, wb->last_error, sizeof(o->last_error));
+	o->oldest_queued_ms = oldest ? util_now_ms() - oldest : 0;
 	pthread_mutex_unlock(&wb->lock);
 	o->dirty_bytes = atomic_load(&c->dirty_bytes);
 }

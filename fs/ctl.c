@@ -213,14 +213,18 @@ static void do_warm(struct fs *fs, FILE *out, const char *path, bool evict,
 	if (!wait && !evict) {
 		/* Start in the background: answer at once.  Files are small
 		 * jobs; the cache bounds the bytes in flight. */
-		for (size_t i = 0; i < j.n; i++)
+		for (size_t i = 0; i < j.n; i++) {
 			cache_warm(fs->cfg.cache, j.keys[i], j.sizes[i],
 				   j.etags[i], false);
+			atomic_fetch_add(&fs->prefetch_bytes, j.sizes[i]);
+		}
 		fprintf(out, "ok %zu files queued\n", j.n);
 		job_free(&j);
 		return;
 	}
 	job_run(&j);
+	if (!evict)
+		atomic_fetch_add(&fs->prefetch_bytes, j.bytes);
 	if (j.errors)
 		fprintf(out, "error %llu of %zu files failed, first: %s\n",
 			(unsigned long long)j.errors, j.n, j.first_error);
@@ -430,6 +434,8 @@ static void *conn_main(void *arg)
 			do_status(c->fs, f, false);
 		else if (!strcmp(line, "status-json"))
 			do_status(c->fs, f, true);
+		else if (!strcmp(line, "metrics"))
+			fs_metrics_write(c->fs, f);
 		else if (!strncmp(line, "prefetch-wait ", 14))
 			do_warm(c->fs, f, line + 14, false, true);
 		else if (!strncmp(line, "prefetch ", 9))

@@ -616,8 +616,9 @@ static struct cache_wfile *fs_handle_w(struct fs *fs, struct fs_handle *h)
 	return __atomic_load_n(&h->w, __ATOMIC_ACQUIRE);
 }
 
-static void read_w(fuse_req_t req, struct cache_wfile *w, size_t size,
-		   off_t off)
+/* Answers a read of a dirty file; the bytes it sent. */
+static size_t read_w(fuse_req_t req, struct cache_wfile *w, size_t size,
+		     off_t off)
 {
 	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(0);
 	struct cache_wattr a;
@@ -625,7 +626,7 @@ static void read_w(fuse_req_t req, struct cache_wfile *w, size_t size,
 	cache_w_stat(w, &a);
 	if ((uint64_t)off >= a.size) {
 		fuse_reply_buf(req, NULL, 0);
-		return;
+		return 0;
 	}
 	if (size > a.size - (uint64_t)off)
 		size = (size_t)(a.size - (uint64_t)off);
@@ -633,7 +634,7 @@ static void read_w(fuse_req_t req, struct cache_wfile *w, size_t size,
 	bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
 	bv.buf[0].fd = cache_w_fd(w);
 	bv.buf[0].pos = off;
-	fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
+	return fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE) ? 0 : size;
 }
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -649,7 +650,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	atomic_fetch_add(&fs->reads, 1);
 	w = fs_handle_w(fs, h);
 	if (w) {
-		read_w(req, w, size, off);
+		atomic_fetch_add(&fs->read_bytes, read_w(req, w, size, off));
 		return;
 	}
 	if ((uint64_t)off >= h->size_bytes) {
@@ -673,7 +674,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
 	bv.buf[0].fd = cache_file_fd(h->cf);
 	bv.buf[0].pos = off;
-	fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
+	if (!fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE))
+		atomic_fetch_add(&fs->read_bytes, size);
 	cache_file_unpin(h->cf, (uint64_t)off, size);
 	fs_handle_put(h);
 }
@@ -1088,6 +1090,7 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t ml)
 		argv[3] = "-d", args.argc = 4;
 	if (cfg->mode != FS_MODE_RO)
 		fs_write_ops(&fs_ops);
+	fs_metrics_wrap(&fs_ops);
 	fs_fuse_capture(true);
 	fs->se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), fs);
 	fs_fuse_capture(false);
@@ -1100,6 +1103,18 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t ml)
 	rc = fs_ctl_start(fs, msg, ml);
 	if (rc)
 		goto out_session;
+	if (cfg->metrics_addr) {
+		char why[300];
+
+		fs->metrics = metrics_http_start(cfg->metrics_addr,
+						 fs_metrics_render, fs, why,
+						 sizeof(why));
+		if (!fs->metrics) {
+			snprintf(msg, ml, "--metrics: %s", why);
+			rc = -EADDRINUSE;
+			goto out_ctl;
+		}
+	}
 	if (fuse_set_signal_handlers(fs->se)) {
 		snprintf(msg, ml, "cannot install signal handlers");
 		rc = -EIO;
@@ -1180,6 +1195,7 @@ out_unmount:
 out_signals:
 	fuse_remove_signal_handlers(fs->se);
 out_ctl:
+	metrics_http_stop(fs->metrics);
 	fs_ctl_stop(fs);
 out_session:
 	fuse_session_destroy(fs->se);

@@ -67,6 +67,7 @@ struct fs_config {
 	uint64_t inode_max;
 	bool disconnected;          /* the store did not answer at mount:
 	                             * start from what the cache knows */
+	const char *metrics_addr;   /* serve /metrics there, or NULL */
 };
 
 #define FS_MEM_ENTRIES 65536

@@ -21,7 +21,23 @@
 
 #include "cache/wb.h"
 #include "fs.h"
+#include "metrics/metrics.h"
 #include "util/util.h"
+
+/* The FUSE operations, for their counts and latency (metrics.c). */
+enum fs_op {
+	FSOP_lookup, FSOP_forget, FSOP_forget_multi, FSOP_getattr,
+	FSOP_setattr, FSOP_readlink, FSOP_mknod, FSOP_mkdir, FSOP_unlink,
+	FSOP_rmdir, FSOP_symlink, FSOP_rename, FSOP_link, FSOP_open,
+	FSOP_read, FSOP_flush, FSOP_release, FSOP_fsync, FSOP_opendir,
+	FSOP_readdir, FSOP_releasedir, FSOP_statfs, FSOP_setxattr,
+	FSOP_getxattr, FSOP_listxattr, FSOP_removexattr, FSOP_create,
+	FSOP_write_buf, FSOP_readdirplus, FSOP_N
+};
+/* fuse_reply_err, counting errors of the operation this thread runs
+ * (metrics.c): every reply of the module goes through it. */
+int fs_reply_err(fuse_req_t req, int err);
+#define fuse_reply_err(req, err) fs_reply_err(req, err)
 
 #define FS_LISTING_MAX_ENTRIES 4000000 /* per directory; memory bound */
 #define FS_DIRCACHE_MAX 16384          /* directories whose listing we keep
@@ -236,7 +252,19 @@ struct fs {
 	atomic_bool pt_killpriv2;  /* the INIT reply asks for
 	                            * FUSE_HANDLE_KILLPRIV_V2 */
 	atomic_uint_fast64_t pt_opens;       /* handles opened through one */
+	/* metrics (metrics.c) */
+	struct util_hist op_hist[FSOP_N];   /* latency by operation */
+	atomic_uint_fast64_t op_errs[FSOP_N];
+	atomic_uint_fast64_t read_bytes;     /* answered to FUSE reads */
+	atomic_uint_fast64_t prefetch_bytes; /* warmed by fmfs prefetch */
+	struct metrics_http *metrics;        /* --metrics, or NULL */
 };
+
+/* metrics.c */
+/* Replaces each operation of ops with one that times it. */
+void fs_metrics_wrap(struct fuse_lowlevel_ops *ops);
+void fs_metrics_write(struct fs *fs, FILE *out);
+void fs_metrics_render(FILE *out, void *fs); /* metrics_render_fn */
 
 /* An open file: either a clean object read through the cache (cf, with
  * the reader's readahead state) or a dirty file of the write-back (w).  A

@@ -303,6 +303,58 @@ void obj_get_stats(struct obj_store *st, struct obj_stats *o)
 	if (!full)                                                      \
 		return (err)->status
 
+const char *obj_method_name(int m)
+{
+	static const char *const n[OBJ_METHODS] = {
+		"GET", "HEAD", "PUT", "POST", "DELETE", "other"
+	};
+
+	return (unsigned)m < OBJ_METHODS ? n[m] : "other";
+}
+
+const char *obj_class_name(int c)
+{
+	static const char *const n[OBJ_CLASSES] = {
+		"2xx", "3xx", "4xx", "5xx", "error"
+	};
+
+	return (unsigned)c < OBJ_CLASSES ? n[c] : "error";
+}
+
+void obj_note_attempt(struct obj_store *st, const char *method,
+		      long http_status, bool transport_fault,
+		      uint64_t total_us, uint64_t first_byte_us)
+{
+	int m = OBJ_M_OTHER, c;
+
+	for (int i = 0; i < OBJ_M_OTHER; i++)
+		if (!strcmp(method, obj_method_name(i)))
+			m = i;
+	if (transport_fault || http_status < 200 || http_status > 599)
+		c = OBJ_C_ERROR;
+	else
+		c = (int)(http_status / 100) - 2;
+	atomic_fetch_add(&st->n_by[m][c], 1);
+	util_hist_add(&st->lat[m], total_us * 1000);
+	if (c != OBJ_C_ERROR)
+		util_hist_add(&st->ttfb[m], first_byte_us * 1000);
+}
+
+uint64_t obj_requests_by(struct obj_store *st, int method, int cls)
+{
+	if ((unsigned)method >= OBJ_METHODS || (unsigned)cls >= OBJ_CLASSES)
+		return 0;
+	return atomic_load(&st->n_by[method][cls]);
+}
+
+const struct util_hist *obj_request_hist(struct obj_store *st, int method,
+					 bool first_byte)
+{
+	if ((unsigned)method >= OBJ_METHODS)
+		method = OBJ_M_OTHER;
+	return first_byte ? &st->ttfb[method] : &st->lat[method];
+}
+
 static obj_status finish(struct obj_store *st, obj_status rc,
 			 struct obj_error *err, char *full)
 {

@@ -238,6 +238,21 @@ struct obj_stats {
 };
 void obj_get_stats(struct obj_store *st, struct obj_stats *out);
 
+/* Per HTTP attempt of the S3 engine (the file:// store counts only the
+ * totals above): answers by method and status class, and histograms of
+ * the whole request's time and of the time to its first byte, for the
+ * metrics endpoint. */
+enum { OBJ_M_GET, OBJ_M_HEAD, OBJ_M_PUT, OBJ_M_POST, OBJ_M_DELETE,
+       OBJ_M_OTHER, OBJ_METHODS };
+enum { OBJ_C_2XX, OBJ_C_3XX, OBJ_C_4XX, OBJ_C_5XX, OBJ_C_ERROR,
+       OBJ_CLASSES };   /* OBJ_C_ERROR: no HTTP answer (refused, reset) */
+const char *obj_method_name(int method);   /* "GET", ... */
+const char *obj_class_name(int cls);       /* "2xx", ..., "error" */
+uint64_t obj_requests_by(struct obj_store *st, int method, int cls);
+struct util_hist;
+const struct util_hist *obj_request_hist(struct obj_store *st, int method,
+					 bool first_byte);
+
 #ifdef __cplusplus
 }
 #endif

@@ -128,7 +128,13 @@ struct obj_store {
 	atomic_uint_fast64_t n_requests, n_retries, n_errors, n_gets;
 	atomic_uint_fast64_t n_bytes_in, n_bytes_out;
 	atomic_uint_fast64_t n_err_by[OBJ_ERR_OTHER + 1];
+	atomic_uint_fast64_t n_by[OBJ_METHODS][OBJ_CLASSES];
+	struct util_hist lat[OBJ_METHODS], ttfb[OBJ_METHODS];
 };
+/* Counts one finished HTTP attempt (s3_engine.c). */
+void obj_note_attempt(struct obj_store *st, const char *method,
+		      long http_status, bool transport_fault,
+		      uint64_t total_us, uint64_t first_byte_us);
 
 /* Full key = prefix + key; NULL (and err set) if too long. */
 char *obj_full_key(struct obj_store *st, const char *key,

@@ -533,6 +533,15 @@ static void finish_transfer(struct s3_engine *e, CURL *c, CURLcode cc)
 	}
 	atomic_fetch_add(&e->s3->st->n_bytes_in, r->got);
 	atomic_fetch_add(&e->s3->st->n_bytes_out, r->sent);
+	{
+		curl_off_t total = 0, first = 0;
+
+		curl_easy_getinfo(c, CURLINFO_TOTAL_TIME_T, &total);
+		curl_easy_getinfo(c, CURLINFO_STARTTRANSFER_TIME_T, &first);
+		obj_note_attempt(e->s3->st, r->method, r->http_status,
+				 r->fault != 0, (uint64_t)total,
+				 (uint64_t)first);
+	}
 	if (retryable(r, &x) && r->attempts < cfg->retry_max) {
 		/* Full jitter: sleep uniform in [0, base * 2^(attempt-1)]. */
 		uint64_t cap = (uint64_t)cfg->retry_base_ms << (r->attempts - 1);

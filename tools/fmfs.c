@@ -21,6 +21,7 @@ static void usage(FILE *f)
 "  fmfs umount MOUNTPOINT [--timeout SECONDS]\n"
 "  fmfs flush MOUNTPOINT [PATH] [--wait] [--timeout SECONDS]\n"
 "  fmfs status MOUNTPOINT [--json]\n"
+"  fmfs metrics MOUNTPOINT                    Prometheus text (docs/metrics.md)\n"
 "  fmfs prefetch MOUNTPOINT (PATH... | --list FILE) [--wait]\n"
 "  fmfs evict MOUNTPOINT (PATH... | --list FILE)\n"
 "  fmfs obj ls|stat|get|put|rm|cp|check ...   object-store client\n"
@@ -34,6 +35,7 @@ static const struct tools_cmd cmds[] = {
 	{ "umount", cmd_umount }, { "unmount", cmd_umount },
 	{ "flush", cmd_flush },
 	{ "status", cmd_status },
+	{ "metrics", cmd_metrics },
 	{ "prefetch", cmd_prefetch },
 	{ "evict", cmd_evict },
 	{ "obj", cmd_obj },

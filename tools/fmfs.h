@@ -23,6 +23,7 @@ int cmd_mount(int argc, char **argv);     /* fmfs_mount.c */
 int cmd_umount(int argc, char **argv);    /* fmfs_ctl.c */
 int cmd_flush(int argc, char **argv);
 int cmd_status(int argc, char **argv);
+int cmd_metrics(int argc, char **argv);
 int cmd_prefetch(int argc, char **argv);
 int cmd_evict(int argc, char **argv);
 int cmd_obj(int argc, char **argv);       /* fmfs_obj.c */

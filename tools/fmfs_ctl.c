@@ -178,6 +178,22 @@ int cmd_status(int argc, char **argv)
 	return rc ? ctl_unreachable("status", real, sock, rc) : EXIT_OK;
 }
 
+/* `fmfs metrics MOUNTPOINT`: what --metrics serves, on stdout. */
+int cmd_metrics(int argc, char **argv)
+{
+	char sock[256], real[PATH_MAX];
+	int rc;
+
+	if (argc != 2 || argv[1][0] == '-') {
+		fprintf(stderr, "usage: fmfs metrics MOUNTPOINT\n");
+		return EXIT_USAGE;
+	}
+	if ((rc = ctl_path_of("metrics", argv[1], sock, sizeof(sock), real)))
+		return rc;
+	rc = ctl_request(sock, "metrics", stdout, NULL, 0);
+	return rc ? ctl_unreachable("metrics", real, sock, rc) : EXIT_OK;
+}
+
 struct warm_client {
 	const char *sock, *verb;
 	char **paths;

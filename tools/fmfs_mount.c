@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "fs/fs.h"
+#include "metrics/metrics.h"
 #include "fmfs.h"
 
 #define MOUNT_WAIT_S 60
@@ -36,6 +37,7 @@
 struct mount_opts {
 	struct obj_config obj;
 	const char *url, *mountpoint, *cache_dir, *fuse_opts;
+	const char *metrics_addr; /* --metrics */
 	const char *cache_size_arg;   /* as given, for messages */
 	uint64_t cache_size;
 	int mode;
@@ -89,6 +91,8 @@ static void mount_usage(FILE *f)
 "                        names, 1000-100000000 (default 65536)\n"
 "  --namespace-size SIZE listings kept in the cache index, K/M/G (default\n"
 "                        1G; the least recently used go past it)\n"
+"  --metrics ADDR:PORT   serve Prometheus metrics at http://ADDR:PORT/metrics\n"
+"                        (127.0.0.1:9100, :9100 for every address)\n"
 "  --no-passthrough      send writes through the daemon even where the\n"
 "                        kernel could write files open for writing\n"
 "                        straight into the cache (FUSE passthrough)\n"
@@ -184,7 +188,7 @@ static int attr_opt(const char *opt, const char *v, struct mount_opts *o)
 enum { OPT_CACHE_DIR = 256, OPT_CACHE_SIZE, OPT_MODE, OPT_REFRESH,
        OPT_FG, OPT_TIMEOUT, OPT_THREADS, OPT_DEBUG, OPT_DELAY, OPT_PART,
        OPT_UPAR, OPT_NO_PT, OPT_FMODE, OPT_DMODE, OPT_UID, OPT_GID,
-       OPT_NO_AO, OPT_NEG, OPT_MEM, OPT_NS, OPT_INO };
+       OPT_NO_AO, OPT_NEG, OPT_MEM, OPT_NS, OPT_INO, OPT_METRICS };
 static const struct option mount_lo[] = {
 	{ "cache-dir", required_argument, NULL, OPT_CACHE_DIR },
 	{ "cache-size", required_argument, NULL, OPT_CACHE_SIZE },
@@ -208,6 +212,7 @@ static const struct option mount_lo[] = {
 	{ "memory-entries", required_argument, NULL, OPT_MEM },
 	{ "namespace-size", required_argument, NULL, OPT_NS },
 	{ "memory-inodes", required_argument, NULL, OPT_INO },
+	{ "metrics", required_argument, NULL, OPT_METRICS },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 }
 };
@@ -326,6 +331,16 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 					"--namespace-size", optarg, "a size "
 					"from 64K to 1T");
 			break;
+		case OPT_METRICS: {
+			char why[300];
+
+			if (metrics_addr_check(optarg, why, sizeof(why)))
+				return tools_bad_opt("fmfs mount", "--metrics",
+					optarg, "ADDRESS:PORT, like "
+					"127.0.0.1:9100, [::1]:9100 or :9100");
+			o->metrics_addr = optarg;
+			break;
+		}
 		case 'o': o->fuse_opts = optarg; break;
 		case 'h': mount_usage(stdout); exit(EXIT_OK);
 		default: return -1;
@@ -707,6 +722,7 @@ static int serve(struct mount_opts *o, int ready_fd, char *msg, size_t ml)
 		.listing_mem_entries = o->mem_entries,
 		.inode_max = o->mem_inodes,
 		.disconnected = o->disconnected,
+		.metrics_addr = o->metrics_addr,
 	};
 	struct obj_store *st;
 	struct cache *c;

@@ -19,7 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-need="gcc make pkg-config fuse3 libfuse3-dev liburing-dev libcurl4-openssl-dev libssl-dev libcmocka-dev libexpat1-dev libsqlite3-dev libopenblas-dev"
+need="gcc make pkg-config fuse3 libfuse3-dev liburing-dev libcurl4-openssl-dev libssl-dev libcmocka-dev libexpat1-dev libsqlite3-dev libopenblas-dev libmicrohttpd-dev"
 if [ ! -x tools/fmfs ] || [ ! -x tools/fmtrain ]; then
 	missing=""
 	for p in $need; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null |

@@ -30,6 +30,43 @@ uint64_t util_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+const double util_hist_bounds[UTIL_HIST_BUCKETS] = {
+	0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+	0.1, 0.25, 0.5, 1, 2.5, 5, 10
+};
+
+void util_hist_add(struct util_hist *h, uint64_t ns)
+{
+	/* the bounds in ns, so that no double is touched here */
+	static const uint64_t b[UTIL_HIST_BUCKETS] = {
+		100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000,
+		25000000, 50000000, 100000000, 250000000, 500000000,
+		1000000000, 2500000000, 5000000000, 10000000000
+	};
+	unsigned i = 0;
+
+	while (i < UTIL_HIST_BUCKETS && ns > b[i])
+		i++;
+	__atomic_fetch_add(&h->n[i], 1, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&h->sum_ns, ns, __ATOMIC_RELAXED);
+}
+
+void util_hist_read(const struct util_hist *h, struct util_hist *out)
+{
+	for (unsigned i = 0; i <= UTIL_HIST_BUCKETS; i++)
+		out->n[i] = __atomic_load_n(&h->n[i], __ATOMIC_RELAXED);
+	out->sum_ns = __atomic_load_n(&h->sum_ns, __ATOMIC_RELAXED);
+}
+
+uint64_t util_hist_count(const struct util_hist *h)
+{
+	uint64_t n = 0;
+
+	for (unsigned i = 0; i <= UTIL_HIST_BUCKETS; i++)
+		n += __atomic_load_n(&h->n[i], __ATOMIC_RELAXED);
+	return n;
+}
+
 uint64_t util_now_ms(void)
 {
 	struct timespec ts;

@@ -90,6 +90,23 @@ bool util_deadline_passed(const struct timespec *d);
 /* A condition variable whose timed waits use CLOCK_MONOTONIC. */
 void util_cond_init(pthread_cond_t *cond);
 
+/* ---- latency histograms (util.c) ----
+ *
+ * Counts of durations in fixed buckets (seconds, upper bounds below),
+ * for the Prometheus histograms of metrics/ (FUSE requests, store
+ * requests, checkpoints): lock-free, relaxed atomic adds, so that a hot
+ * path pays two clock reads and three adds.  A copy (util_hist_read) is
+ * consistent enough for a scrape: counts only grow. */
+#define UTIL_HIST_BUCKETS 16
+extern const double util_hist_bounds[UTIL_HIST_BUCKETS];
+struct util_hist {
+	uint64_t n[UTIL_HIST_BUCKETS + 1]; /* the last: above every bound */
+	uint64_t sum_ns;
+};
+void util_hist_add(struct util_hist *h, uint64_t ns);
+void util_hist_read(const struct util_hist *h, struct util_hist *out);
+uint64_t util_hist_count(const struct util_hist *h);
+
 /* ---- messages (util.c) ----
  *
  * Formats into msg[len] as snprintf does; msg NULL or len 0 is allowed
