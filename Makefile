@@ -132,15 +132,16 @@ FMCKPT_OBJS = tools/fmckpt.o tools/fmckpt_store.o tools/fmckpt_status.o \
 	tools/fmckpt_bench.o $(TOOLS_COMMON)
 FMTRAIN_OBJS = tools/fmtrain.o tools/fmtrain_tokenize.o \
 	tools/fmtrain_train.o tools/fmtrain_run.o tools/fmtrain_ckpt.o \
-	tools/fmtrain_cpu.o tools/fmtrain_cuda.o $(TOOLS_COMMON)
+	tools/fmtrain_cpu.o tools/fmtrain_cuda.o tools/fmtrain_metrics.o \
+	$(TOOLS_COMMON)
 tools/fmtrain_run.o: CFLAGS += $(OPENMP_CFLAGS)
 
 tools/fmfs: $(FMFS_OBJS) $(FS_A)
 tools/fmfs: LINK_LIBS = $(FS_LIBS)
 tools/fmckpt: $(FMCKPT_OBJS) $(CKPT_A)
 tools/fmckpt: LINK_LIBS = $(CKPT_LIBS) -lm
-tools/fmtrain: $(FMTRAIN_OBJS) train/libtrain.a $(CKPT_A)
-tools/fmtrain: LINK_LIBS = $(TRAIN_LIBS) $(CKPT_LIBS)
+tools/fmtrain: $(FMTRAIN_OBJS) train/libtrain.a $(CKPT_A) $(METRICS_A)
+tools/fmtrain: LINK_LIBS = $(TRAIN_LIBS) $(CKPT_LIBS) $(METRICS_LIBS)
 PROGS = tools/fmfs tools/fmckpt tools/fmtrain
 
 # Unit tests: one cmocka program per module.
@@ -171,8 +172,8 @@ endif
 # CUDA back end) is not linked.
 tests/ckpt-writer: tests/ckpt-writer.o $(CKPT_A)
 tests/ckpt-writer: LINK_LIBS = $(CKPT_LIBS)
-tests/fmtrain-fakegpu: tests/fake_gpu.o $(FMTRAIN_OBJS) train/libtrain.a $(CKPT_A)
-tests/fmtrain-fakegpu: LINK_LIBS = $(TRAIN_LIBS) $(CKPT_LIBS)
+tests/fmtrain-fakegpu: tests/fake_gpu.o $(FMTRAIN_OBJS) train/libtrain.a $(CKPT_A) $(METRICS_A)
+tests/fmtrain-fakegpu: LINK_LIBS = $(TRAIN_LIBS) $(CKPT_LIBS) $(METRICS_LIBS)
 tests/fmtrain-fakegpu: LDFLAGS += -Wl,--wrap=ckpt_add
 # tests/crashfs (tests/crashfs.c): a FUSE passthrough that simulates a
 # power cut, for the power-loss tests (docs/testing.md).

@@ -199,6 +199,9 @@ struct ckpt_stats {
 	uint64_t last_local_step;     /* CKPT_STEP_NONE until one */
 	uint64_t last_remote_step;
 	unsigned steps_in_flight;
+	/* commit to durable in dir, and to stored in remote, summed over
+	 * the steps that got there */
+	uint64_t local_total_ns, remote_total_ns;
 	bool uring;                   /* local writes go through io_uring */
 	char last_error[512];
 };

@@ -597,6 +597,7 @@ static void handle_local(struct ckpt *c, struct ckpt_step *s)
 		c->stats.local_steps++;
 		c->stats.last_local_step = s->step;
 		s->t_local_ns = util_now_ns();
+		c->stats.local_total_ns += s->t_local_ns - s->t_commit_ns;
 	}
 	s->local_handled = true;
 	pthread_mutex_unlock(&c->lock);
@@ -627,6 +628,7 @@ static void handle_remote(struct ckpt *c, struct ckpt_step *s)
 		c->stats.remote_steps++;
 		c->stats.last_remote_step = s->step;
 		s->t_remote_ns = util_now_ns();
+		c->stats.remote_total_ns += s->t_remote_ns - s->t_commit_ns;
 	}
 	s->remote_handled = true;
 	pthread_mutex_unlock(&c->lock);

@@ -80,6 +80,13 @@ void metrics_counter(FILE *out, const char *name, const char *help,
 	metrics_u64(out, name, "", v);
 }
 
+void metrics_counter_f64(FILE *out, const char *name, const char *help,
+			 double v)
+{
+	metrics_family(out, name, "counter", help);
+	metrics_f64(out, name, "", v);
+}
+
 void metrics_gauge(FILE *out, const char *name, const char *help,
 		   double v)
 {

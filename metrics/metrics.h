@@ -34,6 +34,9 @@ void metrics_counter(FILE *out, const char *name, const char *help,
 		     uint64_t v);
 void metrics_gauge(FILE *out, const char *name, const char *help,
 		   double v);
+/* A counter of seconds or another non-integer quantity. */
+void metrics_counter_f64(FILE *out, const char *name, const char *help,
+			 double v);
 
 /* Writes every metric of the process hosting it to out. */
 typedef void (*metrics_render_fn)(FILE *out, void *arg);

@@ -40,6 +40,8 @@ void fmtrain_usage(FILE *f)
 "                    cores); results do not depend on it\n"
 "    --csv FILE      the per-step figures as CSV too (appended on a\n"
 "                    --resume that found a checkpoint)\n"
+"    --metrics ADDR:PORT  serve Prometheus metrics (step time, tokens/s,\n"
+"                    data wait, checkpoint blocking, libfmckpt) there\n"
 "  device and ranks:\n"
 "    --device cpu|cuda  where the model runs (cpu); cuda: one GPU per\n"
 "                    process, several processes (WORLD_SIZE > 1) data\n"

@@ -86,7 +86,24 @@ struct fmtrain_opts {
 	bool resume;
 	uint64_t resume_step;        /* CKPT_STEP_LATEST: the newest */
 	const char *csv;
+	const char *metrics;         /* --metrics ADDR:PORT; NULL: none */
 };
+
+/* ---- --metrics (fmtrain_metrics.c) ---- */
+
+struct fmtrain_metrics;
+struct ckpt;
+/* Serves /metrics on addr; NULL with msg set if it cannot. */
+struct fmtrain_metrics *fmtrain_metrics_start(const char *addr,
+					      unsigned rank,
+					      const char *device, char *msg,
+					      size_t ml);
+void fmtrain_metrics_ckpt(struct fmtrain_metrics *m, struct ckpt *c);
+/* One step done (m NULL: nothing); tokens of all ranks. */
+void fmtrain_metrics_step(struct fmtrain_metrics *m, uint64_t step,
+			  double step_ms, double wait_ms, double block_ms,
+			  uint64_t tokens);
+void fmtrain_metrics_stop(struct fmtrain_metrics *m);
 
 /* ---- the subcommands (fmtrain_tokenize.c, fmtrain_train.c) ---- */
 

@@ -95,6 +95,7 @@ struct run {
 	uint64_t since_save;           /* steps */
 	uint64_t young_steps;          /* --ckpt-mtbf: the interval */
 	uint64_t failed_seen;          /* ckpt_stats.steps_failed told */
+	struct fmtrain_metrics *met;   /* --metrics, or NULL */
 };
 
 static const char *ckpt_target(const struct fmtrain_opts *o)
@@ -605,6 +606,9 @@ static int train_loop(struct run *r)
 		r->step_ms += ms;
 		r->wait_ms += b.wait_ms;
 		r->block_ms += block;
+		fmtrain_metrics_step(r->met, step, ms, b.wait_ms, block,
+				     (uint64_t)r->cfg.batch * r->cfg.seq_len *
+				     r->w->world_size);
 		report(r, step, loss, b.wait_ms, block, ms);
 		if (r->c) {
 			check_failed(r);
@@ -812,6 +816,18 @@ int fmtrain_run(const struct fmtrain_opts *o)
 	rc = setup(&r, &res);
 	if (rc)
 		goto out;
+	if (o->metrics) {
+		char msg[400];
+
+		r.met = fmtrain_metrics_start(o->metrics, o->world.rank,
+					      r.be->name, msg, sizeof(msg));
+		if (!r.met) {
+			fprintf(stderr, PROG ": --metrics: %s\n", msg);
+			rc = EXIT_FAIL;
+			goto out;
+		}
+		fmtrain_metrics_ckpt(r.met, r.c);
+	}
 	if (r.lead)
 		banner(&r);
 	memset(&sa, 0, sizeof(sa));
@@ -840,6 +856,7 @@ int fmtrain_run(const struct fmtrain_opts *o)
 	if (!rc && stop_signal)
 		rc = 128 + stop_signal;
 out:
+	fmtrain_metrics_stop(r.met); /* before the store it reads closes */
 	fmtrain_resume_release(&res);
 	train_loader_close(r.l);
 	if (r.c) {

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "fmtrain.h"
+#include "metrics/metrics.h"
 
 /* The defaults: a model that trains in seconds on a 2-core CPU. */
 #define DEF_LAYERS 2
@@ -175,7 +176,7 @@ enum {
 	OPT_DATA = 256, OPT_LAYERS, OPT_HEADS, OPT_CHANNELS, OPT_SEQ,
 	OPT_BATCH, OPT_VOCAB, OPT_STEPS, OPT_LR, OPT_SEED, OPT_THREADS,
 	OPT_CKPT, OPT_EVERY, OPT_SECS, OPT_MTBF, OPT_KEEP, OPT_STAGING,
-	OPT_RESUME, OPT_CSV, OPT_DEVICE, OPT_RDV, OPT_RDV_TIMEOUT, OPT_JOB,
+	OPT_RESUME, OPT_CSV, OPT_METRICS, OPT_DEVICE, OPT_RDV, OPT_RDV_TIMEOUT, OPT_JOB,
 };
 
 static int parse_job(const char *v)
@@ -275,6 +276,16 @@ static int train_opt(struct fmtrain_opts *o, int ch, const char *v)
 		o->job = v;
 		return parse_job(v);
 	case OPT_CSV: o->csv = v; return 0;
+	case OPT_METRICS: {
+		char why[300];
+
+		if (metrics_addr_check(v, why, sizeof(why)))
+			return tools_bad_opt(PROG, "--metrics", v,
+					     "ADDRESS:PORT, like 127.0.0.1:9200 "
+					     "or :9200");
+		o->metrics = v;
+		return 0;
+	}
 	default:
 		return -1;
 	}
@@ -333,6 +344,7 @@ int cmd_train(int argc, char **argv)
 		{ "ckpt-staging", required_argument, 0, OPT_STAGING },
 		{ "resume", optional_argument, 0, OPT_RESUME },
 		{ "csv", required_argument, 0, OPT_CSV },
+		{ "metrics", required_argument, 0, OPT_METRICS },
 		{ "device", required_argument, 0, OPT_DEVICE },
 		{ "rendezvous", required_argument, 0, OPT_RDV },
 		{ "rendezvous-timeout", required_argument, 0, OPT_RDV_TIMEOUT },
