@@ -158,6 +158,31 @@ prom_wait 'fmckpt_commits_total' 1 >/dev/null
 prom_wait 'fmtrain_step_duration_seconds_count' 1 >/dev/null
 scrape "$TPORT" >t1 || fail "no trainer /metrics"
 promtool check metrics <t1 || fail "promtool finds fault with the trainer's metrics"
+
+note "the Grafana dashboard: every query is valid PromQL, every metric exists"
+scrape "$MPORT" >m4
+python3 - "$TOP/docs/grafana/fmfs.json" "$PPORT" m4 t1 <<'EOF' || fail "the dashboard is wrong"
+import json, re, sys, urllib.parse, urllib.request
+d = json.load(open(sys.argv[1]))
+have = set()
+for f in sys.argv[3:]:
+    for line in open(f):
+        if not line.startswith("#"):
+            have.add(re.split(r"[{ ]", line, 1)[0])
+bad = 0
+for p in d["panels"]:
+    for t in p.get("targets", []):
+        e = t["expr"]
+        q = urllib.parse.urlencode({"query": e})
+        r = json.load(urllib.request.urlopen(
+            "http://127.0.0.1:%s/api/v1/query?%s" % (sys.argv[2], q)))
+        if r.get("status") != "success":
+            print("bad query in %r: %s" % (p["title"], e)); bad += 1
+        for name in re.findall(r"\b(?:fmfs|fmtrain|fmckpt)_[a-z_]+", e):
+            if name not in have:
+                print("%r: no metric %s" % (p["title"], name)); bad += 1
+sys.exit(1 if bad else 0)
+EOF
 kill -TERM "$TRAIN_PID"
 wait "$TRAIN_PID" 2>/dev/null || true
 TRAIN_PID=
