@@ -254,7 +254,7 @@ install: $(PROGS) $(FMCKPT_INSTALL)
 	install -d $(DESTDIR)$(bindir) $(DESTDIR)$(mandir)/man1 \
 		$(DESTDIR)$(libdir) $(DESTDIR)$(pkgconfigdir) \
 		$(DESTDIR)$(includedir)/fmfs/objstore
-	install -m 755 $(PROGS) $(DESTDIR)$(bindir)/
+	install -m 755 $(PROGS) tools/fmfs-csi $(DESTDIR)$(bindir)/
 	install -d $(DESTDIR)$(mounthelperdir)
 	ln -sf $(bindir)/fmfs $(DESTDIR)$(mounthelperdir)/mount.fmfs
 	install -m 644 docs/fmfs.1 docs/fmckpt.1 docs/fmtrain.1 \
@@ -267,7 +267,7 @@ install: $(PROGS) $(FMCKPT_INSTALL)
 	sed $(FMCKPT_PC_SED) ckpt/fmckpt.pc.in >$(DESTDIR)$(pkgconfigdir)/fmckpt.pc
 
 uninstall:
-	rm -f $(addprefix $(DESTDIR)$(bindir)/,$(notdir $(PROGS))) \
+	rm -f $(addprefix $(DESTDIR)$(bindir)/,$(notdir $(PROGS)) fmfs-csi) \
 		$(DESTDIR)$(mounthelperdir)/mount.fmfs \
 		$(addprefix $(DESTDIR)$(mandir)/man1/,fmfs.1 fmckpt.1 fmtrain.1) \
 		$(DESTDIR)$(libdir)/libfmckpt.a $(DESTDIR)$(libdir)/libfmckpt.so \

@@ -23,7 +23,7 @@ for f in bin/fmfs bin/fmckpt bin/fmtrain share/man/man1/fmfs.1 \
 	share/man/man1/fmckpt.1 share/man/man1/fmtrain.1 lib/libfmckpt.a \
 	lib/libfmckpt.so lib/libfmckpt.so.0 include/fmfs/ckpt.h \
 	include/fmfs/objstore/objstore.h lib/pkgconfig/fmckpt.pc \
-	sbin/mount.fmfs; do
+	sbin/mount.fmfs bin/fmfs-csi; do
 	[ -e "$inst/$f" ] || fail "make install did not install $f"
 done
 [ "$(readlink "$inst/sbin/mount.fmfs")" = "$inst/bin/fmfs" ] ||
