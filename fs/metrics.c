@@ -157,6 +157,23 @@ static void fuse_part(struct fs *fs, FILE *out)
 	}
 }
 
+/* One histogram by method: GET always, the others once they ran. */
+static void store_hist(FILE *out, struct obj_store *st, const char *name,
+		       const char *help, bool first_byte)
+{
+	char l[64];
+
+	metrics_family(out, name, "histogram", help);
+	for (int m = 0; m < OBJ_METHODS; m++) {
+		const struct util_hist *h = obj_request_hist(st, m, first_byte);
+
+		if (!util_hist_count(h) && m != OBJ_M_GET)
+			continue;
+		snprintf(l, sizeof(l), "method=\"%s\"", obj_method_name(m));
+		metrics_hist(out, name, l, h);
+	}
+}
+
 static void store_part(struct fs *fs, FILE *out)
 {
 	struct obj_store *st = fs->cfg.st;
@@ -196,28 +213,12 @@ static void store_part(struct fs *fs, FILE *out)
 			"Bytes received from the object store", o.bytes_in);
 	metrics_counter(out, "fmfs_store_sent_bytes_total",
 			"Bytes sent to the object store", o.bytes_out);
-	metrics_family(out, "fmfs_store_request_duration_seconds",
-		       "histogram", "Time of an HTTP attempt to the object "
-		       "store, from start to the last byte, by method");
-	for (int m = 0; m < OBJ_METHODS; m++) {
-		const struct util_hist *h = obj_request_hist(st, m, false);
-
-		if (!util_hist_count(h) && m != OBJ_M_GET)
-			continue;
-		snprintf(l, sizeof(l), "method=\"%s\"", obj_method_name(m));
-		metrics_hist(out, "fmfs_store_request_duration_seconds", l, h);
-	}
-	metrics_family(out, "fmfs_store_first_byte_seconds", "histogram",
-		       "Time from the start of an HTTP attempt to the first "
-		       "byte of its answer, by method");
-	for (int m = 0; m < OBJ_METHODS; m++) {
-		const struct util_hist *h = obj_request_hist(st, m, true);
-
-		if (!util_hist_count(h) && m != OBJ_M_GET)
-			continue;
-		snprintf(l, sizeof(l), "method=\"%s\"", obj_method_name(m));
-		metrics_hist(out, "fmfs_store_first_byte_seconds", l, h);
-	}
+	store_hist(out, st, "fmfs_store_request_duration_seconds", "Time of "
+		   "an HTTP attempt to the object store, from start to the "
+		   "last byte, by method", false);
+	store_hist(out, st, "fmfs_store_first_byte_seconds", "Time from the "
+		   "start of an HTTP attempt to the first byte of its answer, "
+		   "by method", true);
 }
 
 void fs_metrics_write(struct fs *fs, FILE *out)
