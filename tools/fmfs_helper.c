@@ -68,6 +68,8 @@ static bool kernel_opt(const char *name, const char *val)
 struct helper {
 	char *args[HELPER_ARGS_MAX];
 	int n;
+	char *owned[HELPER_ARGS_MAX]; /* what we malloc'd, freed at the end */
+	int nowned;
 	char fuse[1024];    /* -o for the kernel */
 	const char *mode;   /* mode= given */
 	bool ro, sloppy, verbose;
@@ -142,8 +144,11 @@ static int one_opt(struct helper *h, char *opt)
 		if (!strcmp(name, "mode"))
 			h->mode = val;
 		arg = malloc(strlen(name) + (val ? strlen(val) : 0) + 4);
-		if (!arg)
-			return -1;
+		if (!arg || h->nowned >= HELPER_ARGS_MAX) {
+			free(arg);
+			return bad(opt, "out of memory");
+		}
+		h->owned[h->nowned++] = arg;
 		sprintf(arg, "--%s%s%s", name, val ? "=" : "", val ? val : "");
 		return add(h, arg);
 	}
@@ -196,6 +201,13 @@ static void helper_usage(FILE *f)
 "See docs/mount-helper.md and fmfs(1).\n");
 }
 
+static int helper_done(struct helper *h, int rc)
+{
+	for (int i = 0; i < h->nowned; i++)
+		free(h->owned[i]);
+	return rc;
+}
+
 int fmfs_mount_helper(int argc, char **argv)
 {
 	struct helper h = { .n = 0 };
@@ -216,7 +228,7 @@ int fmfs_mount_helper(int argc, char **argv)
 				fprintf(stderr, "mount.fmfs: unexpected "
 					"argument '%s'\n", a);
 				helper_usage(stderr);
-				return EXIT_USAGE;
+				return helper_done(&h, EXIT_USAGE);
 			}
 			pos[npos++] = a;
 			continue;
@@ -227,10 +239,17 @@ int fmfs_mount_helper(int argc, char **argv)
 			if (!v) {
 				fprintf(stderr, "mount.fmfs: %s needs a value\n",
 					a);
-				return EXIT_USAGE;
+				return helper_done(&h, EXIT_USAGE);
 			}
-			if (a[1] == 'o' && (v = strdup(v)) && opts(&h, v))
-				return EXIT_USAGE;
+			if (a[1] != 'o')
+				continue;
+			if (h.nowned >= HELPER_ARGS_MAX || !(v = strdup(v))) {
+				fprintf(stderr, "mount.fmfs: out of memory\n");
+				return helper_done(&h, EXIT_FAIL);
+			}
+			h.owned[h.nowned++] = v;
+			if (opts(&h, v))
+				return helper_done(&h, EXIT_USAGE);
 			continue;
 		}
 		for (const char *f = a + 1; *f; f++) {
@@ -243,27 +262,27 @@ int fmfs_mount_helper(int argc, char **argv)
 				fprintf(stderr, "mount.fmfs: unknown flag -%c\n",
 					*f);
 				helper_usage(stderr);
-				return EXIT_USAGE;
+				return helper_done(&h, EXIT_USAGE);
 			}
 		}
 	}
 	if (npos != 2) {
 		helper_usage(stderr);
-		return EXIT_USAGE;
+		return helper_done(&h, EXIT_USAGE);
 	}
 	if (h.ro) {
 		if (h.mode && strcmp(h.mode, "ro")) {
 			fprintf(stderr, "mount.fmfs: 'ro' and 'mode=%s' "
 				"contradict each other: drop one\n", h.mode);
-			return EXIT_USAGE;
+			return helper_done(&h, EXIT_USAGE);
 		}
 		if (!h.mode && add(&h, (char *)"--mode=ro"))
-			return EXIT_USAGE;
+			return helper_done(&h, EXIT_USAGE);
 	}
 	if (h.fuse[0] && (add(&h, (char *)"-o") || add(&h, h.fuse)))
-		return EXIT_USAGE;
+		return helper_done(&h, EXIT_USAGE);
 	if (add(&h, (char *)pos[0]) || add(&h, (char *)pos[1]))
-		return EXIT_USAGE;
+		return helper_done(&h, EXIT_USAGE);
 	h.args[h.n] = NULL;
 	if (h.verbose || fake) {
 		fprintf(stderr, "mount.fmfs: fmfs");
@@ -272,6 +291,6 @@ int fmfs_mount_helper(int argc, char **argv)
 		fprintf(stderr, "%s\n", fake ? " (not run: -f)" : "");
 	}
 	if (fake)
-		return EXIT_OK;
-	return cmd_mount(h.n, h.args);
+		return helper_done(&h, EXIT_OK);
+	return helper_done(&h, cmd_mount(h.n, h.args));
 }
