@@ -96,6 +96,11 @@ def paired(v, what):
     return statistics.median(r) if r else None
 
 for what in ("cold_s", "warm_s"):
+    for v in ("off", "on", "base"):
+        r = per_round(v, what)
+        if r:
+            print("  %s %-4s by round: %s" % (what, v, " ".join(
+                "%.3f" % r[k] for k in sorted(r))))
     off = med("off", what)
     print("%s, median of %d rounds: off %.3f s (%.0f MB/s)" %
           (what, len(per_round("off", what)), off, nbytes / off / 1e6))
