@@ -77,6 +77,7 @@ wait "$HOLD" 2>/dev/null || true
 grep -q "in use\|another process has that port" err ||
 	fail "a port in use is not said: $(cat err)"
 grep -q " $MNT " /proc/mounts && fail "mounted despite the port in use"
+expect_exit 2 "--metrics 'nonsense'" "$FMTRAIN" train --data x --metrics nonsense
 
 note "the mount's endpoint and fmfs metrics: promtool-clean, counting"
 mkdir -p data
@@ -119,6 +120,11 @@ note "a trainer reading through the mount, with --metrics"
 cat "$TOP"/docs/*.md >corpus.txt
 "$FMTRAIN" tokenize --shard-tokens 16K "$MNT/shards" corpus.txt >/dev/null ||
 	fail "tokenize into the mount"
+rc=0 # its port taken (by the mount's endpoint): exit 1, saying so
+"$FMTRAIN" train --data "$MNT/shards" --steps 5 --metrics "127.0.0.1:$MPORT" \
+	>/dev/null 2>err || rc=$?
+[ "$rc" = 1 ] && grep -q "cannot listen on 127.0.0.1:$MPORT: Address already in use" err ||
+	fail "fmtrain with its metrics port in use: exit $rc: $(cat err)"
 "$FMTRAIN" train --data "$MNT/shards" --steps 100000 --ckpt "$TEST_DIR/ckpt" \
 	--ckpt-every 20 --metrics "127.0.0.1:$TPORT" >train.out 2>&1 &
 TRAIN_PID=$!
