@@ -28,15 +28,21 @@ grep -q '^HAVE_CUDA = 1' config.mak || {
 	echo "gpu-pack: this build has no CUDA (./configure did not find nvcc)" >&2
 	exit 1
 }
-bins="tests/unit/test_train_gpu tools/bench/gpubench tools/fmtrain"
+bins="tests/unit/test_train_gpu tools/bench/gpubench tools/fmtrain tools/fmfs
+	tools/fmckpt tests/fmtrain-fakegpu"
 rm -rf .gpu/stage && mkdir -p .gpu/stage/bin .gpu/stage/lib
 for b in $bins; do cp "$b" .gpu/stage/bin/; done
 for b in $bins; do ldd "$b" | awk '$3 ~ /^\// {print $3}'; done | sort -u |
 	grep -v '^/usr/local/cuda' |
 	grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux-x86-64)\.so' |
+	grep -vE '/(libstdc\+\+|libgcc_s)\.so' |
 	while read -r lib; do cp -L "$lib" .gpu/stage/lib/; done
 cp tools/bench/gpu-run.sh .gpu/run.sh
 cp README.md .gpu/stage/sample.txt
+cat docs/*.md >.gpu/stage/docs.txt
+mkdir -p .gpu/stage/top/tests/lib .gpu/stage/top/tests/integration
+cp tests/lib/common.sh .gpu/stage/top/tests/lib/
+cp tests/integration/81-train-gpu.sh .gpu/stage/top/tests/integration/
 tar -C .gpu/stage -cJf .gpu/pack.tar.xz .
 rm -rf .gpu/stage
 ls -la .gpu/pack.tar.xz
