@@ -631,6 +631,21 @@ int ckpt_begin(struct ckpt *c, uint64_t step, char *msg, size_t msg_len)
 	return rc;
 }
 
+int ckpt_prepare(struct ckpt *c, char *msg, size_t msg_len)
+{
+	int rc = 0;
+
+	if (c->cfg.read_only) {
+		util_msg(msg, msg_len, "the handle is read-only");
+		return -EROFS;
+	}
+	pthread_mutex_lock(&c->lock);
+	if (!c->staging)
+		rc = staging_alloc(c, msg, msg_len);
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
 void ckpt_abort(struct ckpt *c)
 {
 	pthread_mutex_lock(&c->lock);

@@ -135,6 +135,14 @@ int ckpt_close(struct ckpt *c, char *msg, size_t msg_len);
 
 /* ---- saving ---- */
 
+/* Allocates the staging memory now (pinned when CUDA is there, else
+ * mapped and populated), so that the first ckpt_begin does not: pinning
+ * gigabytes takes about a second, which a training loop should pay
+ * before its first step rather than inside its first checkpoint.
+ * Optional; ckpt_begin allocates it when not done.  0, or -ENOMEM with a
+ * message; -EROFS on a read-only handle. */
+int ckpt_prepare(struct ckpt *c, char *msg, size_t msg_len);
+
 /* Starts a checkpoint for step.  Waits while max_pending_steps steps are
  * still being written or drained.  -EEXIST if step is already committed
  * in dir (its manifest reads and checks, its shards are there with their

@@ -182,19 +182,32 @@ __global__ static void encoder_dwpe_k(float *dwpe, const float *dout, int B,
 	}
 }
 
-/* Block (i, y): token tok[i], columns y*THREADS.. */
+/* Block (i, y): token tok[i], columns y*32 .. y*32+31.  A token's
+ * positions can be thousands (a space in byte-level text, "the" in a
+ * large batch), so the block's 8 warps share them: warp w sums positions
+ * w, w+8, w+16, ... of the group, lane l column y*32+l, and the 8
+ * partial sums are added in warp order.  The order is fixed by the
+ * positions alone, so the result repeats bit for bit. */
+#define DWTE_WARPS 8
 __global__ static void encoder_dwte_k(float *dwte, const float *dout,
 				      const int32_t *tok, const int32_t *start,
 				      const int32_t *pos, int C)
 {
-	int i = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
+	__shared__ float part[DWTE_WARPS][WARP];
+	int i = blockIdx.x, w = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+	int c = blockIdx.y * WARP + lane;
 	float s = 0.0f;
 
-	if (c >= C)
-		return;
-	for (int k = start[i]; k < start[i + 1]; k++)
-		s += dout[(size_t)pos[k] * C + c];
-	dwte[(size_t)tok[i] * C + c] += s;
+	if (c < C)
+		for (int k = start[i] + w; k < start[i + 1]; k += DWTE_WARPS)
+			s += dout[(size_t)pos[k] * C + c];
+	part[w][lane] = s;
+	__syncthreads();
+	if (w == 0 && c < C) {
+		for (int v = 1; v < DWTE_WARPS; v++)
+			s += part[v][lane];
+		dwte[(size_t)tok[i] * C + c] += s;
+	}
 }
 
 void gk_encoder_backward(float *dwte, float *dwpe, const float *dout,
@@ -202,13 +215,14 @@ void gk_encoder_backward(float *dwte, float *dwpe, const float *dout,
 			 const int32_t *pos, int ntok, int B, int T, int C,
 			 cudaStream_t s)
 {
-	dim3 grid((unsigned)ntok, (unsigned)((C + THREADS - 1) / THREADS));
+	dim3 grid((unsigned)ntok, (unsigned)((C + WARP - 1) / WARP));
 
 	encoder_dwpe_k<<<grid_for((size_t)T * C), THREADS, 0, s>>>(dwpe, dout,
 								    B, T, C);
 	if (ntok > 0)
-		encoder_dwte_k<<<grid, THREADS, 0, s>>>(dwte, dout, tok, start,
-							pos, C);
+		encoder_dwte_k<<<grid, DWTE_WARPS * WARP, 0, s>>>(dwte, dout,
+								  tok, start,
+								  pos, C);
 }
 
 int gk_token_groups(const int32_t *inp, int N, int32_t *tok, int32_t *start,

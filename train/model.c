@@ -250,6 +250,8 @@ static uint64_t param_shapes(const struct dims *d, unsigned ndim[P_COUNT],
 			shape[i][k] = (int64_t)sh[i].s[k];
 			count[i] *= sh[i].s[k];
 		}
+		for (unsigned k = sh[i].n; k < TRAIN_NDIM_MAX; k++)
+			shape[i][k] = 0;
 		total += count[i];
 	}
 	return total;

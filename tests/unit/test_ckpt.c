@@ -323,6 +323,46 @@ static void test_roundtrip(void **state)
 	tset_free(&t);
 }
 
+/* ckpt_prepare: staging before the first save, once; refused on a
+ * read-only handle; too much staging is -ENOMEM saying what to lower. */
+static void test_prepare(void **state)
+{
+	struct env *e = *state;
+	struct ckpt_config cfg = cfg_of(e, true, false);
+	struct ckpt_stats st;
+	struct tset t;
+	struct ckpt *c;
+	uint64_t got;
+
+	tset_init(&t, 20, 6 * KIB);
+	cfg.chunk_bytes = 64 * KIB;
+	cfg.staging_bytes = 256 * KIB;
+	c = open_cfg(e, &cfg);
+	assert_ok(ckpt_prepare(c, e->msg, sizeof(e->msg)), e->msg);
+	assert_ok(ckpt_prepare(c, e->msg, sizeof(e->msg)), e->msg);
+	save(e, c, &t, 5, 0);
+	wait_ok(e, c, 5, CKPT_LOCAL);
+	ckpt_get_stats(c, &st);
+	assert_true(st.staging_peak_bytes <= 256 * KIB);
+	assert_ok(load_check(e, c, &t, 5, 0, &got), e->msg);
+	assert_int_equal(got, 5);
+	assert_ok(ckpt_close(c, e->msg, sizeof(e->msg)), e->msg);
+
+	cfg.read_only = true;
+	c = open_cfg(e, &cfg);
+	assert_int_equal(ckpt_prepare(c, e->msg, sizeof(e->msg)), -EROFS);
+	assert_contains(e->msg, "read-only");
+	assert_ok(ckpt_close(c, e->msg, sizeof(e->msg)), e->msg);
+
+	cfg.read_only = false;
+	cfg.staging_bytes = 1ull << 50;
+	c = open_cfg(e, &cfg);
+	assert_int_equal(ckpt_prepare(c, e->msg, sizeof(e->msg)), -ENOMEM);
+	assert_contains(e->msg, "lower staging_bytes");
+	assert_ok(ckpt_close(c, e->msg, sizeof(e->msg)), e->msg);
+	tset_free(&t);
+}
+
 static void test_remote_roundtrip(void **state)
 {
 	struct env *e = *state;
@@ -1670,6 +1710,7 @@ int main(void)
 		cmocka_unit_test(test_crc_combine),
 #define T(f) cmocka_unit_test_setup_teardown(f, env_setup, env_teardown)
 		T(test_roundtrip),
+		T(test_prepare),
 		T(test_remote_roundtrip),
 		T(test_corrupt_shard_data),
 		T(test_corrupt_shard_header),

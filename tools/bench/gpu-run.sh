@@ -16,19 +16,22 @@
 #             reference, the model against model.c, determinism, resume)
 #   resume    fmtrain --device cuda, N steps straight against k steps,
 #             kill -9, --resume, N-k steps: the losses bit for bit
-#   bench     gpubench on GPT-2 124M, B 8 twice, then 16, 32, 64, 128
-#             until one does not fit
+#   bench     gpubench on GPT-2 124M, B 8 twice, then 16, 32, 64, 128,
+#             256 until one does not fit; then B 16 and 64 on byte-level
+#             text instead of random tokens
 #   train     fmtrain on GPT-2 124M (vocabulary 50257) reading byte
 #             tokens: from the local disk without checkpoints, with a
 #             checkpoint every 100 steps, and through an fmfs mount of a
 #             file:// bucket on the same disk (cold cache), with and
 #             without checkpoints
 #   it81      tests/integration/81-train-gpu.sh (its GPU part too)
-#   profile   ncu's time of every kernel of two gpubench steps, summed
-#             by kernel name (where ncu is installed)
+#   profile   ncu's time of every kernel of two steps at B 8, summed by
+#             kernel name (where ncu is installed): gpubench on random
+#             tokens, fmtrain on byte-level text
 #
-# STEPS (default all) picks some: "kernels bench". Everything goes to
-# OUT_DIR (default .gpu/out), a table of results last on stdout; the exit
+# STEPS (default all) picks some: "kernels bench". OUT_DIR (default
+# .gpu/out) gets summary.txt (also on stdout) and all.tar.gz with every
+# log, CSV and profile (the device tool brings back 8 files); the exit
 # status is the kernel tests'. It sources nothing: it needs bash, tar
 # with xz, coreutils and what the pack holds (python3 only to find an
 # NCCL installed with pip).
@@ -79,39 +82,47 @@ if want kernels 60; then
 fi
 
 d=/tmp/fmgpu/run && mkdir -p "$d"
-if want resume 60; then
-	# a small model, so that the steps are many and quick
+# small: 22M byte tokens of text in $d/small, shards of 8M
+small() {
+	[ -d "$d/small" ] && return
 	for _ in $(seq 100); do cat /tmp/fmgpu/docs.txt; done >"$d/small.txt"
 	"$bin/fmtrain" tokenize --shard-tokens 8M "$d/small" "$d/small.txt" \
 		>/dev/null 2>&1
+	rm -f "$d/small.txt"
+}
+if want resume 60; then
+	small
+	# a small model, so that the steps are many and quick
+	RN=600
 	R=(train --device cuda --data "$d/small" --layers 4 --heads 4
 	   --channels 256 --seq-len 256 --batch 8 --seed 11)
 	{
-		timeout 120 "$bin/fmtrain" "${R[@]}" --steps 60 --csv "$d/straight.csv"
+		timeout 120 "$bin/fmtrain" "${R[@]}" --steps $RN --csv "$d/straight.csv"
 		echo "straight exit $?"
-		timeout 120 "$bin/fmtrain" "${R[@]}" --steps 60 --ckpt "$d/rck" \
-			--ckpt-every 10 --csv "$d/killed.csv" &
+		timeout 120 "$bin/fmtrain" "${R[@]}" --steps $RN --ckpt "$d/rck" \
+			--ckpt-every 50 --csv "$d/killed.csv" &
 		pid=$!
 		for _ in $(seq 600); do
 			n=$(awk -F, 'NR > 1 { n = $1 } END { print n + 0 }' \
 				"$d/killed.csv" 2>/dev/null)
-			[ "${n:-0}" -ge 37 ] && break
+			[ "${n:-0}" -ge $((RN / 2 + 20)) ] && break
 			kill -0 $pid 2>/dev/null || break
 			sleep 0.05
 		done
 		kill -9 $pid; wait $pid
 		echo "killed at step $n, exit $?"
 		ls "$d/rck"
-		timeout 120 "$bin/fmtrain" "${R[@]}" --steps 60 --ckpt "$d/rck" \
-			--ckpt-every 10 --resume --csv "$d/resumed.csv"
+		timeout 120 "$bin/fmtrain" "${R[@]}" --steps $RN --ckpt "$d/rck" \
+			--ckpt-every 50 --resume --csv "$d/resumed.csv"
 		echo "resumed exit $?"
 	} >"$out/resume.txt" 2>&1
 	from=$(grep -o 'resumed from checkpoint step [0-9]*' "$out/resume.txt" |
 		grep -o '[0-9]*$')
-	if [ -n "$from" ] && [ "$(losses "$d/resumed.csv")" = \
+	if [ -n "$from" ] && [ "$from" -lt $RN ] &&
+		[ "$(losses "$d/resumed.csv")" = \
 		"$(losses "$d/straight.csv" | awk -v s="$from" '$1 > s')" ] &&
-		[ "$(losses "$d/straight.csv" | wc -l)" = 60 ]; then
-		say "resume: BIT-EXACT: killed at step $n, resumed from $from, steps $((from + 1))-60 equal to the straight run"
+		[ "$(losses "$d/straight.csv" | wc -l)" = $RN ]; then
+		say "resume: BIT-EXACT: killed at step $n, resumed from $from, steps $((from + 1))-$RN equal to the straight run"
 	else
 		say "resume: DIFFERS or failed (resumed from '${from:-none}'): see resume.txt"
 		diff <(losses "$d/straight.csv") <(losses "$d/resumed.csv") \
@@ -123,7 +134,7 @@ fi
 big=8
 if want bench 40; then
 	: >"$out/bench.txt"
-	for b in 8 8 16 32 64 128; do
+	for b in 8 8 16 32 64 128 256; do
 		[ "$(left)" -lt 30 ] && break
 		if timeout -k 5 90 "$bin/gpubench" --batch $b \
 			>>"$out/bench.txt" 2>&1; then
@@ -132,6 +143,15 @@ if want bench 40; then
 			echo "batch $b: exit $? (does not fit?)" >>"$out/bench.txt"
 			break
 		fi
+	done
+	# the same batches from byte-level text: the embedding's backward
+	# pass sums long groups of repeated tokens
+	small
+	for b in 16 64; do
+		[ "$(left)" -lt 30 ] && break
+		echo "byte tokens:" >>"$out/bench.txt"
+		timeout -k 5 90 "$bin/gpubench" --batch $b \
+			--data "$d/small/shard_000000.bin" >>"$out/bench.txt" 2>&1
 	done
 	sed 's/^/bench: /' "$out/bench.txt" | tee -a "$sum"
 fi
@@ -189,12 +209,15 @@ if want it81 60; then
 	say "it81: exit $?: $(tail -1 "$out/it81.txt")"
 fi
 
-if want profile 60 && command -v ncu >/dev/null; then
-	timeout -k 5 150 ncu --clock-control none --metrics gpu__time_duration.sum \
-		--csv --print-units base "$bin/gpubench" --batch 8 --steps 1 \
-		--warmup 1 >"$out/ncu.csv" 2>"$out/ncu.err"
-	say "profile: exit $?; time by kernel (two steps, ns):"
-	python3 - "$out/ncu.csv" <<'EOF' | tee -a "$sum"
+# prof NAME CMD...: ncu's time of every kernel CMD runs, by kernel name.
+prof() {
+	local name=$1
+	shift
+	timeout -k 5 120 ncu --clock-control none \
+		--metrics gpu__time_duration.sum --csv --print-units base "$@" \
+		>"$out/ncu-$name.csv" 2>"$out/ncu-$name.err"
+	say "profile $name: exit $?; time by kernel (ns):"
+	python3 - "$out/ncu-$name.csv" <<'EOF' | tee -a "$sum"
 import csv, sys, collections
 t = collections.Counter(); n = collections.Counter()
 rows = [l for l in open(sys.argv[1]) if l.startswith('"')]
@@ -208,6 +231,19 @@ for k, v in t.most_common(25):
     print(f"  {v/1e6:9.3f} ms {100*v/tot:5.1f}% x{n[k]:<4} {k}")
 print(f"  {tot/1e6:9.3f} ms in all")
 EOF
+}
+if want profile 60 && command -v ncu >/dev/null; then
+	# two steps each (one warm-up), B 8: random tokens, then byte text
+	prof gpubench "$bin/gpubench" --batch 8 --steps 1 --warmup 1
+	small
+	[ "$(left)" -ge 40 ] && prof fmtrain "$bin/fmtrain" train --device cuda \
+		--data "$d/small" --layers 12 --heads 12 --channels 768 \
+		--seq-len 1024 --vocab 50257 --batch 8 --steps 2
 fi
 say "elapsed $(($(date +%s) - t0)) s"
+# at most 8 files come back from the device tool: the summary and one tar
+tar -C "$out" -czf /tmp/fmgpu/all.tar.gz . &&
+	mv /tmp/fmgpu/all.tar.gz "$out/" &&
+	find "$out" -maxdepth 1 -type f ! -name all.tar.gz ! -name summary.txt \
+		-delete
 exit "$rc"

@@ -7,11 +7,14 @@
  *
  *   gpubench [--layers L] [--heads NH] [--channels C] [--seq-len T]
  *            [--batch B] [--vocab V] [--steps N] [--warmup W]
- *            [--peak-tflops F] [--cpu]
+ *            [--peak-tflops F] [--data SHARD] [--cpu]
  *
  * Defaults: GPT-2 124M (12 layers, 12 heads, 768 channels, V 50257
  * padded to 50304), T 1024, B 8, 20 timed steps after 3 warm-up steps.
  * --cpu runs the CPU reference (model.h) instead, for a ratio.
+ * --data takes the batch from a shard (fmtrain tokenize) instead of
+ * random tokens: the embedding's backward pass depends on how often
+ * tokens repeat (a space is every sixth byte of text), the rest not.
  *
  * Model FLOPs utilisation: the FLOPs a step needs by the usual count
  * (6 per parameter per token for the forward and backward matmuls, plus
@@ -31,6 +34,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "train/data.h"
 #include "train/gpu.h"
 #include "train/model.h"
 #include "util/util.h"
@@ -50,7 +54,8 @@ static int usage(void)
 {
 	fprintf(stderr, "usage: gpubench [--layers L] [--heads NH] "
 		"[--channels C] [--seq-len T] [--batch B] [--vocab V] "
-		"[--steps N] [--warmup W] [--peak-tflops F] [--cpu]\n");
+		"[--steps N] [--warmup W] [--peak-tflops F] [--data SHARD] "
+		"[--cpu]\n");
 	return 2;
 }
 
@@ -62,6 +67,7 @@ int main(int argc, char **argv)
 		{ "batch", 1, NULL, 'b' }, { "vocab", 1, NULL, 'v' },
 		{ "steps", 1, NULL, 's' }, { "warmup", 1, NULL, 'w' },
 		{ "peak-tflops", 1, NULL, 'p' }, { "cpu", 0, NULL, 'C' },
+		{ "data", 1, NULL, 'd' },
 		{ NULL, 0, NULL, 0 }
 	};
 	struct train_config cfg;
@@ -70,6 +76,7 @@ int main(int argc, char **argv)
 	unsigned steps = 20, warmup = 3;
 	double peak = 0.0, t0 = 0.0, secs, flops, tok_s;
 	char name[256] = "cpu", msg[512];
+	const char *data = NULL;
 	int32_t *inp, *tgt;
 	size_t N, np;
 	float loss = NAN;
@@ -98,6 +105,7 @@ int main(int argc, char **argv)
 		case 'w': warmup = (unsigned)v; break;
 		case 'p': peak = strtod(optarg, NULL); break;
 		case 'C': cpu = 1; break;
+		case 'd': data = optarg; break;
 		default: return usage();
 		}
 	}
@@ -134,6 +142,27 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < N; i++) {
 		inp[i] = rand() % (int)cfg.vocab_size;
 		tgt[i] = rand() % (int)cfg.vocab_size;
+	}
+	if (data) {
+		uint32_t *tok;
+		uint64_t n;
+
+		if (train_shard_read(data, cfg.vocab_size, &tok, &n, NULL, msg,
+				     sizeof(msg))) {
+			fprintf(stderr, "gpubench: --data %s: %s\n", data, msg);
+			return 1;
+		}
+		if (n < N + 1) {
+			fprintf(stderr, "gpubench: --data %s: %llu tokens, a "
+				"batch needs %zu\n", data,
+				(unsigned long long)n, N + 1);
+			return 1;
+		}
+		for (size_t i = 0; i < N; i++) {
+			inp[i] = (int32_t)tok[i];
+			tgt[i] = (int32_t)tok[i + 1];
+		}
+		free(tok);
 	}
 	for (unsigned s = 0; s < warmup + steps; s++) {
 		if (s == warmup)
