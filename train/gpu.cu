@@ -62,7 +62,7 @@ struct acts {
 	float *residual3;            /* (L,N,C) */
 	bf16 *lnf;                   /* (N,C) */
 	float *lnf_mean, *lnf_rstd;  /* (N) */
-	bf16 *logits;                /* (N,Vp); the backward pass turns
+	bf16 *logits;                /* (N,Vp), rows Vs apart; the backward turns
 	                              * them into their gradient */
 	float *losses, *lse;         /* (N) */
 	bf16 *branch;                /* (N,C) a projection before its
@@ -82,6 +82,8 @@ struct grads {
 struct train_gpu {
 	struct train_config cfg;
 	int L, NH, C, V, Vp, B, T, N;
+	int Vs;                      /* row stride of the logits: Vp up to
+	                              * a multiple of 64 (gk_matmul_forward_ld) */
 	size_t num_params;
 	size_t count[P_COUNT], offset[P_COUNT];
 	unsigned rank, world;
@@ -282,7 +284,7 @@ static void layout(struct train_gpu *g, struct cursor *c)
 	CARVE(c, a->lnf, NC);
 	CARVE(c, a->lnf_mean, N);
 	CARVE(c, a->lnf_rstd, N);
-	CARVE(c, a->logits, N * (size_t)g->Vp);
+	CARVE(c, a->logits, N * (size_t)g->Vs);
 	CARVE(c, a->losses, N);
 	CARVE(c, a->lse, N);
 	CARVE(c, a->branch, NC);
@@ -473,6 +475,7 @@ int train_gpu_init(const struct train_config *cfg,
 	g->C = (int)cfg->channels;
 	g->V = (int)cfg->vocab_size;
 	g->Vp = (int)g->cfg.padded_vocab_size;
+	g->Vs = (g->Vp + 63) / 64 * 64;
 	g->B = (int)cfg->batch;
 	g->T = (int)cfg->seq_len;
 	g->N = g->B * g->T;
@@ -657,11 +660,11 @@ int train_gpu_forward(struct train_gpu *g, const int32_t *inputs,
 	gk_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd,
 			     a->residual3 + (L - 1) * NC, P + g->offset[P_LNF_W],
 			     P + g->offset[P_LNF_B], N, C, s);
-	gk_matmul_forward(g->blas, a->logits, a->lnf, PB + g->offset[P_WTE],
-			  NULL, N, C, Vp, s);
+	gk_matmul_forward_ld(g->blas, a->logits, a->lnf,
+			     PB + g->offset[P_WTE], N, C, Vp, g->Vs, s);
 	if (targets) {
 		gk_crossentropy_forward(a->losses, a->lse, a->logits,
-					g->d_targets, N, V, Vp, s);
+					g->d_targets, N, V, g->Vs, s);
 		gk_sum(g->loss_dev, a->losses, N, s);
 		cudaMemcpyAsync(&sum, g->loss_dev, sizeof(sum),
 				cudaMemcpyDeviceToHost, s);
@@ -695,8 +698,10 @@ int train_gpu_logits(struct train_gpu *g, float *host, char *msg,
 	}
 	/* on the model's stream: a plain cudaMemcpy would not wait for the
 	 * work still queued there (the stream is non-blocking) */
-	e = cudaMemcpyAsync(raw, g->a.logits, n * sizeof(uint16_t),
-			    cudaMemcpyDeviceToHost, g->stream);
+	e = cudaMemcpy2DAsync(raw, g->Vp * sizeof(uint16_t), g->a.logits,
+			      g->Vs * sizeof(uint16_t),
+			      g->Vp * sizeof(uint16_t), g->N,
+			      cudaMemcpyDeviceToHost, g->stream);
 	if (e != cudaSuccess) {
 		free(raw);
 		return cuda_fail(e, "cudaMemcpy (logits)", msg, msg_len);
@@ -750,10 +755,10 @@ int train_gpu_backward(struct train_gpu *g, char *msg, size_t msg_len)
 
 	/* the head; d(mean loss)/d(each position's loss) is 1/N */
 	gk_crossentropy_backward(a->logits, a->logits, a->lse, g->d_targets,
-				 1.0f / (float)N, N, V, Vp, s);
-	gk_matmul_backward(g->blas, d->dln, G + g->offset[P_WTE], NULL,
-			   a->logits, a->lnf, PB + g->offset[P_WTE], N, C, Vp,
-			   g->work, s);
+				 1.0f / (float)N, N, V, g->Vs, s);
+	gk_matmul_backward_ld(g->blas, d->dln, G + g->offset[P_WTE], a->logits,
+			      a->lnf, PB + g->offset[P_WTE], N, C, Vp, g->Vs,
+			      s);
 	cudaMemsetAsync(d->dres, 0, NC * sizeof(float), s);
 	gk_layernorm_backward(d->dres, G + g->offset[P_LNF_W],
 			      G + g->offset[P_LNF_B], d->dln,

@@ -101,6 +101,18 @@ void gk_matmul_backward(cublasHandle_t h, float *dinp, float *dweight,
 			float *dbias, const bf16 *dout, const bf16 *inp,
 			const bf16 *weight, int N, int C, int OC, float *work,
 			cudaStream_t s);
+/* The same two (no bias) with rows of out and dout ld elements apart
+ * (ld >= OC): the tied head, whose OC is the vocabulary (50257 for
+ * GPT-2) and whose logits rows are padded to a multiple of 64, since
+ * cuBLAS falls back to slow kernels for rows that are not 16-byte
+ * aligned (docs/gpu.md). */
+void gk_matmul_forward_ld(cublasHandle_t h, bf16 *out, const bf16 *inp,
+			  const bf16 *weight, int N, int C, int OC, int ld,
+			  cudaStream_t s);
+void gk_matmul_backward_ld(cublasHandle_t h, float *dinp, float *dweight,
+			   const bf16 *dout, const bf16 *inp,
+			   const bf16 *weight, int N, int C, int OC, int ld,
+			   cudaStream_t s);
 
 /* ---- causal self-attention ---- */
 

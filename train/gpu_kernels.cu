@@ -378,19 +378,27 @@ __global__ static void add_bias_k(bf16 *out, const float *bias, int OC,
 
 /* Row-major (N,OC) = (N,C) . (OC,C)^T is, in cuBLAS's column-major
  * terms, out^T (OC,N) = W (C,OC)^T . inp^T (C,N). */
-void gk_matmul_forward(cublasHandle_t h, bf16 *out, const bf16 *inp,
-		       const bf16 *weight, const float *bias, int N, int C,
-		       int OC, cudaStream_t s)
+void gk_matmul_forward_ld(cublasHandle_t h, bf16 *out, const bf16 *inp,
+			  const bf16 *weight, int N, int C, int OC, int ld,
+			  cudaStream_t s)
 {
 	const float one = 1.0f, zero = 0.0f;
-	size_t total = (size_t)N * OC;
 
 	blas_check(cublasSetStream(h, s), "cublasSetStream");
 	blas_check(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one,
 				weight, CUDA_R_16BF, C, inp, CUDA_R_16BF, C,
-				&zero, out, CUDA_R_16BF, OC,
+				&zero, out, CUDA_R_16BF, ld,
 				CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
 		   "cublasGemmEx (matmul forward)");
+}
+
+void gk_matmul_forward(cublasHandle_t h, bf16 *out, const bf16 *inp,
+		       const bf16 *weight, const float *bias, int N, int C,
+		       int OC, cudaStream_t s)
+{
+	size_t total = (size_t)N * OC;
+
+	gk_matmul_forward_ld(h, out, inp, weight, N, C, OC, OC, s);
 	if (bias)
 		add_bias_k<<<grid_for(total), THREADS, 0, s>>>(out, bias, OC,
 							       total);
@@ -415,24 +423,33 @@ __global__ static void bias_partials_k(float *work, const bf16 *dout, int N,
 /* Column-major, as above:
  *   dinp^T (C,N)  = W (C,OC) . dout^T (OC,N)
  *   dW^T (C,OC)  += inp^T (C,N) . (dout^T (OC,N))^T */
-void gk_matmul_backward(cublasHandle_t h, float *dinp, float *dweight,
-			float *dbias, const bf16 *dout, const bf16 *inp,
-			const bf16 *weight, int N, int C, int OC, float *work,
-			cudaStream_t s)
+void gk_matmul_backward_ld(cublasHandle_t h, float *dinp, float *dweight,
+			   const bf16 *dout, const bf16 *inp,
+			   const bf16 *weight, int N, int C, int OC, int ld,
+			   cudaStream_t s)
 {
 	const float one = 1.0f, zero = 0.0f;
 
 	blas_check(cublasSetStream(h, s), "cublasSetStream");
 	blas_check(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one,
-				weight, CUDA_R_16BF, C, dout, CUDA_R_16BF, OC,
+				weight, CUDA_R_16BF, C, dout, CUDA_R_16BF, ld,
 				&zero, dinp, CUDA_R_32F, C,
 				CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
 		   "cublasGemmEx (matmul backward, dinp)");
 	blas_check(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one,
-				inp, CUDA_R_16BF, C, dout, CUDA_R_16BF, OC,
+				inp, CUDA_R_16BF, C, dout, CUDA_R_16BF, ld,
 				&one, dweight, CUDA_R_32F, C,
 				CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
 		   "cublasGemmEx (matmul backward, dweight)");
+}
+
+void gk_matmul_backward(cublasHandle_t h, float *dinp, float *dweight,
+			float *dbias, const bf16 *dout, const bf16 *inp,
+			const bf16 *weight, int N, int C, int OC, float *work,
+			cudaStream_t s)
+{
+	gk_matmul_backward_ld(h, dinp, dweight, dout, inp, weight, N, C, OC,
+			      OC, s);
 	if (dbias) {
 		int nk = nchunks_of(N);
 		dim3 grid((unsigned)((OC + THREADS - 1) / THREADS),

@@ -7,6 +7,7 @@
 # /usr/local/cuda, with the .gpu/ directory copied there:
 #
 #   bash .gpu/run.sh [OUT_DIR] [STEPS]
+#   (GPU_BUDGET=SECONDS, GPU_BENCH_BATCHES="8 16 ..." in the environment)
 #
 # unpacks the binaries and libraries into /tmp/fmgpu and runs, each step
 # under its own time limit and the whole within GPU_BUDGET seconds
@@ -99,7 +100,8 @@ if want resume 60; then
 	{
 		timeout 120 "$bin/fmtrain" "${R[@]}" --steps $RN --csv "$d/straight.csv"
 		echo "straight exit $?"
-		timeout 120 "$bin/fmtrain" "${R[@]}" --steps $RN --ckpt "$d/rck" \
+		# not under timeout: the kill must reach fmtrain itself
+		"$bin/fmtrain" "${R[@]}" --steps $RN --ckpt "$d/rck" \
 			--ckpt-every 50 --csv "$d/killed.csv" &
 		pid=$!
 		for _ in $(seq 600); do
@@ -110,7 +112,7 @@ if want resume 60; then
 			sleep 0.05
 		done
 		kill -9 $pid; wait $pid
-		echo "killed at step $n, exit $?"
+		echo "killed after step $n, exit $? (137: SIGKILL)"
 		ls "$d/rck"
 		timeout 120 "$bin/fmtrain" "${R[@]}" --steps $RN --ckpt "$d/rck" \
 			--ckpt-every 50 --resume --csv "$d/resumed.csv"
@@ -119,10 +121,11 @@ if want resume 60; then
 	from=$(grep -o 'resumed from checkpoint step [0-9]*' "$out/resume.txt" |
 		grep -o '[0-9]*$')
 	if [ -n "$from" ] && [ "$from" -lt $RN ] &&
+		grep -q 'exit 137 (137' "$out/resume.txt" &&
 		[ "$(losses "$d/resumed.csv")" = \
 		"$(losses "$d/straight.csv" | awk -v s="$from" '$1 > s')" ] &&
 		[ "$(losses "$d/straight.csv" | wc -l)" = $RN ]; then
-		say "resume: BIT-EXACT: killed at step $n, resumed from $from, steps $((from + 1))-$RN equal to the straight run"
+		say "resume: BIT-EXACT: killed after step $n, resumed from $from, steps $((from + 1))-$RN equal to the straight run"
 	else
 		say "resume: DIFFERS or failed (resumed from '${from:-none}'): see resume.txt"
 		diff <(losses "$d/straight.csv") <(losses "$d/resumed.csv") \
@@ -134,7 +137,7 @@ fi
 big=8
 if want bench 40; then
 	: >"$out/bench.txt"
-	for b in 8 8 16 32 64 128 256; do
+	for b in ${GPU_BENCH_BATCHES:-8 8 16 32 64 128 256}; do
 		[ "$(left)" -lt 30 ] && break
 		if timeout -k 5 90 "$bin/gpubench" --batch $b \
 			>>"$out/bench.txt" 2>&1; then
