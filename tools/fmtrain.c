@@ -32,6 +32,8 @@ void fmtrain_usage(FILE *f)
 "  model (defaults: a tiny model for a small CPU):\n"
 "    --layers L (2)  --heads H (2)  --channels C (64)  --seq-len T (64)\n"
 "    --batch B (4)   --vocab V (257, the byte tokenizer's)\n"
+"    --padded-vocab P  rows of the token embedding, at least V (V up to\n"
+"                    4096, else V rounded up to a multiple of 128)\n"
 "  run:\n"
 "    --steps N       train until step N (100); step N is the N-th update\n"
 "    --lr X          AdamW learning rate, constant (0.001)\n"

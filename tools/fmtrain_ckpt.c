@@ -243,7 +243,7 @@ static int check_compat(const struct fmtrain_resume *r,
 	CMP_U(seq_len, "--seq-len")
 	CMP_U(max_seq_len, "--seq-len")
 	CMP_U(vocab_size, "--vocab")
-	CMP_U(padded_vocab_size, "the padded vocabulary")
+	CMP_U(padded_vocab_size, "--padded-vocab")
 	CMP_U(batch, "--batch")
 	CMP_F(learning_rate, "--lr")
 	CMP_F(beta1, "beta1")

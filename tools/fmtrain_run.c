@@ -363,7 +363,7 @@ static void banner(const struct run *r)
 	const struct train_config *c = &r->cfg;
 	struct train_loader_info li;
 	uint64_t per_step = (uint64_t)c->batch * r->w->world_size;
-	char where[320];
+	char where[320], pad[48] = "";
 	int threads = 1;
 
 #ifdef _OPENMP
@@ -375,10 +375,13 @@ static void banner(const struct run *r)
 	else
 		snprintf(where, sizeof(where), "%d thread(s)", threads);
 	train_loader_info(r->l, &li);
+	if (c->padded_vocab_size > c->vocab_size)
+		snprintf(pad, sizeof(pad), " (padded to %u)",
+			 c->padded_vocab_size);
 	fprintf(stderr, PROG ": model: %u layers, %u heads, %u channels, "
-		"vocab %u, T %u, B %u: %zu parameters, %.1f MiB; lr %g, "
+		"vocab %u%s, T %u, B %u: %zu parameters, %.1f MiB; lr %g, "
 		"seed %" PRIu64 ", %s\n", c->layers, c->heads, c->channels,
-		c->vocab_size, c->seq_len, c->batch,
+		c->vocab_size, pad, c->seq_len, c->batch,
 		r->be->num_params(&r->model),
 		(double)r->be->bytes(&r->model) / (1 << 20),
 		(double)c->learning_rate, c->seed, where);

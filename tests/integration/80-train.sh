@@ -231,6 +231,19 @@ grep -q "checkpoints: 3 saved (committed in ck-fail), 1 failed, of 4 begun" g.er
 expect_exit 2 "was saved with --layers 2; this run has 3" \
 	$FT train "${OPTS[@]}" --layers 3 --ckpt "$MNT/ckpt-a" --resume
 expect_exit 2 "holds checkpoints already" $FT train "${OPTS[@]}" --ckpt "$MNT/ckpt-a"
+note "vocabulary padding: a large one to a multiple of 128, a small one not"
+$FT train --data "$MNT/shards" --vocab 5000 --steps 2 --ckpt pv --ckpt-every 1 \
+	>pv.out 2>pv.err || fail "--vocab 5000: $(cat pv.err)"
+grep -q "vocab 5000 (padded to 5120)," pv.err || fail "no padding: $(head -1 pv.err)"
+grep -q "vocab 257, " a.err || fail "the byte vocabulary was padded: $(head -1 a.err)"
+expect_exit 2 "was saved with --padded-vocab 5120; this run has 5000" \
+	$FT train --data "$MNT/shards" --vocab 5000 --padded-vocab 5000 \
+	--steps 3 --ckpt pv --resume
+$FT train --data "$MNT/shards" --vocab 5000 --padded-vocab 5120 --steps 3 \
+	--ckpt pv --resume >pv3.out 2>pv3.err || fail "resume: $(cat pv3.err)"
+grep -q "^step 3 " pv3.out || fail "resume with --padded-vocab 5120: $(cat pv3.out)"
+expect_exit 2 "--padded-vocab 4999 is below --vocab 5000" \
+	$FT train --data "$MNT/shards" --vocab 5000 --padded-vocab 4999
 expect_exit 2 "heads 3 does not divide --channels 64" $FT train --data "$MNT/shards" --heads 3
 expect_exit 2 "--batch '0'" $FT train --data "$MNT/shards" --batch 0
 expect_exit 2 "--lr 'x'" $FT train --data "$MNT/shards" --lr x
