@@ -10,7 +10,8 @@
  * Without CUDA, or with no GPU at run time, every function here says so
  * and staging is plain memory; ckpt_add refuses CKPT_ADD_DEVICE.
  *
- * Untested on a GPU so far: no GPU was available when this was written.
+ * Ran on an H200 (2026-11-27): 1.43 GiB of GPT-2 124M state copied in
+ * 29 ms a checkpoint (docs/gpu.md).
  */
 #include <errno.h>
 #include <stdlib.h>
