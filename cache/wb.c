@@ -1732,11 +1732,15 @@ int cache_w_rename(struct cache *c, const char *from, const char *to,
 		w->queued_gen = w->gen;
 		w->not_before_ms = (int64_t)util_now_ms() + wb->cfg.async_delay_ms;
 	}
-	if (w->committed) {
+	if (w->committed || (old && old->committed)) {
 		/* Replacing a file whose bytes may be acknowledged: w's bytes
 		 * and .meta reach the disk before the old file goes, so a
 		 * power cut leaves one or the other (as ext4 does for a
-		 * rename over a file). */
+		 * rename over a file).  Also when w is still being written:
+		 * its .meta then says so (no complete sums), and the replay
+		 * holds or uploads it as it stands; without it a power cut
+		 * left the old file gone and w under its old name
+		 * (68-mount-powerloss, seed 134699372 trial 1). */
 		bool replace = old && old->committed;
 
 		w->seq = ++wb->seq_top;
@@ -1747,6 +1751,12 @@ int cache_w_rename(struct cache *c, const char *from, const char *to,
 	}
 	if (!rc)
 		rc = cache_wb_db_put(wb, w, w->committed);
+	/* And the row that names w to, synced: w's .meta is rewritten, not
+	 * synced, at its next commit, and a power cut can leave that one
+	 * empty; the row must not name w's old key then, with the old file
+	 * at to gone (68-mount-powerloss, seed 134699372 trial 1). */
+	if (!rc && old && old->committed)
+		rc = db_sync(wb);
 	/* The old file at to goes after w's .meta names to: a power cut in
 	 * between leaves both, and the replay keeps the later commit. */
 	if (old)
