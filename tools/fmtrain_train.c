@@ -175,7 +175,8 @@ static int add_ckpt(struct fmtrain_opts *o, const char *t)
 
 enum {
 	OPT_DATA = 256, OPT_LAYERS, OPT_HEADS, OPT_CHANNELS, OPT_SEQ,
-	OPT_BATCH, OPT_VOCAB, OPT_PADDED, OPT_STEPS, OPT_LR, OPT_SEED, OPT_THREADS,
+	OPT_BATCH, OPT_VOCAB, OPT_PADDED, OPT_STEPS, OPT_LR, OPT_SEED,
+	OPT_THREADS,
 	OPT_CKPT, OPT_EVERY, OPT_SECS, OPT_MTBF, OPT_KEEP, OPT_STAGING,
 	OPT_RESUME, OPT_CSV, OPT_METRICS, OPT_DEVICE, OPT_RDV, OPT_RDV_TIMEOUT, OPT_JOB,
 };
@@ -403,9 +404,10 @@ int cmd_train(int argc, char **argv)
 	}
 	o.model.max_seq_len = o.model.seq_len;
 	/* A large vocabulary padded to a multiple of 128 rows (GPT-2's 50257
-	 * to 50304), as llm.c does: cuBLAS runs the tied head 3x slower on
-	 * rows that are not 16-byte aligned (docs/gpu.md).  A small one as it
-	 * is: the byte tokenizer's 257 would grow by half. */
+	 * to 50304), as llm.c does: cuBLAS ran the tied head on slow fallback
+	 * kernels for unaligned rows (15 ms a step at B 8 on an H200,
+	 * docs/gpu.md).  A small one as it is: the byte tokenizer's 257
+	 * would grow by half. */
 	if (!o.model.padded_vocab_size)
 		o.model.padded_vocab_size = o.model.vocab_size > PAD_FROM ?
 			(o.model.vocab_size + 127) / 128 * 128 :
