@@ -69,7 +69,7 @@ CACHE_A = cache/libcache.a $(OBJSTORE_A)
 CACHE_LIBS = $(SQLITE_LIBS) $(URING_LIBS) $(OBJSTORE_LIBS)
 
 # fs/: FUSE low-level operations over cache + objstore
-FS_OBJS = fs/fs.o fs/inode.o fs/ctl.o fs/write.o fs/link.o fs/passthrough.o \
+FS_OBJS = fs/fs.o fs/inode.o fs/ctl.o fs/write.o fs/link.o fs/passthrough.o fs/uring.o \
 	fs/namespace.o fs/metrics.o \
 	fs/xattr.o
 FS_A = fs/libfs.a $(CACHE_A) $(METRICS_A)

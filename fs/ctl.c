@@ -336,6 +336,22 @@ static void do_status(struct fs *fs, FILE *out, bool json)
 	   atomic_load(&fs->pt_on) ? "true" : "false", false);
 	kv_u64(out, json, &first, "passthrough_opens",
 	       atomic_load(&fs->pt_opens));
+	{
+		struct fs_uring_stats us;
+		const char *t = "dev-fuse";
+
+		fs_uring_get_stats(fs, &us);
+		if (atomic_load(&fs->ur_on) && !us.failed)
+			t = "io_uring";
+		kv(out, json, &first, "transport", t, true);
+		kv(out, json, &first, "uring_offered",
+		   atomic_load(&fs->ur_offered) ? "true" : "false", false);
+		kv_u64(out, json, &first, "uring_queues", us.queues);
+		kv_u64(out, json, &first, "uring_requests", us.requests);
+		if (us.failed || fs->ur_why[0])
+			kv(out, json, &first, "uring_error",
+			   us.failed ? us.why : fs->ur_why, true);
+	}
 	kv(out, json, &first, "killpriv_v2",
 	   atomic_load(&fs->pt_killpriv2) ? "true" : "false", false);
 	kv_u64(out, json, &first, "getxattr_requests",

@@ -164,7 +164,8 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	 * the reader's pages.  Without it libfuse preads every reply into a
 	 * fresh buffer and writes that: one more copy and page faults.
 	 * FS_MAX_READ keeps a reply within a pipe of pipe-max-size. */
-	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
+	if ((conn->capable & FUSE_CAP_SPLICE_WRITE) &&
+	    !atomic_load(&fs->ur_offered))   /* uring.c: no splice */
 		conn->want |= FUSE_CAP_SPLICE_WRITE;
 	conn->want &= ~(unsigned)FUSE_CAP_AUTO_INVAL_DATA;
 	/* The kernel's INIT arrived: the mount is live.  Tell the parent
@@ -1176,6 +1177,7 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t ml)
 	fuse_loop_cfg_set_clone_fd(lc, 1);
 	rc = fuse_session_loop_mt(fs->se, lc);
 	fuse_loop_cfg_destroy(lc);
+	fs_uring_stop(fs);
 	if (rc < 0 || fs->cfg.ready_fd >= 0) {
 		/* The loop failed, or ended before the kernel's INIT. */
 		snprintf(msg, ml, "the FUSE session on %s failed (%s); see the "

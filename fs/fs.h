@@ -51,6 +51,8 @@ struct fs_config {
 	bool debug;                 /* FUSE debug output */
 	bool passthrough;           /* FUSE passthrough for dirty files, if
 	                             * the kernel has it and we may use it */
+	bool uring;                 /* FUSE over io_uring, if the kernel
+	                             * offers it */
 	/* What an object shows while the attributes stored with it are not
 	 * known (or it has none): -1 for the defaults, FS_FILE_MODE,
 	 * FS_DIR_MODE and the user who mounted. */

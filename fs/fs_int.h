@@ -252,6 +252,12 @@ struct fs {
 	atomic_bool pt_killpriv2;  /* the INIT reply asks for
 	                            * FUSE_HANDLE_KILLPRIV_V2 */
 	atomic_uint_fast64_t pt_opens;       /* handles opened through one */
+	/* FUSE over io_uring (uring.c) */
+	atomic_bool ur_offered;    /* the kernel's INIT offered it, and
+	                            * --no-uring was not given */
+	atomic_bool ur_on;         /* its queues are registered */
+	struct fs_uring *ur;       /* set once, before ur_on */
+	char ur_why[160];          /* why not, when setting up failed */
 	/* metrics (metrics.c) */
 	struct util_hist op_hist[FSOP_N];   /* latency by operation */
 	atomic_uint_fast64_t op_errs[FSOP_N];
@@ -514,6 +520,25 @@ size_t fs_inodes_trim(struct fs *fs);
  * it answers. */
 int fs_probe_start(struct fs *fs);
 void fs_probe_stop(struct fs *fs);
+
+/* uring.c: FUSE over io_uring (docs/fuse-uring.md) */
+struct fs_uring;
+struct fs_uring_stats {
+	unsigned queues, depth;
+	uint64_t requests, replies;   /* that came and went by the ring */
+	bool failed;
+	char why[160];
+};
+/* After the INIT reply that took the ring: registers the queues, each
+ * entry with a payload of payload_len bytes. */
+void fs_uring_start(struct fs *fs, size_t payload_len);
+/* Before the session is destroyed. */
+void fs_uring_stop(struct fs *fs);
+/* A reply (the iovecs libfuse gave writev): true, with *sent, if it
+ * answered a request that came by the ring. */
+bool fs_uring_reply(struct fs *fs, const struct iovec *iov, int count,
+		    ssize_t *sent);
+void fs_uring_get_stats(struct fs *fs, struct fs_uring_stats *st);
 
 /* passthrough.c */
 /* Our /dev/fuse I/O, which negotiates passthrough (after mounting). */

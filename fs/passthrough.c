@@ -65,6 +65,7 @@
 #define PT_OP_INIT 26u
 #define PT_INIT_EXT (1u << 30)        /* FUSE_INIT_EXT: flags2 is valid */
 #define PT_FLAGS2_PASSTHROUGH (1u << 5) /* FUSE_PASSTHROUGH (1ULL << 37) */
+#define PT_FLAGS2_URING (1u << 9)     /* FUSE_OVER_IO_URING (1ULL << 41) */
 #define PT_HANDLE_KILLPRIV_V2 (1u << 28) /* 7.33 */
 #define PT_FOPEN_PASSTHROUGH (1u << 7)
 #define PT_FOPEN_KEEP_CACHE (1u << 1)
@@ -138,6 +139,11 @@ static ssize_t pt_read(int fd, void *buf, size_t len, void *userdata)
 			atomic_store(&fs->pt_offered, true);
 			atomic_store(&fs->pt_init_unique, unique);
 		}
+		if (fs->cfg.uring && (flags & PT_INIT_EXT) &&
+		    (flags2 & PT_FLAGS2_URING)) {
+			atomic_store(&fs->ur_offered, true);
+			atomic_store(&fs->pt_init_unique, unique);
+		}
 		if ((flags & PT_HANDLE_KILLPRIV_V2) && mount_nosuid(fs)) {
 			atomic_store(&fs->pt_killpriv2, true);
 			atomic_store(&fs->pt_init_unique, unique);
@@ -147,15 +153,27 @@ static ssize_t pt_read(int fd, void *buf, size_t len, void *userdata)
 	return n;
 }
 
+/* A reply to a request that came by the ring goes back by it. */
+static ssize_t pt_send(struct fs *fs, int fd, struct iovec *iov, int count)
+{
+	ssize_t sent;
+
+	if (atomic_load(&fs->ur_on) && fs_uring_reply(fs, iov, count, &sent))
+		return sent;
+	return writev(fd, iov, count);
+}
+
 static ssize_t pt_writev(int fd, struct iovec *iov, int count,
 			 void *userdata)
 {
 	struct fs *fs = userdata;
 	int32_t err;
 	uint64_t unique, init = atomic_load(&fs->pt_init_unique);
+	bool start_ring = false;
+	ssize_t n;
 
 	if (count != 2 || iov[0].iov_len < 16)
-		return writev(fd, iov, count);
+		return pt_send(fs, fd, iov, count);
 	memcpy(&err, (char *)iov[0].iov_base + 4, sizeof(err));
 	memcpy(&unique, (char *)iov[0].iov_base + 8, sizeof(unique));
 	if (pt_next_reply > 0 && !err && iov[1].iov_len >= PT_OPEN_OUT_SIZE) {
@@ -186,9 +204,21 @@ static ssize_t pt_writev(int fd, struct iovec *iov, int count,
 			put32(o, PT_INIT_OUT_STACK, 1);
 			atomic_store(&fs->pt_on, true);
 		}
+		if (atomic_load(&fs->ur_offered)) {
+			put32(o, PT_INIT_OUT_FLAGS,
+			      get32(o, PT_INIT_OUT_FLAGS) | PT_INIT_EXT);
+			put32(o, PT_INIT_OUT_FLAGS2,
+			      get32(o, PT_INIT_OUT_FLAGS2) | PT_FLAGS2_URING);
+			start_ring = true;
+		}
 		atomic_store(&fs->pt_init_unique, 0);
 	}
-	return writev(fd, iov, count);
+	n = pt_send(fs, fd, iov, count);
+	/* The kernel takes the ring's commands once it has the reply. */
+	if (start_ring && n > 0)
+		fs_uring_start(fs, FS_MAX_READ > (1u << 20) ? FS_MAX_READ :
+			       1u << 20);
+	return n;
 }
 
 static ssize_t pt_splice_receive(int fdin, off_t *offin, int fdout,

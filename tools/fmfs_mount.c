@@ -43,7 +43,7 @@ struct mount_opts {
 	int mode;
 	unsigned refresh_s, negative_refresh_s, threads, fetch_timeout_s;
 	unsigned async_delay_s, upload_parallel;
-	bool foreground, debug, no_passthrough;
+	bool foreground, debug, no_passthrough, no_uring;
 	int file_mode, dir_mode;    /* -1: fs's defaults (attr_opt) */
 	int64_t uid, gid;
 	bool no_allow_other;
@@ -96,6 +96,8 @@ static void mount_usage(FILE *f)
 "  --no-passthrough      send writes through the daemon even where the\n"
 "                        kernel could write files open for writing\n"
 "                        straight into the cache (FUSE passthrough)\n"
+"  --no-uring            take requests from /dev/fuse even where the kernel\n"
+"                        offers FUSE over io_uring (docs/fuse-uring.md)\n"
 "  --file-mode MODE --dir-mode MODE --uid UID --gid GID\n"
 "                        what objects whose mode/uid/gid are not known\n"
 "                        show (default 0600, 0755, the mounting user)\n"
@@ -187,7 +189,7 @@ static int attr_opt(const char *opt, const char *v, struct mount_opts *o)
  * fmfs_helper.c). */
 enum { OPT_CACHE_DIR = 256, OPT_CACHE_SIZE, OPT_MODE, OPT_REFRESH,
        OPT_FG, OPT_TIMEOUT, OPT_THREADS, OPT_DEBUG, OPT_DELAY, OPT_PART,
-       OPT_UPAR, OPT_NO_PT, OPT_FMODE, OPT_DMODE, OPT_UID, OPT_GID,
+       OPT_UPAR, OPT_NO_PT, OPT_NO_URING, OPT_FMODE, OPT_DMODE, OPT_UID, OPT_GID,
        OPT_NO_AO, OPT_NEG, OPT_MEM, OPT_NS, OPT_INO, OPT_METRICS };
 static const struct option mount_lo[] = {
 	{ "cache-dir", required_argument, NULL, OPT_CACHE_DIR },
@@ -204,6 +206,7 @@ static const struct option mount_lo[] = {
 	{ "part-size", required_argument, NULL, OPT_PART },
 	{ "upload-parallel", required_argument, NULL, OPT_UPAR },
 	{ "no-passthrough", no_argument, NULL, OPT_NO_PT },
+	{ "no-uring", no_argument, NULL, OPT_NO_URING },
 	{ "file-mode", required_argument, NULL, OPT_FMODE },
 	{ "dir-mode", required_argument, NULL, OPT_DMODE },
 	{ "uid", required_argument, NULL, OPT_UID },
@@ -297,6 +300,7 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 		case OPT_FG: o->foreground = true; break;
 		case OPT_DEBUG: o->debug = o->foreground = true; break;
 		case OPT_NO_PT: o->no_passthrough = true; break;
+		case OPT_NO_URING: o->no_uring = true; break;
 		case OPT_FMODE:
 		case OPT_DMODE:
 		case OPT_UID:
@@ -716,6 +720,7 @@ static int serve(struct mount_opts *o, int ready_fd, char *msg, size_t ml)
 		.threads = o->threads, .fuse_opts = o->fuse_opts,
 		.ctl_path = o->ctl_path, .ready_fd = ready_fd,
 		.debug = o->debug, .passthrough = !o->no_passthrough,
+		.uring = !o->no_uring,
 		.file_mode = o->file_mode, .dir_mode = o->dir_mode,
 		.uid = o->uid, .gid = o->gid,
 		.no_allow_other = o->no_allow_other,
