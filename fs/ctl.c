@@ -347,6 +347,7 @@ static void do_status(struct fs *fs, FILE *out, bool json)
 		kv(out, json, &first, "uring_offered",
 		   atomic_load(&fs->ur_offered) ? "true" : "false", false);
 		kv_u64(out, json, &first, "uring_queues", us.queues);
+		kv_u64(out, json, &first, "uring_rings", us.rings);
 		kv_u64(out, json, &first, "uring_requests", us.requests);
 		if (us.failed || fs->ur_why[0])
 			kv(out, json, &first, "uring_error",

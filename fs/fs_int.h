@@ -524,7 +524,7 @@ void fs_probe_stop(struct fs *fs);
 /* uring.c: FUSE over io_uring (docs/fuse-uring.md) */
 struct fs_uring;
 struct fs_uring_stats {
-	unsigned queues, depth;
+	unsigned queues, rings, depth; /* queues: one a CPU; rings in all */
 	uint64_t requests, replies;   /* that came and went by the ring */
 	bool failed;
 	char why[160];

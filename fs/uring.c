@@ -12,12 +12,14 @@
  *     takes it (pt_read, pt_writev); once that reply is written,
  *     fs_uring_start registers one queue per possible CPU, each with
  *     UR_DEPTH entries (a 288-byte header and a payload of max_write);
- *   - one thread per queue waits for completions: a completion is a
- *     request in the entry's buffers, which the thread puts back together
- *     in /dev/fuse's wire format and hands to a worker; the workers call
- *     fuse_session_process_buf, so the handlers run as they do for
- *     /dev/fuse (one may block on the store: that is why they are not
- *     run on the queue's thread);
+ *   - each queue has UR_THREADS_PER_Q rings of its own (threads * CPUs
+ *     is about --threads), each ring UR_DEPTH entries and a thread that
+ *     waits for its completions.  A completion is a request in the
+ *     entry's buffers: the thread puts header and fixed argument back in
+ *     front of the payload (the payload has room before it, so a write's
+ *     data is not copied) and calls fuse_session_process_buf itself, as
+ *     a /dev/fuse worker would.  A handler that blocks on the store holds
+ *     one ring of its queue; the others go on;
  *   - every reply reaches pt_writev, which asks fs_uring_reply: a reply
  *     to a request that came by the ring is copied into its entry and
  *     committed with COMMIT_AND_FETCH (which also re-arms the entry);
@@ -44,7 +46,8 @@
 
 #define UR_CMD_REGISTER 1u
 #define UR_CMD_COMMIT_AND_FETCH 2u
-#define UR_DEPTH 4u
+#define UR_DEPTH 2u               /* entries a ring */
+#define UR_ROOM 4096u             /* before a payload: header, op_in */
 #define UR_IN_HEADER 40u          /* struct fuse_in_header */
 #define UR_OUT_HEADER 16u         /* struct fuse_out_header */
 #define UR_OP_IN_MAX 128u
@@ -76,18 +79,18 @@ struct ur_queue;
 struct ur_ent {
 	struct ur_queue *q;
 	struct ur_req_header *hdr;    /* page-aligned: the kernel pins it */
+	char *room;                   /* UR_ROOM bytes, then the payload */
 	char *payload;
 	struct iovec iov[2];
-	char *req;                    /* the request in wire format */
-	size_t req_len;
 	uint64_t unique;              /* of the request it holds, 0: none */
-	struct ur_ent *wnext;         /* in the work queue */
 	struct ur_ent *tnext;         /* in the table */
 };
 
+/* One io_uring with its entries and its thread; a CPU's queue (qid) has
+ * several. */
 struct ur_queue {
 	struct fs_uring *u;
-	unsigned qid;
+	unsigned qid, index;
 	struct io_uring ring;
 	bool ring_ok;
 	pthread_mutex_t lock;         /* the submission queue */
@@ -100,22 +103,15 @@ struct ur_queue {
 struct fs_uring {
 	struct fs *fs;
 	int fd;                       /* the session's /dev/fuse */
-	unsigned nq;
+	unsigned ncpu, per_q, nq;     /* nq = ncpu * per_q rings */
 	size_t payload_len;
 	struct ur_queue *q;
 	/* requests from the ring not yet answered, by unique */
 	pthread_mutex_t tlock;
 	struct ur_ent **table;
 	unsigned tsize;
-	/* requests for the workers */
-	pthread_mutex_t wlock;
-	pthread_cond_t wcond;
-	struct ur_ent *whead, *wtail;
-	bool stopping;
-	pthread_t *workers;
-	unsigned nworkers;
 	atomic_uint_fast64_t requests, replies;
-	atomic_bool failed;           /* a queue stopped on an error */
+	atomic_bool failed;           /* a ring stopped on an error */
 	char why[160];
 };
 
@@ -210,57 +206,39 @@ static struct ur_ent *table_take(struct fs_uring *u, uint64_t unique)
 /* ---- requests: queue threads and workers ---- */
 
 /* The request in e's buffers, put back together as /dev/fuse delivers
- * one: header, the fixed argument, the payload.  false if malformed. */
-static bool ur_assemble(struct fs_uring *u, struct ur_ent *e)
+ * one (header, the fixed argument, the payload) in front of the payload:
+ * *req and *len.  false if malformed. */
+static bool ur_assemble(struct fs_uring *u, struct ur_ent *e, char **req,
+			size_t *len)
 {
-	uint32_t len, psz = e->hdr->ent.payload_sz;
+	uint32_t l, psz = e->hdr->ent.payload_sz;
 	size_t op;
+	char *p;
 
-	memcpy(&len, e->hdr->in_out, sizeof(len));
-	if (len < UR_IN_HEADER || psz > u->payload_len ||
-	    len - UR_IN_HEADER < psz)
+	memcpy(&l, e->hdr->in_out, sizeof(l));
+	if (l < UR_IN_HEADER || psz > u->payload_len ||
+	    l - UR_IN_HEADER < psz)
 		return false;
-	op = len - UR_IN_HEADER - psz;
+	op = l - UR_IN_HEADER - psz;
 	if (op > UR_OP_IN_MAX)
 		return false;
-	memcpy(e->req, e->hdr->in_out, UR_IN_HEADER);
-	memcpy(e->req + UR_IN_HEADER, e->hdr->op_in, op);
-	memcpy(e->req + UR_IN_HEADER + op, e->payload, psz);
-	e->req_len = len;
-	memcpy(&e->unique, e->req + 8, sizeof(e->unique));
+	p = e->payload - op - UR_IN_HEADER;
+	memcpy(p, e->hdr->in_out, UR_IN_HEADER);
+	memcpy(p + UR_IN_HEADER, e->hdr->op_in, op);
+	memcpy(&e->unique, p + 8, sizeof(e->unique));
+	*req = p;
+	*len = l;
 	return true;
 }
 
-static void *ur_worker(void *arg)
-{
-	struct fs_uring *u = arg;
-	struct ur_ent *e;
-
-	for (;;) {
-		struct fuse_buf b = { 0 };
-
-		pthread_mutex_lock(&u->wlock);
-		while (!u->whead && !u->stopping)
-			pthread_cond_wait(&u->wcond, &u->wlock);
-		e = u->whead;
-		if (!e) {
-			pthread_mutex_unlock(&u->wlock);
-			return NULL;
-		}
-		u->whead = e->wnext;
-		if (!u->whead)
-			u->wtail = NULL;
-		e->wnext = NULL;
-		pthread_mutex_unlock(&u->wlock);
-		b.mem = e->req;
-		b.size = e->req_len;
-		fuse_session_process_buf(u->fs->se, &b);
-	}
-}
-
+/* A request arrived in e: libfuse's handlers take it on this thread. */
 static void ur_request(struct fs_uring *u, struct ur_ent *e)
 {
-	if (!ur_assemble(u, e)) {
+	struct fuse_buf b = { 0 };
+	char *req;
+	size_t len;
+
+	if (!ur_assemble(u, e, &req, &len)) {
 		/* Answer it with EIO so that the entry comes back. */
 		struct ur_req_header *h = e->hdr;
 		int32_t err = -EIO;
@@ -277,14 +255,9 @@ static void ur_request(struct fs_uring *u, struct ur_ent *e)
 	}
 	atomic_fetch_add(&u->requests, 1);
 	table_put(u, e);
-	pthread_mutex_lock(&u->wlock);
-	if (u->wtail)
-		u->wtail->wnext = e;
-	else
-		u->whead = e;
-	u->wtail = e;
-	pthread_cond_signal(&u->wcond);
-	pthread_mutex_unlock(&u->wlock);
+	b.mem = req;
+	b.size = len;
+	fuse_session_process_buf(u->fs->se, &b);
 }
 
 static void *ur_thread(void *arg)
@@ -394,10 +367,10 @@ static int ur_queue_init(struct fs_uring *u, struct ur_queue *q)
 
 		e->q = q;
 		e->hdr = ur_alloc(sizeof(*e->hdr));
-		e->payload = ur_alloc(u->payload_len);
-		e->req = malloc(UR_IN_HEADER + UR_OP_IN_MAX + u->payload_len);
-		if (!e->hdr || !e->payload || !e->req)
+		e->room = ur_alloc(UR_ROOM + u->payload_len);
+		if (!e->hdr || !e->room)
 			return -ENOMEM;
+		e->payload = e->room + UR_ROOM;
 		e->iov[0].iov_base = e->hdr;
 		e->iov[0].iov_len = sizeof(*e->hdr);
 		e->iov[1].iov_base = e->payload;
@@ -417,17 +390,13 @@ static void ur_free(struct fs_uring *u)
 			close(q->evfd);
 		for (unsigned k = 0; k < UR_DEPTH; k++) {
 			free(q->ent[k].hdr);
-			free(q->ent[k].payload);
-			free(q->ent[k].req);
+			free(q->ent[k].room);
 		}
 		pthread_mutex_destroy(&q->lock);
 	}
 	free(u->q);
 	free(u->table);
-	free(u->workers);
 	pthread_mutex_destroy(&u->tlock);
-	pthread_mutex_destroy(&u->wlock);
-	pthread_cond_destroy(&u->wcond);
 	free(u);
 }
 
@@ -437,7 +406,7 @@ void fs_uring_start(struct fs *fs, size_t payload_len)
 {
 	struct fs_uring *u = calloc(1, sizeof(*u));
 	long n = sysconf(_SC_NPROCESSORS_CONF);
-	unsigned i, k;
+	unsigned threads = fs->cfg.threads ? fs->cfg.threads : 8, i, k;
 	int rc = 0;
 
 	if (!u) {
@@ -446,17 +415,16 @@ void fs_uring_start(struct fs *fs, size_t payload_len)
 	}
 	u->fs = fs;
 	u->fd = fuse_session_fd(fs->se);
-	u->nq = n > 0 ? (unsigned)n : 1;
+	u->ncpu = n > 0 ? (unsigned)n : 1;
+	/* about --threads threads in all, at least one a CPU */
+	u->per_q = threads > u->ncpu ? threads / u->ncpu : 1;
+	u->nq = u->ncpu * u->per_q;
 	u->payload_len = payload_len;
-	u->tsize = 4 * u->nq * UR_DEPTH + 1;
+	u->tsize = 2 * u->nq * UR_DEPTH + 1;
 	pthread_mutex_init(&u->tlock, NULL);
-	pthread_mutex_init(&u->wlock, NULL);
-	pthread_cond_init(&u->wcond, NULL);
 	u->q = calloc(u->nq, sizeof(*u->q));
 	u->table = calloc(u->tsize, sizeof(*u->table));
-	u->nworkers = fs->cfg.threads ? fs->cfg.threads : 8;
-	u->workers = calloc(u->nworkers, sizeof(*u->workers));
-	if (!u->q || !u->table || !u->workers) {
+	if (!u->q || !u->table) {
 		snprintf(fs->ur_why, sizeof(fs->ur_why), "out of memory");
 		free(u->q);
 		u->q = NULL;
@@ -466,27 +434,25 @@ void fs_uring_start(struct fs *fs, size_t payload_len)
 	}
 	for (i = 0; i < u->nq; i++) {
 		u->q[i].u = u;
-		u->q[i].qid = i;
+		u->q[i].qid = i / u->per_q;
+		u->q[i].index = i;
 		u->q[i].evfd = -1;
 		pthread_mutex_init(&u->q[i].lock, NULL);
 	}
 	for (i = 0; i < u->nq && !rc; i++)
 		rc = ur_queue_init(u, &u->q[i]);
 	if (rc) {
-		snprintf(fs->ur_why, sizeof(fs->ur_why), "setting up queue "
+		snprintf(fs->ur_why, sizeof(fs->ur_why), "setting up ring "
 			 "%u: %s", i - 1, strerror(-rc));
 		fprintf(stderr, "fmfs: FUSE over io_uring: %s; requests go "
 			"through /dev/fuse\n", fs->ur_why);
 		ur_free(u);
 		return;
 	}
-	for (k = 0; k < u->nworkers; k++)
-		if (pthread_create(&u->workers[k], NULL, ur_worker, u))
-			break;
-	u->nworkers = k;
 	/* Published before the first entry is registered: a request can
-	 * come back as soon as one is. */
+	 * come, and be answered, as soon as one is. */
 	fs->ur = u;
+	atomic_store(&fs->ur_on, true);
 	for (i = 0; i < u->nq; i++) {
 		struct ur_queue *q = &u->q[i];
 		struct io_uring_sqe *sqe;
@@ -502,12 +468,11 @@ void fs_uring_start(struct fs *fs, size_t payload_len)
 		rc = io_uring_submit(&q->ring);
 		pthread_mutex_unlock(&q->lock);
 		if (rc < 0) {
-			ur_fail(u, i, "registering the entries", -rc);
+			ur_fail(u, q->qid, "registering the entries", -rc);
 			break;
 		}
 		q->started = !pthread_create(&q->tid, NULL, ur_thread, q);
 	}
-	atomic_store(&fs->ur_on, true);
 }
 
 void fs_uring_stop(struct fs *fs)
@@ -523,18 +488,12 @@ void fs_uring_stop(struct fs *fs)
 		if (!q->started)
 			continue;
 		if (write(q->evfd, &one, sizeof(one)) != sizeof(one))
-			fprintf(stderr, "fmfs: io_uring queue %u: cannot wake "
+			fprintf(stderr, "fmfs: io_uring ring %u: cannot wake "
 				"it: %s\n", i, strerror(errno));
 		pthread_join(q->tid, NULL);
 	}
-	pthread_mutex_lock(&u->wlock);
-	u->stopping = true;
-	pthread_cond_broadcast(&u->wcond);
-	pthread_mutex_unlock(&u->wlock);
-	for (unsigned k = 0; k < u->nworkers; k++)
-		pthread_join(u->workers[k], NULL);
-	fs->ur = NULL;
 	atomic_store(&fs->ur_on, false);
+	fs->ur = NULL;
 	ur_free(u);
 }
 
@@ -545,7 +504,8 @@ void fs_uring_get_stats(struct fs *fs, struct fs_uring_stats *st)
 	memset(st, 0, sizeof(*st));
 	if (!u)
 		return;
-	st->queues = u->nq;
+	st->queues = u->ncpu;
+	st->rings = u->nq;
 	st->depth = UR_DEPTH;
 	st->requests = atomic_load(&u->requests);
 	st->replies = atomic_load(&u->replies);
