@@ -12,6 +12,10 @@
 # exits 0 (pass), 77 (skipped, with a reason) or anything else (fail).
 # FMFS_REQUIRE_INTEGRATION=1 (set by .ci/run) turns skips into failures, so
 # CI cannot pass without the gateway.  FMFS_TESTS=PATTERN selects tests.
+# FMFS_URING=on|off sets the fuse module's enable_uring for the run (as
+# root, where the kernel has FUSE over io_uring; put back at the end), so
+# that every mount takes its requests by io_uring or by /dev/fuse
+# (docs/fuse-uring.md); unset leaves it as it is.
 # The last line is the summary: "N passed, N failed, N skipped".
 
 set -u
@@ -36,10 +40,28 @@ for prog in "$@"; do
 	result "$prog" $?
 done
 
+URING_PARAM=/sys/module/fuse/parameters/enable_uring
+uring_old=
+case ${FMFS_URING:-} in
+'') ;;
+on|off)
+	if [ -w "$URING_PARAM" ]; then
+		uring_old=$(cat "$URING_PARAM")
+		[ "$FMFS_URING" = on ] && echo Y >"$URING_PARAM" ||
+			echo N >"$URING_PARAM"
+		echo "== FUSE over io_uring: $FMFS_URING (enable_uring was $uring_old)"
+	else
+		echo "== FUSE over io_uring: FMFS_URING=$FMFS_URING ignored: no" \
+			"writable $URING_PARAM (kernel $(uname -r), uid $(id -u))"
+	fi ;;
+*) echo "FMFS_URING=$FMFS_URING: give on or off" >&2; exit 2 ;;
+esac
+
 work=$(mktemp -d "${TMPDIR:-/tmp}/fmfs-tests.XXXXXX")
 rgw_dir=$work/rgw
 cleanup() {
 	"$TOP/tests/lib/rgw.sh" stop "$rgw_dir" >/dev/null 2>&1
+	if [ -n "$uring_old" ]; then echo "$uring_old" >"$URING_PARAM"; fi
 	if [ -z "${FMFS_KEEP_TEST_DIR:-}" ]; then
 		rm -rf "$work"
 	else
