@@ -219,6 +219,8 @@ static void replace_locked(struct cache *c, struct cache_file *old)
 	table_remove(c, old);
 	cache_index_detach(old);
 	cache_index_forget(c, old->id);
+	if (old->keep_name)
+		return; /* unlinked at the last close (or surrendered) */
 	cache_file_path(old->id, path, sizeof(path));
 	unlinkat(c->dirfd, path, 0); /* its open fd keeps working */
 }
@@ -370,6 +372,12 @@ void cache_file_put_locked(struct cache_file *f)
 	f->dfd = -1;
 	if (f->detached && atomic_load(&f->stale)) {
 		/* Replaced by a newer version; out of the table already. */
+		if (f->keep_name && !f->surrendered) {
+			char path[64];
+
+			cache_file_path(f->id, path, sizeof(path));
+			unlinkat(c->dirfd, path, 0);
+		}
 		c->used_bytes -= f->cached_bytes;
 		atomic_fetch_sub(&c->blocks_present,
 				 bitmap_popcount(f->present, f->nblocks));
@@ -408,6 +416,77 @@ bool cache_file_complete(struct cache_file *f)
 int cache_file_fd(struct cache_file *f)
 {
 	return f->fd;
+}
+
+uint64_t cache_file_size(const struct cache_file *f)
+{
+	return f->size_bytes;
+}
+
+void cache_file_ref(struct cache_file *f)
+{
+	pthread_mutex_lock(&f->c->lock);
+	util_assert(f->refs > 0);
+	f->refs++;
+	pthread_mutex_unlock(&f->c->lock);
+}
+
+void cache_file_keep_name(struct cache_file *f)
+{
+	pthread_mutex_lock(&f->c->lock);
+	f->keep_name = true;
+	pthread_mutex_unlock(&f->c->lock);
+}
+
+int cache_file_surrender(struct cache_file *f, unsigned expect_refs,
+			 const char *to, uint64_t *bytes)
+{
+	struct cache *c = f->c;
+	char path[64];
+	uint64_t nb, had;
+	int rc = 0;
+
+	*bytes = 0;
+	pthread_mutex_lock(&c->lock);
+	if (f->refs > expect_refs || f->fd < 0 || f->surrendered ||
+	    !cache_file_complete(f)) {
+		rc = -EBUSY;
+		goto out;
+	}
+	if (atomic_load(&f->stale) && !f->keep_name) {
+		rc = -EBUSY;   /* its name is gone */
+		goto out;
+	}
+	cache_file_path(f->id, path, sizeof(path));
+	if (renameat(c->dirfd, path, c->dirfd, to)) {
+		rc = -errno;
+		cache_log_ratelimited("cannot move %s/%s to %s: %s",
+				      c->cfg.dir, path, to, strerror(-rc));
+		goto out;
+	}
+	if (!f->detached) {
+		atomic_store(&f->stale, true);
+		table_remove(c, f);
+		cache_index_detach(f);
+		cache_index_forget(c, f->id);
+	}
+	f->surrendered = true;
+	/* Its blocks are no longer the read cache's: nothing may evict,
+	 * fetch into or check them again, and the close frees nothing. */
+	pthread_mutex_lock(&f->lock);
+	nb = bitmap_popcount(f->present, f->nblocks);
+	memset(f->present, 0, bitmap_words(f->nblocks) * 8);
+	memset(f->verified, 0, bitmap_words(f->nblocks) * 8);
+	had = f->cached_bytes;
+	f->cached_bytes = 0;
+	pthread_mutex_unlock(&f->lock);
+	atomic_fetch_sub(&c->blocks_present, nb);
+	c->used_bytes = c->used_bytes - had + f->size_bytes;
+	atomic_fetch_add(&c->dirty_bytes, f->size_bytes);
+	*bytes = f->size_bytes;
+out:
+	pthread_mutex_unlock(&c->lock);
+	return rc;
 }
 
 int cache_adopt(struct cache *c, const char *key, const char *etag,

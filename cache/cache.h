@@ -78,6 +78,25 @@ int cache_file_ensure(struct cache_file *f, uint64_t off, uint64_t len);
  * cache_file_ensure, [off, off+len) may be read from it directly (for
  * fuse_reply_data with FUSE_BUF_IS_FD). */
 int cache_file_fd(struct cache_file *f);
+/* The size of the version f caches. */
+uint64_t cache_file_size(const struct cache_file *f);
+/* One more reference to f, for a holder of one: matched by one more
+ * cache_file_close. */
+void cache_file_ref(struct cache_file *f);
+/* Should a newer version replace f while it is open, its file keeps its
+ * name until the last close, so that cache_file_surrender can still
+ * move it (a FUSE passthrough backing on a read-write mount). */
+void cache_file_keep_name(struct cache_file *f);
+/* f's file, wholly cached, becomes another file of the cache directory:
+ * renamed to `to` (a path under it), out of the read cache for good, its
+ * bytes counted as dirty from now on (*bytes: how many).  The open
+ * descriptors of the file keep working and see whatever is written to it
+ * next.  -EBUSY when more than expect_refs references hold f (someone
+ * could still read or fetch into it) or it is not wholly cached; nothing
+ * changes then.  The caller holds one of the references and closes it as
+ * usual. */
+int cache_file_surrender(struct cache_file *f, unsigned expect_refs,
+			 const char *to, uint64_t *bytes);
 /* True when every block of f is in the cache (verified or not yet). */
 bool cache_file_complete(struct cache_file *f);
 /* cache_file_ensure, and the blocks of [off, off+len) stay pinned (never

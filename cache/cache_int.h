@@ -146,6 +146,11 @@ struct cache_file {
 
 	_Atomic bool stale;         /* a newer version replaced it: what is
 	                             * not cached cannot be fetched any more */
+	bool keep_name;             /* stale, its file keeps its name until
+	                             * the last close (cache_file_keep_name);
+	                             * c->lock */
+	bool surrendered;           /* its file became a dirty file
+	                             * (cache_file_surrender); c->lock */
 	_Atomic int64_t atime_ns;   /* last open/read, CLOCK_REALTIME */
 	int64_t saved_atime_ns;     /* as last written (flusher, c->lock) */
 

@@ -1025,6 +1025,48 @@ static int copy_from(int dst, struct cache_file *src, uint64_t len)
 	return 0;
 }
 
+/* A dirty file's struct, not in the table, with no file yet (fd -1). */
+static struct cache_wfile *wfile_new(struct cache *c, const char *key,
+				     const struct cache_wattr *a,
+				     bool in_bucket, const char *base_etag)
+{
+	struct cache_wfile *w;
+
+	if (!key || !*key || strlen(key) > OBJ_KEY_MAX)
+		return NULL;
+	w = calloc(1, sizeof(*w));
+	if (!w || !(w->key = strdup(key))) {
+		free(w);
+		return NULL;
+	}
+	w->fd = -1;
+	w->c = c;
+	w->a = *a;
+	w->in_bucket = in_bucket;
+	snprintf(w->base_etag, sizeof(w->base_etag), "%s",
+		 base_etag ? base_etag : "");
+	w->refs = 1;
+	w->gen = 1;
+	return w;
+}
+
+/* Adds w, whose file and row are ready, to the table (wb->lock). */
+static int publish(struct cache_wb *wb, struct cache_wfile *w)
+{
+	int rc;
+
+	insert(wb, w);
+	/* The upload will overwrite the old object; until then the
+	 * bucket has it, so an unlink or rename must delete it. */
+	if (wb->ntombs && cache_wb_tomb_find(wb, w->key))
+		w->in_bucket = true;
+	cache_wb_tomb_drop(wb, w->key);
+	rc = cache_wb_db_put(wb, w, false);
+	if (rc)
+		cache_wb_take_out(wb, w);
+	return rc;
+}
+
 int cache_w_create(struct cache *c, const char *key,
 		   const struct cache_wattr *a, bool in_bucket,
 		   const char *base_etag, struct cache_file *src,
@@ -1036,20 +1078,10 @@ int cache_w_create(struct cache *c, const char *key,
 	int rc;
 
 	*out = NULL;
-	if (!key || !*key || strlen(key) > OBJ_KEY_MAX)
-		return -EINVAL;
-	w = calloc(1, sizeof(*w));
-	if (!w || !(w->key = strdup(key))) {
-		free(w);
-		return -ENOMEM;
-	}
-	w->c = c;
-	w->a = *a;
-	w->in_bucket = in_bucket;
-	snprintf(w->base_etag, sizeof(w->base_etag), "%s",
-		 base_etag ? base_etag : "");
-	w->refs = 1;
-	w->gen = 1;
+	w = wfile_new(c, key, a, in_bucket, base_etag);
+	if (!w)
+		return key && *key && strlen(key) <= OBJ_KEY_MAX ? -ENOMEM :
+		       -EINVAL;
 	pthread_mutex_lock(&wb->lock);
 	if (cache_wb_find(wb, key)) {
 		pthread_mutex_unlock(&wb->lock);
@@ -1085,18 +1117,8 @@ int cache_w_create(struct cache *c, const char *key,
 	pthread_mutex_lock(&wb->lock);
 	if (!rc && cache_wb_find(wb, key))
 		rc = -EEXIST; /* lost a race with another opener */
-	if (!rc) {
-		insert(wb, w);
-		/* The upload will overwrite the old object; until then the
-		 * bucket has it, so an unlink or rename must delete it. */
-		if (wb->ntombs && cache_wb_tomb_find(wb, key))
-			w->in_bucket = true;
-		cache_wb_tomb_drop(wb, key);
-		rc = cache_wb_db_put(wb, w, false);
-		if (rc) {
-			cache_wb_take_out(wb, w);
-		}
-	}
+	if (!rc)
+		rc = publish(wb, w);
 	pthread_mutex_unlock(&wb->lock);
 	if (rc) {
 		unlinkat(c->dirfd, path, 0);
@@ -1106,6 +1128,86 @@ int cache_w_create(struct cache *c, const char *key,
 	}
 	*out = w;
 	return 0;
+}
+
+int cache_w_adopt(struct cache *c, const char *key,
+		  const struct cache_wattr *a, bool in_bucket,
+		  const char *base_etag, struct cache_file *src,
+		  unsigned expect_refs, struct cache_wfile **out)
+{
+	struct cache_wb *wb = c->wb;
+	struct cache_wfile *w;
+	uint64_t bytes = 0;
+	char path[64];
+	int rc;
+
+	*out = NULL;
+	if (a->size != cache_file_size(src))
+		return -EINVAL;
+	w = wfile_new(c, key, a, in_bucket, base_etag);
+	if (!w)
+		return -ENOMEM;
+	pthread_mutex_lock(&wb->lock);
+	if (cache_wb_find(wb, key)) {
+		rc = -EEXIST;
+		goto out_unlock;
+	}
+	w->id = wb->next_id++;
+	cache_wb_dirty_path(w->id, path, sizeof(path));
+	rc = cache_wb_sums_resize(w, a->size);
+	if (rc)
+		goto out_unlock;
+	if (w->nsums)
+		memset(w->stale, 1, w->nsums);
+	/* The row first, synced: a power cut after the rename below must
+	 * find a row that names dirty/ID (unclosed: it goes to lost+found,
+	 * as any file open for writing does), never a nameless file. */
+	rc = cache_wb_db_put(wb, w, false);
+	if (!rc)
+		rc = db_sync(wb);
+	if (!rc)
+		rc = cache_file_surrender(src, expect_refs, path, &bytes);
+	if (rc) {
+		cache_wb_db_del(wb, w->id);
+		goto out_unlock;
+	}
+	w->charged = bytes;
+	w->fd = openat(c->dirfd, path, O_RDWR | O_CLOEXEC);
+	if (w->fd < 0 || fsync(wb->dirty_fd)) {
+		rc = -errno;
+		cache_log_ratelimited("cannot open %s/%s: %s", c->cfg.dir, path,
+				      strerror(-rc));
+		/* The file stays, renamed, with an uncommitted row: the
+		 * next mount moves it to lost+found.  Its bytes stay
+		 * charged until then. */
+		goto out_unlock;
+	}
+	rc = publish(wb, w);
+out_unlock:
+	pthread_mutex_unlock(&wb->lock);
+	if (rc) {
+		wfile_free(w);
+		return rc;
+	}
+	*out = w;
+	return 0;
+}
+
+int cache_w_fill(struct cache_wfile *w, struct cache_file *src,
+		 uint64_t size)
+{
+	int rc = cache_w_truncate(w, 0);
+
+	if (!rc)
+		rc = cache_w_truncate(w, size);
+	if (!rc && src && size)
+		rc = copy_from(w->fd, src, size);
+	pthread_mutex_lock(&w->c->wb->lock);
+	if (w->nsums)
+		memset(w->stale, 1, w->nsums);
+	w->gen++;
+	pthread_mutex_unlock(&w->c->wb->lock);
+	return rc;
 }
 
 int cache_w_get(struct cache *c, const char *key, struct cache_wfile **out)

@@ -124,6 +124,19 @@ int cache_w_create(struct cache *c, const char *key,
 		   const struct cache_wattr *a, bool in_bucket,
 		   const char *base_etag, struct cache_file *src,
 		   struct cache_wfile **out);
+/* As cache_w_create, but the dirty file is src's own file, wholly cached
+ * (cache_file_surrender with expect_refs): no copy, and every open
+ * descriptor of src - a FUSE passthrough backing - reads what is written
+ * to the dirty file from now on.  a->size must be src's size (change it
+ * after with cache_w_truncate or cache_w_fill).  -EBUSY if src cannot be given up now,
+ * -EEXIST if key is dirty already; nothing changes then. */
+int cache_w_adopt(struct cache *c, const char *key,
+		  const struct cache_wattr *a, bool in_bucket,
+		  const char *base_etag, struct cache_file *src,
+		  unsigned expect_refs, struct cache_wfile **out);
+/* Sets w's bytes to src's first size bytes (NULL: size zero bytes). */
+int cache_w_fill(struct cache_wfile *w, struct cache_file *src,
+		 uint64_t size);
 /* The dirty file of key, with a reference; -ENOENT if key is not dirty. */
 int cache_w_get(struct cache *c, const char *key, struct cache_wfile **out);
 void cache_w_put(struct cache_wfile *w);

@@ -336,6 +336,8 @@ static void do_status(struct fs *fs, FILE *out, bool json)
 	   atomic_load(&fs->pt_on) ? "true" : "false", false);
 	kv_u64(out, json, &first, "passthrough_opens",
 	       atomic_load(&fs->pt_opens));
+	kv_u64(out, json, &first, "passthrough_adopts",
+	       atomic_load(&fs->pt_adopts));
 	{
 		struct fs_uring_stats us;
 		const char *t = "dev-fuse";

@@ -494,6 +494,38 @@ static void touch_atime(struct fs *fs, struct fs_inode *in, bool dirty)
 	}
 }
 
+/* fs_pt_choose or fs_pt_choose_clean for h, which in->nopen then counts
+ * (h->in set); waits out a writer making the clean backing its dirty
+ * file.  A negative errno: h could not open (not counted). */
+int fs_pt_choose_open(struct fs *fs, struct fs_inode *in,
+		      struct fs_handle *h, bool pinned, bool *kept)
+{
+	int pt;
+
+	*kept = false;
+	for (unsigned tries = 0;; tries++) {
+		pthread_mutex_lock(&fs->lock);
+		pt = h->w ? fs_pt_choose(fs, in, h) :
+		     fs_pt_choose_clean(fs, in, h, pinned, kept);
+		if (pt != -EAGAIN || tries >= 5000)
+			break;
+		pthread_mutex_unlock(&fs->lock);
+		usleep(1000);
+	}
+	if (pt >= 0) {
+		h->in = in;
+		in->nopen++;
+	}
+	pthread_mutex_unlock(&fs->lock);
+	if (pt == -EAGAIN)
+		pt = -EBUSY;
+	if (pt < 0)
+		fprintf(stderr, "fmfs: an open of inode %llu was refused "
+			"(%s): its passthrough backing file is changing hands\n",
+			(unsigned long long)in->ino, strerror(-pt));
+	return pt;
+}
+
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs *fs = FS(req);
@@ -544,22 +576,25 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	 * close. */
 	if (fs_pt_clean_wanted(fs, h, fi->flags))
 		pinned = !cache_file_ensure_pinned(h->cf, 0, size);
+	/* On a read-write mount a writer may later make the clean backing
+	 * its dirty file, which needs its name (cache_w_adopt). */
+	if (pinned && fs->cfg.mode != FS_MODE_RO)
+		cache_file_keep_name(h->cf);
 opened:
 	if (fs->cfg.mode != FS_MODE_RO && (fi->flags & O_ACCMODE) != O_WRONLY)
 		touch_atime(fs, in, h->w != NULL);
-	pthread_mutex_lock(&fs->lock);
-	pt = fs->cfg.mode == FS_MODE_RO ?
-	     fs_pt_choose_clean(fs, in, h, pinned, &kept) :
-	     fs_pt_choose(fs, in, h);
-	h->in = in;
-	in->nopen++;
-	pthread_mutex_unlock(&fs->lock);
+	pt = fs_pt_choose_open(fs, in, h, pinned, &kept);
 	if (pinned && !kept)
 		cache_file_unpin(h->cf, 0, size);
+	atomic_fetch_add(&fs->open_files, 1);
+	if (pt < 0) {
+		fs_handle_put(h);
+		fuse_reply_err(req, -pt);
+		return;
+	}
 	fs_pt_opened(h);
 	fi->fh = (uintptr_t)h;
 	atomic_fetch_add(&fs->opens, 1);
-	atomic_fetch_add(&fs->open_files, 1);
 	fs_pt_mark_reply(pt);
 	if (fuse_reply_open(req, fi) == -ENOENT)
 		fs_handle_put(h); /* interrupted: no release will come */

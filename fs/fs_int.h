@@ -134,9 +134,17 @@ struct fs_inode {
 	                            * nopen (see passthrough.c) */
 	int pt_id;
 	struct cache_wfile *pt_w;  /* the backing file (a reference) */
-	struct cache_file *pt_cf;  /* or, on a read-only mount, a clean
-	                            * file's, every block pinned */
+	struct cache_file *pt_cf;  /* or a clean file's, every block pinned
+	                            * (on a read-write mount its name kept:
+	                            * cache_file_keep_name) */
 	uint64_t pt_cf_size;
+	bool pt_w_pin;             /* the inode holds pt_w as a writer: the
+	                            * clean backing became it (fs_materialize)
+	                            * under handles that hold nothing */
+	bool pt_adopting;          /* a writer is turning pt_cf into a dirty
+	                            * file: other opens wait for pt_w */
+	unsigned w_making;         /* dirty copies of the object being made
+	                            * (fs_materialize): no clean backing now */
 	unsigned held_deletes;     /* tombstones waiting for the last close */
 	bool unlinked;             /* out of the namespace (unlink, replaced) */
 	struct cache_wfile *w_dead; /* its dirty file then, for attributes */
@@ -252,6 +260,8 @@ struct fs {
 	atomic_bool pt_killpriv2;  /* the INIT reply asks for
 	                            * FUSE_HANDLE_KILLPRIV_V2 */
 	atomic_uint_fast64_t pt_opens;       /* handles opened through one */
+	atomic_uint_fast64_t pt_adopts;      /* clean backings made dirty
+	                                      * files (fs_materialize) */
 	/* FUSE over io_uring (uring.c) */
 	atomic_bool ur_offered;    /* the kernel's INIT offered it, and
 	                            * --no-uring was not given */
@@ -549,22 +559,32 @@ void fs_pt_close(struct fs *fs, int id);
 /* The next OPEN/CREATE reply this thread sends goes through backing id
  * (0: none). */
 void fs_pt_mark_reply(int id);
-/* Whether handle h opens inode in through a backing file; fs->lock held,
- * before in->nopen counts h.  A first one needs h->w (a dirty file);
- * once the inode has one, every handle joins it (h->w becomes in->pt_w,
- * held).  Returns the id to mark the reply with, or 0 for the usual
- * path. */
+/* Whether handle h (with h->w, a dirty file) opens inode in through a
+ * backing file; fs->lock held, before in->nopen counts h.  A first one
+ * needs h->w; once the inode has one, every handle joins it (h->w
+ * becomes in->pt_w, held).  Returns the id to mark the reply with, 0
+ * for the usual path, -EAGAIN while a writer turns the inode's clean
+ * backing into its dirty file (drop the lock, try again), -EBUSY when h
+ * cannot join the inode's backing (fail the open). */
 int fs_pt_choose(struct fs *fs, struct fs_inode *in, struct fs_handle *h);
-/* Read-only mounts: would h (a clean read of size bytes) pass through if
- * its blocks were all verified and pinned?  No lock needed. */
+/* Would h (a clean read of size bytes) pass through if its blocks were
+ * all verified and pinned?  Read-only mounts, and read-write ones in
+ * modes sw and lu (docs/semantics.md).  No lock needed. */
 bool fs_pt_clean_wanted(struct fs *fs, struct fs_handle *h, int flags);
-/* Read-only mounts, fs->lock held: h joins the inode's clean backing
- * file, or, if pinned (h->cf wholly verified and pinned) and no handle
- * is open the usual way, makes h->cf that backing file and *kept says
- * the inode now owns h->cf and its pins (h->cf becomes NULL).  Returns
- * the backing id or 0 (the usual path). */
+/* A handle h without a dirty file (h->cf), fs->lock held: h joins the
+ * inode's backing file (clean, or on a read-write mount a dirty one),
+ * or, if pinned (h->cf wholly verified and pinned) and no handle is
+ * open the usual way, makes h->cf that backing file and *kept says the
+ * inode now owns h->cf and its pins (h->cf becomes NULL).  Returns the
+ * backing id or 0 (the usual path). */
 int fs_pt_choose_clean(struct fs *fs, struct fs_inode *in,
 		       struct fs_handle *h, bool pinned, bool *kept);
+/* fs_pt_choose (h->w set) or fs_pt_choose_clean, taking fs->lock, then
+ * counts h in in->nopen (h->in = in); waits out a writer making the
+ * clean backing its dirty file.  Returns the backing id, 0, or a
+ * negative errno: h could not open, in does not count it. */
+int fs_pt_choose_open(struct fs *fs, struct fs_inode *in,
+		      struct fs_handle *h, bool pinned, bool *kept);
 /* After fs_pt_choose, fs->lock dropped: registers a writer through a
  * backing file with the write-back, lets go of a reader's hold if it
  * takes the usual path. */

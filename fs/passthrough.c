@@ -309,6 +309,11 @@ int fs_pt_choose(struct fs *fs, struct fs_inode *in, struct fs_handle *h)
 	uint64_t room, cap;
 	int id;
 
+	if (in->pt_open && !in->pt_w)
+		/* The backing is a clean file: a writer is making it the
+		 * dirty file (h found that one early), or h's dirty file is
+		 * another, which the kernel would refuse. */
+		return in->pt_adopting ? -EAGAIN : -EBUSY;
 	if (in->pt_open) {
 		/* The kernel allows one backing file per inode: whatever h
 		 * found (the clean copy, another dirty file after a race with
@@ -351,7 +356,7 @@ bool fs_pt_clean_wanted(struct fs *fs, struct fs_handle *h, int flags)
 {
 	struct cache_stats st;
 
-	if (fs->cfg.mode != FS_MODE_RO || !atomic_load(&fs->pt_on) ||
+	if (fs->cfg.mode == FS_MODE_IW || !atomic_load(&fs->pt_on) ||
 	    !h->cf || (flags & O_ACCMODE) != O_RDONLY || !h->size_bytes ||
 	    h->size_bytes > FS_PT_CLEAN_MAX)
 		return false;
@@ -367,17 +372,33 @@ int fs_pt_choose_clean(struct fs *fs, struct fs_inode *in,
 	int id;
 
 	*kept = false;
+	if (in->pt_open && !in->pt_cf) {
+		/* A dirty backing (read-write mounts): h reads it, held as
+		 * the inode's dirty file while open, as in fs_pt_choose. */
+		join(in, h);
+		in->pt_open++;
+		h->pt = true;
+		return in->pt_id;
+	}
 	if (in->pt_open) {
 		/* One backing file per inode: a later open reads the version
-		 * the first one opened, until the last of them closes. */
-		if (!in->pt_cf)
-			return 0;   /* cannot happen on a read-only mount */
+		 * the first one opened, until the last of them closes (on a
+		 * read-write mount, or until a writer makes it the dirty
+		 * file: then it reads the writes). */
 		in->pt_open++;
 		h->pt = true;
 		return in->pt_id;
 	}
 	if (!pinned || in->nopen)
 		return 0;   /* open the usual way, as the others are */
+	/* Read-write mounts: not while a dirty copy is being made or was
+	 * made since h looked (h would read the old bytes), and not a
+	 * set-id file (its writer must take the usual path to drop the
+	 * bits, which a clean backing would forbid). */
+	if (fs->cfg.mode != FS_MODE_RO &&
+	    (in->w_making || atomic_load(&in->wgen) != atomic_load(&h->wgen) ||
+	     (in->has_attr && (in->mode & (S_ISUID | S_ISGID)))))
+		return 0;
 	id = fs_pt_open(fs, cache_file_fd(h->cf));
 	if (id <= 0)
 		return 0;

@@ -48,6 +48,7 @@ void fs_handle_put(struct fs_handle *h)
 	struct cache_wfile *pt_w = NULL;
 	struct cache_file *pt_cf = NULL;
 	uint64_t pt_cf_size = 0;
+	bool pt_w_pin = false;
 	int pt_id = 0;
 
 	if (atomic_fetch_sub(&h->refs, 1) != 1)
@@ -57,10 +58,12 @@ void fs_handle_put(struct fs_handle *h)
 		if (h->pt && --h->in->pt_open == 0) {
 			pt_id = h->in->pt_id;
 			pt_w = h->in->pt_w;
+			pt_w_pin = h->in->pt_w_pin;
 			pt_cf = h->in->pt_cf;
 			pt_cf_size = h->in->pt_cf_size;
 			h->in->pt_id = 0;
 			h->in->pt_w = NULL;
+			h->in->pt_w_pin = false;
 			h->in->pt_cf = NULL;
 		}
 		if (--h->in->nopen == 0 && h->in->held_deletes) {
@@ -71,6 +74,8 @@ void fs_handle_put(struct fs_handle *h)
 		pthread_mutex_unlock(&fs->lock);
 	}
 	fs_pt_close(fs, pt_id);
+	if (pt_w && pt_w_pin)
+		cache_w_writer(pt_w, false);
 	if (pt_w)
 		cache_w_put(pt_w);
 	if (pt_cf) {
@@ -218,15 +223,79 @@ static void attr_of(struct fs *fs, struct fs_inode *in, struct cache_wattr *a,
 	pthread_mutex_unlock(&fs->lock);
 }
 
+/* The inode's clean passthrough backing pf (of pf_size bytes; held)
+ * becomes its dirty file *out, with a's attributes and cf's bytes (the
+ * version now, NULL: none): readers open through it read every change
+ * from now on.  The inode holds the dirty file as a writer until its
+ * last such handle closes (those handles hold nothing themselves). */
+static int adopt(struct fs *fs, struct fs_inode *in,
+		 const struct cache_wattr *a, const char *etag,
+		 struct cache_file *pf, uint64_t pf_size, struct cache_file *cf,
+		 struct cache_wfile **out)
+{
+	struct cache *c = fs->cfg.cache;
+	struct cache_wattr pa = *a;
+	struct cache_wfile *w = NULL;
+	bool swapped = false;
+	int rc;
+
+	/* References: the inode's, ours, and cf's when it is the same
+	 * version.  A reader joining holds one for a moment (fs_pt_opened
+	 * drops it): wait that out, up to a second. */
+	pa.size = pf_size;
+	for (unsigned tries = 0;; tries++) {
+		rc = cache_w_adopt(c, in->key, &pa, true, etag, pf,
+				   2 + (cf == pf), &w);
+		if (rc != -EBUSY || tries >= 100)
+			break;
+		usleep(10000);
+	}
+	if (rc) {
+		if (rc == -EBUSY)
+			fprintf(stderr, "fmfs: a write to '%s' was refused "
+				"(EBUSY): its cache file, read through FUSE "
+				"passthrough, is in use elsewhere\n", in->key);
+		return rc;
+	}
+	atomic_fetch_add(&fs->pt_adopts, 1);
+	/* Its bytes: cut to nothing, or the version now if the bucket's
+	 * changed under the readers (they then read it too). */
+	if (!a->size || cf != pf)
+		rc = cache_w_fill(w, cf, a->size);
+	pthread_mutex_lock(&fs->lock);
+	if (in->pt_cf == pf) { /* (else its last handle closed meanwhile) */
+		cache_w_ref(w);
+		cache_w_writer(w, true);
+		in->pt_cf = NULL;
+		in->pt_w = w;
+		in->pt_w_pin = true;
+		swapped = true;
+	}
+	pthread_mutex_unlock(&fs->lock);
+	if (swapped) {
+		cache_file_unpin(pf, 0, pf_size);
+		cache_file_close(pf); /* the inode's */
+	}
+	if (rc) {
+		cache_w_put(w);
+		return rc;
+	}
+	*out = w;
+	return 0;
+}
+
 /* A dirty copy of the clean object in: its bytes (fetched if needed), or
  * none when truncate is set.  Returned held (a writer registered, see
- * cache_w_hold): the caller undoes it once its change is committed. */
+ * cache_w_hold): the caller undoes it once its change is committed.
+ * When the inode's clean file is open through FUSE passthrough, that
+ * file becomes the dirty file (adopt). */
 int fs_materialize(struct fs *fs, struct fs_inode *in, bool truncate,
 		   struct cache_wfile **out)
 {
 	struct cache *c = fs->cfg.cache;
-	struct cache_file *cf = NULL;
+	struct cache_file *cf = NULL, *pf;
 	struct cache_wattr a;
+	uint64_t pf_size = 0;
 	char etag[80];
 	int rc;
 
@@ -243,19 +312,46 @@ int fs_materialize(struct fs *fs, struct fs_inode *in, bool truncate,
 	attr_of(fs, in, &a, etag);
 	if (truncate) /* O_TRUNC or truncate(2): a change of the data */
 		a.size = 0, a.mtime_ns = a.ctime_ns = util_wall_ns();
+	pthread_mutex_lock(&fs->lock);
+	while (in->pt_adopting) { /* another writer's: then take its file */
+		pthread_mutex_unlock(&fs->lock);
+		usleep(1000);
+		pthread_mutex_lock(&fs->lock);
+	}
+	pf = in->pt_cf;
+	if (pf) {
+		cache_file_ref(pf);
+		pf_size = in->pt_cf_size;
+		in->pt_adopting = true;
+	} else {
+		pf = NULL;
+		in->w_making++;
+	}
+	pthread_mutex_unlock(&fs->lock);
 	if (a.size) {
 		rc = cache_file_open(c, in->key, a.size, etag, &cf);
 		if (rc)
-			return rc;
+			goto out;
 	}
-	rc = cache_w_create(c, in->key, &a, true, etag, cf, out);
-	cache_file_close(cf);
+	if (pf)
+		rc = adopt(fs, in, &a, etag, pf, pf_size, cf, out);
+	else
+		rc = cache_w_create(c, in->key, &a, true, etag, cf, out);
 	if (!rc) { /* not queued yet: it cannot turn clean meanwhile */
 		cache_w_writer(*out, true);
 		atomic_fetch_add(&in->wgen, 1); /* readers: a new copy */
 	}
 	else if (rc == -EEXIST) /* another opener was first */
 		rc = cache_w_hold(c, in->key, out);
+out:
+	cache_file_close(cf);
+	pthread_mutex_lock(&fs->lock);
+	if (pf)
+		in->pt_adopting = false;
+	else
+		in->w_making--;
+	pthread_mutex_unlock(&fs->lock);
+	cache_file_close(pf);
 	return rc;
 }
 
@@ -415,7 +511,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct cache_wattr a;
 	struct fs_handle *h;
 	struct fs_entry e;
-	bool created = false;
+	bool created = false, kept;
 	int err, rc, pt;
 
 	dir = fs_dir_of(fs, parent, &err);
@@ -460,6 +556,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	h->writer = true;
 	in = new_entry(fs, dir, name, &a);
 	if (!in) {
+		atomic_fetch_add(&fs->open_files, 1); /* fs_handle_put's */
 		fs_handle_put(h);
 		fuse_reply_err(req, ENOMEM);
 		return;
@@ -469,10 +566,14 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	if (created)
 		fs_dir_touch(fs, dir);
 	memset(&ep, 0, sizeof(ep));
+	pt = fs_pt_choose_open(fs, in, h, false, &kept);
+	if (pt < 0) {
+		atomic_fetch_add(&fs->open_files, 1);
+		fs_handle_put(h);
+		fuse_reply_err(req, -pt);
+		return;
+	}
 	pthread_mutex_lock(&fs->lock);
-	pt = fs_pt_choose(fs, in, h);
-	h->in = in;
-	in->nopen++;
 	fs_fill_attr(fs, in, &ep.attr);
 	pthread_mutex_unlock(&fs->lock);
 	fs_pt_opened(h);

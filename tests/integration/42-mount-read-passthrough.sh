@@ -9,7 +9,8 @@
 # remount passes through and sends no GET; a second open of the same file
 # joins the first; a corrupted cache block is caught at open and
 # refetched; a file not wholly cached, or larger than a quarter of the
-# cache, and any file on a read-write mount, take the usual path; and a
+# cache, takes the usual path, on a read-write mount in mode iw too
+# (61-mount-rw-read-pt covers modes sw and lu with writers); and a
 # passthrough file cannot be evicted while open.  Where the kernel has no
 # passthrough (or we are not root) the same reads are checked on the
 # usual path and the passthrough counts are not.
@@ -88,10 +89,17 @@ read_all
 [ "$(stat_of store_get_requests)" -ge 1 ] || fail "the corrupted block was not refetched"
 $FMFS umount "$MNT" || fail "umount failed"
 
-note "a read-write mount reads the usual way"
+note "a read-write mount (sw) passes through too, mode iw does not"
 mnt
 read_all
+if $expect_pt; then
+	n=$(stat_of passthrough_opens)
+	[ "$n" = 3 ] || fail "$n passthrough opens on a sw mount, not 3"
+fi
+$FMFS umount "$MNT" || fail "umount failed"
+mnt --mode iw
+read_all
 [ "$(stat_of passthrough_opens)" = 0 ] ||
-	fail "a clean file passed through on a read-write mount"
+	fail "a clean file passed through on a mode iw mount"
 $FMFS umount "$MNT" || fail "umount failed"
 echo "read passthrough ok (expected: $expect_pt)"
