@@ -1360,6 +1360,70 @@ static void test_w_version(void **state)
 	cache_w_put(w);
 }
 
+/* A wholly cached clean file becomes a dirty file in place
+ * (cache_w_adopt): a descriptor open on it before reads the writes; the
+ * read cache forgets it; bytes move from clean to dirty, used stays.
+ * Refused (nothing changed) while more references hold it, and for a
+ * file not wholly cached.  A close without a commit leaves the file to
+ * lost+found at the next open, never a nameless dirty file. */
+static void test_w_adopt(void **state)
+{
+	struct env *e = *state;
+	struct cache_wattr a = { .kind = CACHE_WK_FILE, .mode = 0644 };
+	struct cache_file *f, *g, *h;
+	struct cache_wfile *w;
+	struct cache_stats s0, s1;
+	struct obj o, p;
+	char buf[4096], path[PATH_MAX + 64];
+	int fd;
+
+	env_open(e);
+	put_obj(e, &o, "adopt/a", 300 * KIB, 7);
+	put_obj(e, &p, "adopt/b", 300 * KIB, 8);
+	read_all(e, &o);
+	assert_int_equal(cache_file_open(e->c, o.key, o.size, o.etag, &f), 0);
+	fd = dup(cache_file_fd(f));       /* a passthrough backing's view */
+	assert_true(fd >= 0);
+	a.size = o.size;
+	/* another reference: refused, nothing changed */
+	assert_int_equal(cache_file_open(e->c, o.key, o.size, o.etag, &g), 0);
+	assert_int_equal(cache_w_adopt(e->c, o.key, &a, true, o.etag, f, 1,
+				       &w), -EBUSY);
+	cache_file_close(g);
+	/* not wholly cached: refused */
+	assert_int_equal(cache_file_open(e->c, p.key, p.size, p.etag, &h), 0);
+	a.size = p.size;
+	assert_int_equal(cache_w_adopt(e->c, p.key, &a, true, p.etag, h, 1,
+				       &w), -EBUSY);
+	cache_file_close(h);
+	a.size = o.size;
+	s0 = stats(e);
+	assert_int_equal(cache_w_adopt(e->c, o.key, &a, true, o.etag, f, 1,
+				       &w), 0);
+	s1 = stats(e);
+	assert_true(s1.used_bytes == s0.used_bytes);
+	assert_true(s1.objects == s0.objects - 1);
+	assert_int_equal(cache_w_pwrite(w, "changed", 7, 1000), 7);
+	assert_int_equal(pread(fd, buf, 7, 1000), 7);
+	assert_memory_equal(buf, "changed", 7);
+	assert_int_equal(pread(fd, buf, 100, 2000), 100);
+	check_bytes(o.seed, 2000, buf, 100);
+	cache_file_close(f);
+	/* the read cache has it no more: a new open fetches */
+	assert_int_equal(cache_file_open(e->c, o.key, o.size, o.etag, &g), 0);
+	assert_false(cache_file_complete(g));
+	cache_file_close(g);
+	cache_w_put(w);
+	env_close(e);
+	close(fd);
+	/* never committed: at the next open it goes to lost+found */
+	env_open(e);
+	snprintf(path, sizeof(path), "%s/lost+found", e->cache_dir);
+	assert_true(access(path, F_OK) == 0);
+	read_all(e, &o);
+	env_close(e);
+}
+
 /* An index of format 1 (no attrs table) is upgraded in place: its
  * cached blocks stay. */
 static void test_format1_upgrade(void **state)
@@ -1587,6 +1651,7 @@ int main(void)
 		T(test_attrs_kept),
 		T(test_listings_kept),
 		T(test_w_version),
+		T(test_w_adopt),
 		T(test_format1_upgrade),
 		T(test_dir_tightened),
 		T(test_dir_unusable),
