@@ -204,13 +204,25 @@ fi
 [ "$(stat_of store_get_requests)" = 0 ] || fail "the remount fetched again"
 
 note "kill -9 with an adopted file open for writing"
-exec 7<"$MNT/data/f"
-exec 8<>"$MNT/data/f"
-printf 'unfinished' >&8   # not closed, never fsynced: not acknowledged
+# One process holds a reader and a writer and writes, never closing (a
+# close of any descriptor of it, a dup included, is a FLUSH: a commit).
+python3 - "$MNT/data/f" ready <<'EOF' &
+import os, sys, time
+r = os.open(sys.argv[1], os.O_RDONLY)
+w = os.open(sys.argv[1], os.O_RDWR)
+os.pwrite(w, b"unfinished", 0)
+assert os.pread(r, 10, 0) == b"unfinished"
+open(sys.argv[2], "w").close()
+time.sleep(120)
+EOF
+holder=$!
+for _ in $(seq 100); do [ -e ready ] && break; sleep 0.1; done
+[ -e ready ] || fail "the writer did not start"
 pid=$(pgrep -f "fmfs mount s3://$B $MNT" | head -1)
 [ -n "$pid" ] || fail "no daemon found"
 kill -9 "$pid"
-exec 7<&- 8>&-
+kill "$holder" 2>/dev/null || true
+wait "$holder" 2>/dev/null || true
 unmount_quietly "$MNT"
 mnt
 cmp data/f "$MNT/data/f" || fail "data/f after the crash is not the bucket's"
@@ -219,4 +231,6 @@ in_bucket data/f data/f
 $FMFS umount "$MNT" || fail "umount failed"
 grep -q "whose name is unknown" "$CACHE/fmfs.log" &&
 	fail "the replay found a dirty file with no row"
+ls "$CACHE"/lost+found/*data%f >/dev/null 2>&1 ||
+	fail "the unclosed file is not in lost+found"
 echo "read-write passthrough ok (expected: $expect_pt)"
