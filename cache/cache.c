@@ -438,6 +438,26 @@ void cache_file_keep_name(struct cache_file *f)
 	pthread_mutex_unlock(&f->c->lock);
 }
 
+/* Could f be surrendered now (c->lock)?  Not with more references
+ * than expected, not twice, not unless wholly cached, and not once a
+ * newer version took its name away. */
+static bool surrender_ok_locked(struct cache_file *f, unsigned expect_refs)
+{
+	return f->refs <= expect_refs && f->fd >= 0 && !f->surrendered &&
+	       cache_file_complete(f) &&
+	       (!atomic_load(&f->stale) || f->keep_name);
+}
+
+bool cache_file_can_surrender(struct cache_file *f, unsigned expect_refs)
+{
+	bool ok;
+
+	pthread_mutex_lock(&f->c->lock);
+	ok = surrender_ok_locked(f, expect_refs);
+	pthread_mutex_unlock(&f->c->lock);
+	return ok;
+}
+
 int cache_file_surrender(struct cache_file *f, unsigned expect_refs,
 			 const char *to, uint64_t *bytes)
 {
@@ -448,13 +468,8 @@ int cache_file_surrender(struct cache_file *f, unsigned expect_refs,
 
 	*bytes = 0;
 	pthread_mutex_lock(&c->lock);
-	if (f->refs > expect_refs || f->fd < 0 || f->surrendered ||
-	    !cache_file_complete(f)) {
+	if (!surrender_ok_locked(f, expect_refs)) {
 		rc = -EBUSY;
-		goto out;
-	}
-	if (atomic_load(&f->stale) && !f->keep_name) {
-		rc = -EBUSY;   /* its name is gone */
 		goto out;
 	}
 	cache_file_path(f->id, path, sizeof(path));

@@ -97,6 +97,8 @@ void cache_file_keep_name(struct cache_file *f);
  * usual. */
 int cache_file_surrender(struct cache_file *f, unsigned expect_refs,
 			 const char *to, uint64_t *bytes);
+/* Whether cache_file_surrender would take f now (a cheap look first). */
+bool cache_file_can_surrender(struct cache_file *f, unsigned expect_refs);
 /* True when every block of f is in the cache (verified or not yet). */
 bool cache_file_complete(struct cache_file *f);
 /* cache_file_ensure, and the blocks of [off, off+len) stay pinned (never

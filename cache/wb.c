@@ -1144,6 +1144,9 @@ int cache_w_adopt(struct cache *c, const char *key,
 	*out = NULL;
 	if (a->size != cache_file_size(src))
 		return -EINVAL;
+	/* Before the synced row: a caller retries while it cannot be. */
+	if (!cache_file_can_surrender(src, expect_refs))
+		return -EBUSY;
 	w = wfile_new(c, key, a, in_bucket, base_etag);
 	if (!w)
 		return -ENOMEM;

@@ -574,12 +574,14 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	/* Read-only mounts: a file wholly cached is read by the kernel from
 	 * its cache file, every block checked now and pinned until the last
 	 * close. */
-	if (fs_pt_clean_wanted(fs, h, fi->flags))
-		pinned = !cache_file_ensure_pinned(h->cf, 0, size);
 	/* On a read-write mount a writer may later make the clean backing
-	 * its dirty file, which needs its name (cache_w_adopt). */
-	if (pinned && fs->cfg.mode != FS_MODE_RO)
-		cache_file_keep_name(h->cf);
+	 * its dirty file, which needs its name (cache_w_adopt): kept from
+	 * before the check, which may take a while. */
+	if (fs_pt_clean_wanted(fs, h, fi->flags)) {
+		if (fs->cfg.mode != FS_MODE_RO)
+			cache_file_keep_name(h->cf);
+		pinned = !cache_file_ensure_pinned(h->cf, 0, size);
+	}
 opened:
 	if (fs->cfg.mode != FS_MODE_RO && (fi->flags & O_ACCMODE) != O_WRONLY)
 		touch_atime(fs, in, h->w != NULL);
