@@ -1719,6 +1719,13 @@ int cache_w_commit(struct cache_wfile *w, bool durable)
 		rc = cache_wb_meta_write(wb, w, durable);
 		if (!rc)
 			rc = cache_wb_db_put(wb, w, true);
+	} else if (durable && w->in_table && w->committed &&
+		   !w->meta_durable) {
+		/* Committed by a close, unchanged since: an fsync must still
+		 * make the .meta and the file's name in dirty/ durable, or
+		 * a power cut can lose the file it acknowledged (68, seed
+		 * 241188455 trial 6, --meta dirsync). */
+		rc = cache_wb_meta_write(wb, w, true);
 	}
 	if (!rc && durable)
 		rc = db_sync(wb);

@@ -27,6 +27,8 @@ struct cache_wfile {
 	uint64_t charged;         /* bytes charged to the cap */
 	uint64_t gen, queued_gen, uploaded_gen;
 	bool committed;           /* a row with queued 1 exists */
+	bool meta_durable;        /* its .meta and name in dirty/ are synced
+	                           * as they stand (cache_wb_meta_write) */
 	bool uploading, deleted, in_table, in_bucket;
 	char base_etag[CACHE_ETAG_MAX];
 	struct obj_kv *meta;

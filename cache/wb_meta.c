@@ -438,6 +438,7 @@ int cache_wb_meta_write(struct cache_wb *wb, struct cache_wfile *w,
 	if (!rc && durable && wb->dirty_fd >= 0 && fsync(wb->dirty_fd))
 		rc = -errno;
 	free(b);
+	w->meta_durable = !rc && durable;
 	if (rc) {
 		unlinkat(c->dirfd, tmp, 0);
 		cache_wb_log_err(wb, "cannot write %s/%s (the checksums of %s): "
