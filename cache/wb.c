@@ -586,6 +586,23 @@ static void replay_one(struct cache_wb *wb, uint64_t id,
 				 "and its .meta", c->cfg.dir, path, why);
 			goto out;
 		}
+		if (src == -EBADMSG && fd < 0 && !r) {
+			/* A .meta is written only by a commit: a file was
+			 * acknowledged here, and its bytes, its row and its
+			 * name are gone.  The .meta stays, so that every mount
+			 * (the mount's own check opens the cache first) says
+			 * so until someone removes it (46-mount-damage, seed
+			 * 1338817807 f195). */
+			lost_add(wb, "%s/%s: a dirty file not yet uploaded is "
+				 "gone, with its row in writeback.sqlite, and "
+				 "its .meta is damaged (%s): what was written to "
+				 "it through the mount was lost before it was "
+				 "uploaded, under a name nobody knows (remove "
+				 "%s/%s%s to stop this message)", c->cfg.dir,
+				 path, why, c->cfg.dir, path,
+				 CACHE_WB_META_SUFFIX);
+			goto out;
+		}
 		if (src == -EBADMSG)
 			move_aside(wb, id, key, CACHE_WB_META_SUFFIX, to,
 				   sizeof(to));
