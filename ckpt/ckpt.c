@@ -468,10 +468,8 @@ static int staging_alloc(struct ckpt *c, char *msg, size_t msg_len)
 	if (c->staging) {
 		c->staging_pinned = true;
 	} else {
-		c->staging = mmap(NULL, len, PROT_READ | PROT_WRITE,
-				  MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
-				  -1, 0);
-		if (c->staging == MAP_FAILED) {
+		c->staging = util_map_prefaulted(len);
+		if (!c->staging) {
 			int e = errno;
 
 			c->staging = NULL;
@@ -482,7 +480,6 @@ static int staging_alloc(struct ckpt *c, char *msg, size_t msg_len)
 				 len, strerror(e));
 			return -e;
 		}
-		madvise(c->staging, len, MADV_HUGEPAGE);
 	}
 	c->staging_len = len;
 	c->nchunks = n;
@@ -826,7 +823,12 @@ static void stream_flush(struct stream *w)
 	else
 		c->wq_head = ch;
 	c->wq_tail = ch;
-	pthread_cond_signal(&c->writer_cond);
+	/* While the commit copies, the writer sleeps unless staging runs
+	 * low (ckpt_writer_main); waking it for every chunk cost the
+	 * caller a futex call and the writer a wake-up to go back to sleep.
+	 * The commit's end wakes it for the whole queue. */
+	if (!c->copying || c->nfree <= ckpt_low_water(c))
+		pthread_cond_signal(&c->writer_cond);
 	pthread_mutex_unlock(&c->lock);
 	w->ch = NULL;
 }

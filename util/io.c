@@ -3,7 +3,7 @@
  * io.c - reads and writes of a whole buffer, which retry EINTR and
  * continue short transfers, and mkdir -p.  The cache, the checkpoint
  * writer, the trainer's shards and the object store's file:// backend
- * all need exactly these loops; a short read at end of file is the
+ * all need exactly these loops (and the staging memory's mapping); a short read at end of file is the
  * caller's to judge (a truncated file means different things to each).
  */
 #include <errno.h>
@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -150,4 +151,32 @@ int util_mkdir_p_made(const char *path, mode_t mode, char *made,
 int util_mkdir_p(const char *path, mode_t mode)
 {
 	return util_mkdir_p_made(path, mode, NULL, 0);
+}
+
+void *util_map_prefaulted(size_t len)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	unsigned char *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+				MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		return NULL;
+	madvise(p, len, MADV_HUGEPAGE);   /* a hint: fine if refused */
+#ifdef MADV_POPULATE_WRITE
+	if (madvise(p, len, MADV_POPULATE_WRITE) == 0)
+		return p;
+	if (errno != EINVAL) {   /* EINVAL: a kernel before 5.14 */
+		int e = errno;
+
+		munmap(p, len);
+		errno = e;
+		return NULL;
+	}
+#endif
+	/* Touch one byte a page: a write fault allocates it (or its huge
+	 * page).  Running out of memory here is SIGBUS/OOM as for any
+	 * first write; MADV_POPULATE_WRITE reports ENOMEM instead. */
+	for (size_t at = 0; at < len; at += (size_t)page)
+		p[at] = 0;
+	return p;
 }

@@ -125,6 +125,14 @@ ssize_t util_read_all(int fd, void *buf, size_t len);
 int util_pwrite_all(int fd, const void *buf, size_t len, uint64_t off);
 int util_write_all(int fd, const void *buf, size_t len);
 
+/* len bytes of private anonymous memory for a large buffer that is
+ * reused (checkpoint staging): huge pages asked for before the pages
+ * exist, so that faults allocate them (MADV_HUGEPAGE after MAP_POPULATE
+ * left 4 KiB pages for khugepaged to copy into huge ones, a few MiB a
+ * second, while the buffer was in use), then every page faulted in for
+ * writing.  The pointer, or NULL with errno set (munmap it). */
+void *util_map_prefaulted(size_t len);
+
 /* mkdir -p: creates path and its missing parents with mode (umask
  * applies), each new one made durable (its parent fsynced).  0, -ENOTDIR
  * when path (or a parent) exists and is not a directory, -ENAMETOOLONG

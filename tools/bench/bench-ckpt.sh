@@ -13,8 +13,11 @@
 #              blocks, and when the object is then complete in the bucket
 #              (only if they are installed; set up as bench-mount.sh does)
 #
-# Goals (issue 5): commit blocking <= 1.2 x memcpy; remote durability at
-# >= 0.8 x the gateway's parallel PUT rate (aws s3 cp) in the same run.
+# Goals (issue 5): commit blocking <= 1.2 x memcpy (issue 20: <= 1.05 x);
+# remote durability at >= 0.8 x the gateway's parallel PUT rate (aws s3
+# cp) in the same run.  Each fmckpt process saves and copies once to warm
+# up, then times a memcpy and a save next to each other (fmckpt_bench.c
+# says why in that order); its ratio is the round's.
 # Round by round, each method once, ratios taken within a round, medians
 # over rounds. A benchmark, not a test: it fails only when something does
 # not work. "In the bucket": a HEAD every 0.1 s until the object's size is
@@ -121,6 +124,7 @@ r_block = ratio(("fmckpt", "commit_blocking_s"), ("fmckpt", "memcpy_s"))
 r_remote = ratio(("aws", "put_s"), ("fmckpt", "remote_durable_s"))
 goals = {
     "commit blocking <= 1.2 x memcpy": (r_block, r_block is not None and r_block <= 1.2),
+    "commit blocking <= 1.05 x memcpy (issue 20)": (r_block, r_block is not None and r_block <= 1.05),
     "remote durability rate >= 0.8 x aws s3 cp rate": (r_remote, r_remote is not None and r_remote >= 0.8),
 }
 show_goals(goals)
