@@ -29,6 +29,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "cache_int.h"
 
@@ -227,14 +228,18 @@ static void *fetch_worker(void *arg)
 		pthread_mutex_unlock(&c->fq_lock);
 		if (!j)
 			break;
-		if (!buf && posix_memalign((void **)&buf, DIO_ALIGN,
-					   c->run_max_bytes))
-			buf = NULL;
+		/* Huge pages, faulted in at once: 8 MiB in 4 KiB pages was
+		 * 2048 page faults per worker on a fresh mount, each an exit
+		 * to the hypervisor in a virtual machine (half of the
+		 * daemon's CPU in a cold read of 512 MiB here). */
+		if (!buf)
+			buf = util_map_prefaulted(c->run_max_bytes);
 		rc = buf ? fetch_run(c, j, buf, crcs) : -ENOMEM;
 		run_done(j->f, j->b0, j->b1, rc, crcs);
 		free(j);
 	}
-	free(buf);
+	if (buf)
+		munmap(buf, c->run_max_bytes);
 	return NULL;
 }
 

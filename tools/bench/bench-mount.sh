@@ -9,6 +9,9 @@
 #            mount with an empty cache directory, page cache dropped
 #   warm     the same after an unmount and a mount on the same cache
 #            directory (so the cache must persist), page cache dropped
+#            (cold and warm also give the CPU seconds per GiB, user +
+#            system, of the processes whose command line names the mount
+#            point: the mount's daemon)
 #   re-read  the same again at once, page cache kept
 #   randread fio, 8 KiB random reads, 4 jobs (job N reads shard N, 64 MiB
 #            each), psync, buffered, 15 s, on the shards once they are in
@@ -339,6 +342,25 @@ read_shards() { # DIR
 		'BEGIN { printf "%.1f", b / 1048576 / (c - a) }')
 }
 
+# CPU seconds (user + system, all threads) used so far by the processes
+# whose command line names MNT: the daemon of that mount.
+daemon_cpu() { # MNT
+	local p t=0 hz
+	hz=$(getconf CLK_TCK)
+	for p in $(pids_naming "$1"); do
+		# Fields 14 and 15 after the ")" that ends the command name.
+		t=$(( t + $(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null |
+			awk '{ print $12 + $13 }') ))
+	done
+	awk -v t="$t" -v hz="$hz" 'BEGIN { printf "%.3f", t / hz }'
+}
+
+# The daemon's CPU seconds per GiB of shards since daemon_cpu gave C0.
+cpu_per_gib() { # MNT C0
+	awk -v a="$2" -v b="$(daemon_cpu "$1")" -v n="$SHARDS_BYTES" \
+		'BEGIN { printf "%.3f", (b - a) / (n / 1073741824) }'
+}
+
 # The reference: 8 curl GETs of presigned URLs at once; RES = MiB/s.
 curl_shards() {
 	curl_batch "$NSHARD" --max-time "$OP_TIMEOUT" || return 1
@@ -461,7 +483,7 @@ give_up() { # SYS MEASURE MNT [MOUNTED]: MOUNTED (default SYS) owns MNT
 }
 
 bench_mounted() { # SYS
-	local s=$1 m=$TMP/mnt/$1 c=$TMP/cache/$1 line
+	local s=$1 m=$TMP/mnt/$1 c=$TMP/cache/$1 line c0
 	mkdir -p "$m"
 	rm -rf "$c"; mkdir -p "$c"
 
@@ -470,8 +492,10 @@ bench_mounted() { # SYS
 	mount_one "$s" "$m" "$c" || give_up "$s" mount "$m" || return 1
 	[ "$ROUND" != 1 ] || echo "readahead_kb $s $(read_ahead_kb "$m")" >>"$INFO"
 	drop_caches
+	c0=$(daemon_cpu "$m")
 	read_shards "$m/shards" && record "$s" cold "$RES" ||
 		give_up "$s" cold "$m" || return 1
+	record "$s" cold_cpu "$(cpu_per_gib "$m" "$c0")"
 	line="cold $RES"
 
 	# Warm: unmount, mount on the same cache dir, page cache dropped;
@@ -482,8 +506,10 @@ bench_mounted() { # SYS
 	read_shards "$DATA/shards" && record local warm "$RES" "$s" ||
 		give_up local warm "$m" "$s" || return 1
 	drop_caches
+	c0=$(daemon_cpu "$m")
 	read_shards "$m/shards" && record "$s" warm "$RES" ||
 		give_up "$s" warm "$m" || return 1
+	record "$s" warm_cpu "$(cpu_per_gib "$m" "$c0")"
 	line="$line, warm $RES"
 	read_shards "$m/shards" && record "$s" reread "$RES" ||
 		give_up "$s" reread "$m" || return 1
@@ -691,6 +717,15 @@ for s in systems:
     if x:
         print("  %s prefetch of small/ (not in the small column): median "
               "%.2f s [%.2f - %.2f]" % (s, x["median"], x["min"], x["max"]))
+for s in systems:
+    cc, wc = vals(s, "cold_cpu"), vals(s, "warm_cpu")
+    if cc or wc:
+        print("  %s daemon CPU s per GiB (user + system, median): cold %s, "
+              "warm %s" % (s, "%.3f" % statistics.median(cc) if cc else "-",
+                           "%.3f" % statistics.median(wc) if wc else "-"))
+        summary.setdefault(s, {})["daemon_cpu_s_per_gib"] = {
+            "cold": statistics.median(cc) if cc else None,
+            "warm": statistics.median(wc) if wc else None}
 print()
 print("ratios, taken within each round, median over rounds (ratio of the "
       "medians in brackets);")
