@@ -228,12 +228,13 @@ static void *fetch_worker(void *arg)
 		pthread_mutex_unlock(&c->fq_lock);
 		if (!j)
 			break;
-		/* Huge pages, faulted in at once: 8 MiB in 4 KiB pages was
-		 * 2048 page faults per worker on a fresh mount, each an exit
-		 * to the hypervisor in a virtual machine (half of the
-		 * daemon's CPU in a cold read of 512 MiB here). */
+		/* Huge pages: 8 MiB in 4 KiB pages was 2048 page faults per
+		 * worker on a fresh mount, each an exit to the hypervisor in
+		 * a virtual machine (half of the daemon's CPU in a cold read
+		 * of 512 MiB here).  Not faulted in ahead: a worker that only
+		 * ever fetches small objects touches one 2 MiB page. */
 		if (!buf)
-			buf = util_map_prefaulted(c->run_max_bytes);
+			buf = util_map_huge(c->run_max_bytes, false);
 		rc = buf ? fetch_run(c, j, buf, crcs) : -ENOMEM;
 		run_done(j->f, j->b0, j->b1, rc, crcs);
 		free(j);

@@ -468,7 +468,7 @@ static int staging_alloc(struct ckpt *c, char *msg, size_t msg_len)
 	if (c->staging) {
 		c->staging_pinned = true;
 	} else {
-		c->staging = util_map_prefaulted(len);
+		c->staging = util_map_huge(len, true);
 		if (!c->staging) {
 			int e = errno;
 

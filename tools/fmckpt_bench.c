@@ -86,7 +86,7 @@ static void bench_free(struct bench *b)
 /* Memory for the memcpy to copy into, mapped as staging is. */
 static unsigned char *bench_dst(const struct fmckpt_opts *o)
 {
-	return util_map_prefaulted(o->size ? o->size : 1);
+	return util_map_huge(o->size ? o->size : 1, true);
 }
 
 /* One memcpy of the same bytes; seconds. */

@@ -153,7 +153,7 @@ int util_mkdir_p(const char *path, mode_t mode)
 	return util_mkdir_p_made(path, mode, NULL, 0);
 }
 
-void *util_map_prefaulted(size_t len)
+void *util_map_huge(size_t len, bool prefault)
 {
 	long page = sysconf(_SC_PAGESIZE);
 	unsigned char *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
@@ -162,6 +162,8 @@ void *util_map_prefaulted(size_t len)
 	if (p == MAP_FAILED)
 		return NULL;
 	madvise(p, len, MADV_HUGEPAGE);   /* a hint: fine if refused */
+	if (!prefault)
+		return p;
 #ifdef MADV_POPULATE_WRITE
 	if (madvise(p, len, MADV_POPULATE_WRITE) == 0)
 		return p;

@@ -126,12 +126,16 @@ int util_pwrite_all(int fd, const void *buf, size_t len, uint64_t off);
 int util_write_all(int fd, const void *buf, size_t len);
 
 /* len bytes of private anonymous memory for a large buffer that is
- * reused (checkpoint staging): huge pages asked for before the pages
- * exist, so that faults allocate them (MADV_HUGEPAGE after MAP_POPULATE
- * left 4 KiB pages for khugepaged to copy into huge ones, a few MiB a
- * second, while the buffer was in use), then every page faulted in for
- * writing.  The pointer, or NULL with errno set (munmap it). */
-void *util_map_prefaulted(size_t len);
+ * reused (checkpoint staging, fetch buffers), in huge pages where the
+ * kernel gives them: asked for before the pages exist, so that faults
+ * allocate them (MADV_HUGEPAGE after MAP_POPULATE left 4 KiB pages for
+ * khugepaged to copy into huge ones, a few MiB a second, while the
+ * buffer was in use; in a virtual machine each 4 KiB fault is an exit
+ * to the host).  With prefault, every page is faulted in for writing
+ * now (ENOMEM now, not a SIGBUS or an OOM kill at first use); without,
+ * a page (2 MiB) comes at its first touch.  The pointer, or NULL with
+ * errno set (munmap it). */
+void *util_map_huge(size_t len, bool prefault);
 
 /* mkdir -p: creates path and its missing parents with mode (umask
  * applies), each new one made durable (its parent fsynced).  0, -ENOTDIR
