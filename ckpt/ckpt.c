@@ -472,7 +472,6 @@ static int staging_alloc(struct ckpt *c, char *msg, size_t msg_len)
 		if (!c->staging) {
 			int e = errno;
 
-			c->staging = NULL;
 			free(c->chunks);
 			c->chunks = NULL;
 			util_msg(msg, msg_len, "cannot allocate %zu bytes of "

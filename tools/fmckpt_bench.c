@@ -38,7 +38,7 @@ struct bench {
 	unsigned char **src;
 	uint64_t *len;
 	unsigned n;
-	double *memcpy_s, *commit_s, *local_s, *remote_s;
+	double *memcpy_s, *commit_s, *local_s, *remote_s, *ratio;
 };
 
 static int bench_alloc(struct bench *b, const struct fmckpt_opts *o)
@@ -52,8 +52,9 @@ static int bench_alloc(struct bench *b, const struct fmckpt_opts *o)
 	b->commit_s = calloc(o->rounds, sizeof(double));
 	b->local_s = calloc(o->rounds, sizeof(double));
 	b->remote_s = calloc(o->rounds, sizeof(double));
+	b->ratio = calloc(o->rounds, sizeof(double));
 	if (!b->src || !b->len || !b->memcpy_s || !b->commit_s ||
-	    !b->local_s || !b->remote_s)
+	    !b->local_s || !b->remote_s || !b->ratio)
 		return -1;
 	for (unsigned i = 0; i < b->n; i++) {
 		b->len[i] = i + 1 < b->n ? per : o->size - per * (b->n - 1);
@@ -81,6 +82,7 @@ static void bench_free(struct bench *b)
 	free(b->commit_s);
 	free(b->local_s);
 	free(b->remote_s);
+	free(b->ratio);
 }
 
 /* Memory for the memcpy to copy into, mapped as staging is. */
@@ -156,14 +158,11 @@ static void bench_report(const struct fmckpt_opts *o, struct bench *b,
 	else
 		printf("null");
 	printf(", \"runs\": [");
-	double *ratio = calloc(o->rounds, sizeof(double));
-
 	for (unsigned r = 0; r < o->rounds; r++) {
 		double x = b->memcpy_s[r] > 0 ? b->commit_s[r] /
 			   b->memcpy_s[r] : 0;
 
-		if (ratio)
-			ratio[r] = x;
+		b->ratio[r] = x;
 		printf("%s{\"memcpy_s\": %.6f, \"commit_blocking_s\": %.6f, "
 		       "\"blocking_over_memcpy\": %.3f", r ? ", " : "",
 		       b->memcpy_s[r], b->commit_s[r], x);
@@ -176,8 +175,7 @@ static void bench_report(const struct fmckpt_opts *o, struct bench *b,
 	 * speed drifts between rounds more than the two differ. */
 	mc = median(b->memcpy_s, o->rounds);
 	cm = median(b->commit_s, o->rounds);
-	q = ratio ? median(ratio, o->rounds) : (mc > 0 ? cm / mc : 0);
-	free(ratio);
+	q = median(b->ratio, o->rounds);
 	if (o->dir)
 		lo = median(b->local_s, o->rounds);
 	if (o->remote)

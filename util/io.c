@@ -3,8 +3,10 @@
  * io.c - reads and writes of a whole buffer, which retry EINTR and
  * continue short transfers, and mkdir -p.  The cache, the checkpoint
  * writer, the trainer's shards and the object store's file:// backend
- * all need exactly these loops (and the staging memory's mapping); a short read at end of file is the
+ * all need exactly these loops; a short read at end of file is the
  * caller's to judge (a truncated file means different things to each).
+ * Also the mapping of large reused buffers in huge pages (staging, fetch
+ * buffers).
  */
 #include <errno.h>
 #include <fcntl.h>
