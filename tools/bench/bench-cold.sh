@@ -7,7 +7,7 @@
 # directory, page cache dropped, as bench-mount.sh's cold read.  For
 # each read: MiB/s, and the daemon's CPU seconds per GiB (utime + stime
 # of the processes whose command line names the mount point, from
-# /proc/PID/stat).  Shard 3 is compared byte for byte with the upload.
+# /proc/PID/stat) and their minor page faults per GiB.  Shard 3 is compared byte for byte with the upload.
 # The gateway is tests/lib/rgw.sh's (Ceph RGW on loopback).  Ratios
 # NEW / OLD are taken within each round; medians over rounds.  A
 # benchmark, not a test: exit 1 only when something fails.
@@ -58,19 +58,20 @@ done
 aws s3 cp --recursive --quiet "$W/data" "s3://$RGW_BUCKET/shards/" ||
 	die "uploading the shards failed"
 
-cpu_ticks() {
-	local p t=0
+cpu_ticks() { # prints "TICKS MINFLT" of the mount's processes
+	local p t=0 f=0 s
 	for p in $(pgrep -f -- "$MNT"); do
-		t=$(( t + $(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null |
-			awk '{ print $12 + $13 }') ))
+		s=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null) || continue
+		t=$(( t + $(awk '{ print $12 + $13 }' <<<"$s") ))
+		f=$(( f + $(awk '{ print $8 }' <<<"$s") ))
 	done
-	echo "$t"
+	echo "$t $f"
 }
 
 RES=$W/results
 : >"$RES"
 one() { # NAME BIN
-	local c0 c1 t0 t1 i bad=
+	local c0 c1 f0 f1 t0 t1 i bad=
 	rm -rf "$W/cache"
 	mkdir -p "$W/cache"
 	# shellcheck disable=SC2086 # options are words
@@ -79,25 +80,25 @@ one() { # NAME BIN
 		die "$1: fmfs mount failed"
 	sync
 	echo 3 >/proc/sys/vm/drop_caches
-	c0=$(cpu_ticks)
+	read -r c0 f0 < <(cpu_ticks)
 	t0=$EPOCHREALTIME
 	for i in 1 2 3 4 5 6 7 8; do
 		dd if="$MNT/shards/shard$i" of=/dev/null bs=1M 2>/dev/null &
 	done
 	wait || bad=1
 	t1=$EPOCHREALTIME
-	c1=$(cpu_ticks)
+	read -r c1 f1 < <(cpu_ticks)
 	[ -z "$bad" ] || die "$1: a dd failed"
 	cmp -s "$MNT/shards/shard3" "$W/data/shard3" ||
 		die "$1: shard3 read through the mount differs from the upload"
 	"$2" umount "$MNT" >/dev/null || die "$1: fmfs umount failed"
 	awk -v n="$1" -v r="$ROUND" -v a="$t0" -v b="$t1" -v c0="$c0" \
-		-v c1="$c1" -v hz="$(getconf CLK_TCK)" 'BEGIN {
-		printf "%s %s %.1f %.3f\n", r, n, 512 / (b - a),
-			(c1 - c0) / hz / 0.5 }' | tee -a "$RES"
+		-v c1="$c1" -v hz="$(getconf CLK_TCK)" -v f="$((f1 - f0))" 'BEGIN {
+		printf "%s %s %.1f %.3f %d\n", r, n, 512 / (b - a),
+			(c1 - c0) / hz / 0.5, f * 2 }' | tee -a "$RES"
 }
 
-echo "== rounds: round system MiB/s daemon-CPU-s-per-GiB"
+echo "== rounds: round system MiB/s daemon-CPU-s-per-GiB minor-faults-per-GiB"
 for ROUND in $(seq 1 "$ROUNDS"); do
 	# Alternate which binary goes first.
 	if [ $((ROUND % 2)) = 1 ]; then
@@ -111,17 +112,19 @@ python3 - "$RES" "$OLD_BIN" "$NEW_BIN" <<'EOF'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
 by = {}
-for r, n, mib, cpu in rows:
-    by.setdefault(int(r), {})[n] = (float(mib), float(cpu))
+for r, n, mib, cpu, flt in rows:
+    by.setdefault(int(r), {})[n] = (float(mib), float(cpu), int(flt))
 rate = [v["new"][0] / v["old"][0] for v in by.values()]
 cpu = [v["new"][1] / v["old"][1] for v in by.values() if v["old"][1] > 0]
 med = statistics.median
 print()
 print("old %s\nnew %s" % (sys.argv[2], sys.argv[3]))
 for n in ("old", "new"):
-    print("  %s: cold %.1f MiB/s, daemon %.3f CPU s/GiB (medians)" % (
+    print("  %s: cold %.1f MiB/s, daemon %.3f CPU s/GiB, %d minor faults"
+          "/GiB (medians)" % (
         n, med([v[n][0] for v in by.values()]),
-        med([v[n][1] for v in by.values()])))
+        med([v[n][1] for v in by.values()]),
+        med([v[n][2] for v in by.values()])))
 print("new / old within each round, median: rate %.2f, daemon CPU per "
       "GiB %.2f" % (med(rate), med(cpu) if cpu else float("nan")))
 EOF
