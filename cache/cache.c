@@ -277,6 +277,13 @@ static int open_fd_locked(struct cache *c, struct cache_file *f)
 		goto out_close_fd;
 	}
 	f->fd = fd;
+	/* While blocks are missing, no readahead: the kernel would read
+	 * ahead into the holes, zeroing pages (2% of the daemon's CPU on a
+	 * cold read) that the fetch's direct write then throws away.  Reads
+	 * are of present blocks only and come whole from FUSE (up to 1 MiB).
+	 * run_done turns readahead back on when the last block lands. */
+	if (f->cached_bytes < f->size_bytes)
+		posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
 	/* Fetched bytes go to disk by DMA from the fetch buffer: a
 	 * buffered write was over half of the daemon's CPU on a cold read.
 	 * Not every filesystem has O_DIRECT (tmpfs): then buffered. */

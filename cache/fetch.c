@@ -27,6 +27,7 @@
  * otherwise it is skipped and tried again at the reader's next read.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -49,6 +50,7 @@ static void run_done(struct cache_file *f, uint32_t b0, uint32_t b1, int rc,
 	struct cache *c = f->c;
 	uint64_t len = cache_run_len(f, b0, b1);
 	uint32_t tick = cache_tick(c, util_wall_ns());
+	bool whole = false;
 
 	pthread_mutex_lock(&f->lock);
 	for (uint32_t b = b0; b < b1; b++) {
@@ -63,12 +65,16 @@ static void run_done(struct cache_file *f, uint32_t b0, uint32_t b1, int rc,
 	}
 	if (!rc) {
 		f->cached_bytes += len;
+		whole = f->cached_bytes >= f->size_bytes;
 	} else {
 		/* Waiters give up rather than ask again (at close too). */
 		f->fail_seq++;
 		f->fail_err = rc == -ECANCELED ? -EIO : rc;
 	}
 	pthread_mutex_unlock(&f->lock);
+	/* The job's reference keeps f->fd open.  See open_fd_locked. */
+	if (whole)
+		posix_fadvise(f->fd, 0, 0, POSIX_FADV_NORMAL);
 	if (!rc) {
 		cache_mark_dirty(f);
 		atomic_fetch_add(&c->misses, b1 - b0);
