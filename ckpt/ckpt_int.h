@@ -270,6 +270,7 @@ struct ckpt {
 	struct ckpt_job *uq_head, *uq_tail;
 	struct ckpt_step *building;   /* begun, not committed */
 	bool copying;                 /* a commit is copying into staging */
+	bool copy_fits;               /* ... and staging's free chunks hold it */
 	/* Above this no step can be committed in dir (its newest at the
 	 * first begin, and every step begun since): begin skips the stat. */
 	bool steps_scanned;
@@ -331,6 +332,16 @@ int ckpt_marker_encode(struct ckpt *c, struct ckpt_step *s);
 static inline unsigned ckpt_low_water(const struct ckpt *c)
 {
 	return c->nchunks / 8;
+}
+
+/* Whether the writer should start on queued chunks now (c->lock): always
+ * outside a commit; during one only when the copy needs chunks that only
+ * the writer can free, i.e. it did not fit in the free chunks at its
+ * start and staging has fallen to the low water. */
+static inline bool ckpt_writer_wanted(const struct ckpt *c)
+{
+	return !c->copying ||
+	       (!c->copy_fits && c->nfree <= ckpt_low_water(c));
 }
 
 /* writer.c */

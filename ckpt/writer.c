@@ -8,7 +8,8 @@
  * each chunk written becomes an upload job; without a local directory
  * the chunk itself is the job's source and stays held until uploaded.
  *
- * While a commit is copying, the writer waits (unless staging runs low):
+ * While a commit is copying, the writer waits (unless the copy did not
+ * fit in the free chunks and staging runs low, ckpt_writer_wanted):
  * the caller is blocked for exactly that copy, and checksumming and
  * page-cache copies on the other cores would slow it down.
  *
@@ -327,8 +328,7 @@ void *ckpt_writer_main(void *arg)
 
 		pthread_mutex_lock(&c->lock);
 		while (!io->inflight && !c->stopping &&
-		       (!c->wq_head ||
-			(c->copying && c->nfree > ckpt_low_water(c))))
+		       (!c->wq_head || !ckpt_writer_wanted(c)))
 			pthread_cond_wait(&c->writer_cond, &c->lock);
 		if (!c->wq_head && !io->inflight) {
 			pthread_mutex_unlock(&c->lock);
