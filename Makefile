@@ -53,6 +53,12 @@ METRICS_A = metrics/libmetrics.a $(UTIL_A)
 METRICS_LIBS = $(MHD_LIBS) $(UTIL_LIBS)
 $(METRICS_OBJS): CPPFLAGS += $(MHD_CFLAGS)
 
+# peer/: the cache group (issue 21): member list, rendezvous placement,
+# wire format and its HMAC authentication (libcrypto)
+PEER_OBJS = peer/member.o peer/proto.o
+PEER_A = peer/libpeer.a $(UTIL_A)
+PEER_LIBS = $(CRYPTO_LIBS) $(UTIL_LIBS)
+
 # objstore/: object-store clients behind one interface
 OBJSTORE_OBJS = objstore/objstore.o objstore/url.o objstore/creds.o \
 	objstore/sigv4.o objstore/s3.o objstore/s3_engine.o \
@@ -112,10 +118,12 @@ NVCCFLAGS = -O2 -std=c++17 $(NVCC_ARCH) -Xcompiler -Wall,-Wextra,-Wno-unused-par
 $(TRAIN_OBJS) tests/unit/test_train.o: CPPFLAGS += $(BLAS_CFLAGS)
 $(TRAIN_OBJS) tests/unit/test_train.o: CFLAGS += $(OPENMP_CFLAGS)
 
-LIBS_A = util/libutil.a metrics/libmetrics.a objstore/libobjstore.a \
+LIBS_A = util/libutil.a metrics/libmetrics.a peer/libpeer.a \
+	objstore/libobjstore.a \
 	cache/libcache.a fs/libfs.a ckpt/libckpt.a train/libtrain.a
 util/libutil.a: $(UTIL_OBJS)
 metrics/libmetrics.a: $(METRICS_OBJS)
+peer/libpeer.a: $(PEER_OBJS)
 objstore/libobjstore.a: $(OBJSTORE_OBJS)
 cache/libcache.a: $(CACHE_OBJS)
 fs/libfs.a: $(FS_OBJS)
@@ -147,10 +155,12 @@ PROGS = tools/fmfs tools/fmckpt tools/fmtrain
 # Unit tests: one cmocka program per module.
 UNIT_TESTS = tests/unit/test_sigv4 tests/unit/test_objstore \
 	tests/unit/test_cache tests/unit/test_ckpt tests/unit/test_data \
-	tests/unit/test_train tests/unit/test_rendezvous
+	tests/unit/test_train tests/unit/test_rendezvous tests/unit/test_peer
 tests/unit/test_sigv4: tests/unit/test_sigv4.o $(OBJSTORE_A)
 tests/unit/test_objstore: tests/unit/test_objstore.o $(OBJSTORE_A)
 tests/unit/test_sigv4 tests/unit/test_objstore: LINK_LIBS = $(OBJSTORE_LIBS) $(CMOCKA_LIBS)
+tests/unit/test_peer: tests/unit/test_peer.o $(PEER_A)
+tests/unit/test_peer: LINK_LIBS = $(PEER_LIBS) $(CMOCKA_LIBS)
 tests/unit/test_cache: tests/unit/test_cache.o $(CACHE_A)
 tests/unit/test_cache: LINK_LIBS = $(CACHE_LIBS) $(CMOCKA_LIBS)
 tests/unit/test_ckpt: tests/unit/test_ckpt.o $(CKPT_A)

@@ -1,0 +1,243 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * member.c - the cache group's member list and placement.
+ *
+ * The list is static, as the issue asks: "host:port" entries from the
+ * --peers option or a file, no consensus service.  Every member computes
+ * the owner of a run from the same list, by rendezvous (highest random
+ * weight) hashing: the owner of run u of (key, etag) is the member whose
+ * weight mix(member hash ^ run hash) is highest.  A member that leaves
+ * takes only its own runs with it (each goes to the runner-up); one that
+ * joins takes about 1/N of every other member's runs.  Members that
+ * briefly disagree on the list cost extra bucket GETs, never wrong bytes
+ * (the owner a reader picks fetches what it lacks).
+ *
+ * The hashes: 64-bit FNV-1a over the bytes, finished with splitmix64's
+ * mixer, which spreads FNV's weak low bits over the whole word.  Not
+ * cryptographic: placement needs balance, not secrecy (a member that
+ * lies about its bytes is caught by the CRCs and the version checks, not
+ * by placement).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "peer/peer.h"
+#include "util/util.h"
+
+static uint64_t mix64(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ULL;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+	return x ^ (x >> 31);
+}
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
+{
+	const unsigned char *b = p;
+
+	for (size_t i = 0; i < n; i++) {
+		h ^= b[i];
+		h *= 0x100000001b3ULL;
+	}
+	return h;
+}
+
+#define FNV_BASIS 0xcbf29ce484222325ULL
+
+static uint64_t id_hash(const char *id)
+{
+	return mix64(fnv1a(FNV_BASIS, id, strlen(id)));
+}
+
+unsigned peer_owner(const struct peer_group *g, const char *key,
+		    const char *etag, uint64_t run)
+{
+	/* The terminating NULs keep ("ab", "c") apart from ("a", "bc"). */
+	uint64_t h = fnv1a(FNV_BASIS, key, strlen(key) + 1);
+	uint64_t best_w = 0;
+	unsigned best = 0;
+
+	util_assert(g->n > 0);
+	h = fnv1a(h, etag, strlen(etag) + 1);
+	h = mix64(h ^ mix64(run));
+	for (unsigned i = 0; i < g->n; i++) {
+		uint64_t w = mix64(g->m[i].id_hash ^ h);
+
+		if (i == 0 || w > best_w) {
+			best_w = w;
+			best = i;
+		}
+	}
+	return best;
+}
+
+/* host:port, [v6]:port; host of letters, digits, '-', '.' and '_'. */
+static bool entry_ok(const char *e, size_t n)
+{
+	const char *colon;
+	size_t hl, i;
+	long port = 0;
+
+	if (n == 0 || n > PEER_ID_MAX)
+		return false;
+	if (e[0] == '[') {
+		const char *rb = memchr(e, ']', n);
+
+		if (!rb || rb == e + 1 || rb + 1 >= e + n || rb[1] != ':')
+			return false;
+		for (const char *p = e + 1; p < rb; p++)
+			if (!strchr("0123456789abcdefABCDEF:.", *p))
+				return false;
+		colon = rb + 1;
+	} else {
+		colon = memrchr(e, ':', n);
+		if (!colon || colon == e)
+			return false;
+		hl = (size_t)(colon - e);
+		for (i = 0; i < hl; i++)
+			if (!strchr("abcdefghijklmnopqrstuvwxyz"
+				    "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._",
+				    e[i]))
+				return false;
+	}
+	if (colon + 1 == e + n)
+		return false;
+	for (const char *p = colon + 1; p < e + n; p++) {
+		if (*p < '0' || *p > '9')
+			return false;
+		port = port * 10 + (*p - '0');
+		if (port > 65535)
+			return false;
+	}
+	return port >= 1;
+}
+
+void peer_group_release(struct peer_group *g)
+{
+	free(g->m);
+	g->m = NULL;
+	g->n = 0;
+	g->self = -1;
+}
+
+static int add_entry(struct peer_group *g, unsigned *cap, const char *e,
+		     size_t n, char *msg, size_t msg_len)
+{
+	struct peer_member *m;
+
+	if (!entry_ok(e, n)) {
+		util_msg(msg, msg_len, "peer list: '%.*s' is not host:port "
+			 "(a name or address, then a port 1-65535; IPv6 as "
+			 "[addr]:port)", (int)(n > 300 ? 300 : n), e);
+		return -EINVAL;
+	}
+	for (unsigned i = 0; i < g->n; i++)
+		if (strlen(g->m[i].id) == n && !memcmp(g->m[i].id, e, n)) {
+			util_msg(msg, msg_len, "peer list: '%.*s' is listed "
+				 "twice", (int)n, e);
+			return -EINVAL;
+		}
+	if (g->n == PEER_MEMBERS_MAX) {
+		util_msg(msg, msg_len, "peer list: more than %d members",
+			 PEER_MEMBERS_MAX);
+		return -EINVAL;
+	}
+	if (g->n == *cap) {
+		unsigned nc = *cap ? *cap * 2 : 8;
+
+		m = realloc(g->m, nc * sizeof(*m));
+		if (!m)
+			return -ENOMEM;
+		g->m = m;
+		*cap = nc;
+	}
+	m = &g->m[g->n++];
+	memcpy(m->id, e, n);
+	m->id[n] = '\0';
+	m->id_hash = id_hash(m->id);
+	return 0;
+}
+
+int peer_group_parse(const char *text, const char *self_id,
+		     struct peer_group *g, char *msg, size_t msg_len)
+{
+	const char *p = text;
+	unsigned cap = 0;
+	int rc;
+
+	util_msg(msg, msg_len, "%s", "");
+	g->m = NULL;
+	g->n = 0;
+	g->self = -1;
+	while (*p) {
+		size_t n;
+
+		if (*p == '#') {
+			p += strcspn(p, "\n");
+			continue;
+		}
+		if (strchr(", \t\r\n", *p)) {
+			p++;
+			continue;
+		}
+		n = strcspn(p, ", \t\r\n#");
+		rc = add_entry(g, &cap, p, n, msg, msg_len);
+		if (rc) {
+			peer_group_release(g);
+			return rc;
+		}
+		p += n;
+	}
+	if (!g->n) {
+		util_msg(msg, msg_len, "peer list: no members (give "
+			 "host:port entries, this mount's own included)");
+		return -EINVAL;
+	}
+	if (self_id)
+		for (unsigned i = 0; i < g->n; i++)
+			if (!strcmp(g->m[i].id, self_id))
+				g->self = (int)i;
+	return 0;
+}
+
+int peer_group_load(const char *path, const char *self_id,
+		    struct peer_group *g, char *msg, size_t msg_len)
+{
+	const size_t max = 1u << 20;
+	char *text = malloc(max + 1);
+	ssize_t n;
+	int fd, rc;
+
+	if (!text)
+		return -ENOMEM;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		rc = -errno;
+		util_msg(msg, msg_len, "peer list %s: %s", path,
+			 strerror(errno));
+		free(text);
+		return rc;
+	}
+	n = util_read_all(fd, text, max + 1);
+	close(fd);
+	if (n < 0 || (size_t)n > max) {
+		util_msg(msg, msg_len, "peer list %s: %s", path,
+			 n < 0 ? strerror((int)-n) : "over 1 MiB");
+		free(text);
+		return n < 0 ? (int)n : -EFBIG;
+	}
+	text[n] = '\0';
+	if (memchr(text, '\0', (size_t)n)) {
+		util_msg(msg, msg_len, "peer list %s: not a text file", path);
+		free(text);
+		return -EINVAL;
+	}
+	rc = peer_group_parse(text, self_id, g, msg, msg_len);
+	free(text);
+	return rc;
+}

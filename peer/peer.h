@@ -1,0 +1,192 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * peer.h - the cache group of issue 21 (docs/cluster-cache.md): the
+ * mounts of one job share their caches, each 8 MiB run of each object
+ * version owned by one member, so the bucket serves a dataset about once
+ * per cluster.
+ *
+ * Built so far (the design's first step, pure parts only; nothing in
+ * fs/ or cache/ calls it yet):
+ *   - the member list: parsing "host:port,host:port" or a file of them,
+ *     validated, duplicates refused, this member found by its listen
+ *     address;
+ *   - placement: rendezvous (highest random weight) hashing of (key,
+ *     etag, run index) over the members, so adding or removing one of N
+ *     members moves about 1/N of the runs, and only the runs of the
+ *     member added or removed;
+ *   - the wire format: frame headers, GET and DATA bodies as the
+ *     offset/size tables of docs/cluster-cache.md, and the HELLO/AUTH
+ *     exchange (HMAC-SHA256 over both nonces and both ids with the
+ *     group's shared secret, libcrypto).
+ *
+ * peer/ depends on util/ and libcrypto only.  Every function here is
+ * thread-safe: none keeps state between calls.  Decoders never trust
+ * their input: lengths are checked against the bytes given and against
+ * the limits below, and a bad frame is -EPROTO (or -EMSGSIZE), never an
+ * assertion.
+ */
+#ifndef FMFS_PEER_H
+#define FMFS_PEER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- limits ---- */
+#define PEER_MEMBERS_MAX 4096      /* members in one group */
+#define PEER_ID_MAX 255            /* "host:port" bytes */
+#define PEER_KEY_MAX 1024          /* S3 keys are at most 1024 bytes */
+#define PEER_ETAG_MAX 255
+#define PEER_NONCE_BYTES 32
+#define PEER_MAC_BYTES 32          /* HMAC-SHA256 */
+#define PEER_SECRET_MIN 16         /* bytes of shared secret, at least */
+#define PEER_SECRET_MAX 4096
+/* A DATA frame holds one run: its CRC table and bytes. */
+#define PEER_RUN_MAX_BYTES (8u << 20)
+#define PEER_BODY_MAX (PEER_RUN_MAX_BYTES + 64u * 1024)
+
+/* ---- members and placement (member.c) ---- */
+
+struct peer_member {
+	char id[PEER_ID_MAX + 1];  /* "host:port", as listed */
+	uint64_t id_hash;          /* placement's hash of id */
+};
+
+struct peer_group {
+	struct peer_member *m;     /* n members, in list order */
+	unsigned n;
+	int self;                  /* index of this member, or -1 */
+};
+
+/* Parses a member list: entries separated by commas, spaces or newlines;
+ * '#' starts a comment that runs to the end of its line.  Each entry is
+ * host:port (host a name or IPv4 address, or [IPv6]:port), port 1-65535.
+ * An empty list, a bad entry or the same entry twice is -EINVAL with a
+ * message in msg naming the entry.  self_id (may be NULL) is this
+ * member's listen address: g->self is its index, or -1 if not listed.
+ * On success *g owns its array (peer_group_release). */
+int peer_group_parse(const char *text, const char *self_id,
+		     struct peer_group *g, char *msg, size_t msg_len);
+
+/* The same, from a file of at most 1 MiB. */
+int peer_group_load(const char *path, const char *self_id,
+		    struct peer_group *g, char *msg, size_t msg_len);
+
+void peer_group_release(struct peer_group *g);
+
+/* The member that owns run `run` (offset / run bytes) of the object
+ * version (key, etag): the one with the highest weight, ties to the
+ * lower index.  g->n must be at least 1. */
+unsigned peer_owner(const struct peer_group *g, const char *key,
+		    const char *etag, uint64_t run);
+
+/* ---- the wire format (proto.c) ----
+ *
+ * A frame: a 16-byte header, then the body.  Little-endian.
+ *
+ * | offset | size | field                                   |
+ * |--------|------|-----------------------------------------|
+ * | 0      | 4    | magic "FMPC"                            |
+ * | 4      | 1    | type (enum peer_type)                   |
+ * | 5      | 3    | reserved, 0                             |
+ * | 8      | 4    | body length in bytes                    |
+ * | 12     | 4    | CRC32C of bytes 0-11                    |
+ */
+#define PEER_HDR_BYTES 16
+
+enum peer_type {
+	PEER_HELLO = 1,
+	PEER_AUTH = 2,
+	PEER_GET = 3,
+	PEER_DATA = 4,
+	PEER_BYE = 5,
+	PEER_RELEASE = 6,
+	PEER_PREFETCH = 7,
+};
+
+void peer_hdr_encode(unsigned char hdr[PEER_HDR_BYTES], enum peer_type t,
+		     uint32_t body_len);
+/* -EPROTO for a wrong magic, CRC, reserved bytes or type; -EMSGSIZE for
+ * a body over PEER_BODY_MAX. */
+int peer_hdr_decode(const unsigned char hdr[PEER_HDR_BYTES],
+		    enum peer_type *t, uint32_t *body_len);
+
+/* HELLO body: version (u32, 1), id (u16 length + bytes), nonce (32). */
+#define PEER_VERSION 1
+struct peer_hello {
+	uint32_t version;
+	char id[PEER_ID_MAX + 1];
+	unsigned char nonce[PEER_NONCE_BYTES];
+};
+/* Encoders write into buf (cap bytes) and return the body length, or
+ * -ENOSPC / -EINVAL (a field over its limit). */
+int peer_hello_encode(const struct peer_hello *h, unsigned char *buf,
+		      size_t cap);
+int peer_hello_decode(const unsigned char *body, size_t len,
+		      struct peer_hello *h);
+
+/* AUTH body: HMAC-SHA256(secret, "fmfs-peer-v1" || own nonce || other's
+ * nonce || own id || other's id), each id as u16 length + bytes.  `own`
+ * is the HELLO the sender sent, `other` the one it received; the
+ * receiver checks with the roles swapped (peer_auth_check). */
+int peer_auth_mac(const unsigned char *secret, size_t secret_len,
+		  const struct peer_hello *own,
+		  const struct peer_hello *other,
+		  unsigned char mac[PEER_MAC_BYTES]);
+/* 0 when mac is what `sender` (whose HELLO is sender, who received
+ * receiver) computes; -EACCES otherwise.  Constant time. */
+int peer_auth_check(const unsigned char *secret, size_t secret_len,
+		    const struct peer_hello *sender,
+		    const struct peer_hello *receiver,
+		    const unsigned char mac[PEER_MAC_BYTES]);
+
+/* GET (and PREFETCH) body: request id (u64), object size (u64), offset
+ * (u64), length (u32), key (u16 + bytes), etag (u16 + bytes).  The
+ * decoder refuses a length of 0 or over PEER_RUN_MAX_BYTES and a range
+ * past the object's size. */
+struct peer_get {
+	uint64_t req_id;
+	uint64_t size_bytes;
+	uint64_t off;
+	uint32_t len;
+	char key[PEER_KEY_MAX + 1];
+	char etag[PEER_ETAG_MAX + 1];
+};
+int peer_get_encode(const struct peer_get *g, unsigned char *buf,
+		    size_t cap);
+int peer_get_decode(const unsigned char *body, size_t len,
+		    struct peer_get *g);
+
+/* DATA body head: request id (u64), status (i32: 0 or -errno), block
+ * bytes (u32), block count (u32), then count CRC32Cs (u32 each), then
+ * the bytes.  peer_data_head_bytes is the length of everything before
+ * the bytes. */
+struct peer_data {
+	uint64_t req_id;
+	int32_t status;
+	uint32_t block_bytes;
+	uint32_t nblocks;
+	const unsigned char *crcs;  /* nblocks u32s, in the frame (borrowed) */
+	const unsigned char *bytes; /* in the frame (borrowed) */
+	uint32_t nbytes;
+};
+size_t peer_data_head_bytes(uint32_t nblocks);
+/* Writes the head for nbytes of data in blocks of block_bytes, with the
+ * CRCs crcs[0..n) computed by the caller; returns the head's length. */
+int peer_data_head_encode(uint64_t req_id, int32_t status,
+			  uint32_t block_bytes, const uint32_t *crcs,
+			  uint32_t nblocks, unsigned char *buf, size_t cap);
+/* Decodes a whole DATA body and checks each block's CRC32C against the
+ * table: -EBADMSG names the first bad block in *bad_block.  A status
+ * other than 0 must carry no bytes. */
+int peer_data_decode(const unsigned char *body, size_t len,
+		     struct peer_data *d, uint32_t *bad_block);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
