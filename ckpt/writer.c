@@ -334,7 +334,10 @@ void *ckpt_writer_main(void *arg)
 			pthread_mutex_unlock(&c->lock);
 			return NULL;   /* stopping, nothing left */
 		}
-		if (c->wq_head && io->inflight < io->depth) {
+		/* Writes in flight at a commit's start are reaped, but no
+		 * new one starts while the copy does not want the writer. */
+		if (c->wq_head && io->inflight < io->depth &&
+		    (ckpt_writer_wanted(c) || c->stopping)) {
 			ch = c->wq_head;
 			c->wq_head = ch->next;
 			if (!c->wq_head)

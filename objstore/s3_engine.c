@@ -34,11 +34,6 @@ struct s3_engine {
 	struct s3_req *waiting;   /* ready or backing off, not yet in multi */
 	unsigned active;
 	uint64_t rng;
-	/* Easy handles of finished requests, kept for the next ones: a
-	 * reused handle keeps its 512 KiB receive buffer, whose pages a fresh
-	 * handle would fault in again on every GET. */
-	CURL **idle;
-	unsigned nidle, idle_cap;
 };
 
 int s3_buf_append(struct s3_buf *b, const void *p, size_t n)
@@ -311,8 +306,6 @@ static int attempt_start(struct s3_engine *e, struct s3_req *r)
 	char url[4096];
 	CURL *c = r->easy;
 
-	if (!c && e->nidle)
-		c = r->easy = e->idle[--e->nidle];
 	if (!c) {
 		c = r->easy = curl_easy_init();
 		if (!c)
@@ -571,14 +564,9 @@ static void finish_transfer(struct s3_engine *e, CURL *c, CURLcode cc)
 			return;
 		}
 	}
-	/* Done: keep the parsed error for the caller and wake it.  The
-	 * handle goes back to the engine (the caller reads nothing of it). */
+	/* Done: keep the parsed error for the caller and wake it. */
 	r->xerr = x;
 	s3_buf_free(&r->errbody);
-	if (e->nidle < e->idle_cap) {
-		e->idle[e->nidle++] = c;
-		r->easy = NULL;
-	}
 	pthread_mutex_lock(&e->lock);
 	r->done = true;
 	pthread_cond_signal(&r->cond);
@@ -685,12 +673,7 @@ int s3_engine_start(struct s3_store *s3, struct s3_engine **out)
 	e->s3 = s3;
 	e->rng = (uint64_t)util_now_ms() ^ ((uint64_t)getpid() << 32);
 	e->multi = curl_multi_init();
-	e->idle_cap = maxp;
-	e->idle = calloc(maxp ? maxp : 1, sizeof(*e->idle));
-	if (!e->multi || !e->idle) {
-		if (e->multi)
-			curl_multi_cleanup(e->multi);
-		free(e->idle);
+	if (!e->multi) {
 		free(e);
 		return -ENOMEM;
 	}
@@ -700,7 +683,6 @@ int s3_engine_start(struct s3_store *s3, struct s3_engine **out)
 	if (pthread_create(&e->thread, NULL, engine_main, e)) {
 		curl_multi_cleanup(e->multi);
 		pthread_mutex_destroy(&e->lock);
-		free(e->idle);
 		free(e);
 		return -EAGAIN;
 	}
@@ -717,9 +699,6 @@ void s3_engine_stop(struct s3_engine *e)
 	pthread_mutex_unlock(&e->lock);
 	curl_multi_wakeup(e->multi);
 	pthread_join(e->thread, NULL);
-	while (e->nidle)
-		curl_easy_cleanup(e->idle[--e->nidle]);
-	free(e->idle);
 	curl_multi_cleanup(e->multi);
 	pthread_mutex_destroy(&e->lock);
 	free(e);

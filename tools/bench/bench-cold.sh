@@ -7,7 +7,8 @@
 # directory, page cache dropped, as bench-mount.sh's cold read.  For
 # each read: MiB/s, and the daemon's CPU seconds per GiB (utime + stime
 # of the processes whose command line names the mount point, from
-# /proc/PID/stat) and their minor page faults per GiB.  Shard 3 is compared byte for byte with the upload.
+# /proc/PID/stat) and their minor page faults per GiB.  Shard 3 is
+# compared byte for byte with the upload.
 # The gateway is tests/lib/rgw.sh's (Ceph RGW on loopback).  Ratios
 # NEW / OLD are taken within each round; medians over rounds.  A
 # benchmark, not a test: exit 1 only when something fails.
@@ -71,7 +72,7 @@ cpu_ticks() { # prints "TICKS MINFLT" of the mount's processes
 RES=$W/results
 : >"$RES"
 one() { # NAME BIN
-	local c0 c1 f0 f1 t0 t1 i bad=
+	local c0 c1 f0 f1 t0 t1 i p bad= pids=()
 	rm -rf "$W/cache"
 	mkdir -p "$W/cache"
 	# shellcheck disable=SC2086 # options are words
@@ -80,14 +81,17 @@ one() { # NAME BIN
 		die "$1: fmfs mount failed"
 	sync
 	echo 3 >/proc/sys/vm/drop_caches
-	read -r c0 f0 < <(cpu_ticks)
+	read -r c0 f0 < <(cpu_ticks) || die "$1: no daemon CPU figures"
 	t0=$EPOCHREALTIME
 	for i in 1 2 3 4 5 6 7 8; do
 		dd if="$MNT/shards/shard$i" of=/dev/null bs=1M 2>/dev/null &
+		pids+=($!)
 	done
-	wait || bad=1
+	for p in "${pids[@]}"; do
+		wait "$p" || bad=1
+	done
 	t1=$EPOCHREALTIME
-	read -r c1 f1 < <(cpu_ticks)
+	read -r c1 f1 < <(cpu_ticks) || die "$1: no daemon CPU figures"
 	[ -z "$bad" ] || die "$1: a dd failed"
 	cmp -s "$MNT/shards/shard3" "$W/data/shard3" ||
 		die "$1: shard3 read through the mount differs from the upload"
