@@ -186,6 +186,90 @@ int peer_data_head_encode(uint64_t req_id, int32_t status,
 int peer_data_decode(const unsigned char *body, size_t len,
 		     struct peer_data *d, uint32_t *bad_block);
 
+/* ---- the TCP transport (tcp.c) ----
+ *
+ * One member serves runs of its cache to the others (peer_server) and
+ * asks the others for theirs (peer_client).  Each connection starts with
+ * HELLO and AUTH both ways; nothing else is read or answered before the
+ * other side's AUTH checks.  Then the client sends a GET, the server
+ * answers one DATA, and so on; a connection carries one request at a
+ * time, and a client keeps up to PEER_CONNS_PER_MEMBER idle connections
+ * per member for the next requests.
+ *
+ * Every wait is bounded: connecting, the handshake and each answer by
+ * timeout_ms from the request's start.  A member that fails (refuses,
+ * times out, fails AUTH, answers a bad frame or bytes that do not match
+ * their CRCs, or a status other than 0 and -ENOENT) is down for 5 s,
+ * then 10, 20, up to 60 s after each further failure, and peer_client_get
+ * answers -EHOSTDOWN for it at once meanwhile; its first good answer
+ * makes it up again.  The caller then reads from the bucket. */
+#define PEER_CONNS_PER_MEMBER 4
+
+/* Serves g: writes g->len bytes of (g->key, g->etag, g->size_bytes) at
+ * g->off into buf.  0, or -ENOENT (not that version: the owner knows a
+ * newer one or the bucket refused it), or another -errno (the server
+ * answers -EIO for it).  Called from the connection's thread; several
+ * at once. */
+typedef int (*peer_serve_fn)(void *arg, const struct peer_get *g,
+			     unsigned char *buf);
+/* Whether a client that authenticated as id may be served (a member). */
+typedef bool (*peer_admit_fn)(void *arg, const char *id);
+
+struct peer_server_config {
+	const char *listen;          /* "addr:port"; port 0: any (tests) */
+	const char *self_id;         /* this member's id in the list */
+	const unsigned char *secret; /* borrowed until stop */
+	size_t secret_len;
+	uint32_t block_bytes;        /* CRC granularity of DATA; 0: 1 MiB */
+	unsigned timeout_ms;         /* handshake and each frame; 0: 2000 */
+	unsigned max_conns;          /* connections at once; 0: 64 */
+	peer_serve_fn serve;
+	peer_admit_fn admit;         /* NULL: every authenticated client */
+	void *arg;
+};
+struct peer_server;
+
+/* Binds and listens (an address in use, or not this host's, is an error
+ * with a message naming it) and starts serving. */
+int peer_server_start(const struct peer_server_config *cfg,
+		      struct peer_server **out, char *msg, size_t msg_len);
+/* The port bound (for a listen port of 0). */
+unsigned peer_server_port(const struct peer_server *s);
+/* Counters. */
+struct peer_server_stats {
+	uint64_t conns, auth_failures, requests, bytes_served, errors;
+};
+void peer_server_get_stats(struct peer_server *s,
+			   struct peer_server_stats *out);
+/* Closes the listener and every connection, waits for their threads. */
+void peer_server_stop(struct peer_server *s);
+
+struct peer_client_config {
+	const char *self_id;
+	const unsigned char *secret; /* borrowed until free */
+	size_t secret_len;
+	unsigned timeout_ms;         /* connect + handshake + answer; 0: 2000 */
+};
+struct peer_client;
+
+int peer_client_new(const struct peer_client_config *cfg,
+		    struct peer_client **out);
+void peer_client_free(struct peer_client *pc);
+
+/* Asks member (its "host:port" id) for g (g->req_id is set here) and
+ * puts the g->len bytes in buf, each block checked against the CRC
+ * the owner sent and the one computed here.  0, or -ENOENT (the owner
+ * says that version is gone: revalidate), -EHOSTDOWN (member down, not
+ * asked), or another -errno with msg saying what failed.  Thread-safe. */
+int peer_client_get(struct peer_client *pc, const char *member,
+		    struct peer_get *g, void *buf, char *msg, size_t msg_len);
+
+struct peer_client_stats {
+	uint64_t requests, bytes_received, errors, skipped_down;
+};
+void peer_client_get_stats(struct peer_client *pc,
+			   struct peer_client_stats *out);
+
 #ifdef __cplusplus
 }
 #endif
