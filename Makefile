@@ -55,7 +55,7 @@ $(METRICS_OBJS): CPPFLAGS += $(MHD_CFLAGS)
 
 # peer/: the cache group (issue 21): member list, rendezvous placement,
 # wire format and its HMAC authentication (libcrypto)
-PEER_OBJS = peer/member.o peer/proto.o
+PEER_OBJS = peer/member.o peer/proto.o peer/tcp.o
 PEER_A = peer/libpeer.a $(UTIL_A)
 PEER_LIBS = $(CRYPTO_LIBS) $(UTIL_LIBS)
 

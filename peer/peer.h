@@ -5,8 +5,8 @@
  * version owned by one member, so the bucket serves a dataset about once
  * per cluster.
  *
- * Built so far (the design's first step, pure parts only; nothing in
- * fs/ or cache/ calls it yet):
+ * Built so far (the design's first step; nothing in fs/ or cache/ calls
+ * it yet):
  *   - the member list: parsing "host:port,host:port" or a file of them,
  *     validated, duplicates refused, this member found by its listen
  *     address;
@@ -17,7 +17,10 @@
  *   - the wire format: frame headers, GET and DATA bodies as the
  *     offset/size tables of docs/cluster-cache.md, and the HELLO/AUTH
  *     exchange (HMAC-SHA256 over both nonces and both ids with the
- *     group's shared secret, libcrypto).
+ *     group's shared secret, libcrypto);
+ *   - the TCP transport: a server answering GETs through a serve
+ *     callback, a client with kept connections, bounded waits and
+ *     members marked down with back-off.
  *
  * peer/ depends on util/ and libcrypto only.  Every function here is
  * thread-safe: none keeps state between calls.  Decoders never trust

@@ -16,8 +16,13 @@
  * block; AUTH passes for the right secret and fails for another secret,
  * another connection's nonce, a reflected MAC and swapped ids.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -392,6 +397,399 @@ static void test_data(void **state)
 	free(body);
 }
 
+
+/* ---- the TCP transport ---- */
+
+static const unsigned char g_secret[] = "the group's secret, 32 bytes!!!";
+
+/* The serving member's bytes: byte i of key k at offset o is a function
+ * of (k[0], o + i), so the reader can check every byte. */
+static unsigned char byte_at(const char *key, uint64_t pos)
+{
+	return (unsigned char)(key[0] * 131 + pos * 7 + (pos >> 12));
+}
+
+struct srv_state {
+	atomic_int calls;
+	int status;          /* what serve answers */
+};
+
+static int serve_fn(void *arg, const struct peer_get *g, unsigned char *buf)
+{
+	struct srv_state *st = arg;
+
+	atomic_fetch_add(&st->calls, 1);
+	if (st->status)
+		return st->status;
+	for (uint32_t i = 0; i < g->len; i++)
+		buf[i] = byte_at(g->key, g->off + i);
+	return 0;
+}
+
+static bool admit_none(void *arg, const char *id)
+{
+	(void)arg;
+	(void)id;
+	return false;
+}
+
+static struct peer_server *server(struct srv_state *st, peer_admit_fn admit,
+				  char id[64])
+{
+	struct peer_server_config cfg = {
+		.listen = "127.0.0.1:0", .self_id = NULL,
+		.secret = g_secret, .secret_len = sizeof(g_secret) - 1,
+		.block_bytes = 64 * 1024, .timeout_ms = 2000,
+		.serve = serve_fn, .admit = admit, .arg = st,
+	};
+	struct peer_server *s;
+	char msg[512];
+
+	/* The member id must be what the clients dial: bind port 0 first,
+	 * then the id names the port the kernel gave. */
+	assert_ok(peer_server_start(&cfg, &s, msg, sizeof(msg)), msg);
+	snprintf(id, 64, "127.0.0.1:%u", peer_server_port(s));
+	peer_server_stop(s);
+	cfg.listen = id;
+	assert_ok(peer_server_start(&cfg, &s, msg, sizeof(msg)), msg);
+	return s;
+}
+
+static struct peer_client *client(const unsigned char *secret, unsigned ms)
+{
+	struct peer_client_config cfg = {
+		.self_id = "127.0.0.1:1", .secret = secret,
+		.secret_len = sizeof(g_secret) - 1, .timeout_ms = ms,
+	};
+	struct peer_client *pc;
+
+	assert_int_equal(peer_client_new(&cfg, &pc), 0);
+	return pc;
+}
+
+static void get_of(struct peer_get *g, const char *key, uint64_t off,
+		   uint32_t len)
+{
+	memset(g, 0, sizeof(*g));
+	snprintf(g->key, sizeof(g->key), "%s", key);
+	snprintf(g->etag, sizeof(g->etag), "\"e\"");
+	g->size_bytes = 64 * MIB;
+	g->off = off;
+	g->len = len;
+}
+
+static void test_tcp_serve(void **state)
+{
+	struct srv_state st = { 0 };
+	struct peer_server_stats ss;
+	struct peer_client_stats cs;
+	struct peer_server *s;
+	struct peer_client *pc;
+	struct peer_get g;
+	unsigned char *buf = malloc(PEER_RUN_MAX_BYTES);
+	char id[64], msg[512];
+
+	(void)state;
+	assert_non_null(buf);
+	s = server(&st, NULL, id);
+	pc = client(g_secret, 2000);
+	/* A whole run, then a short last one: every byte checked. */
+	get_of(&g, "alpha", 8 * MIB, PEER_RUN_MAX_BYTES);
+	assert_ok(peer_client_get(pc, id, &g, buf, msg, sizeof(msg)), msg);
+	for (uint32_t i = 0; i < g.len; i++)
+		if (buf[i] != byte_at("alpha", g.off + i))
+			fail_msg("byte %u differs", i);
+	get_of(&g, "beta", 3, 100000);
+	assert_ok(peer_client_get(pc, id, &g, buf, msg, sizeof(msg)), msg);
+	for (uint32_t i = 0; i < g.len; i++)
+		assert_int_equal(buf[i], byte_at("beta", 3 + i));
+	/* Not that version at the owner: -ENOENT, and the member stays up
+	 * on the same connection. */
+	st.status = -ENOENT;
+	assert_int_equal(peer_client_get(pc, id, &g, buf, msg, sizeof(msg)),
+			 -ENOENT);
+	/* The owner's fetch failed: an error, the member is down. */
+	st.status = -EIO;
+	assert_int_equal(peer_client_get(pc, id, &g, buf, msg, sizeof(msg)),
+			 -EREMOTEIO);
+	assert_contains(msg, "fetch failed");
+	assert_int_equal(peer_client_get(pc, id, &g, buf, msg, sizeof(msg)),
+			 -EHOSTDOWN);
+	assert_int_equal(atomic_load(&st.calls), 4);
+	peer_server_get_stats(s, &ss);
+	assert_int_equal(ss.conns, 1);
+	assert_int_equal(ss.requests, 4);
+	assert_int_equal(ss.bytes_served, PEER_RUN_MAX_BYTES + 100000);
+	peer_client_get_stats(pc, &cs);
+	assert_int_equal(cs.requests, 4);
+	assert_int_equal(cs.bytes_received, PEER_RUN_MAX_BYTES + 100000);
+	assert_int_equal(cs.skipped_down, 1);
+	peer_client_free(pc);
+	peer_server_stop(s);
+	free(buf);
+}
+
+static void test_tcp_auth(void **state)
+{
+	static const unsigned char wrong[] = "another group's secret, 32 byte";
+	struct srv_state st = { 0 };
+	struct peer_server_stats ss;
+	struct peer_server *s;
+	struct peer_client *pc;
+	struct peer_get g;
+	unsigned char buf[4096];
+	char id[64], msg[512];
+
+	(void)state;
+	s = server(&st, NULL, id);
+	pc = client(wrong, 2000);
+	get_of(&g, "k", 0, sizeof(buf));
+	assert_int_equal(peer_client_get(pc, id, &g, buf, msg, sizeof(msg)),
+			 -EACCES);
+	assert_contains(msg, "authentication failed");
+	/* Give the server's thread a moment to count it. */
+	for (int i = 0; i < 100; i++) {
+		peer_server_get_stats(s, &ss);
+		if (ss.auth_failures)
+			break;
+		usleep(10000);
+	}
+	assert_int_equal(ss.auth_failures, 1);
+	assert_int_equal(ss.requests, 0);
+	assert_int_equal(atomic_load(&st.calls), 0);
+	peer_client_free(pc);
+	/* Authenticated, but not a member the server admits. */
+	peer_server_stop(s);
+	s = server(&st, admit_none, id);
+	pc = client(g_secret, 2000);
+	assert_true(peer_client_get(pc, id, &g, buf, msg, sizeof(msg)) < 0);
+	assert_int_equal(atomic_load(&st.calls), 0);
+	peer_client_free(pc);
+	peer_server_stop(s);
+}
+
+/* A fault-injecting member: a real handshake (it knows the secret),
+ * then one answer that is wrong in the way `mode` says. */
+enum fake_mode { FAKE_FLIP, FAKE_STALL, FAKE_WRONG_ID, FAKE_SHORT,
+		 FAKE_IMPOSTOR };
+
+struct fake {
+	int lfd;
+	unsigned port;
+	enum fake_mode mode;
+	pthread_t t;
+};
+
+static int read_n(int fd, void *buf, size_t n)
+{
+	char *p = buf;
+
+	while (n) {
+		ssize_t r = read(fd, p, n);
+
+		if (r <= 0)
+			return -1;
+		p += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+static void send_fr(int fd, enum peer_type t, const void *b, size_t n)
+{
+	unsigned char h[PEER_HDR_BYTES];
+
+	peer_hdr_encode(h, t, (uint32_t)n);
+	assert_int_equal(write(fd, h, sizeof(h)), sizeof(h));
+	if (n)
+		assert_int_equal(write(fd, b, n), (ssize_t)n);
+}
+
+static uint32_t recv_fr(int fd, unsigned char *b, size_t cap)
+{
+	unsigned char h[PEER_HDR_BYTES];
+	enum peer_type t;
+	uint32_t n;
+
+	if (read_n(fd, h, sizeof(h)) || peer_hdr_decode(h, &t, &n) ||
+	    n > cap || read_n(fd, b, n))
+		return UINT32_MAX;
+	return n;
+}
+
+static void *fake_main(void *arg)
+{
+	struct fake *f = arg;
+	struct peer_hello me, them;
+	unsigned char b[4096], mac[PEER_MAC_BYTES];
+	struct peer_get g;
+	uint32_t n, crcs[4];
+	unsigned char *data;
+	int fd = accept(f->lfd, NULL, NULL), k;
+
+	assert_true(fd >= 0);
+	hello(&me, "", 9);
+	snprintf(me.id, sizeof(me.id), "%s", f->mode == FAKE_IMPOSTOR ?
+		 "10.9.9.9:1" : "");
+	if (f->mode != FAKE_IMPOSTOR)
+		snprintf(me.id, sizeof(me.id), "127.0.0.1:%u", f->port);
+	n = recv_fr(fd, b, sizeof(b));
+	assert_true(n != UINT32_MAX);
+	assert_ok(peer_hello_decode(b, n, &them), "their hello");
+	k = peer_hello_encode(&me, b, sizeof(b));
+	send_fr(fd, PEER_HELLO, b, (size_t)k);
+	n = recv_fr(fd, b, sizeof(b));
+	assert_int_equal(n, PEER_MAC_BYTES);
+	assert_ok(peer_auth_mac(g_secret, sizeof(g_secret) - 1, &me, &them,
+				mac), "mac");
+	send_fr(fd, PEER_AUTH, mac, sizeof(mac));
+	n = recv_fr(fd, b, sizeof(b));
+	if (n == UINT32_MAX)   /* the impostor: the client hung up */
+		goto out;
+	assert_ok(peer_get_decode(b, n, &g), "get");
+	if (f->mode == FAKE_STALL) {
+		while (read(fd, b, sizeof(b)) > 0)
+			;   /* until the client gives up and closes */
+		goto out;
+	}
+	/* 4 blocks of 4 KiB, the right bytes and their CRCs. */
+	data = malloc(peer_data_head_bytes(4) + 4 * 4096);
+	assert_non_null(data);
+	for (uint32_t i = 0; i < 4 * 4096; i++)
+		data[peer_data_head_bytes(4) + i] = byte_at(g.key, g.off + i);
+	for (uint32_t i = 0; i < 4; i++)
+		crcs[i] = util_crc32c(0, data + peer_data_head_bytes(4) +
+				      i * 4096, 4096);
+	k = peer_data_head_encode(f->mode == FAKE_WRONG_ID ? g.req_id + 1 :
+				  g.req_id, 0, 4096, crcs, 4, data,
+				  peer_data_head_bytes(4));
+	assert_int_equal(k, (int)peer_data_head_bytes(4));
+	if (f->mode == FAKE_FLIP)
+		data[k + 4096 + 5] ^= 1;
+	if (f->mode == FAKE_SHORT) {   /* 3 blocks, table of 3 */
+		k = peer_data_head_encode(g.req_id, 0, 4096, crcs, 3, data,
+					  peer_data_head_bytes(3));
+		memmove(data + k, data + peer_data_head_bytes(4), 3 * 4096);
+		send_fr(fd, PEER_DATA, data, (size_t)k + 3 * 4096);
+	} else {
+		send_fr(fd, PEER_DATA, data, (size_t)k + 4 * 4096);
+	}
+	free(data);
+	while (read(fd, b, sizeof(b)) > 0)
+		;
+out:
+	close(fd);
+	return NULL;
+}
+
+static void fake_start(struct fake *f, enum fake_mode mode)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t al = sizeof(a);
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	f->mode = mode;
+	f->lfd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(f->lfd >= 0);
+	assert_int_equal(bind(f->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(f->lfd, 4), 0);
+	assert_int_equal(getsockname(f->lfd, (struct sockaddr *)&a, &al), 0);
+	f->port = ntohs(a.sin_port);
+	assert_int_equal(pthread_create(&f->t, NULL, fake_main, f), 0);
+}
+
+static void test_tcp_faults(void **state)
+{
+	static const struct {
+		enum fake_mode mode;
+		int rc;
+		const char *said;
+	} cases[] = {
+		{ FAKE_FLIP, -EBADMSG, "block 1 of k at 4096 does not match" },
+		{ FAKE_STALL, -ETIMEDOUT, "timed out" },
+		{ FAKE_WRONG_ID, -EPROTO, "Protocol error" },
+		{ FAKE_SHORT, -EPROTO, "Protocol error" },
+		{ FAKE_IMPOSTOR, -EPROTO, "answered as '10.9.9.9:1'" },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		struct peer_client *pc = client(g_secret, 500);
+		unsigned char buf[4 * 4096];
+		struct peer_get g;
+		struct fake f;
+		char id[64], msg[512];
+		uint64_t t0 = util_now_ms(), dt;
+
+		fake_start(&f, cases[i].mode);
+		snprintf(id, sizeof(id), "127.0.0.1:%u", f.port);
+		get_of(&g, "k", 4096, sizeof(buf));
+		assert_int_equal(peer_client_get(pc, id, &g, buf, msg,
+						 sizeof(msg)), cases[i].rc);
+		dt = util_now_ms() - t0;
+		assert_contains(msg, cases[i].said);
+		/* Within the timeout, and skipped at once afterwards. */
+		assert_true(dt < 1500);
+		assert_int_equal(peer_client_get(pc, id, &g, buf, msg,
+						 sizeof(msg)), -EHOSTDOWN);
+		peer_client_free(pc);   /* closes: the fake's read ends */
+		pthread_join(f.t, NULL);
+		close(f.lfd);
+	}
+}
+
+static void test_tcp_errors(void **state)
+{
+	struct peer_server_config cfg = {
+		.listen = "127.0.0.1:0", .secret = g_secret,
+		.secret_len = sizeof(g_secret) - 1, .serve = serve_fn,
+	};
+	struct srv_state st = { 0 };
+	struct peer_server *s, *s2;
+	struct peer_client *pc;
+	struct peer_get g;
+	unsigned char buf[4096];
+	char id[64], msg[512];
+
+	(void)state;
+	cfg.arg = &st;
+	cfg.listen = "no-port";
+	assert_int_equal(peer_server_start(&cfg, &s, msg, sizeof(msg)),
+			 -EINVAL);
+	assert_contains(msg, "'no-port' is not addr:port");
+	cfg.listen = "127.0.0.1:0";
+	cfg.secret_len = 8;
+	assert_int_equal(peer_server_start(&cfg, &s, msg, sizeof(msg)),
+			 -EINVAL);
+	assert_contains(msg, "secret");
+	cfg.secret_len = sizeof(g_secret) - 1;
+	/* The port taken by another server. */
+	s = server(&st, NULL, id);
+	cfg.listen = id;
+	assert_int_equal(peer_server_start(&cfg, &s2, msg, sizeof(msg)),
+			 -EADDRINUSE);
+	assert_contains(msg, id);
+	/* Nobody on the port any more: refused, then down. */
+	peer_server_stop(s);
+	pc = client(g_secret, 500);
+	get_of(&g, "k", 0, sizeof(buf));
+	assert_int_equal(peer_client_get(pc, id, &g, buf, msg, sizeof(msg)),
+			 -ECONNREFUSED);
+	assert_contains(msg, id);
+	assert_int_equal(peer_client_get(pc, id, &g, buf, msg, sizeof(msg)),
+			 -EHOSTDOWN);
+	peer_client_free(pc);
+	/* A server stopped while a client holds an idle connection. */
+	s = server(&st, NULL, id);
+	pc = client(g_secret, 2000);
+	assert_ok(peer_client_get(pc, id, &g, buf, msg, sizeof(msg)), msg);
+	peer_server_stop(s);
+	/* The kept connection is dead: a new one is refused (down). */
+	assert_int_equal(peer_client_get(pc, id, &g, buf, msg, sizeof(msg)),
+			 -ECONNREFUSED);
+	peer_client_free(pc);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -406,6 +804,10 @@ int main(void)
 		cmocka_unit_test(test_auth),
 		cmocka_unit_test(test_get),
 		cmocka_unit_test(test_data),
+		cmocka_unit_test(test_tcp_serve),
+		cmocka_unit_test(test_tcp_auth),
+		cmocka_unit_test(test_tcp_faults),
+		cmocka_unit_test(test_tcp_errors),
 	};
 
 	return run_tests_in_tmp_dir("test_peer", tests);

@@ -1,0 +1,770 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tcp.c - the cache group's TCP transport: a server that answers other
+ * members' GETs from this member's cache (through the caller's serve
+ * function), and a client that asks them, with every wait bounded.
+ *
+ * Sockets are non-blocking; each transfer is poll + recv/send against a
+ * deadline, so no peer can hold a thread longer than timeout_ms per
+ * request.  The server runs one thread per connection (at most
+ * max_conns) and one accepting; stopping shuts every socket down, which
+ * wakes each thread's poll, and waits for them all.  The client keeps a
+ * few authenticated connections per member and a down-until time with
+ * exponential back-off for members that failed (peer.h).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <openssl/rand.h>
+
+#include "peer/peer.h"
+#include "util/util.h"
+
+#define DOWN_FIRST_MS 5000u
+#define DOWN_MAX_MS 60000u
+
+/* ---- bounded transfers ---- */
+
+static int wait_fd(int fd, short ev, uint64_t deadline_ms)
+{
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = ev };
+		uint64_t now = util_now_ms();
+		int rc;
+
+		if (deadline_ms && now >= deadline_ms)
+			return -ETIMEDOUT;
+		rc = poll(&p, 1, deadline_ms ? (int)(deadline_ms - now) : -1);
+		if (rc > 0)
+			return 0;   /* ready, or an error the call will tell */
+		if (rc < 0 && errno != EINTR)
+			return -errno;
+	}
+}
+
+/* Reads exactly n bytes by deadline_ms (0: no deadline).  -ECONNRESET
+ * for a connection closed before them. */
+static int recv_full(int fd, void *buf, size_t n, uint64_t deadline_ms)
+{
+	char *p = buf;
+
+	while (n) {
+		ssize_t r = recv(fd, p, n, 0);
+
+		if (r > 0) {
+			p += r;
+			n -= (size_t)r;
+			continue;
+		}
+		if (r == 0)
+			return -ECONNRESET;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return -errno;
+		r = wait_fd(fd, POLLIN, deadline_ms);
+		if (r)
+			return (int)r;
+	}
+	return 0;
+}
+
+static int send_iov(int fd, struct iovec *iov, int niov,
+		    uint64_t deadline_ms)
+{
+	while (niov) {
+		struct msghdr m = { .msg_iov = iov, .msg_iovlen = (size_t)niov };
+		ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL);
+
+		if (w < 0) {
+			int rc;
+
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				return -errno;
+			rc = wait_fd(fd, POLLOUT, deadline_ms);
+			if (rc)
+				return rc;
+			continue;
+		}
+		while (niov && (size_t)w >= iov->iov_len) {
+			w -= (ssize_t)iov->iov_len;
+			iov++;
+			niov--;
+		}
+		if (niov) {
+			iov->iov_base = (char *)iov->iov_base + w;
+			iov->iov_len -= (size_t)w;
+		}
+	}
+	return 0;
+}
+
+static int send_frame(int fd, enum peer_type t, const void *body,
+		      size_t len, const void *tail, size_t tail_len,
+		      uint64_t deadline_ms)
+{
+	unsigned char hdr[PEER_HDR_BYTES];
+	struct iovec iov[3] = {
+		{ hdr, sizeof(hdr) },
+		{ (void *)(uintptr_t)body, len },
+		{ (void *)(uintptr_t)tail, tail_len },
+	};
+
+	peer_hdr_encode(hdr, t, (uint32_t)(len + tail_len));
+	return send_iov(fd, iov, 3, deadline_ms);
+}
+
+/* Reads one frame of type want into buf (cap bytes); *len its body. */
+static int recv_frame(int fd, enum peer_type want, unsigned char *buf,
+		      size_t cap, uint32_t *len, uint64_t deadline_ms)
+{
+	unsigned char hdr[PEER_HDR_BYTES];
+	enum peer_type t;
+	int rc = recv_full(fd, hdr, sizeof(hdr), deadline_ms);
+
+	if (rc)
+		return rc;
+	rc = peer_hdr_decode(hdr, &t, len);
+	if (rc)
+		return rc;
+	if (t != want || *len > cap)
+		return t == PEER_BYE ? -ECONNRESET : -EPROTO;
+	return recv_full(fd, buf, *len, deadline_ms);
+}
+
+static void nonblock(int fd)
+{
+	int one = 1;
+
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+/* "host:port" or "[v6]:port" into host and port strings. */
+static int split_id(const char *id, char *host, size_t host_len,
+		    char port[8])
+{
+	const char *colon = strrchr(id, ':');
+	size_t hl;
+
+	if (!colon || strlen(colon + 1) >= 8)
+		return -EINVAL;
+	if (id[0] == '[') {
+		if (colon == id || colon[-1] != ']')
+			return -EINVAL;
+		hl = (size_t)(colon - id) - 2;
+		id++;
+	} else {
+		hl = (size_t)(colon - id);
+	}
+	if (!hl || hl >= host_len)
+		return -EINVAL;
+	memcpy(host, id, hl);
+	host[hl] = '\0';
+	snprintf(port, 8, "%s", colon + 1);
+	return 0;
+}
+
+/* Both sides at once: send HELLO, read theirs, send AUTH, check theirs.
+ * *other receives the other side's HELLO. */
+static int handshake(int fd, const char *self_id, const unsigned char *secret,
+		     size_t secret_len, struct peer_hello *other,
+		     uint64_t deadline_ms)
+{
+	unsigned char buf[2 + PEER_ID_MAX + 64], mac[PEER_MAC_BYTES];
+	struct peer_hello own = { .version = PEER_VERSION };
+	uint32_t len;
+	int n, rc;
+
+	snprintf(own.id, sizeof(own.id), "%s", self_id);
+	if (RAND_bytes(own.nonce, PEER_NONCE_BYTES) != 1)
+		return -EIO;
+	n = peer_hello_encode(&own, buf, sizeof(buf));
+	if (n < 0)
+		return n;
+	rc = send_frame(fd, PEER_HELLO, buf, (size_t)n, NULL, 0, deadline_ms);
+	if (!rc)
+		rc = recv_frame(fd, PEER_HELLO, buf, sizeof(buf), &len,
+				deadline_ms);
+	if (!rc)
+		rc = peer_hello_decode(buf, len, other);
+	if (!rc)
+		rc = peer_auth_mac(secret, secret_len, &own, other, mac);
+	if (!rc)
+		rc = send_frame(fd, PEER_AUTH, mac, sizeof(mac), NULL, 0,
+				deadline_ms);
+	if (!rc)
+		rc = recv_frame(fd, PEER_AUTH, buf, sizeof(buf), &len,
+				deadline_ms);
+	if (!rc && len != PEER_MAC_BYTES)
+		rc = -EPROTO;
+	if (!rc)
+		rc = peer_auth_check(secret, secret_len, other, &own, buf);
+	return rc;
+}
+
+/* ---- the server ---- */
+
+struct peer_server {
+	struct peer_server_config cfg;
+	char *self_id;
+	int lfd;
+	unsigned port;
+	pthread_t acceptor;
+	pthread_mutex_t lock;     /* protects conns, nconns, stopping */
+	pthread_cond_t gone;
+	struct srv_conn *conns;
+	unsigned nconns;
+	bool stopping;
+	atomic_uint_fast64_t n_conns, n_auth_fail, n_requests, n_bytes,
+		n_errors;
+};
+
+struct srv_conn {
+	struct peer_server *s;
+	struct srv_conn *next;
+	int fd;
+};
+
+static void serve_conn(struct peer_server *s, int fd)
+{
+	const struct peer_server_config *cfg = &s->cfg;
+	uint32_t bb = cfg->block_bytes;
+	uint32_t crcs[PEER_RUN_MAX_BYTES / 4096 + 1];
+	unsigned char *buf = NULL, head[sizeof(crcs) + 64];
+	unsigned char body[PEER_KEY_MAX + PEER_ETAG_MAX + 64];
+	struct peer_hello other;
+	int rc;
+
+	rc = handshake(fd, s->self_id, cfg->secret, cfg->secret_len, &other,
+		       util_now_ms() + cfg->timeout_ms);
+	if (!rc && cfg->admit && !cfg->admit(cfg->arg, other.id))
+		rc = -EACCES;
+	if (rc) {
+		if (rc == -EACCES)
+			atomic_fetch_add(&s->n_auth_fail, 1);
+		return;
+	}
+	for (;;) {
+		struct peer_get g;
+		uint32_t len, nb = 0;
+		int st, n;
+
+		unsigned char hdr[PEER_HDR_BYTES];
+		enum peer_type t;
+
+		/* Idle until the next request (or stop's shutdown), then
+		 * its body within the timeout. */
+		if (recv_full(fd, hdr, sizeof(hdr), 0) ||
+		    peer_hdr_decode(hdr, &t, &len) || t != PEER_GET ||
+		    len > sizeof(body) ||
+		    recv_full(fd, body, len, util_now_ms() + cfg->timeout_ms))
+			break;
+		if (peer_get_decode(body, len, &g)) {
+			atomic_fetch_add(&s->n_errors, 1);
+			break;
+		}
+		atomic_fetch_add(&s->n_requests, 1);
+		if (!buf && !(buf = malloc(PEER_RUN_MAX_BYTES)))
+			st = -ENOMEM;
+		else
+			st = cfg->serve(cfg->arg, &g, buf);
+		if (st && st != -ENOENT) {
+			atomic_fetch_add(&s->n_errors, 1);
+			st = -EIO;
+		}
+		if (!st) {
+			nb = (g.len + bb - 1) / bb;
+			for (uint32_t b = 0; b < nb; b++)
+				crcs[b] = util_crc32c(0, buf + (size_t)b * bb,
+					b + 1 < nb ? bb : g.len - b * bb);
+		}
+		n = peer_data_head_encode(g.req_id, st, bb, crcs, nb, head,
+					  sizeof(head));
+		if (n < 0)
+			break;
+		rc = send_frame(fd, PEER_DATA, head, (size_t)n, buf,
+				st ? 0 : g.len,
+				util_now_ms() + cfg->timeout_ms);
+		if (rc)
+			break;
+		if (!st)
+			atomic_fetch_add(&s->n_bytes, g.len);
+	}
+	free(buf);
+}
+
+static void *conn_main(void *arg)
+{
+	struct srv_conn *c = arg, **pp;
+	struct peer_server *s = c->s;
+
+	serve_conn(s, c->fd);
+	pthread_mutex_lock(&s->lock);
+	for (pp = &s->conns; *pp != c; pp = &(*pp)->next)
+		;
+	*pp = c->next;
+	s->nconns--;
+	close(c->fd);
+	pthread_cond_broadcast(&s->gone);
+	pthread_mutex_unlock(&s->lock);
+	free(c);
+	return NULL;
+}
+
+static void *accept_main(void *arg)
+{
+	struct peer_server *s = arg;
+
+	for (;;) {
+		struct srv_conn *c;
+		pthread_t t;
+		pthread_attr_t at;
+		int fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC);
+
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK) {
+				if (wait_fd(s->lfd, POLLIN, 0))
+					break;
+				pthread_mutex_lock(&s->lock);
+				if (s->stopping) {
+					pthread_mutex_unlock(&s->lock);
+					break;
+				}
+				pthread_mutex_unlock(&s->lock);
+				continue;
+			}
+			if (errno == EMFILE || errno == ENFILE ||
+			    errno == ENOMEM || errno == ENOBUFS) {
+				usleep(100000);
+				continue;
+			}
+			break;   /* EINVAL after shutdown: stopping */
+		}
+		nonblock(fd);
+		pthread_mutex_lock(&s->lock);
+		if (s->stopping || s->nconns >= s->cfg.max_conns ||
+		    !(c = calloc(1, sizeof(*c)))) {
+			pthread_mutex_unlock(&s->lock);
+			close(fd);
+			continue;
+		}
+		c->s = s;
+		c->fd = fd;
+		pthread_attr_init(&at);
+		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+		if (pthread_create(&t, &at, conn_main, c)) {
+			pthread_mutex_unlock(&s->lock);
+			pthread_attr_destroy(&at);
+			close(fd);
+			free(c);
+			continue;
+		}
+		pthread_attr_destroy(&at);
+		c->next = s->conns;
+		s->conns = c;
+		s->nconns++;
+		atomic_fetch_add(&s->n_conns, 1);
+		pthread_mutex_unlock(&s->lock);
+	}
+	return NULL;
+}
+
+int peer_server_start(const struct peer_server_config *cfg,
+		      struct peer_server **out, char *msg, size_t msg_len)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
+	struct addrinfo *ai = NULL;
+	struct sockaddr_storage sa;
+	socklen_t sl = sizeof(sa);
+	struct peer_server *s;
+	char host[PEER_ID_MAX + 1], port[8];
+	int rc, one = 1;
+
+	util_msg(msg, msg_len, "%s", "");
+	if (split_id(cfg->listen, host, sizeof(host), port)) {
+		util_msg(msg, msg_len, "--peer-listen '%s' is not addr:port",
+			 cfg->listen);
+		return -EINVAL;
+	}
+	if (cfg->secret_len < PEER_SECRET_MIN ||
+	    cfg->secret_len > PEER_SECRET_MAX || !cfg->serve) {
+		util_msg(msg, msg_len, "the peer secret must be %d to %d "
+			 "bytes", PEER_SECRET_MIN, PEER_SECRET_MAX);
+		return -EINVAL;
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->cfg = *cfg;
+	if (!s->cfg.block_bytes)
+		s->cfg.block_bytes = 1u << 20;
+	if (s->cfg.block_bytes < 4096 || s->cfg.block_bytes > PEER_RUN_MAX_BYTES)
+		s->cfg.block_bytes = 1u << 20;
+	if (!s->cfg.timeout_ms)
+		s->cfg.timeout_ms = 2000;
+	if (!s->cfg.max_conns)
+		s->cfg.max_conns = 64;
+	s->self_id = strdup(cfg->self_id ? cfg->self_id : cfg->listen);
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_cond_init(&s->gone, NULL);
+	s->lfd = -1;
+	rc = getaddrinfo(host, port, &hints, &ai);
+	if (rc || !ai || !s->self_id) {
+		util_msg(msg, msg_len, "--peer-listen %s: %s", cfg->listen,
+			 rc ? gai_strerror(rc) : "no address");
+		rc = -EINVAL;
+		goto out_free;
+	}
+	s->lfd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s->lfd < 0 ||
+	    setsockopt(s->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
+	    bind(s->lfd, ai->ai_addr, ai->ai_addrlen) ||
+	    listen(s->lfd, 64) ||
+	    getsockname(s->lfd, (struct sockaddr *)&sa, &sl)) {
+		rc = -errno;
+		util_msg(msg, msg_len, "--peer-listen %s: %s (another "
+			 "process on that port, or not an address of this "
+			 "host?)", cfg->listen, strerror(errno));
+		goto out_free;
+	}
+	fcntl(s->lfd, F_SETFL, fcntl(s->lfd, F_GETFL) | O_NONBLOCK);
+	s->port = ntohs(sa.ss_family == AF_INET6 ?
+			((struct sockaddr_in6 *)&sa)->sin6_port :
+			((struct sockaddr_in *)&sa)->sin_port);
+	freeaddrinfo(ai);
+	ai = NULL;
+	if (pthread_create(&s->acceptor, NULL, accept_main, s)) {
+		rc = -EAGAIN;
+		goto out_free;
+	}
+	*out = s;
+	return 0;
+out_free:
+	if (ai)
+		freeaddrinfo(ai);
+	if (s->lfd >= 0)
+		close(s->lfd);
+	pthread_cond_destroy(&s->gone);
+	pthread_mutex_destroy(&s->lock);
+	free(s->self_id);
+	free(s);
+	return rc;
+}
+
+unsigned peer_server_port(const struct peer_server *s)
+{
+	return s->port;
+}
+
+void peer_server_get_stats(struct peer_server *s,
+			   struct peer_server_stats *out)
+{
+	out->conns = atomic_load(&s->n_conns);
+	out->auth_failures = atomic_load(&s->n_auth_fail);
+	out->requests = atomic_load(&s->n_requests);
+	out->bytes_served = atomic_load(&s->n_bytes);
+	out->errors = atomic_load(&s->n_errors);
+}
+
+void peer_server_stop(struct peer_server *s)
+{
+	if (!s)
+		return;
+	pthread_mutex_lock(&s->lock);
+	s->stopping = true;
+	shutdown(s->lfd, SHUT_RDWR);
+	for (struct srv_conn *c = s->conns; c; c = c->next)
+		shutdown(c->fd, SHUT_RDWR);
+	pthread_mutex_unlock(&s->lock);
+	pthread_join(s->acceptor, NULL);
+	pthread_mutex_lock(&s->lock);
+	while (s->nconns)
+		pthread_cond_wait(&s->gone, &s->lock);
+	pthread_mutex_unlock(&s->lock);
+	close(s->lfd);
+	pthread_cond_destroy(&s->gone);
+	pthread_mutex_destroy(&s->lock);
+	free(s->self_id);
+	free(s);
+}
+
+/* ---- the client ---- */
+
+struct cli_member {
+	struct cli_member *next;
+	char id[PEER_ID_MAX + 1];
+	int idle[PEER_CONNS_PER_MEMBER];   /* authenticated, unused */
+	unsigned nidle;
+	uint64_t down_until_ms;
+	unsigned down_ms;                  /* the next back-off */
+};
+
+struct peer_client {
+	struct peer_client_config cfg;
+	char *self_id;
+	pthread_mutex_t lock;              /* protects members */
+	struct cli_member *members;
+	atomic_uint_fast64_t next_req, n_requests, n_bytes, n_errors, n_down;
+};
+
+int peer_client_new(const struct peer_client_config *cfg,
+		    struct peer_client **out)
+{
+	struct peer_client *pc;
+
+	if (cfg->secret_len < PEER_SECRET_MIN ||
+	    cfg->secret_len > PEER_SECRET_MAX || !cfg->self_id)
+		return -EINVAL;
+	pc = calloc(1, sizeof(*pc));
+	if (!pc)
+		return -ENOMEM;
+	pc->cfg = *cfg;
+	if (!pc->cfg.timeout_ms)
+		pc->cfg.timeout_ms = 2000;
+	pc->self_id = strdup(cfg->self_id);
+	if (!pc->self_id) {
+		free(pc);
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&pc->lock, NULL);
+	atomic_store(&pc->next_req, 1);
+	*out = pc;
+	return 0;
+}
+
+void peer_client_free(struct peer_client *pc)
+{
+	struct cli_member *m, *n;
+
+	if (!pc)
+		return;
+	for (m = pc->members; m; m = n) {
+		n = m->next;
+		while (m->nidle)
+			close(m->idle[--m->nidle]);
+		free(m);
+	}
+	pthread_mutex_destroy(&pc->lock);
+	free(pc->self_id);
+	free(pc);
+}
+
+void peer_client_get_stats(struct peer_client *pc,
+			   struct peer_client_stats *out)
+{
+	out->requests = atomic_load(&pc->n_requests);
+	out->bytes_received = atomic_load(&pc->n_bytes);
+	out->errors = atomic_load(&pc->n_errors);
+	out->skipped_down = atomic_load(&pc->n_down);
+}
+
+/* The member's entry (pc->lock held), made on first use. */
+static struct cli_member *member_of(struct peer_client *pc, const char *id)
+{
+	struct cli_member *m;
+
+	for (m = pc->members; m; m = m->next)
+		if (!strcmp(m->id, id))
+			return m;
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return NULL;
+	snprintf(m->id, sizeof(m->id), "%s", id);
+	m->next = pc->members;
+	pc->members = m;
+	return m;
+}
+
+static int dial(struct peer_client *pc, const char *id, uint64_t deadline,
+		char *msg, size_t msg_len)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_NUMERICSERV };
+	struct addrinfo *ai = NULL;
+	struct peer_hello other = { 0 };
+	char host[PEER_ID_MAX + 1], port[8];
+	int fd, rc, err = 0;
+	socklen_t el = sizeof(err);
+
+	if (split_id(id, host, sizeof(host), port))
+		return -EINVAL;
+	rc = getaddrinfo(host, port, &hints, &ai);
+	if (rc || !ai) {
+		util_msg(msg, msg_len, "peer %s: %s", id,
+			 rc ? gai_strerror(rc) : "no address");
+		return -EHOSTUNREACH;
+	}
+	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		rc = -errno;
+		freeaddrinfo(ai);
+		return rc;
+	}
+	nonblock(fd);
+	rc = connect(fd, ai->ai_addr, ai->ai_addrlen) ? -errno : 0;
+	freeaddrinfo(ai);
+	if (rc == -EINPROGRESS) {
+		rc = wait_fd(fd, POLLOUT, deadline);
+		if (!rc && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el))
+			rc = -errno;
+		else if (!rc && err)
+			rc = -err;
+	}
+	if (!rc)
+		rc = handshake(fd, pc->self_id, pc->cfg.secret,
+			       pc->cfg.secret_len, &other, deadline);
+	if (!rc && strcmp(other.id, id)) {
+		/* Not the member meant: a stale list, or an impostor. */
+		util_msg(msg, msg_len, "peer %s answered as '%s', not as "
+			 "the member listed", id, other.id);
+		close(fd);
+		return -EPROTO;
+	}
+	if (rc) {
+		util_msg(msg, msg_len, "peer %s: %s", id,
+			 rc == -EACCES ? "authentication failed (is the "
+			 "group's secret the same on both?)" :
+			 rc == -EPROTO ? "bad handshake" : strerror(-rc));
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
+/* Sends g on fd and reads the answer into buf; 0, -ENOENT or -errno. */
+static int exchange(int fd, const struct peer_get *g, unsigned char *buf,
+		    uint64_t deadline, char *msg, size_t msg_len,
+		    const char *id)
+{
+	unsigned char body[PEER_KEY_MAX + PEER_ETAG_MAX + 64], hdr[PEER_HDR_BYTES];
+	unsigned char *frame;
+	struct peer_data d;
+	enum peer_type t;
+	uint32_t len, bad;
+	int n, rc;
+
+	n = peer_get_encode(g, body, sizeof(body));
+	if (n < 0)
+		return n;
+	rc = send_frame(fd, PEER_GET, body, (size_t)n, NULL, 0, deadline);
+	if (!rc)
+		rc = recv_full(fd, hdr, sizeof(hdr), deadline);
+	if (!rc)
+		rc = peer_hdr_decode(hdr, &t, &len);
+	if (!rc && t != PEER_DATA)
+		rc = -EPROTO;
+	if (rc)
+		goto out_msg;
+	frame = malloc(len ? len : 1);
+	if (!frame)
+		return -ENOMEM;
+	rc = recv_full(fd, frame, len, deadline);
+	if (!rc)
+		rc = peer_data_decode(frame, len, &d, &bad);
+	if (!rc && d.req_id != g->req_id)
+		rc = -EPROTO;
+	if (!rc && !d.status && d.nbytes != g->len)
+		rc = -EPROTO;
+	if (!rc && d.status)
+		rc = d.status == -ENOENT ? -ENOENT : -EREMOTEIO;
+	if (!rc)
+		memcpy(buf, d.bytes, g->len);
+	free(frame);
+	if (rc == -EBADMSG) {
+		util_msg(msg, msg_len, "peer %s: block %u of %s at %llu does "
+			 "not match its CRC32C", id, bad, g->key,
+			 (unsigned long long)g->off);
+		return rc;
+	}
+out_msg:
+	if (rc && rc != -ENOENT)
+		util_msg(msg, msg_len, "peer %s: %s", id,
+			 rc == -EREMOTEIO ? "the owner's fetch failed" :
+			 strerror(-rc));
+	return rc;
+}
+
+int peer_client_get(struct peer_client *pc, const char *member,
+		    struct peer_get *g, void *buf, char *msg, size_t msg_len)
+{
+	uint64_t now = util_now_ms(), deadline = now + pc->cfg.timeout_ms;
+	struct cli_member *m;
+	int fd = -1, rc;
+
+	util_msg(msg, msg_len, "%s", "");
+	g->req_id = atomic_fetch_add(&pc->next_req, 1);
+	pthread_mutex_lock(&pc->lock);
+	m = member_of(pc, member);
+	if (!m) {
+		pthread_mutex_unlock(&pc->lock);
+		return -ENOMEM;
+	}
+	if (m->down_until_ms > now) {
+		pthread_mutex_unlock(&pc->lock);
+		atomic_fetch_add(&pc->n_down, 1);
+		util_msg(msg, msg_len, "peer %s is down", member);
+		return -EHOSTDOWN;
+	}
+	if (m->nidle)
+		fd = m->idle[--m->nidle];
+	pthread_mutex_unlock(&pc->lock);
+	atomic_fetch_add(&pc->n_requests, 1);
+	if (fd >= 0) {
+		/* A kept connection the member closed meanwhile (it
+		 * restarted, or stopped a connection idle too long): once
+		 * more on a new one before calling the member down. */
+		rc = exchange(fd, g, buf, deadline, msg, msg_len, member);
+		if (rc == -ECONNRESET || rc == -EPIPE) {
+			close(fd);
+			fd = -1;
+		}
+	}
+	if (fd < 0) {
+		fd = dial(pc, member, deadline, msg, msg_len);
+		rc = fd < 0 ? fd : exchange(fd, g, buf, deadline, msg,
+					    msg_len, member);
+	}
+	pthread_mutex_lock(&pc->lock);
+	if (!rc || rc == -ENOENT) {
+		m->down_ms = 0;
+		m->down_until_ms = 0;
+		if (m->nidle < PEER_CONNS_PER_MEMBER) {
+			m->idle[m->nidle++] = fd;
+			fd = -1;
+		}
+	} else {
+		m->down_ms = m->down_ms ? m->down_ms * 2 : DOWN_FIRST_MS;
+		if (m->down_ms > DOWN_MAX_MS)
+			m->down_ms = DOWN_MAX_MS;
+		m->down_until_ms = util_now_ms() + m->down_ms;
+		/* Its other connections are as suspect as this one. */
+		while (m->nidle)
+			close(m->idle[--m->nidle]);
+	}
+	pthread_mutex_unlock(&pc->lock);
+	if (fd >= 0)
+		close(fd);
+	if (!rc)
+		atomic_fetch_add(&pc->n_bytes, g->len);
+	else if (rc != -ENOENT)
+		atomic_fetch_add(&pc->n_errors, 1);
+	return rc;
+}
