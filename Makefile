@@ -70,9 +70,9 @@ OBJSTORE_LIBS = $(CURL_LIBS) $(CRYPTO_LIBS) $(EXPAT_LIBS) $(UTIL_LIBS)
 # write-back)
 CACHE_OBJS = cache/cache.o cache/evict.o cache/index.o cache/fetch.o \
 	cache/uring.o cache/wb.o cache/wb_upload.o cache/wb_meta.o \
-	cache/listing.o
-CACHE_A = cache/libcache.a $(OBJSTORE_A)
-CACHE_LIBS = $(SQLITE_LIBS) $(URING_LIBS) $(OBJSTORE_LIBS)
+	cache/listing.o cache/group.o
+CACHE_A = cache/libcache.a $(PEER_A) $(OBJSTORE_A)
+CACHE_LIBS = $(SQLITE_LIBS) $(URING_LIBS) $(PEER_LIBS) $(OBJSTORE_LIBS)
 
 # fs/: FUSE low-level operations over cache + objstore
 FS_OBJS = fs/fs.o fs/inode.o fs/ctl.o fs/write.o fs/link.o fs/passthrough.o fs/uring.o \

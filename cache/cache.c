@@ -708,6 +708,7 @@ static void ensure_scan_locked(struct cache_file *f, uint32_t b0,
 			continue;
 		}
 		for (e = b + 1; e < b1 && e - b < run_blocks &&
+		     !cache_group_cut(f->c, e, run_blocks) &&
 		     !bit_test(f->present, e) && !bit_test(f->busy, e); e++)
 			;
 		for (uint32_t i = b; i < e; i++)
@@ -1088,6 +1089,12 @@ void cache_get_stats(struct cache *c, struct cache_stats *out)
 	out->crc_failures = atomic_load(&c->crc_failures);
 	out->fetch_errors = atomic_load(&c->fetch_errors);
 	out->connected = atomic_load(&c->connected);
+	out->peer_hits = atomic_load(&c->peer_hits);
+	out->peer_bytes_in = atomic_load(&c->peer_bytes_in);
+	out->peer_fallbacks = atomic_load(&c->peer_fallbacks);
+	out->peer_served = atomic_load(&c->peer_served);
+	out->peer_bytes_out = atomic_load(&c->peer_bytes_out);
+	out->peer_refused = atomic_load(&c->peer_refused);
 }
 
 /* ---- open and close ---- */

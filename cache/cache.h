@@ -34,6 +34,7 @@
 #include <sys/types.h>
 
 #include "objstore/objstore.h"
+#include "peer/peer.h"
 
 struct cache_config {
 	const char *dir;              /* cache directory; created if missing */
@@ -207,10 +208,37 @@ struct cache_stats {
 	uint64_t crc_failures;          /* blocks that failed verification */
 	uint64_t fetch_errors;
 	bool connected;                 /* last store request succeeded */
+	/* The cache group (cache_set_group; all 0 without one). */
+	uint64_t peer_hits;             /* runs a peer served us */
+	uint64_t peer_bytes_in;         /* their bytes */
+	uint64_t peer_fallbacks;        /* asked a peer, went to the bucket */
+	uint64_t peer_served;           /* runs we served to peers */
+	uint64_t peer_bytes_out;        /* their bytes */
+	uint64_t peer_refused;          /* asked for a version we do not hold */
 };
 void cache_get_stats(struct cache *c, struct cache_stats *out);
 /* The store answered another request (the fs's): connected again. */
 void cache_store_answered(struct cache *c);
+
+/* ---- the cache group (group.c, docs/cluster-cache.md) ----
+ *
+ * With a group set, each run_max_bytes-aligned run of an object version
+ * has an owner among the members (peer_owner).  A missing run this
+ * member does not own is asked of its owner first (pc), and of the
+ * bucket when the owner fails or says it no longer has that version;
+ * runs are cut at those boundaries so one run has one owner.  What the
+ * owner sends is written into the local cache as a fetch from the bucket
+ * would be (each block with its CRC32C).  Set before the first read and
+ * cleared (NULL) after the last: not while readers run.  g and pc are
+ * borrowed until cleared; g->self must be this member. */
+void cache_set_group(struct cache *c, const struct peer_group *g,
+		     struct peer_client *pc);
+/* The serve function of this member's peer_server (arg: the cache):
+ * reads [g->off, +g->len) of the version named from the cache, fetching
+ * what is missing from the bucket (never from peers).  -ENOENT when the
+ * cache holds another version of the key: a peer never replaces it. */
+int cache_peer_serve(void *arg, const struct peer_get *g,
+		     unsigned char *buf);
 
 /* Write-back (files written through the mount, their upload queue and
  * tombstones) has its own header: cache/wb.h. */

@@ -153,6 +153,7 @@ struct cache_file {
 	                             * (cache_file_surrender); c->lock */
 	_Atomic int64_t atime_ns;   /* last open/read, CLOCK_REALTIME */
 	int64_t saved_atime_ns;     /* as last written (flusher, c->lock) */
+	_Atomic int peer_serving;   /* serving peers: fetch from the bucket */
 
 	/* Protected by lock (present and verified: see the top). */
 	pthread_mutex_t lock;
@@ -258,7 +259,26 @@ struct cache {
 	atomic_uint_fast64_t evictions, crc_failures, fetch_errors;
 	atomic_uint_fast64_t blocks_present;
 	atomic_bool connected;
+
+	/* The cache group (group.c): set while no reader runs. */
+	const struct peer_group *group;
+	struct peer_client *peers;
+	atomic_uint_fast64_t peer_hits, peer_bytes_in, peer_fallbacks;
+	atomic_uint_fast64_t peer_served, peer_bytes_out, peer_refused;
 };
+
+/* group.c: asks the owner of f's run at off for len bytes into buf when
+ * a group is set and another member owns it.  0: buf holds them; else
+ * the caller goes to the bucket. */
+int cache_group_fetch(struct cache *c, struct cache_file *f, uint64_t off,
+		      uint64_t len, char *buf);
+/* Whether runs must stop at block b (a run_max_bytes boundary) because
+ * a group is set. */
+static inline bool cache_group_cut(const struct cache *c, uint32_t b,
+				   uint32_t run_blocks)
+{
+	return c->group && b % run_blocks == 0;
+}
 
 /* ---- cache.c ---- */
 /* Milliseconds since the cache opened, for block ticks (now_ns from

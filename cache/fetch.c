@@ -178,12 +178,17 @@ static int fetch_run(struct cache *c, struct cache_job *j, char *buf,
 	size_t got = 0;
 	obj_status st;
 
+	if (!cache_group_fetch(c, f, off, len, buf)) {
+		got = (size_t)len;
+		goto have;
+	}
 	st = obj_get(c->st, f->key, off, (size_t)len, buf, &got, &err);
 	if (st != OBJ_OK) {
 		store_failed(c, f, &err);
 		return -EIO;
 	}
 	store_ok(c);
+have:
 	if (got != len) {
 		atomic_fetch_add(&c->fetch_errors, 1);
 		cache_log_ratelimited("%s changed in the store: %llu bytes at "
@@ -380,6 +385,7 @@ uint64_t cache_prefetch_range(struct cache_file *f, uint64_t off,
 			continue;
 		}
 		for (e = b + 1; e < be && e - b < run_blocks &&
+		     !cache_group_cut(c, e, run_blocks) &&
 		     !bit_test(f->present, e) && !bit_test(f->busy, e); e++)
 			;
 		bytes = cache_run_len(f, b, e);

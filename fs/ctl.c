@@ -329,6 +329,12 @@ static void do_status(struct fs *fs, FILE *out, bool json)
 	kv_u64(out, json, &first, "evictions", c.evictions);
 	kv_u64(out, json, &first, "crc_failures", c.crc_failures);
 	kv_u64(out, json, &first, "fetch_errors", c.fetch_errors);
+	kv_u64(out, json, &first, "peer_hits", c.peer_hits);
+	kv_u64(out, json, &first, "peer_bytes_in", c.peer_bytes_in);
+	kv_u64(out, json, &first, "peer_fallbacks", c.peer_fallbacks);
+	kv_u64(out, json, &first, "peer_served", c.peer_served);
+	kv_u64(out, json, &first, "peer_bytes_out", c.peer_bytes_out);
+	kv_u64(out, json, &first, "peer_refused", c.peer_refused);
 	kv_u64(out, json, &first, "open_files", atomic_load(&fs->open_files));
 	kv(out, json, &first, "passthrough_offered",
 	   atomic_load(&fs->pt_offered) ? "true" : "false", false);

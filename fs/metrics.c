@@ -248,7 +248,9 @@ void fs_metrics_write(struct fs *fs, FILE *out)
 	metrics_u64(out, "fmfs_read_bytes_total", "source=\"cache\"",
 		    atomic_load(&fs->read_bytes));
 	metrics_u64(out, "fmfs_read_bytes_total", "source=\"store\"",
-		    c.bytes_fetched);
+		    c.bytes_fetched - c.peer_bytes_in);
+	metrics_u64(out, "fmfs_read_bytes_total", "source=\"peer\"",
+		    c.peer_bytes_in);
 	metrics_counter(out, "fmfs_cache_hits_total", "Blocks served from "
 			"the cache without a fetch", c.hits);
 	metrics_counter(out, "fmfs_cache_misses_total", "Blocks fetched from "
@@ -266,6 +268,17 @@ void fs_metrics_write(struct fs *fs, FILE *out)
 			"served)", c.crc_failures);
 	metrics_counter(out, "fmfs_cache_fetch_errors_total", "Fetches of "
 			"blocks that failed", c.fetch_errors);
+	metrics_counter(out, "fmfs_peer_hits_total", "Runs the cache group's "
+			"owner served us", c.peer_hits);
+	metrics_counter(out, "fmfs_peer_fallbacks_total", "Runs asked of a "
+			"peer that came from the bucket instead",
+			c.peer_fallbacks);
+	metrics_counter(out, "fmfs_peer_served_total", "Runs served to other "
+			"members", c.peer_served);
+	metrics_counter(out, "fmfs_peer_served_bytes_total", "Bytes served "
+			"to other members", c.peer_bytes_out);
+	metrics_counter(out, "fmfs_peer_refused_total", "Peer requests for "
+			"a version this member does not hold", c.peer_refused);
 	metrics_counter(out, "fmfs_readahead_bytes_total", "Bytes fetched "
 			"ahead of readers: readahead windows and fmfs "
 			"prefetch", c.ahead_bytes);

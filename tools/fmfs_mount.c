@@ -38,6 +38,10 @@ struct mount_opts {
 	struct obj_config obj;
 	const char *url, *mountpoint, *cache_dir, *fuse_opts;
 	const char *metrics_addr; /* --metrics */
+	const char *peers, *peer_listen, *peer_secret_file; /* the group */
+	unsigned peer_timeout_ms;
+	/* The group's files as absolute paths: the daemon runs in /. */
+	char peers_real[PATH_MAX], secret_real[PATH_MAX];
 	const char *cache_size_arg;   /* as given, for messages */
 	uint64_t cache_size;
 	int mode;
@@ -93,6 +97,14 @@ static void mount_usage(FILE *f)
 "                        1G; the least recently used go past it)\n"
 "  --metrics ADDR:PORT   serve Prometheus metrics at http://ADDR:PORT/metrics\n"
 "                        (127.0.0.1:9100, :9100 for every address)\n"
+"  --peers FILE|LIST     the cache group: the members' HOST:PORT (this one\n"
+"                        too), in a file or comma-separated\n"
+"                        (docs/cluster-cache.md)\n"
+"  --peer-listen ADDR:PORT  where this member serves the others (as it\n"
+"                        appears in --peers)\n"
+"  --peer-secret-file FILE  the group's shared secret (16-4096 bytes)\n"
+"  --peer-timeout MS     a peer's answer before the bucket is asked instead,\n"
+"                        100-60000 (default 2000)\n"
 "  --no-passthrough      send writes through the daemon even where the\n"
 "                        kernel could write files open for writing\n"
 "                        straight into the cache (FUSE passthrough)\n"
@@ -190,7 +202,8 @@ static int attr_opt(const char *opt, const char *v, struct mount_opts *o)
 enum { OPT_CACHE_DIR = 256, OPT_CACHE_SIZE, OPT_MODE, OPT_REFRESH,
        OPT_FG, OPT_TIMEOUT, OPT_THREADS, OPT_DEBUG, OPT_DELAY, OPT_PART,
        OPT_UPAR, OPT_NO_PT, OPT_NO_URING, OPT_FMODE, OPT_DMODE, OPT_UID, OPT_GID,
-       OPT_NO_AO, OPT_NEG, OPT_MEM, OPT_NS, OPT_INO, OPT_METRICS };
+       OPT_NO_AO, OPT_NEG, OPT_MEM, OPT_NS, OPT_INO, OPT_METRICS,
+       OPT_PEERS, OPT_PEER_LISTEN, OPT_PEER_SECRET, OPT_PEER_TIMEOUT };
 static const struct option mount_lo[] = {
 	{ "cache-dir", required_argument, NULL, OPT_CACHE_DIR },
 	{ "cache-size", required_argument, NULL, OPT_CACHE_SIZE },
@@ -216,6 +229,10 @@ static const struct option mount_lo[] = {
 	{ "namespace-size", required_argument, NULL, OPT_NS },
 	{ "memory-inodes", required_argument, NULL, OPT_INO },
 	{ "metrics", required_argument, NULL, OPT_METRICS },
+	{ "peers", required_argument, NULL, OPT_PEERS },
+	{ "peer-listen", required_argument, NULL, OPT_PEER_LISTEN },
+	{ "peer-secret-file", required_argument, NULL, OPT_PEER_SECRET },
+	{ "peer-timeout", required_argument, NULL, OPT_PEER_TIMEOUT },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 }
 };
@@ -345,6 +362,15 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 			o->metrics_addr = optarg;
 			break;
 		}
+		case OPT_PEERS: o->peers = optarg; break;
+		case OPT_PEER_LISTEN: o->peer_listen = optarg; break;
+		case OPT_PEER_SECRET: o->peer_secret_file = optarg; break;
+		case OPT_PEER_TIMEOUT:
+			if (mount_uint_opt("--peer-timeout", optarg, 100,
+					   60000, "milliseconds",
+					   &o->peer_timeout_ms))
+				return -1;
+			break;
 		case 'o': o->fuse_opts = optarg; break;
 		case 'h': mount_usage(stdout); exit(EXIT_OK);
 		default: return -1;
@@ -356,7 +382,125 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 	}
 	o->url = argv[optind];
 	o->mountpoint = argv[optind + 1];
+	if ((o->peers || o->peer_listen || o->peer_secret_file ||
+	     o->peer_timeout_ms) &&
+	    (!o->peers || !o->peer_listen || !o->peer_secret_file)) {
+		fprintf(stderr, "fmfs mount: a cache group needs --peers, "
+			"--peer-listen and --peer-secret-file together (an "
+			"unauthenticated peer port would serve the bucket's "
+			"data to anyone who reaches it)\n");
+		return -1;
+	}
+	if (o->peers && realpath(o->peers, o->peers_real))
+		o->peers = o->peers_real;
+	if (o->peer_secret_file &&
+	    realpath(o->peer_secret_file, o->secret_real))
+		o->peer_secret_file = o->secret_real;
 	return 0;
+}
+
+/* ---- the cache group (docs/cluster-cache.md) ---- */
+
+struct group {
+	struct peer_group g;
+	unsigned char secret[PEER_SECRET_MAX + 1];
+	size_t secret_len;
+	struct peer_client *pc;
+	struct peer_server *srv;
+};
+
+/* Reads the list and the secret and checks them: EXIT_OK, or EXIT_USAGE
+ * with the reason in msg. */
+static int group_load(const struct mount_opts *o, struct group *gr,
+		      char *msg, size_t ml)
+{
+	struct stat sb;
+	ssize_t n;
+	int fd, rc;
+
+	memset(gr, 0, sizeof(*gr));
+	gr->g.self = -1;
+	/* A path that exists is the file; anything else is the list. */
+	rc = stat(o->peers, &sb) ? peer_group_parse(o->peers, o->peer_listen,
+						   &gr->g, msg, ml) :
+	     peer_group_load(o->peers, o->peer_listen, &gr->g, msg, ml);
+	if (rc)
+		return EXIT_USAGE;
+	if (gr->g.self < 0) {
+		snprintf(msg, ml, "--peer-listen %s is not one of the members "
+			 "in --peers (list this mount's own address there, "
+			 "spelled the same)", o->peer_listen);
+		goto out_usage;
+	}
+	fd = open(o->peer_secret_file, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		snprintf(msg, ml, "--peer-secret-file %s: %s",
+			 o->peer_secret_file, strerror(errno));
+		goto out_usage;
+	}
+	n = util_read_all(fd, gr->secret, sizeof(gr->secret));
+	close(fd);
+	while (n > 0 && (gr->secret[n - 1] == '\n' ||
+			 gr->secret[n - 1] == '\r'))
+		n--;
+	if (n < PEER_SECRET_MIN || n > PEER_SECRET_MAX) {
+		snprintf(msg, ml, "--peer-secret-file %s: the secret must be "
+			 "%d to %d bytes (e.g. head -c 32 /dev/urandom | "
+			 "base64 > FILE)", o->peer_secret_file,
+			 PEER_SECRET_MIN, PEER_SECRET_MAX);
+		goto out_usage;
+	}
+	gr->secret_len = (size_t)n;
+	return EXIT_OK;
+out_usage:
+	peer_group_release(&gr->g);
+	return EXIT_USAGE;
+}
+
+/* Joins the group: the client, then the server answering from c. */
+static int group_start(const struct mount_opts *o, struct group *gr,
+		       struct cache *c, char *msg, size_t ml)
+{
+	struct peer_client_config cc;
+	struct peer_server_config sc;
+	int rc = group_load(o, gr, msg, ml);
+
+	if (rc)
+		return rc;
+	/* After the load: it fills gr->secret. */
+	cc = (struct peer_client_config){
+		.self_id = o->peer_listen, .secret = gr->secret,
+		.secret_len = gr->secret_len, .timeout_ms = o->peer_timeout_ms,
+	};
+	sc = (struct peer_server_config){
+		.listen = o->peer_listen, .self_id = o->peer_listen,
+		.secret = gr->secret, .secret_len = gr->secret_len,
+		.timeout_ms = o->peer_timeout_ms, .serve = cache_peer_serve,
+		.arg = c,
+	};
+	if (peer_client_new(&cc, &gr->pc)) {
+		snprintf(msg, ml, "cannot start the peer client");
+		peer_group_release(&gr->g);
+		return EXIT_FAIL;
+	}
+	if (peer_server_start(&sc, &gr->srv, msg, ml)) {
+		peer_client_free(gr->pc);
+		peer_group_release(&gr->g);
+		return EXIT_USAGE;
+	}
+	cache_set_group(c, &gr->g, gr->pc);
+	return EXIT_OK;
+}
+
+static void group_stop(struct group *gr, struct cache *c)
+{
+	if (!gr->srv)
+		return;
+	peer_server_stop(gr->srv);
+	cache_set_group(c, NULL, NULL);
+	peer_client_free(gr->pc);
+	peer_group_release(&gr->g);
+	memset(gr->secret, 0, sizeof(gr->secret));
 }
 
 /* mountinfo writes space, tab, newline and backslash as \\ooo. */
@@ -731,13 +875,23 @@ static int serve(struct mount_opts *o, int ready_fd, char *msg, size_t ml)
 	};
 	struct obj_store *st;
 	struct cache *c;
+	struct group gr = { .srv = NULL };
 	int rc = open_all(o, &st, &c, msg, ml);
 
 	if (rc)
 		return rc;
+	if (o->peers) {
+		rc = group_start(o, &gr, c, msg, ml);
+		if (rc) {
+			cache_close(c);
+			obj_close(st);
+			return rc;
+		}
+	}
 	fc.st = st;
 	fc.cache = c;
 	rc = fs_run(&fc, msg, ml) ? EXIT_FAIL : EXIT_OK;
+	group_stop(&gr, c);
 	cache_close(c);
 	obj_close(st);
 	return rc;
@@ -765,6 +919,16 @@ static int precheck(struct mount_opts *o)
 	char msg[1024];
 	int rc;
 
+	if (o->peers) {
+		struct group gr;
+
+		if (group_load(o, &gr, msg, sizeof(msg))) {
+			fprintf(stderr, "fmfs mount: %s\n", msg);
+			return EXIT_USAGE;
+		}
+		peer_group_release(&gr.g);
+		memset(gr.secret, 0, sizeof(gr.secret));
+	}
 	o->obj.url = o->url;
 	if (obj_open(&o->obj, &st, &err) != OBJ_OK)
 		return report_obj(o->url, &err);

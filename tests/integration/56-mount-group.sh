@@ -1,0 +1,125 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+#
+# The cache group (issue 21, docs/cluster-cache.md): three mounts of one
+# bucket on this machine, separate cache dirs, peer ports on loopback.
+#   - A dataset read fully on all three comes from the bucket about once:
+#     counted at the gateway (RGW's own get_b counter, through its admin
+#     socket), not by fmfs; every copy byte-exact.
+#   - Status says who served whom.
+#   - An object overwritten in the bucket is read as its new version on a
+#     member whose peer holds the old one.
+#   - kill -9 of a member mid-read: the reader finishes byte-exact from
+#     the bucket.
+#   - A member with the wrong secret gets nothing from the group (and
+#     still reads correctly from the bucket).
+#   - Bad group options: exit 2 and a message naming what is wrong.
+. "$TOP/tests/lib/common.sh"
+
+mount_setup group
+command -v ceph >/dev/null || { echo "SKIP: no ceph CLI for the gateway's counters"; exit 77; }
+ASOK=$RGW_DIR/run/client.rgw.fmfs.asok
+get_b() {
+	ceph --admin-daemon "$ASOK" perf dump |
+		python3 -c 'import json,sys; print(json.load(sys.stdin)["rgw"]["get_b"])'
+}
+free_port() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+PA=$(free_port); PB=$(free_port); PC=$(free_port)
+PEERS=127.0.0.1:$PA,127.0.0.1:$PB,127.0.0.1:$PC
+head -c 32 /dev/urandom | base64 >secret
+head -c 32 /dev/urandom | base64 >wrong
+mkdir -p a b c d
+trap 'for m in a b c d; do unmount_quietly "$TEST_DIR/$m"; done; cleanup_common' EXIT
+
+note "bad group options"
+expect_exit 2 "needs --peers, --peer-listen and --peer-secret-file" \
+	$FMFS mount "s3://$B" a --cache-dir ca --peers "$PEERS" --peer-listen "127.0.0.1:$PA"
+expect_exit 2 "not one of the members" \
+	$FMFS mount "s3://$B" a --cache-dir ca --peers "$PEERS" \
+	--peer-listen 127.0.0.1:1 --peer-secret-file secret
+expect_exit 2 "'127.0.0.1' is not host:port" \
+	$FMFS mount "s3://$B" a --cache-dir ca --peers "127.0.0.1:$PA,127.0.0.1" \
+	--peer-listen "127.0.0.1:$PA" --peer-secret-file secret
+printf short >short
+expect_exit 2 "must be 16 to 4096 bytes" \
+	$FMFS mount "s3://$B" a --cache-dir ca --peers "$PEERS" \
+	--peer-listen "127.0.0.1:$PA" --peer-secret-file short
+expect_exit 2 "peer-secret-file nothere" \
+	$FMFS mount "s3://$B" a --cache-dir ca --peers "$PEERS" \
+	--peer-listen "127.0.0.1:$PA" --peer-secret-file nothere
+! mountpoint -q a || fail "a bad group option left a mount"
+
+mkdir -p data
+for i in 1 2 3 4 5 6; do random_file "data/f$i" 16; done
+awsx s3 cp --quiet --recursive data "s3://$B/data/"
+DATA=$((6 * 16 * 1024 * 1024))
+
+gmount() { # DIR PORT [SECRET]
+	$FMFS mount "s3://$B" "$1" --cache-dir "c$1" --peers "$PEERS" \
+		--peer-listen "127.0.0.1:$2" --peer-secret-file "${3:-secret}" \
+		--peer-timeout 1000 --refresh 1 || fail "mount of $1 failed"
+}
+gmount a "$PA"; gmount b "$PB"; gmount c "$PC"
+
+note "a dataset read on all three"
+g0=$(get_b)
+for m in a b c; do
+	for i in 1 2 3 4 5 6; do
+		cmp "data/f$i" "$m/data/f$i" || fail "$m/data/f$i differs"
+	done
+done
+g1=$(get_b)
+ratio=$(python3 -c "print(round(($g1 - $g0) / $DATA, 3))")
+note "bucket bytes served (gateway's count) / dataset: $ratio (3 separate caches: 3.0)"
+python3 -c "import sys; sys.exit(0 if $ratio <= 1.1 else 1)" ||
+	fail "the group read the bucket $ratio times the dataset"
+python3 -c "import sys; sys.exit(0 if $ratio >= 0.99 else 1)" ||
+	fail "the gateway counted less than the dataset ($ratio): the counter is wrong"
+for m in a b c; do
+	MNT=$TEST_DIR/$m
+	note "$m: peer_hits $(stat_of peer_hits) peer_served $(stat_of peer_served) fallbacks $(stat_of peer_fallbacks)"
+	[ "$(stat_of peer_served)" -gt 0 ] || fail "$m served nothing to the others"
+done
+MNT=$TEST_DIR/c
+[ "$(stat_of peer_hits)" -gt 0 ] || fail "c got nothing from its peers"
+[ "$(stat_of peer_fallbacks)" = 0 ] || fail "c fell back to the bucket"
+
+note "an object overwritten in the bucket is read as its new version"
+random_file data/f1 16
+awsx s3 cp --quiet data/f1 "s3://$B/data/f1"
+sleep 1.5
+cmp data/f1 b/data/f1 || fail "b read an old version of f1 after the overwrite"
+cmp data/f1 c/data/f1 || fail "c read an old version of f1 after the overwrite"
+
+note "kill -9 of a member mid-read"
+random_file data/big 96
+awsx s3 cp --quiet data/big "s3://$B/data/big"
+sleep 1.5
+CPID=$(pgrep -f -- "--peer-listen 127.0.0.1:$PC" | head -1)
+[ -n "$CPID" ] || fail "no daemon for c"
+( sleep 0.3; kill -9 "$CPID" ) &
+t0=$(date +%s)
+timeout 120 cmp data/big a/data/big || fail "a's read failed or differs after c was killed"
+note "a read 96 MiB in $(( $(date +%s) - t0 )) s with c killed mid-read"
+wait
+fusermount3 -uz c 2>/dev/null || true
+MNT=$TEST_DIR/a
+[ "$(stat_of peer_fallbacks)" -gt 0 ] || fail "a never fell back to the bucket although c died"
+
+note "a member with the wrong secret gets nothing from the group"
+PD=$(free_port)
+$FMFS mount "s3://$B" d --cache-dir cd --peers "$PEERS,127.0.0.1:$PD" \
+	--peer-listen "127.0.0.1:$PD" --peer-secret-file wrong \
+	--peer-timeout 1000 || fail "mount of d failed"
+for i in 2 3 4; do
+	cmp "data/f$i" "d/data/f$i" || fail "d/data/f$i differs"
+done
+MNT=$TEST_DIR/d
+[ "$(stat_of peer_hits)" = 0 ] || fail "d, with the wrong secret, got runs from the group"
+[ "$(stat_of peer_fallbacks)" -gt 0 ] || fail "d never asked the group"
+
+for m in a b d; do $FMFS umount "$TEST_DIR/$m" || fail "umount $m"; done
+echo "cache group ok"
