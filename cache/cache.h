@@ -228,9 +228,11 @@ void cache_store_answered(struct cache *c);
  * bucket when the owner fails or says it no longer has that version;
  * runs are cut at those boundaries so one run has one owner.  What the
  * owner sends is written into the local cache as a fetch from the bucket
- * would be (each block with its CRC32C).  Set before the first read and
- * cleared (NULL) after the last: not while readers run.  g and pc are
- * borrowed until cleared; g->self must be this member. */
+ * would be (each block with its CRC32C).  g may be replaced by another
+ * list at any time (the same pc); each is borrowed until the cache is
+ * closed or the group cleared (NULL), since a fetch under way may still
+ * read the one it loaded.  g->self must be this member: a list without
+ * it, or of one member, turns the group off. */
 void cache_set_group(struct cache *c, const struct peer_group *g,
 		     struct peer_client *pc);
 /* The serve function of this member's peer_server (arg: the cache):

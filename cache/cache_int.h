@@ -260,8 +260,11 @@ struct cache {
 	atomic_uint_fast64_t blocks_present;
 	atomic_bool connected;
 
-	/* The cache group (group.c): set while no reader runs. */
-	const struct peer_group *group;
+	/* The cache group (group.c).  group may be replaced at any time
+	 * (a re-read list): readers load it once per use; the old list
+	 * stays valid (its owner frees it after the cache is closed or the
+	 * group cleared).  peers is set with the first group. */
+	const struct peer_group *_Atomic group;
 	struct peer_client *peers;
 	atomic_uint_fast64_t peer_hits, peer_bytes_in, peer_fallbacks;
 	atomic_uint_fast64_t peer_served, peer_bytes_out, peer_refused;
@@ -277,7 +280,8 @@ int cache_group_fetch(struct cache *c, struct cache_file *f, uint64_t off,
 static inline bool cache_group_cut(const struct cache *c, uint32_t b,
 				   uint32_t run_blocks)
 {
-	return c->group && b % run_blocks == 0;
+	return atomic_load_explicit(&c->group, memory_order_relaxed) &&
+	       b % run_blocks == 0;
 }
 
 /* ---- cache.c ---- */

@@ -27,14 +27,18 @@
 void cache_set_group(struct cache *c, const struct peer_group *g,
 		     struct peer_client *pc)
 {
-	c->group = g && pc && g->self >= 0 && g->n > 1 ? g : NULL;
-	c->peers = c->group ? pc : NULL;
+	if (pc)
+		c->peers = pc;
+	atomic_store(&c->group, g && c->peers && g->self >= 0 && g->n > 1 ?
+		     g : NULL);
+	if (!g)
+		c->peers = NULL;
 }
 
 int cache_group_fetch(struct cache *c, struct cache_file *f, uint64_t off,
 		      uint64_t len, char *buf)
 {
-	const struct peer_group *g = c->group;
+	const struct peer_group *g = atomic_load(&c->group);
 	struct peer_get rq;
 	unsigned owner;
 	char msg[512];

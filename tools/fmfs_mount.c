@@ -399,110 +399,6 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 	return 0;
 }
 
-/* ---- the cache group (docs/cluster-cache.md) ---- */
-
-struct group {
-	struct peer_group g;
-	unsigned char secret[PEER_SECRET_MAX + 1];
-	size_t secret_len;
-	struct peer_client *pc;
-	struct peer_server *srv;
-};
-
-/* Reads the list and the secret and checks them: EXIT_OK, or EXIT_USAGE
- * with the reason in msg. */
-static int group_load(const struct mount_opts *o, struct group *gr,
-		      char *msg, size_t ml)
-{
-	struct stat sb;
-	ssize_t n;
-	int fd, rc;
-
-	memset(gr, 0, sizeof(*gr));
-	gr->g.self = -1;
-	/* A path that exists is the file; anything else is the list. */
-	rc = stat(o->peers, &sb) ? peer_group_parse(o->peers, o->peer_listen,
-						   &gr->g, msg, ml) :
-	     peer_group_load(o->peers, o->peer_listen, &gr->g, msg, ml);
-	if (rc)
-		return EXIT_USAGE;
-	if (gr->g.self < 0) {
-		snprintf(msg, ml, "--peer-listen %s is not one of the members "
-			 "in --peers (list this mount's own address there, "
-			 "spelled the same)", o->peer_listen);
-		goto out_usage;
-	}
-	fd = open(o->peer_secret_file, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		snprintf(msg, ml, "--peer-secret-file %s: %s",
-			 o->peer_secret_file, strerror(errno));
-		goto out_usage;
-	}
-	n = util_read_all(fd, gr->secret, sizeof(gr->secret));
-	close(fd);
-	while (n > 0 && (gr->secret[n - 1] == '\n' ||
-			 gr->secret[n - 1] == '\r'))
-		n--;
-	if (n < PEER_SECRET_MIN || n > PEER_SECRET_MAX) {
-		snprintf(msg, ml, "--peer-secret-file %s: the secret must be "
-			 "%d to %d bytes (e.g. head -c 32 /dev/urandom | "
-			 "base64 > FILE)", o->peer_secret_file,
-			 PEER_SECRET_MIN, PEER_SECRET_MAX);
-		goto out_usage;
-	}
-	gr->secret_len = (size_t)n;
-	return EXIT_OK;
-out_usage:
-	peer_group_release(&gr->g);
-	return EXIT_USAGE;
-}
-
-/* Joins the group: the client, then the server answering from c. */
-static int group_start(const struct mount_opts *o, struct group *gr,
-		       struct cache *c, char *msg, size_t ml)
-{
-	struct peer_client_config cc;
-	struct peer_server_config sc;
-	int rc = group_load(o, gr, msg, ml);
-
-	if (rc)
-		return rc;
-	/* After the load: it fills gr->secret. */
-	cc = (struct peer_client_config){
-		.self_id = o->peer_listen, .secret = gr->secret,
-		.secret_len = gr->secret_len, .timeout_ms = o->peer_timeout_ms,
-	};
-	sc = (struct peer_server_config){
-		.listen = o->peer_listen, .self_id = o->peer_listen,
-		.secret = gr->secret, .secret_len = gr->secret_len,
-		.timeout_ms = o->peer_timeout_ms, .serve = cache_peer_serve,
-		.arg = c,
-	};
-	if (peer_client_new(&cc, &gr->pc)) {
-		snprintf(msg, ml, "cannot start the peer client");
-		peer_group_release(&gr->g);
-		return EXIT_FAIL;
-	}
-	if (peer_server_start(&sc, &gr->srv, msg, ml)) {
-		peer_client_free(gr->pc);
-		peer_group_release(&gr->g);
-		return EXIT_USAGE;
-	}
-	cache_set_group(c, &gr->g, gr->pc);
-	return EXIT_OK;
-}
-
-static void group_stop(struct group *gr, struct cache *c)
-{
-	if (!gr->srv)
-		return;
-	peer_server_stop(gr->srv);
-	cache_set_group(c, NULL, NULL);
-	peer_client_free(gr->pc);
-	peer_group_release(&gr->g);
-	memset(gr->secret, 0, sizeof(gr->secret));
-}
-
 /* mountinfo writes space, tab, newline and backslash as \\ooo. */
 static void unescape_octal(char *s)
 {
@@ -875,24 +771,26 @@ static int serve(struct mount_opts *o, int ready_fd, char *msg, size_t ml)
 	};
 	struct obj_store *st;
 	struct cache *c;
-	struct group gr = { .srv = NULL };
+	struct fmfs_group *gr = NULL;
 	int rc = open_all(o, &st, &c, msg, ml);
 
 	if (rc)
 		return rc;
-	if (o->peers) {
-		rc = group_start(o, &gr, c, msg, ml);
-		if (rc) {
-			cache_close(c);
-			obj_close(st);
-			return rc;
-		}
+	if (o->peers &&
+	    fmfs_group_start(o->peers, o->peer_listen, o->peer_secret_file,
+			     o->peer_timeout_ms, c, &gr, msg, ml)) {
+		cache_close(c);
+		obj_close(st);
+		return EXIT_USAGE;
 	}
 	fc.st = st;
 	fc.cache = c;
 	rc = fs_run(&fc, msg, ml) ? EXIT_FAIL : EXIT_OK;
-	group_stop(&gr, c);
+	/* No more peer requests into the cache; fetches under way may
+	 * still use the client and the lists until the cache is closed. */
+	fmfs_group_stop_serving(gr);
 	cache_close(c);
+	fmfs_group_free(gr);
 	obj_close(st);
 	return rc;
 }
@@ -919,15 +817,11 @@ static int precheck(struct mount_opts *o)
 	char msg[1024];
 	int rc;
 
-	if (o->peers) {
-		struct group gr;
-
-		if (group_load(o, &gr, msg, sizeof(msg))) {
-			fprintf(stderr, "fmfs mount: %s\n", msg);
-			return EXIT_USAGE;
-		}
-		peer_group_release(&gr.g);
-		memset(gr.secret, 0, sizeof(gr.secret));
+	if (o->peers && fmfs_group_check(o->peers, o->peer_listen,
+					 o->peer_secret_file, msg,
+					 sizeof(msg))) {
+		fprintf(stderr, "fmfs mount: %s\n", msg);
+		return EXIT_USAGE;
 	}
 	o->obj.url = o->url;
 	if (obj_open(&o->obj, &st, &err) != OBJ_OK)

@@ -7,6 +7,10 @@
 #     counted at the gateway (RGW's own get_b counter, through its admin
 #     socket), not by fmfs; every copy byte-exact.
 #   - Status says who served whom.
+#   - The list is a file: a fourth member written into it joins the
+#     running three; the runs it owns (computed here, independently, by
+#     the placement rule of docs/cluster-cache.md) are exactly what the
+#     bucket serves when it reads the dataset.
 #   - An object overwritten in the bucket is read as its new version on a
 #     member whose peer holds the old one.
 #   - kill -9 of a member mid-read: the reader finishes byte-exact from
@@ -27,12 +31,13 @@ free_port() {
 	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
-PA=$(free_port); PB=$(free_port); PC=$(free_port)
+PA=$(free_port); PB=$(free_port); PC=$(free_port); PD=$(free_port)
 PEERS=127.0.0.1:$PA,127.0.0.1:$PB,127.0.0.1:$PC
+printf '# the group\n127.0.0.1:%s\n127.0.0.1:%s\n127.0.0.1:%s\n' "$PA" "$PB" "$PC" >peers
 head -c 32 /dev/urandom | base64 >secret
 head -c 32 /dev/urandom | base64 >wrong
-mkdir -p a b c d
-trap 'for m in a b c d; do unmount_quietly "$TEST_DIR/$m"; done; cleanup_common' EXIT
+mkdir -p a b c d e
+trap 'for m in a b c d e; do unmount_quietly "$TEST_DIR/$m"; done; cleanup_common' EXIT
 
 note "bad group options"
 expect_exit 2 "needs --peers, --peer-listen and --peer-secret-file" \
@@ -58,7 +63,7 @@ awsx s3 cp --quiet --recursive data "s3://$B/data/"
 DATA=$((6 * 16 * 1024 * 1024))
 
 gmount() { # DIR PORT [SECRET]
-	$FMFS mount "s3://$B" "$1" --cache-dir "c$1" --peers "$PEERS" \
+	$FMFS mount "s3://$B" "$1" --cache-dir "c$1" --peers peers \
 		--peer-listen "127.0.0.1:$2" --peer-secret-file "${3:-secret}" \
 		--peer-timeout 1000 --refresh 1 || fail "mount of $1 failed"
 }
@@ -87,6 +92,54 @@ MNT=$TEST_DIR/c
 [ "$(stat_of peer_hits)" -gt 0 ] || fail "c got nothing from its peers"
 [ "$(stat_of peer_fallbacks)" = 0 ] || fail "c fell back to the bucket"
 
+note "a fourth member joins through the list file"
+echo "127.0.0.1:$PD" >>peers
+sleep 2.5   # each member checks the file every second
+gmount d "$PD"
+# The runs (8 MiB) d owns among the four, by the placement rule.
+owned=$(B=$B python3 - "$PA" "$PB" "$PC" "$PD" <<'EOF'
+import json, os, subprocess, sys
+M = (1 << 64) - 1
+def mix(x):
+    x = (x + 0x9e3779b97f4a7c15) & M
+    x = ((x ^ (x >> 30)) * 0xbf58476d1ce4e5b9) & M
+    x = ((x ^ (x >> 27)) * 0x94d049bb133111eb) & M
+    return x ^ (x >> 31)
+def fnv(h, b):
+    for c in b:
+        h = ((h ^ c) * 0x100000001b3) & M
+    return h
+B0 = 0xcbf29ce484222325
+ids = ["127.0.0.1:%s" % p for p in sys.argv[1:]]
+idh = [mix(fnv(B0, i.encode())) for i in ids]
+total = 0
+for i in range(1, 7):
+    key = "data/f%d" % i
+    head = json.loads(subprocess.check_output(["aws", "s3api", "head-object",
+        "--bucket", os.environ["B"], "--key", key]))
+    etag, size = head["ETag"].strip('"'), head["ContentLength"]
+    for run in range((size + (8 << 20) - 1) >> 23):
+        h = fnv(B0, key.encode() + b"\0")
+        h = fnv(h, etag.encode() + b"\0")
+        h = mix(h ^ mix(run))
+        w = [mix(x ^ h) for x in idh]
+        if w.index(max(w)) == 3:
+            total += min(8 << 20, size - (run << 23))
+print(total)
+EOF
+)
+g0=$(get_b)
+for i in 1 2 3 4 5 6; do
+	cmp "data/f$i" "d/data/f$i" || fail "d/data/f$i differs"
+done
+g1=$(get_b)
+note "d owns $owned bytes of the dataset by the placement rule; the bucket served $((g1 - g0))"
+# get_b may count a byte less per ranged GET: allow 64 bytes.
+[ $((g1 - g0)) -le $((owned + 64)) ] && [ $((g1 - g0)) -ge $((owned - 64)) ] ||
+	fail "d read $((g1 - g0)) bytes from the bucket, expected the $owned it owns"
+MNT=$TEST_DIR/a
+[ "$(stat_of peer_served)" -gt 0 ] || fail "a served nothing"
+
 note "an object overwritten in the bucket is read as its new version"
 random_file data/f1 16
 awsx s3 cp --quiet data/f1 "s3://$B/data/f1"
@@ -110,16 +163,16 @@ MNT=$TEST_DIR/a
 [ "$(stat_of peer_fallbacks)" -gt 0 ] || fail "a never fell back to the bucket although c died"
 
 note "a member with the wrong secret gets nothing from the group"
-PD=$(free_port)
-$FMFS mount "s3://$B" d --cache-dir cd --peers "$PEERS,127.0.0.1:$PD" \
-	--peer-listen "127.0.0.1:$PD" --peer-secret-file wrong \
-	--peer-timeout 1000 || fail "mount of d failed"
+PE=$(free_port)
+$FMFS mount "s3://$B" e --cache-dir ce --peers "$PEERS,127.0.0.1:$PE" \
+	--peer-listen "127.0.0.1:$PE" --peer-secret-file wrong \
+	--peer-timeout 1000 || fail "mount of e failed"
 for i in 2 3 4; do
-	cmp "data/f$i" "d/data/f$i" || fail "d/data/f$i differs"
+	cmp "data/f$i" "e/data/f$i" || fail "e/data/f$i differs"
 done
-MNT=$TEST_DIR/d
-[ "$(stat_of peer_hits)" = 0 ] || fail "d, with the wrong secret, got runs from the group"
-[ "$(stat_of peer_fallbacks)" -gt 0 ] || fail "d never asked the group"
+MNT=$TEST_DIR/e
+[ "$(stat_of peer_hits)" = 0 ] || fail "e, with the wrong secret, got runs from the group"
+[ "$(stat_of peer_fallbacks)" -gt 0 ] || fail "e never asked the group"
 
-for m in a b d; do $FMFS umount "$TEST_DIR/$m" || fail "umount $m"; done
+for m in a b d e; do $FMFS umount "$TEST_DIR/$m" || fail "umount $m"; done
 echo "cache group ok"
