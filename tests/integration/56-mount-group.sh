@@ -11,6 +11,8 @@
 #     running three; the runs it owns (computed here, independently, by
 #     the placement rule of docs/cluster-cache.md) are exactly what the
 #     bucket serves when it reads the dataset.
+#   - fmfs prefetch on one member: the file comes from the bucket once,
+#     and the others then read it from the group.
 #   - An object overwritten in the bucket is read as its new version on a
 #     member whose peer holds the old one.
 #   - kill -9 of a member mid-read: the reader finishes byte-exact from
@@ -139,6 +141,21 @@ note "d owns $owned bytes of the dataset by the placement rule; the bucket serve
 	fail "d read $((g1 - g0)) bytes from the bucket, expected the $owned it owns"
 MNT=$TEST_DIR/a
 [ "$(stat_of peer_served)" -gt 0 ] || fail "a served nothing"
+
+note "fmfs prefetch on one member warms the group"
+random_file data/pre 32
+awsx s3 cp --quiet data/pre "s3://$B/data/pre"
+sleep 1.5
+g0=$(get_b)
+$FMFS prefetch a a/data/pre --wait || fail "prefetch on a failed"
+g1=$(get_b)
+cmp data/pre b/data/pre || fail "b/data/pre differs"
+cmp data/pre d/data/pre || fail "d/data/pre differs"
+g2=$(get_b)
+note "prefetch: the bucket served $((g1 - g0)) bytes; b and d reading it after: $((g2 - g1))"
+[ $((g1 - g0)) -ge $((32 * 1024 * 1024 - 64)) ] && [ $((g1 - g0)) -le $((32 * 1024 * 1024)) ] ||
+	fail "the prefetch read $((g1 - g0)) bytes from the bucket, expected the file once"
+[ $((g2 - g1)) = 0 ] || fail "b and d read $((g2 - g1)) bytes of a prefetched file from the bucket"
 
 note "an object overwritten in the bucket is read as its new version"
 random_file data/f1 16
