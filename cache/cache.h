@@ -241,6 +241,9 @@ void cache_set_group(struct cache *c, const struct peer_group *g,
  * cache holds another version of the key: a peer never replaces it. */
 int cache_peer_serve(void *arg, const struct peer_get *g,
 		     unsigned char *buf);
+/* The group's members as peer_client_describe says them ("" without a
+ * group), and its size. */
+unsigned cache_group_describe(struct cache *c, char *buf, size_t len);
 
 /* Write-back (files written through the mount, their upload queue and
  * tombstones) has its own header: cache/wb.h. */

@@ -107,3 +107,15 @@ int cache_peer_serve(void *arg, const struct peer_get *g,
 	atomic_fetch_add(&c->peer_bytes_out, g->len);
 	return 0;
 }
+
+unsigned cache_group_describe(struct cache *c, char *buf, size_t len)
+{
+	const struct peer_group *g = atomic_load(&c->group);
+
+	if (len)
+		buf[0] = '\0';
+	if (!g)
+		return 0;
+	peer_client_describe(c->peers, g, buf, len);
+	return g->n;
+}

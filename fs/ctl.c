@@ -329,6 +329,14 @@ static void do_status(struct fs *fs, FILE *out, bool json)
 	kv_u64(out, json, &first, "evictions", c.evictions);
 	kv_u64(out, json, &first, "crc_failures", c.crc_failures);
 	kv_u64(out, json, &first, "fetch_errors", c.fetch_errors);
+	{
+		char peers[2048];
+		unsigned n = cache_group_describe(fs->cfg.cache, peers,
+						  sizeof(peers));
+
+		kv_u64(out, json, &first, "group_members", n);
+		kv(out, json, &first, "peers", peers, true);
+	}
 	kv_u64(out, json, &first, "peer_hits", c.peer_hits);
 	kv_u64(out, json, &first, "peer_bytes_in", c.peer_bytes_in);
 	kv_u64(out, json, &first, "peer_fallbacks", c.peer_fallbacks);

@@ -267,6 +267,12 @@ void peer_client_free(struct peer_client *pc);
 int peer_client_get(struct peer_client *pc, const char *member,
 		    struct peer_get *g, void *buf, char *msg, size_t msg_len);
 
+/* One line describing each member of g but this one, for status:
+ * "ID up" or "ID down Ns (LAST ERROR)", "; " between them, written into
+ * buf (truncated to len).  Members never asked are up. */
+void peer_client_describe(struct peer_client *pc, const struct peer_group *g,
+			  char *buf, size_t len);
+
 struct peer_client_stats {
 	uint64_t requests, bytes_received, errors, skipped_down;
 };

@@ -515,6 +515,7 @@ struct cli_member {
 	unsigned nidle;
 	uint64_t down_until_ms;
 	unsigned down_ms;                  /* the next back-off */
+	int last_err;                      /* of the last failure, -errno */
 };
 
 struct peer_client {
@@ -755,6 +756,7 @@ int peer_client_get(struct peer_client *pc, const char *member,
 		if (m->down_ms > DOWN_MAX_MS)
 			m->down_ms = DOWN_MAX_MS;
 		m->down_until_ms = util_now_ms() + m->down_ms;
+		m->last_err = rc;
 		/* Its other connections are as suspect as this one. */
 		while (m->nidle)
 			close(m->idle[--m->nidle]);
@@ -767,4 +769,38 @@ int peer_client_get(struct peer_client *pc, const char *member,
 	else if (rc != -ENOENT)
 		atomic_fetch_add(&pc->n_errors, 1);
 	return rc;
+}
+
+void peer_client_describe(struct peer_client *pc, const struct peer_group *g,
+			  char *buf, size_t len)
+{
+	uint64_t now = util_now_ms();
+	size_t at = 0;
+
+	if (len)
+		buf[0] = '\0';
+	pthread_mutex_lock(&pc->lock);
+	for (unsigned i = 0; i < g->n && at < len; i++) {
+		const struct cli_member *m;
+		int n;
+
+		if ((int)i == g->self)
+			continue;
+		for (m = pc->members; m && strcmp(m->id, g->m[i].id);
+		     m = m->next)
+			;
+		if (m && m->down_until_ms > now)
+			n = snprintf(buf + at, len - at, "%s%s down %llus (%s)",
+				     at ? "; " : "", m->id,
+				     (unsigned long long)
+				     ((m->down_until_ms - now + 999) / 1000),
+				     strerror(-m->last_err));
+		else
+			n = snprintf(buf + at, len - at, "%s%s up",
+				     at ? "; " : "", g->m[i].id);
+		if (n < 0)
+			break;
+		at += (size_t)n;
+	}
+	pthread_mutex_unlock(&pc->lock);
 }

@@ -178,6 +178,10 @@ wait
 fusermount3 -uz c 2>/dev/null || true
 MNT=$TEST_DIR/a
 [ "$(stat_of peer_fallbacks)" -gt 0 ] || fail "a never fell back to the bucket although c died"
+note "a's status: $(stat_of peers)"
+stat_of peers | grep -q "127.0.0.1:$PC down" || fail "a's status does not show c down"
+stat_of peers | grep -q "127.0.0.1:$PB up" || fail "a's status does not show b up"
+[ "$(stat_of group_members)" = 4 ] || fail "a's status does not count 4 members"
 
 note "a member with the wrong secret gets nothing from the group"
 PE=$(free_port)

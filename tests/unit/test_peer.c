@@ -516,6 +516,19 @@ static void test_tcp_serve(void **state)
 	assert_int_equal(peer_client_get(pc, id, &g, buf, msg, sizeof(msg)),
 			 -EHOSTDOWN);
 	assert_int_equal(atomic_load(&st.calls), 4);
+	{
+		struct peer_group grp;
+		char list[256], desc[512], want[128];
+
+		snprintf(list, sizeof(list), "127.0.0.1:1,%s,127.0.0.1:9",
+			 id);
+		parse_ok(list, "127.0.0.1:1", &grp);
+		peer_client_describe(pc, &grp, desc, sizeof(desc));
+		snprintf(want, sizeof(want), "%s down 5s (Remote I/O error); "
+			 "127.0.0.1:9 up", id);
+		assert_string_equal(desc, want);
+		peer_group_release(&grp);
+	}
 	peer_server_get_stats(s, &ss);
 	assert_int_equal(ss.conns, 1);
 	assert_int_equal(ss.requests, 4);
