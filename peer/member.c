@@ -36,34 +36,21 @@ static uint64_t mix64(uint64_t x)
 	return x ^ (x >> 31);
 }
 
-static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
-{
-	const unsigned char *b = p;
-
-	for (size_t i = 0; i < n; i++) {
-		h ^= b[i];
-		h *= 0x100000001b3ULL;
-	}
-	return h;
-}
-
-#define FNV_BASIS 0xcbf29ce484222325ULL
-
 static uint64_t id_hash(const char *id)
 {
-	return mix64(fnv1a(FNV_BASIS, id, strlen(id)));
+	return mix64(util_fnv1a64(UTIL_FNV64_BASIS, id, strlen(id)));
 }
 
 unsigned peer_owner(const struct peer_group *g, const char *key,
 		    const char *etag, uint64_t run)
 {
 	/* The terminating NULs keep ("ab", "c") apart from ("a", "bc"). */
-	uint64_t h = fnv1a(FNV_BASIS, key, strlen(key) + 1);
+	uint64_t h = util_fnv1a64(UTIL_FNV64_BASIS, key, strlen(key) + 1);
 	uint64_t best_w = 0;
 	unsigned best = 0;
 
 	util_assert(g->n > 0);
-	h = fnv1a(h, etag, strlen(etag) + 1);
+	h = util_fnv1a64(h, etag, strlen(etag) + 1);
 	h = mix64(h ^ mix64(run));
 	for (unsigned i = 0; i < g->n; i++) {
 		uint64_t w = mix64(g->m[i].id_hash ^ h);

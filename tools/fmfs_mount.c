@@ -126,15 +126,6 @@ static void mount_usage(FILE *f)
 "  fmfs evict MOUNTPOINT (PATH... | --list FILE)\n");
 }
 
-static uint64_t fnv64(const char *s)
-{
-	uint64_t h = 1469598103934665603ull;
-
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 1099511628211ull;
-	return h;
-}
-
 /* A whole number of unit from min to max for option name, or -1 with
  * the range on stderr (no sign, no trailing text, no overflow). */
 static int mount_uint_opt(const char *name, const char *arg, unsigned min,
@@ -657,7 +648,8 @@ static int prepare_cache_dir(struct mount_opts *o)
 					   (*s >= '0' && *s <= '9') ||
 					   *s == '-' ? *s : '_');
 		snprintf(name + j, sizeof(name) - j, "-%08llx",
-			 (unsigned long long)(fnv64(o->url) & 0xffffffff));
+			 (unsigned long long)(util_fnv1a64(UTIL_FNV64_BASIS, o->url,
+						 strlen(o->url)) & 0xffffffff));
 		if (getuid() == 0)
 			snprintf(def, deflen, "/var/cache/fmfs/%s", name);
 		else if (xdg && *xdg)
@@ -709,7 +701,8 @@ static int prepare_cache_dir(struct mount_opts *o)
 	if (!rundir || util_mkdir_p(rundir, 0700))
 		rundir = "/tmp";
 	snprintf(o->ctl_path, sizeof(o->ctl_path), "%s/fmfs-%016llx.sock",
-		 rundir, (unsigned long long)fnv64(o->mnt_real));
+		 rundir, (unsigned long long)util_fnv1a64(UTIL_FNV64_BASIS,
+			 o->mnt_real, strlen(o->mnt_real)));
 	return EXIT_OK;
 }
 

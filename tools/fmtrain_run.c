@@ -123,17 +123,6 @@ static int probe(struct run *r)
 	return EXIT_OK;
 }
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n)
-{
-	const unsigned char *b = p;
-
-	for (size_t i = 0; i < n; i++) {
-		h ^= b[i];
-		h *= 0x100000001b3ull;
-	}
-	return h;
-}
-
 /* The rendezvous' job string: --job, and a fingerprint of what every
  * rank must have alike (shape, hyperparameters, seed, steps, world,
  * device, checkpoint store), so that ranks started with different
@@ -148,17 +137,17 @@ static void job_string(const struct run *r, char *buf, size_t len)
 		c->layers, c->heads, c->channels, c->seq_len, c->vocab_size,
 		c->batch, r->w->world_size, o->resume,
 	};
-	uint64_t h = 0xcbf29ce484222325ull;
+	uint64_t h = UTIL_FNV64_BASIS;
 
-	h = fnv(h, u, sizeof(u));
-	h = fnv(h, &c->learning_rate, sizeof(c->learning_rate));
-	h = fnv(h, &c->seed, sizeof(c->seed));
-	h = fnv(h, &o->steps, sizeof(o->steps));
-	h = fnv(h, r->be->name, strlen(r->be->name) + 1);
+	h = util_fnv1a64(h, u, sizeof(u));
+	h = util_fnv1a64(h, &c->learning_rate, sizeof(c->learning_rate));
+	h = util_fnv1a64(h, &c->seed, sizeof(c->seed));
+	h = util_fnv1a64(h, &o->steps, sizeof(o->steps));
+	h = util_fnv1a64(h, r->be->name, strlen(r->be->name) + 1);
 	if (o->ckpt_dir)
-		h = fnv(h, o->ckpt_dir, strlen(o->ckpt_dir) + 1);
+		h = util_fnv1a64(h, o->ckpt_dir, strlen(o->ckpt_dir) + 1);
 	if (o->ckpt_remote)
-		h = fnv(h, o->ckpt_remote, strlen(o->ckpt_remote) + 1);
+		h = util_fnv1a64(h, o->ckpt_remote, strlen(o->ckpt_remote) + 1);
 	snprintf(buf, len, "fmtrain/%s/%016" PRIx64, o->job ? o->job : "", h);
 }
 

@@ -203,6 +203,21 @@ static inline uint64_t util_get64le(const unsigned char *p)
 	return v;
 }
 
+/* ---- FNV-1a, 64 bits: fingerprints and placement, not security ----
+ * Start from UTIL_FNV64_BASIS; chain calls to hash several fields. */
+#define UTIL_FNV64_BASIS 0xcbf29ce484222325ULL
+
+static inline uint64_t util_fnv1a64(uint64_t h, const void *p, size_t n)
+{
+	const unsigned char *b = (const unsigned char *)p;
+
+	for (size_t i = 0; i < n; i++) {
+		h ^= b[i];
+		h *= 0x100000001b3ULL;
+	}
+	return h;
+}
+
 #ifdef __cplusplus
 }
 #endif
