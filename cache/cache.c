@@ -321,6 +321,13 @@ static int create_locked(struct cache *c, const char *key,
 int cache_file_open(struct cache *c, const char *key, uint64_t size_bytes,
 		    const char *etag, struct cache_file **out)
 {
+	return cache_file_open_version(c, key, size_bytes, etag, true, out);
+}
+
+int cache_file_open_version(struct cache *c, const char *key,
+			    uint64_t size_bytes, const char *etag,
+			    bool replace, struct cache_file **out)
+{
 	uint64_t bb = c->cfg.block_bytes;
 	struct cache_file *f;
 	bool created = false;
@@ -335,6 +342,10 @@ int cache_file_open(struct cache *c, const char *key, uint64_t size_bytes,
 	pthread_mutex_lock(&c->lock);
 	f = cache_table_find(c, key);
 	if (f && (f->size_bytes != size_bytes || strcmp(f->etag, etag))) {
+		if (!replace) {
+			rc = -ESTALE;
+			goto out_unlock;
+		}
 		replace_locked(c, f);
 		f = NULL;
 	}
@@ -708,7 +719,7 @@ static void ensure_scan_locked(struct cache_file *f, uint32_t b0,
 			continue;
 		}
 		for (e = b + 1; e < b1 && e - b < run_blocks &&
-		     !cache_group_cut(f->c, e, run_blocks) &&
+		     !cache_group_cut(f->c, e) &&
 		     !bit_test(f->present, e) && !bit_test(f->busy, e); e++)
 			;
 		for (uint32_t i = b; i < e; i++)

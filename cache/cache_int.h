@@ -270,18 +270,24 @@ struct cache {
 	atomic_uint_fast64_t peer_served, peer_bytes_out, peer_refused;
 };
 
+/* cache_file_open, or -ESTALE without replacing it when another version
+ * of key is cached and replace is false (a peer's request). */
+int cache_file_open_version(struct cache *c, const char *key,
+			    uint64_t size_bytes, const char *etag,
+			    bool replace, struct cache_file **out);
+
 /* group.c: asks the owner of f's run at off for len bytes into buf when
  * a group is set and another member owns it.  0: buf holds them; else
  * the caller goes to the bucket. */
 int cache_group_fetch(struct cache *c, struct cache_file *f, uint64_t off,
 		      uint64_t len, char *buf);
-/* Whether runs must stop at block b (a run_max_bytes boundary) because
- * a group is set. */
-static inline bool cache_group_cut(const struct cache *c, uint32_t b,
-				   uint32_t run_blocks)
+/* Whether runs must stop at block b because a group is set: at the
+ * boundaries of the group's placement units (PEER_RUN_MAX_BYTES, the
+ * same on every member whatever its own run_max_bytes). */
+static inline bool cache_group_cut(const struct cache *c, uint32_t b)
 {
 	return atomic_load_explicit(&c->group, memory_order_relaxed) &&
-	       b % run_blocks == 0;
+	       (uint64_t)b * c->cfg.block_bytes % PEER_RUN_MAX_BYTES == 0;
 }
 
 /* ---- cache.c ---- */

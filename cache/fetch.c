@@ -385,7 +385,7 @@ uint64_t cache_prefetch_range(struct cache_file *f, uint64_t off,
 			continue;
 		}
 		for (e = b + 1; e < be && e - b < run_blocks &&
-		     !cache_group_cut(c, e, run_blocks) &&
+		     !cache_group_cut(c, e) &&
 		     !bit_test(f->present, e) && !bit_test(f->busy, e); e++)
 			;
 		bytes = cache_run_len(f, b, e);

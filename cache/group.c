@@ -48,7 +48,7 @@ int cache_group_fetch(struct cache *c, struct cache_file *f, uint64_t off,
 	    len > PEER_RUN_MAX_BYTES || strlen(f->key) > PEER_KEY_MAX ||
 	    strlen(f->etag) > PEER_ETAG_MAX)
 		return -ENOENT;
-	owner = peer_owner(g, f->key, f->etag, off / c->run_max_bytes);
+	owner = peer_owner(g, f->key, f->etag, off / PEER_RUN_MAX_BYTES);
 	if ((int)owner == g->self)
 		return -ENOENT;
 	memset(&rq, 0, sizeof(rq));
@@ -77,24 +77,18 @@ int cache_peer_serve(void *arg, const struct peer_get *g,
 {
 	struct cache *c = arg;
 	struct cache_file *f;
-	bool other;
 	ssize_t n;
 	int rc;
 
 	/* Another version cached here: say so, never replace it for a
 	 * peer (the requester may be the one behind). */
-	pthread_mutex_lock(&c->lock);
-	f = cache_table_find(c, g->key);
-	other = f && (f->size_bytes != g->size_bytes ||
-		      strcmp(f->etag, g->etag));
-	pthread_mutex_unlock(&c->lock);
-	if (other) {
+	rc = cache_file_open_version(c, g->key, g->size_bytes, g->etag, false,
+				     &f);
+	if (rc == -ESTALE)
 		atomic_fetch_add(&c->peer_refused, 1);
-		return -ENOENT;
-	}
-	rc = cache_file_open(c, g->key, g->size_bytes, g->etag, &f);
 	if (rc)
-		return rc == -EINVAL || rc == -EFBIG ? -ENOENT : rc;
+		return rc == -ESTALE || rc == -EINVAL || rc == -EFBIG ?
+		       -ENOENT : rc;
 	atomic_fetch_add(&f->peer_serving, 1);
 	n = cache_file_read(f, buf, g->len, g->off);
 	atomic_fetch_sub(&f->peer_serving, 1);

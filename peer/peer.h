@@ -132,18 +132,24 @@ int peer_hello_encode(const struct peer_hello *h, unsigned char *buf,
 int peer_hello_decode(const unsigned char *body, size_t len,
 		      struct peer_hello *h);
 
-/* AUTH body: HMAC-SHA256(secret, "fmfs-peer-v1" || own nonce || other's
- * nonce || own id || other's id), each id as u16 length + bytes.  `own`
- * is the HELLO the sender sent, `other` the one it received; the
- * receiver checks with the roles swapped (peer_auth_check). */
+/* AUTH body: HMAC-SHA256(secret, "fmfs-peer-v1" || role || own nonce ||
+ * other's nonce || own id || other's id), each id as u16 length +
+ * bytes, role one byte: 'C' for the side that connected, 'S' for the
+ * one that accepted.  `own` is the HELLO the sender sent, `other` the
+ * one it received.  The role stops a MAC that one member computed as a
+ * server from passing as a client's at another member (or the same one
+ * on another connection), and the client proves itself first: a server
+ * computes nothing with the secret for a client that has not.  A HELLO
+ * whose nonce is the receiver's own is refused (a reflection). */
+enum peer_role { PEER_ROLE_CLIENT = 'C', PEER_ROLE_SERVER = 'S' };
 int peer_auth_mac(const unsigned char *secret, size_t secret_len,
-		  const struct peer_hello *own,
+		  enum peer_role role, const struct peer_hello *own,
 		  const struct peer_hello *other,
 		  unsigned char mac[PEER_MAC_BYTES]);
-/* 0 when mac is what `sender` (whose HELLO is sender, who received
- * receiver) computes; -EACCES otherwise.  Constant time. */
+/* 0 when mac is what `sender` (in role, whose HELLO is sender, who
+ * received receiver) computes; -EACCES otherwise.  Constant time. */
 int peer_auth_check(const unsigned char *secret, size_t secret_len,
-		    const struct peer_hello *sender,
+		    enum peer_role role, const struct peer_hello *sender,
 		    const struct peer_hello *receiver,
 		    const unsigned char mac[PEER_MAC_BYTES]);
 
@@ -225,7 +231,7 @@ struct peer_server_config {
 	size_t secret_len;
 	uint32_t block_bytes;        /* CRC granularity of DATA; 0: 1 MiB */
 	unsigned timeout_ms;         /* handshake and each frame; 0: 2000 */
-	unsigned max_conns;          /* connections at once; 0: 64 */
+	unsigned max_conns;          /* connections at once; 0: 256 */
 	peer_serve_fn serve;
 	peer_admit_fn admit;         /* NULL: every authenticated client */
 	void *arg;

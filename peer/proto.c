@@ -7,10 +7,12 @@
  * receive these bytes; nothing here touches a socket.
  *
  * AUTH: each side proves it holds the group's shared secret with an
- * HMAC-SHA256 over a fixed label, both sides' fresh nonces and both ids,
- * its own first.  A recorded AUTH is useless on another connection (the
- * other side's nonce differs), and a reflected one fails (the order of
- * the nonces and ids differs).  The bytes that follow are not encrypted:
+ * HMAC-SHA256 over a fixed label, its role (client or server), both
+ * sides' fresh nonces and both ids, its own first; the client first.  A
+ * recorded AUTH is useless on another connection (the other side's
+ * nonce differs); one reflected back, or relayed from a member acting
+ * as a server to another's server, fails (the role and the order of the
+ * nonces and ids differ).  The bytes that follow are not encrypted:
  * the peer port belongs on the cluster network.
  */
 #include <errno.h>
@@ -187,20 +189,24 @@ int peer_hello_decode(const unsigned char *body, size_t len,
 }
 
 int peer_auth_mac(const unsigned char *secret, size_t secret_len,
-		  const struct peer_hello *own,
+		  enum peer_role role, const struct peer_hello *own,
 		  const struct peer_hello *other,
 		  unsigned char mac[PEER_MAC_BYTES])
 {
 	static const char label[] = "fmfs-peer-v1";
-	unsigned char msg[sizeof(label) + 2 * PEER_NONCE_BYTES +
+	unsigned char msg[sizeof(label) + 1 + 2 * PEER_NONCE_BYTES +
 			  2 * (2 + PEER_ID_MAX)];
+	unsigned char r = (unsigned char)role;
 	struct cur c = { .w = msg, .len = sizeof(msg) };
 	unsigned int mac_len = 0;
 
 	if (secret_len < PEER_SECRET_MIN || secret_len > PEER_SECRET_MAX ||
 	    strlen(own->id) > PEER_ID_MAX || strlen(other->id) > PEER_ID_MAX)
 		return -EINVAL;
+	if (role != PEER_ROLE_CLIENT && role != PEER_ROLE_SERVER)
+		return -EINVAL;
 	put_bytes(&c, label, sizeof(label) - 1);
+	put_bytes(&c, &r, 1);
 	put_bytes(&c, own->nonce, PEER_NONCE_BYTES);
 	put_bytes(&c, other->nonce, PEER_NONCE_BYTES);
 	put_str(&c, own->id);
@@ -213,12 +219,13 @@ int peer_auth_mac(const unsigned char *secret, size_t secret_len,
 }
 
 int peer_auth_check(const unsigned char *secret, size_t secret_len,
-		    const struct peer_hello *sender,
+		    enum peer_role role, const struct peer_hello *sender,
 		    const struct peer_hello *receiver,
 		    const unsigned char mac[PEER_MAC_BYTES])
 {
 	unsigned char want[PEER_MAC_BYTES];
-	int rc = peer_auth_mac(secret, secret_len, sender, receiver, want);
+	int rc = peer_auth_mac(secret, secret_len, role, sender, receiver,
+			       want);
 
 	if (rc)
 		return rc;

@@ -34,6 +34,7 @@
 
 #define DOWN_FIRST_MS 5000u
 #define DOWN_MAX_MS 60000u
+#define SERVER_IDLE_MS 120000u
 
 /* ---- bounded transfers ---- */
 
@@ -179,14 +180,18 @@ static int split_id(const char *id, char *host, size_t host_len,
 	return 0;
 }
 
-/* Both sides at once: send HELLO, read theirs, send AUTH, check theirs.
- * *other receives the other side's HELLO. */
-static int handshake(int fd, const char *self_id, const unsigned char *secret,
-		     size_t secret_len, struct peer_hello *other,
-		     uint64_t deadline_ms)
+/* HELLO both ways, then AUTH: the client's first, checked by the server
+ * before it sends its own (it computes nothing with the secret for a
+ * client that has not proved itself).  *other receives the other side's
+ * HELLO; a HELLO carrying our own nonce is a reflection. */
+static int handshake(int fd, enum peer_role role, const char *self_id,
+		     const unsigned char *secret, size_t secret_len,
+		     struct peer_hello *other, uint64_t deadline_ms)
 {
 	unsigned char buf[2 + PEER_ID_MAX + 64], mac[PEER_MAC_BYTES];
 	struct peer_hello own = { .version = PEER_VERSION };
+	enum peer_role them = role == PEER_ROLE_CLIENT ? PEER_ROLE_SERVER :
+			      PEER_ROLE_CLIENT;
 	uint32_t len;
 	int n, rc;
 
@@ -202,18 +207,32 @@ static int handshake(int fd, const char *self_id, const unsigned char *secret,
 				deadline_ms);
 	if (!rc)
 		rc = peer_hello_decode(buf, len, other);
-	if (!rc)
-		rc = peer_auth_mac(secret, secret_len, &own, other, mac);
-	if (!rc)
-		rc = send_frame(fd, PEER_AUTH, mac, sizeof(mac), NULL, 0,
-				deadline_ms);
-	if (!rc)
+	if (!rc && !memcmp(other->nonce, own.nonce, PEER_NONCE_BYTES))
+		rc = -EACCES;
+	if (!rc && role == PEER_ROLE_CLIENT) {
+		rc = peer_auth_mac(secret, secret_len, role, &own, other, mac);
+		if (!rc)
+			rc = send_frame(fd, PEER_AUTH, mac, sizeof(mac), NULL,
+					0, deadline_ms);
+	}
+	if (!rc) {
 		rc = recv_frame(fd, PEER_AUTH, buf, sizeof(buf), &len,
 				deadline_ms);
+		/* A server that refuses our AUTH closes without a word. */
+		if (rc == -ECONNRESET && role == PEER_ROLE_CLIENT)
+			rc = -EACCES;
+	}
 	if (!rc && len != PEER_MAC_BYTES)
 		rc = -EPROTO;
 	if (!rc)
-		rc = peer_auth_check(secret, secret_len, other, &own, buf);
+		rc = peer_auth_check(secret, secret_len, them, other, &own,
+				     buf);
+	if (!rc && role == PEER_ROLE_SERVER) {
+		rc = peer_auth_mac(secret, secret_len, role, &own, other, mac);
+		if (!rc)
+			rc = send_frame(fd, PEER_AUTH, mac, sizeof(mac), NULL,
+					0, deadline_ms);
+	}
 	return rc;
 }
 
@@ -250,8 +269,8 @@ static void serve_conn(struct peer_server *s, int fd)
 	struct peer_hello other;
 	int rc;
 
-	rc = handshake(fd, s->self_id, cfg->secret, cfg->secret_len, &other,
-		       util_now_ms() + cfg->timeout_ms);
+	rc = handshake(fd, PEER_ROLE_SERVER, s->self_id, cfg->secret,
+		       cfg->secret_len, &other, util_now_ms() + cfg->timeout_ms);
 	if (!rc && cfg->admit && !cfg->admit(cfg->arg, other.id))
 		rc = -EACCES;
 	if (rc) {
@@ -268,8 +287,18 @@ static void serve_conn(struct peer_server *s, int fd)
 		enum peer_type t;
 
 		/* Idle until the next request (or stop's shutdown), then
-		 * its body within the timeout. */
-		if (recv_full(fd, hdr, sizeof(hdr), 0) ||
+		 * it within the timeout.  An idle connection gives its
+		 * buffer back after a second and is closed after
+		 * SERVER_IDLE_MS (the client opens another). */
+		if (wait_fd(fd, POLLIN, util_now_ms() + 1000) == -ETIMEDOUT) {
+			free(buf);
+			buf = NULL;
+			if (wait_fd(fd, POLLIN, util_now_ms() +
+				    SERVER_IDLE_MS))
+				break;
+		}
+		if (recv_full(fd, hdr, sizeof(hdr),
+			      util_now_ms() + cfg->timeout_ms) ||
 		    peer_hdr_decode(hdr, &t, &len) || t != PEER_GET ||
 		    len > sizeof(body) ||
 		    recv_full(fd, body, len, util_now_ms() + cfg->timeout_ms))
@@ -421,7 +450,7 @@ int peer_server_start(const struct peer_server_config *cfg,
 	if (!s->cfg.timeout_ms)
 		s->cfg.timeout_ms = 2000;
 	if (!s->cfg.max_conns)
-		s->cfg.max_conns = 64;
+		s->cfg.max_conns = 256;
 	s->self_id = strdup(cfg->self_id ? cfg->self_id : cfg->listen);
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->gone, NULL);
@@ -605,8 +634,10 @@ static int dial(struct peer_client *pc, const char *id, uint64_t deadline,
 	int fd, rc, err = 0;
 	socklen_t el = sizeof(err);
 
-	if (split_id(id, host, sizeof(host), port))
+	if (split_id(id, host, sizeof(host), port)) {
+		util_msg(msg, msg_len, "peer %s: not host:port", id);
 		return -EINVAL;
+	}
 	rc = getaddrinfo(host, port, &hints, &ai);
 	if (rc || !ai) {
 		util_msg(msg, msg_len, "peer %s: %s", id,
@@ -630,8 +661,9 @@ static int dial(struct peer_client *pc, const char *id, uint64_t deadline,
 			rc = -err;
 	}
 	if (!rc)
-		rc = handshake(fd, pc->self_id, pc->cfg.secret,
-			       pc->cfg.secret_len, &other, deadline);
+		rc = handshake(fd, PEER_ROLE_CLIENT, pc->self_id,
+			       pc->cfg.secret, pc->cfg.secret_len, &other,
+			       deadline);
 	if (!rc && strcmp(other.id, id)) {
 		/* Not the member meant: a stale list, or an impostor. */
 		util_msg(msg, msg_len, "peer %s answered as '%s', not as "

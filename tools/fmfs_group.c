@@ -82,12 +82,19 @@ static int secret_read(struct fmfs_group *gr, const char *path, char *msg,
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0) {
+		int e = errno;
+
 		util_msg(msg, ml, "--peer-secret-file %s: %s", path,
-			 strerror(errno));
-		return -errno;
+			 strerror(e));
+		return -e;
 	}
 	n = util_read_all(fd, gr->secret, sizeof(gr->secret));
 	close(fd);
+	if (n < 0) {
+		util_msg(msg, ml, "--peer-secret-file %s: %s", path,
+			 strerror((int)-n));
+		return (int)n;
+	}
 	while (n > 0 && (gr->secret[n - 1] == '\n' ||
 			 gr->secret[n - 1] == '\r'))
 		n--;

@@ -104,7 +104,8 @@ static void mount_usage(FILE *f)
 "                        appears in --peers)\n"
 "  --peer-secret-file FILE  the group's shared secret (16-4096 bytes)\n"
 "  --peer-timeout MS     a peer's answer before the bucket is asked instead,\n"
-"                        100-60000 (default 2000)\n"
+"                        100-60000, at most half of --timeout (default\n"
+"                        5000)\n"
 "  --no-passthrough      send writes through the daemon even where the\n"
 "                        kernel could write files open for writing\n"
 "                        straight into the cache (FUSE passthrough)\n"
@@ -381,6 +382,22 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 			"unauthenticated peer port would serve the bucket's "
 			"data to anyone who reaches it)\n");
 		return -1;
+	}
+	if (o->peers) {
+		/* A peer's answer must come well before a reader gives up
+		 * (--timeout), so that the bucket still has time. */
+		unsigned half = o->fetch_timeout_s * 500;
+
+		if (o->peer_timeout_ms > half) {
+			fprintf(stderr, "fmfs mount: --peer-timeout %u is "
+				"more than half of --timeout (%u s): a reader "
+				"would fail before the bucket is asked\n",
+				o->peer_timeout_ms, o->fetch_timeout_s);
+			return -1;
+		}
+		if (!o->peer_timeout_ms)
+			o->peer_timeout_ms = 5000 < half * 2 / 3 ? 5000 :
+					     half * 2 / 3;
 	}
 	if (o->peers && realpath(o->peers, o->peers_real))
 		o->peers = o->peers_real;

@@ -50,6 +50,10 @@ expect_exit 2 "not one of the members" \
 expect_exit 2 "'127.0.0.1' is not host:port" \
 	$FMFS mount "s3://$B" a --cache-dir ca --peers "127.0.0.1:$PA,127.0.0.1" \
 	--peer-listen "127.0.0.1:$PA" --peer-secret-file secret
+expect_exit 2 "more than half of --timeout" \
+	$FMFS mount "s3://$B" a --cache-dir ca --peers "$PEERS" \
+	--peer-listen "127.0.0.1:$PA" --peer-secret-file secret \
+	--timeout 4 --peer-timeout 3000
 printf short >short
 expect_exit 2 "must be 16 to 4096 bytes" \
 	$FMFS mount "s3://$B" a --cache-dir ca --peers "$PEERS" \

@@ -284,27 +284,40 @@ static void test_auth(void **state)
 	hello(&a, "node-a:7000", 1);
 	hello(&b, "node-b:7000", 2);
 	hello(&b2, "node-b:7000", 3);   /* b on another connection */
-	assert_ok(peer_auth_mac(secret, sizeof(secret), &a, &b, mac_a), "a");
-	assert_ok(peer_auth_mac(secret, sizeof(secret), &b, &a, mac_b), "b");
+	assert_ok(peer_auth_mac(secret, sizeof(secret), PEER_ROLE_CLIENT,
+				&a, &b, mac_a), "a");
+	assert_ok(peer_auth_mac(secret, sizeof(secret), PEER_ROLE_SERVER,
+				&b, &a, mac_b), "b");
 	/* Each side checks the other's. */
-	assert_ok(peer_auth_check(secret, sizeof(secret), &a, &b, mac_a),
-		  "b checks a");
-	assert_ok(peer_auth_check(secret, sizeof(secret), &b, &a, mac_b),
-		  "a checks b");
+	assert_ok(peer_auth_check(secret, sizeof(secret), PEER_ROLE_CLIENT,
+				  &a, &b, mac_a), "b checks a");
+	assert_ok(peer_auth_check(secret, sizeof(secret), PEER_ROLE_SERVER,
+				  &b, &a, mac_b), "a checks b");
 	/* Another secret; a reflected MAC; a replay on another connection;
 	 * the ids swapped. */
-	assert_int_equal(peer_auth_check(other, sizeof(other), &a, &b, mac_a),
+	assert_int_equal(peer_auth_check(other, sizeof(other),
+					 PEER_ROLE_CLIENT, &a, &b, mac_a),
 			 -EACCES);
-	assert_int_equal(peer_auth_check(secret, sizeof(secret), &b, &a,
-					 mac_a), -EACCES);
-	assert_int_equal(peer_auth_check(secret, sizeof(secret), &a, &b2,
-					 mac_a), -EACCES);
+	assert_int_equal(peer_auth_check(secret, sizeof(secret),
+					 PEER_ROLE_CLIENT, &b, &a, mac_a),
+			 -EACCES);
+	assert_int_equal(peer_auth_check(secret, sizeof(secret),
+					 PEER_ROLE_CLIENT, &a, &b2, mac_a),
+			 -EACCES);
+	/* A server's MAC relayed as a client's: the hellos arranged so
+	 * that everything but the role matches (the attack across two
+	 * connections a review found in the first version). */
+	assert_int_equal(peer_auth_check(secret, sizeof(secret),
+					 PEER_ROLE_CLIENT, &b, &a, mac_b),
+			 -EACCES);
 	snprintf(a.id, sizeof(a.id), "node-b:7000");
 	snprintf(b.id, sizeof(b.id), "node-a:7000");
-	assert_int_equal(peer_auth_check(secret, sizeof(secret), &a, &b,
-					 mac_a), -EACCES);
+	assert_int_equal(peer_auth_check(secret, sizeof(secret),
+					 PEER_ROLE_CLIENT, &a, &b, mac_a),
+			 -EACCES);
 	/* A secret too short to be one. */
-	assert_int_equal(peer_auth_mac(secret, 8, &a, &b, mac_a), -EINVAL);
+	assert_int_equal(peer_auth_mac(secret, 8, PEER_ROLE_CLIENT, &a, &b,
+				       mac_a), -EINVAL);
 }
 
 static void test_get(void **state)
@@ -653,8 +666,11 @@ static void *fake_main(void *arg)
 	send_fr(fd, PEER_HELLO, b, (size_t)k);
 	n = recv_fr(fd, b, sizeof(b));
 	assert_int_equal(n, PEER_MAC_BYTES);
-	assert_ok(peer_auth_mac(g_secret, sizeof(g_secret) - 1, &me, &them,
-				mac), "mac");
+	assert_ok(peer_auth_check(g_secret, sizeof(g_secret) - 1,
+				  PEER_ROLE_CLIENT, &them, &me, b),
+		  "the client's mac");
+	assert_ok(peer_auth_mac(g_secret, sizeof(g_secret) - 1,
+				PEER_ROLE_SERVER, &me, &them, mac), "mac");
 	send_fr(fd, PEER_AUTH, mac, sizeof(mac));
 	n = recv_fr(fd, b, sizeof(b));
 	if (n == UINT32_MAX)   /* the impostor: the client hung up */
