@@ -183,6 +183,8 @@ struct peer_data {
 	const unsigned char *bytes; /* in the frame (borrowed) */
 	uint32_t nbytes;
 };
+#define PEER_DATA_FIXED_BYTES 20     /* the head before the CRC table */
+#define PEER_BLOCKS_MAX (PEER_RUN_MAX_BYTES / 512)
 size_t peer_data_head_bytes(uint32_t nblocks);
 /* Writes the head for nbytes of data in blocks of block_bytes, with the
  * CRCs crcs[0..n) computed by the caller; returns the head's length. */
@@ -194,6 +196,15 @@ int peer_data_head_encode(uint64_t req_id, int32_t status,
  * other than 0 must carry no bytes. */
 int peer_data_decode(const unsigned char *body, size_t len,
 		     struct peer_data *d, uint32_t *bad_block);
+/* The same in two steps, for a receiver that reads the bytes straight
+ * into their destination: fixed_decode takes the first
+ * PEER_DATA_FIXED_BYTES of a body of body_len bytes and checks every
+ * rule that does not need the CRCs or the bytes (d->nblocks then says
+ * how long the CRC table is, d->nbytes how many bytes follow it); the
+ * caller points d->crcs and d->bytes at them and calls check. */
+int peer_data_fixed_decode(const unsigned char *fixed, size_t body_len,
+			   struct peer_data *d);
+int peer_data_check(const struct peer_data *d, uint32_t *bad_block);
 
 /* ---- the TCP transport (tcp.c) ----
  *

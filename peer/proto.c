@@ -273,7 +273,7 @@ int peer_get_decode(const unsigned char *body, size_t len,
 
 size_t peer_data_head_bytes(uint32_t nblocks)
 {
-	return 8 + 4 + 4 + 4 + (size_t)nblocks * 4;
+	return PEER_DATA_FIXED_BYTES + (size_t)nblocks * 4;
 }
 
 int peer_data_head_encode(uint64_t req_id, int32_t status,
@@ -294,24 +294,24 @@ int peer_data_head_encode(uint64_t req_id, int32_t status,
 	return enc_end(&c);
 }
 
-int peer_data_decode(const unsigned char *body, size_t len,
-		     struct peer_data *d, uint32_t *bad_block)
+int peer_data_fixed_decode(const unsigned char *fixed, size_t body_len,
+			   struct peer_data *d)
 {
-	struct cur c = { .r = body, .len = len };
+	struct cur c = { .r = fixed, .len = PEER_DATA_FIXED_BYTES };
 	uint64_t span;
+	size_t head;
 
-	*bad_block = 0;
 	d->req_id = get64(&c);
 	d->status = (int32_t)get32(&c);
 	d->block_bytes = get32(&c);
 	d->nblocks = get32(&c);
-	if (c.bad || d->nblocks > PEER_RUN_MAX_BYTES / 512)
+	d->crcs = d->bytes = NULL;
+	if (c.bad || d->nblocks > PEER_BLOCKS_MAX)
 		return -EPROTO;
-	d->crcs = room(&c, (size_t)d->nblocks * 4);
-	if (!d->crcs)
+	head = peer_data_head_bytes(d->nblocks);
+	if (body_len < head)
 		return -EPROTO;
-	d->bytes = body + c.pos;
-	d->nbytes = (uint32_t)(len - c.pos);
+	d->nbytes = (uint32_t)(body_len - head);
 	if (d->status > 0)
 		return -EPROTO;
 	if (d->status < 0)
@@ -322,6 +322,12 @@ int peer_data_decode(const unsigned char *body, size_t len,
 	span = (uint64_t)(d->nblocks - 1) * d->block_bytes;
 	if (d->nbytes <= span || d->nbytes > span + d->block_bytes)
 		return -EPROTO;
+	return 0;
+}
+
+int peer_data_check(const struct peer_data *d, uint32_t *bad_block)
+{
+	*bad_block = 0;
 	for (uint32_t b = 0; b < d->nblocks; b++) {
 		uint64_t off = (uint64_t)b * d->block_bytes;
 		uint32_t n = b + 1 < d->nblocks ? d->block_bytes :
@@ -334,4 +340,20 @@ int peer_data_decode(const unsigned char *body, size_t len,
 		}
 	}
 	return 0;
+}
+
+int peer_data_decode(const unsigned char *body, size_t len,
+		     struct peer_data *d, uint32_t *bad_block)
+{
+	int rc;
+
+	*bad_block = 0;
+	if (len < PEER_DATA_FIXED_BYTES)
+		return -EPROTO;
+	rc = peer_data_fixed_decode(body, len, d);
+	if (rc)
+		return rc;
+	d->crcs = body + PEER_DATA_FIXED_BYTES;
+	d->bytes = body + peer_data_head_bytes(d->nblocks);
+	return peer_data_check(d, bad_block);
 }

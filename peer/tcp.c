@@ -688,7 +688,7 @@ static int exchange(int fd, const struct peer_get *g, unsigned char *buf,
 		    const char *id)
 {
 	unsigned char body[PEER_KEY_MAX + PEER_ETAG_MAX + 64], hdr[PEER_HDR_BYTES];
-	unsigned char *frame;
+	unsigned char fixed[PEER_DATA_FIXED_BYTES], crcs[4 * PEER_BLOCKS_MAX];
 	struct peer_data d;
 	enum peer_type t;
 	uint32_t len, bad;
@@ -706,12 +706,12 @@ static int exchange(int fd, const struct peer_get *g, unsigned char *buf,
 		rc = -EPROTO;
 	if (rc)
 		goto out_msg;
-	frame = malloc(len ? len : 1);
-	if (!frame)
-		return -ENOMEM;
-	rc = recv_full(fd, frame, len, deadline);
+	/* The head, then the CRC table, then the bytes straight into buf:
+	 * no frame-sized allocation or copy per request. */
+	rc = len < PEER_DATA_FIXED_BYTES ? -EPROTO :
+	     recv_full(fd, fixed, sizeof(fixed), deadline);
 	if (!rc)
-		rc = peer_data_decode(frame, len, &d, &bad);
+		rc = peer_data_fixed_decode(fixed, len, &d);
 	if (!rc && d.req_id != g->req_id)
 		rc = -EPROTO;
 	if (!rc && !d.status && d.nbytes != g->len)
@@ -719,8 +719,14 @@ static int exchange(int fd, const struct peer_get *g, unsigned char *buf,
 	if (!rc && d.status)
 		rc = d.status == -ENOENT ? -ENOENT : -EREMOTEIO;
 	if (!rc)
-		memcpy(buf, d.bytes, g->len);
-	free(frame);
+		rc = recv_full(fd, crcs, (size_t)d.nblocks * 4, deadline);
+	if (!rc)
+		rc = recv_full(fd, buf, d.nbytes, deadline);
+	if (!rc) {
+		d.crcs = crcs;
+		d.bytes = buf;
+		rc = peer_data_check(&d, &bad);
+	}
 	if (rc == -EBADMSG) {
 		util_msg(msg, msg_len, "peer %s: block %u of %s at %llu does "
 			 "not match its CRC32C", id, bad, g->key,
