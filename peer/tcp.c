@@ -55,33 +55,6 @@ static int wait_fd(int fd, short ev, uint64_t deadline_ms)
 	}
 }
 
-/* Reads exactly n bytes by deadline_ms (0: no deadline).  -ECONNRESET
- * for a connection closed before them. */
-static int recv_full(int fd, void *buf, size_t n, uint64_t deadline_ms)
-{
-	char *p = buf;
-
-	while (n) {
-		ssize_t r = recv(fd, p, n, 0);
-
-		if (r > 0) {
-			p += r;
-			n -= (size_t)r;
-			continue;
-		}
-		if (r == 0)
-			return -ECONNRESET;
-		if (errno == EINTR)
-			continue;
-		if (errno != EAGAIN && errno != EWOULDBLOCK)
-			return -errno;
-		r = wait_fd(fd, POLLIN, deadline_ms);
-		if (r)
-			return (int)r;
-	}
-	return 0;
-}
-
 static int send_iov(int fd, struct iovec *iov, int niov,
 		    uint64_t deadline_ms)
 {
@@ -135,7 +108,7 @@ static int recv_frame(int fd, enum peer_type want, unsigned char *buf,
 {
 	unsigned char hdr[PEER_HDR_BYTES];
 	enum peer_type t;
-	int rc = recv_full(fd, hdr, sizeof(hdr), deadline_ms);
+	int rc = util_sock_io(fd, hdr, sizeof(hdr), false, deadline_ms);
 
 	if (rc)
 		return rc;
@@ -144,7 +117,7 @@ static int recv_frame(int fd, enum peer_type want, unsigned char *buf,
 		return rc;
 	if (t != want || *len > cap)
 		return t == PEER_BYE ? -ECONNRESET : -EPROTO;
-	return recv_full(fd, buf, *len, deadline_ms);
+	return util_sock_io(fd, buf, *len, false, deadline_ms);
 }
 
 static void nonblock(int fd)
@@ -297,11 +270,12 @@ static void serve_conn(struct peer_server *s, int fd)
 				    SERVER_IDLE_MS))
 				break;
 		}
-		if (recv_full(fd, hdr, sizeof(hdr),
-			      util_now_ms() + cfg->timeout_ms) ||
+		if (util_sock_io(fd, hdr, sizeof(hdr), false,
+				 util_now_ms() + cfg->timeout_ms) ||
 		    peer_hdr_decode(hdr, &t, &len) || t != PEER_GET ||
 		    len > sizeof(body) ||
-		    recv_full(fd, body, len, util_now_ms() + cfg->timeout_ms))
+		    util_sock_io(fd, body, len, false,
+				 util_now_ms() + cfg->timeout_ms))
 			break;
 		if (peer_get_decode(body, len, &g)) {
 			atomic_fetch_add(&s->n_errors, 1);
@@ -699,7 +673,7 @@ static int exchange(int fd, const struct peer_get *g, unsigned char *buf,
 		return n;
 	rc = send_frame(fd, PEER_GET, body, (size_t)n, NULL, 0, deadline);
 	if (!rc)
-		rc = recv_full(fd, hdr, sizeof(hdr), deadline);
+		rc = util_sock_io(fd, hdr, sizeof(hdr), false, deadline);
 	if (!rc)
 		rc = peer_hdr_decode(hdr, &t, &len);
 	if (!rc && t != PEER_DATA)
@@ -709,7 +683,7 @@ static int exchange(int fd, const struct peer_get *g, unsigned char *buf,
 	/* The head, then the CRC table, then the bytes straight into buf:
 	 * no frame-sized allocation or copy per request. */
 	rc = len < PEER_DATA_FIXED_BYTES ? -EPROTO :
-	     recv_full(fd, fixed, sizeof(fixed), deadline);
+	     util_sock_io(fd, fixed, sizeof(fixed), false, deadline);
 	if (!rc)
 		rc = peer_data_fixed_decode(fixed, len, &d);
 	if (!rc && d.req_id != g->req_id)
@@ -719,9 +693,10 @@ static int exchange(int fd, const struct peer_get *g, unsigned char *buf,
 	if (!rc && d.status)
 		rc = d.status == -ENOENT ? -ENOENT : -EREMOTEIO;
 	if (!rc)
-		rc = recv_full(fd, crcs, (size_t)d.nblocks * 4, deadline);
+		rc = util_sock_io(fd, crcs, (size_t)d.nblocks * 4, false,
+				  deadline);
 	if (!rc)
-		rc = recv_full(fd, buf, d.nbytes, deadline);
+		rc = util_sock_io(fd, buf, d.nbytes, false, deadline);
 	if (!rc) {
 		d.crcs = crcs;
 		d.bytes = buf;

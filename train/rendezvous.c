@@ -452,39 +452,6 @@ out_free:
 
 /* ---- tcp: ---- */
 
-/* Moves len bytes through a non-blocking socket by the deadline: 0,
- * -ETIMEDOUT, -ECONNRESET when the peer closed, or -errno. */
-static int sock_io(int fd, void *buf, size_t len, bool out,
-		   uint64_t deadline)
-{
-	unsigned char *p = buf;
-
-	while (len) {
-		struct pollfd pf = { .fd = fd, .events = out ? POLLOUT : POLLIN };
-		ssize_t n;
-		int pr;
-
-		n = out ? send(fd, p, len, MSG_NOSIGNAL) : recv(fd, p, len, 0);
-		if (n > 0) {
-			p += n;
-			len -= (size_t)n;
-			continue;
-		}
-		if (n == 0)
-			return -ECONNRESET;
-		if (errno == EINTR)
-			continue;
-		if (errno != EAGAIN && errno != EWOULDBLOCK)
-			return -errno;
-		pr = poll(&pf, 1, poll_ms(deadline));
-		if (pr < 0 && errno != EINTR)
-			return -errno;
-		if (pr == 0)
-			return -ETIMEDOUT;
-	}
-	return 0;
-}
-
 /* Reads one record into b (RDV_REC_MAX) and decodes it. */
 static int sock_get(int fd, unsigned char *b, struct rdv_rec *r,
 		    uint64_t deadline)
@@ -492,12 +459,12 @@ static int sock_get(int fd, unsigned char *b, struct rdv_rec *r,
 	size_t total;
 	int rc;
 
-	rc = sock_io(fd, b, RDV_HDR_BYTES, false, deadline);
+	rc = util_sock_io(fd, b, RDV_HDR_BYTES, false, deadline);
 	if (rc)
 		return rc;
 	if (rec_head(b, r, &total))
 		return -EBADMSG;
-	rc = sock_io(fd, b + RDV_HDR_BYTES, total - RDV_HDR_BYTES, false,
+	rc = util_sock_io(fd, b + RDV_HDR_BYTES, total - RDV_HDR_BYTES, false,
 		     deadline);
 	return rc ? rc : rec_decode(b, total, r);
 }
@@ -577,11 +544,11 @@ static unsigned tcp_serve_one(struct rdv *d, int fd, unsigned char *b,
 		snprintf(d->seen, sizeof(d->seen), "(refused a connection: "
 			 "%s)", why);
 		n = rec_encode(d, RDV_REFUSE, why, strlen(why), b);
-		sock_io(fd, b, n, true, deadline);
+		util_sock_io(fd, b, n, true, deadline);
 		return 0;
 	}
 	n = rec_encode(d, RDV_REPLY, d->blob, d->len, b);
-	if (sock_io(fd, b, n, true, deadline) ||
+	if (util_sock_io(fd, b, n, true, deadline) ||
 	    sock_get(fd, b, &a, deadline) || a.kind != RDV_ACK ||
 	    a.rank != h.rank || a.nonce != d->nonce || rec_foreign(d, &a, ""))
 		return 0;
@@ -717,7 +684,7 @@ static int tcp_join_once(struct rdv *d, unsigned char *b)
 	if (fd < 0)
 		return 1;
 	n = rec_encode(d, RDV_HELLO, NULL, 0, b);
-	rc = sock_io(fd, b, n, true, deadline);
+	rc = util_sock_io(fd, b, n, true, deadline);
 	if (!rc)
 		rc = sock_get(fd, b, &r, deadline);
 	if (!rc && r.kind == RDV_REFUSE) {
@@ -735,7 +702,7 @@ static int tcp_join_once(struct rdv *d, unsigned char *b)
 			memcpy(d->blob, r.payload, d->len);
 		d->nonce = r.nonce;
 		n = rec_encode(d, RDV_ACK, NULL, 0, b);
-		rc = sock_io(fd, b, n, true, deadline);
+		rc = util_sock_io(fd, b, n, true, deadline);
 	}
 	close(fd);
 	if (rc && rc != -EBADMSG)

@@ -11,9 +11,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -183,4 +185,45 @@ void *util_map_huge(size_t len, bool prefault)
 	for (size_t at = 0; at < len; at += (size_t)page)
 		p[at] = 0;
 	return p;
+}
+
+/* poll(2)'s timeout until deadline (ms, util_now_ms clock). */
+static int poll_ms_until(uint64_t deadline)
+{
+	uint64_t now = util_now_ms();
+
+	if (now >= deadline)
+		return 0;
+	return deadline - now > INT_MAX ? INT_MAX : (int)(deadline - now);
+}
+
+int util_sock_io(int fd, void *buf, size_t len, bool out,
+		   uint64_t deadline)
+{
+	unsigned char *p = buf;
+
+	while (len) {
+		struct pollfd pf = { .fd = fd, .events = out ? POLLOUT : POLLIN };
+		ssize_t n;
+		int pr;
+
+		n = out ? send(fd, p, len, MSG_NOSIGNAL) : recv(fd, p, len, 0);
+		if (n > 0) {
+			p += n;
+			len -= (size_t)n;
+			continue;
+		}
+		if (n == 0)
+			return -ECONNRESET;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return -errno;
+		pr = poll(&pf, 1, poll_ms_until(deadline));
+		if (pr < 0 && errno != EINTR)
+			return -errno;
+		if (pr == 0)
+			return -ETIMEDOUT;
+	}
+	return 0;
 }

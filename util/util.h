@@ -124,6 +124,11 @@ ssize_t util_pread_all(int fd, void *buf, size_t len, uint64_t off);
 ssize_t util_read_all(int fd, void *buf, size_t len);
 int util_pwrite_all(int fd, const void *buf, size_t len, uint64_t off);
 int util_write_all(int fd, const void *buf, size_t len);
+/* Moves len bytes through a non-blocking socket by deadline (ms,
+ * util_now_ms): 0, -ETIMEDOUT, -ECONNRESET when the other side closed,
+ * or -errno.  out: send (MSG_NOSIGNAL), else recv. */
+int util_sock_io(int fd, void *buf, size_t len, bool out,
+		 uint64_t deadline);
 
 /* len bytes of private anonymous memory for a large buffer that is
  * reused (checkpoint staging, fetch buffers), in huge pages where the
