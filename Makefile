@@ -55,9 +55,9 @@ $(METRICS_OBJS): CPPFLAGS += $(MHD_CFLAGS)
 
 # peer/: the cache group (issue 21): member list, rendezvous placement,
 # wire format and its HMAC authentication (libcrypto)
-PEER_OBJS = peer/member.o peer/proto.o peer/tcp.o
+PEER_OBJS = peer/member.o peer/proto.o peer/tcp.o peer/fabric.o
 PEER_A = peer/libpeer.a $(UTIL_A)
-PEER_LIBS = $(CRYPTO_LIBS) $(UTIL_LIBS)
+PEER_LIBS = $(FABRIC_LIBS) $(CRYPTO_LIBS) $(UTIL_LIBS)
 
 # objstore/: object-store clients behind one interface
 OBJSTORE_OBJS = objstore/objstore.o objstore/url.o objstore/creds.o \

@@ -244,6 +244,10 @@ int cache_peer_serve(void *arg, const struct peer_get *g,
 /* The group's members as peer_client_describe says them ("" without a
  * group), and its size. */
 unsigned cache_group_describe(struct cache *c, char *buf, size_t len);
+/* How runs come from peers: "tcp", a libfabric provider ("tcp;ofi_rxm",
+ * "verbs;ofi_rxm"), or "" without a group; *rma_reads the answers pulled
+ * one-sided so far. */
+const char *cache_group_transport(struct cache *c, uint64_t *rma_reads);
 
 /* Write-back (files written through the mount, their upload queue and
  * tombstones) has its own header: cache/wb.h. */

@@ -113,3 +113,15 @@ unsigned cache_group_describe(struct cache *c, char *buf, size_t len)
 	peer_client_describe(c->peers, g, buf, len);
 	return g->n;
 }
+
+const char *cache_group_transport(struct cache *c, uint64_t *rma_reads)
+{
+	struct peer_client_stats st;
+
+	*rma_reads = 0;
+	if (!atomic_load(&c->group) || !c->peers)
+		return "";
+	peer_client_get_stats(c->peers, &st);
+	*rma_reads = st.rma_reads;
+	return peer_client_transport(c->peers);
+}

@@ -109,6 +109,8 @@ enum peer_type {
 	PEER_BYE = 5,
 	PEER_RELEASE = 6,
 	PEER_PREFETCH = 7,
+	PEER_RMA_OFFER = 8,
+	PEER_DATA_RMA = 9,
 };
 
 void peer_hdr_encode(unsigned char hdr[PEER_HDR_BYTES], enum peer_type t,
@@ -206,6 +208,76 @@ int peer_data_fixed_decode(const unsigned char *fixed, size_t body_len,
 			   struct peer_data *d);
 int peer_data_check(const struct peer_data *d, uint32_t *bad_block);
 
+/* RMA_OFFER body (client, after AUTH; the server answers one too):
+ * provider (u16 length + bytes), fabric address (u16 length + bytes).
+ * The client's address is empty; the server's is empty when it has no
+ * endpoint of that provider (the connection then carries DATA inline). */
+#define PEER_FABRIC_ADDR_MAX 256
+#define PEER_PROV_MAX 63
+struct peer_rma_offer {
+	char prov[PEER_PROV_MAX + 1];
+	unsigned char addr[PEER_FABRIC_ADDR_MAX];
+	uint16_t addr_len;
+};
+int peer_rma_offer_encode(const struct peer_rma_offer *o, unsigned char *buf,
+			  size_t cap);
+int peer_rma_offer_decode(const unsigned char *body, size_t len,
+			  struct peer_rma_offer *o);
+
+/* DATA_RMA body: the DATA head (request id, status, block bytes, block
+ * count, the CRC table) for the bytes that stay at the owner, then
+ * length (u32), remote address (u64) and key (u64) of its registered
+ * buffer.  The reader pulls them with peer_fabric_read, checks them
+ * with peer_data_check and answers RELEASE (request id, u64), after
+ * which the owner closes the registration.  A status other than 0
+ * carries length 0. */
+struct peer_data_rma {
+	struct peer_data d;          /* d.bytes NULL, d.nbytes the length */
+	uint64_t raddr, key;
+};
+int peer_data_rma_encode(uint64_t req_id, int32_t status,
+			 uint32_t block_bytes, const uint32_t *crcs,
+			 uint32_t nblocks, uint32_t nbytes, uint64_t raddr,
+			 uint64_t key, unsigned char *buf, size_t cap);
+/* Checks every rule of peer_data_fixed_decode; d->d.crcs points into
+ * body. */
+int peer_data_rma_decode(const unsigned char *body, size_t len,
+			 struct peer_data_rma *d);
+
+/* ---- the RDMA data plane (fabric.c): libfabric, when built with it ----
+ *
+ * One FI_EP_RDM endpoint with FI_RMA per mount, bound to the member's
+ * listen host, through the provider named (NULL: the first libfabric
+ * offers there; "verbs;ofi_rxm" on an RDMA network, "tcp;ofi_rxm" over
+ * plain TCP, which is how tests run it on a machine without RDMA).
+ * Thread-safe. */
+struct peer_fabric;
+struct peer_fabric_exposed;
+/* Whether this build has libfabric. */
+bool peer_fabric_built(void);
+/* -ENODEV (no such provider there), -ENOTSUP (built without), with a
+ * message. */
+int peer_fabric_open(const char *host, const char *prov,
+		     struct peer_fabric **out, char *msg, size_t msg_len);
+void peer_fabric_close(struct peer_fabric *f);
+const char *peer_fabric_provider(const struct peer_fabric *f);
+size_t peer_fabric_addr(const struct peer_fabric *f, const unsigned char **a);
+/* Drives the provider's data progress; a waiting owner calls it. */
+void peer_fabric_progress(struct peer_fabric *f);
+/* Registers buf for remote reads until unexpose. */
+int peer_fabric_expose(struct peer_fabric *f, void *buf, size_t len,
+		       uint64_t *raddr, uint64_t *key,
+		       struct peer_fabric_exposed **out);
+void peer_fabric_unexpose(struct peer_fabric_exposed *x);
+/* Pulls len bytes at (raddr, key) of the endpoint at addr into dst (via
+ * a registered buffer of this endpoint: dst is never the target of the
+ * transfer, so a read given up at the deadline cannot write into it
+ * later).  0, -ETIMEDOUT, -EIO (the transfer failed), -EPROTO (a bad
+ * address). */
+int peer_fabric_read(struct peer_fabric *f, const unsigned char *addr,
+		     size_t addr_len, uint64_t raddr, uint64_t key, void *dst,
+		     size_t len, uint64_t deadline_ms);
+
 /* ---- the TCP transport (tcp.c) ----
  *
  * One member serves runs of its cache to the others (peer_server) and
@@ -246,6 +318,10 @@ struct peer_server_config {
 	peer_serve_fn serve;
 	peer_admit_fn admit;         /* NULL: every authenticated client */
 	void *arg;
+	/* The RDMA data plane (borrowed until stop), or NULL: a client
+	 * that offers the same provider gets DATA_RMA answers, others
+	 * DATA with the bytes inline. */
+	struct peer_fabric *fabric;
 };
 struct peer_server;
 
@@ -269,6 +345,9 @@ struct peer_client_config {
 	const unsigned char *secret; /* borrowed until free */
 	size_t secret_len;
 	unsigned timeout_ms;         /* connect + handshake + answer; 0: 2000 */
+	/* Offered to each member after AUTH (borrowed until free), or
+	 * NULL; a member without it answers inline. */
+	struct peer_fabric *fabric;
 };
 struct peer_client;
 
@@ -290,8 +369,12 @@ int peer_client_get(struct peer_client *pc, const char *member,
 void peer_client_describe(struct peer_client *pc, const struct peer_group *g,
 			  char *buf, size_t len);
 
+/* How answers move: "tcp" (inline), or the libfabric provider. */
+const char *peer_client_transport(const struct peer_client *pc);
+
 struct peer_client_stats {
 	uint64_t requests, bytes_received, errors, skipped_down;
+	uint64_t rma_reads;          /* answers pulled through the fabric */
 };
 void peer_client_get_stats(struct peer_client *pc,
 			   struct peer_client_stats *out);

@@ -42,7 +42,7 @@ int peer_hdr_decode(const unsigned char hdr[PEER_HDR_BYTES],
 	if (memcmp(hdr, magic, 4) || hdr[5] || hdr[6] || hdr[7] ||
 	    util_get32le(hdr + 12) != util_crc32c(0, hdr, 12))
 		return -EPROTO;
-	if (hdr[4] < PEER_HELLO || hdr[4] > PEER_PREFETCH)
+	if (hdr[4] < PEER_HELLO || hdr[4] > PEER_DATA_RMA)
 		return -EPROTO;
 	*t = (enum peer_type)hdr[4];
 	*body_len = util_get32le(hdr + 8);
@@ -356,4 +356,95 @@ int peer_data_decode(const unsigned char *body, size_t len,
 	d->crcs = body + PEER_DATA_FIXED_BYTES;
 	d->bytes = body + peer_data_head_bytes(d->nblocks);
 	return peer_data_check(d, bad_block);
+}
+
+/* ---- the RDMA data plane's frames ---- */
+
+int peer_rma_offer_encode(const struct peer_rma_offer *o, unsigned char *buf,
+			  size_t cap)
+{
+	struct cur c = { .w = buf, .len = cap };
+	unsigned char *p;
+
+	if (strlen(o->prov) > PEER_PROV_MAX ||
+	    o->addr_len > PEER_FABRIC_ADDR_MAX)
+		return -EINVAL;
+	put_str(&c, o->prov);
+	p = room(&c, 2);
+	if (p) {
+		p[0] = (unsigned char)o->addr_len;
+		p[1] = (unsigned char)(o->addr_len >> 8);
+	}
+	put_bytes(&c, o->addr, o->addr_len);
+	return enc_end(&c);
+}
+
+int peer_rma_offer_decode(const unsigned char *body, size_t len,
+			  struct peer_rma_offer *o)
+{
+	struct cur c = { .r = body, .len = len };
+	const unsigned char *p, *a;
+	size_t n;
+
+	memset(o, 0, sizeof(*o));
+	get_str(&c, o->prov, PEER_PROV_MAX);
+	p = room(&c, 2);
+	if (!p)
+		return -EPROTO;
+	n = (size_t)p[0] | (size_t)p[1] << 8;
+	if (n > PEER_FABRIC_ADDR_MAX)
+		return -EPROTO;
+	a = room(&c, n);
+	if (a && n)
+		memcpy(o->addr, a, n);
+	o->addr_len = (uint16_t)n;
+	return dec_end(&c);
+}
+
+#define RMA_TAIL_BYTES 20      /* length u32, address u64, key u64 */
+
+int peer_data_rma_encode(uint64_t req_id, int32_t status,
+			 uint32_t block_bytes, const uint32_t *crcs,
+			 uint32_t nblocks, uint32_t nbytes, uint64_t raddr,
+			 uint64_t key, unsigned char *buf, size_t cap)
+{
+	struct cur c = { .w = buf, .len = cap };
+	int n = peer_data_head_encode(req_id, status, block_bytes, crcs,
+				      nblocks, buf, cap);
+
+	if (n < 0)
+		return n;
+	c.pos = (size_t)n;
+	put32(&c, nbytes);
+	put64(&c, raddr);
+	put64(&c, key);
+	return enc_end(&c);
+}
+
+int peer_data_rma_decode(const unsigned char *body, size_t len,
+			 struct peer_data_rma *d)
+{
+	struct cur c = { .r = body, .len = len };
+	uint32_t nblocks, nbytes;
+	size_t head;
+	int rc;
+
+	if (len < PEER_DATA_FIXED_BYTES + RMA_TAIL_BYTES)
+		return -EPROTO;
+	nblocks = util_get32le(body + 16);
+	if (nblocks > PEER_BLOCKS_MAX)
+		return -EPROTO;
+	head = peer_data_head_bytes(nblocks);
+	if (len != head + RMA_TAIL_BYTES)
+		return -EPROTO;
+	nbytes = util_get32le(body + head);
+	/* Every rule of an inline DATA of that many bytes. */
+	rc = peer_data_fixed_decode(body, head + (size_t)nbytes, &d->d);
+	if (rc)
+		return rc;
+	d->d.crcs = body + PEER_DATA_FIXED_BYTES;
+	c.pos = head + 4;
+	d->raddr = get64(&c);
+	d->key = get64(&c);
+	return dec_end(&c);
 }

@@ -232,6 +232,85 @@ struct srv_conn {
 	int fd;
 };
 
+/* A client's RMA_OFFER: our address when we have an endpoint of its
+ * provider (the connection then answers DATA_RMA), an empty one if
+ * not. */
+static int answer_offer(struct peer_server *s, int fd,
+			const unsigned char *body, uint32_t len, bool *rma)
+{
+	struct peer_rma_offer in, out = { 0 };
+	unsigned char buf[PEER_PROV_MAX + PEER_FABRIC_ADDR_MAX + 8];
+	struct peer_fabric *f = s->cfg.fabric;
+	int n;
+
+	if (peer_rma_offer_decode(body, len, &in))
+		return -EPROTO;
+	*rma = false;
+	if (f) {
+		const unsigned char *a;
+		size_t al = peer_fabric_addr(f, &a);
+
+		snprintf(out.prov, sizeof(out.prov), "%s",
+			 peer_fabric_provider(f));
+		if (!strcmp(in.prov, out.prov) && al <= PEER_FABRIC_ADDR_MAX) {
+			memcpy(out.addr, a, al);
+			out.addr_len = (uint16_t)al;
+			*rma = true;
+		}
+	}
+	n = peer_rma_offer_encode(&out, buf, sizeof(buf));
+	if (n < 0)
+		return n;
+	return send_frame(fd, PEER_RMA_OFFER, buf, (size_t)n, NULL, 0,
+			  util_now_ms() + s->cfg.timeout_ms);
+}
+
+/* The run in buf, one-sided: registered, its address and key sent, and
+ * held until the reader's RELEASE (or the timeout, or the connection's
+ * end), driving the provider's progress meanwhile. */
+static int serve_rma(struct peer_server *s, int fd, const struct peer_get *g,
+		     const uint32_t *crcs, uint32_t nb, unsigned char *buf)
+{
+	unsigned char head[PEER_BLOCKS_MAX * 4 + 64], rel[8];
+	unsigned char hdr[PEER_HDR_BYTES];
+	uint64_t deadline = util_now_ms() + s->cfg.timeout_ms, raddr, key;
+	struct peer_fabric_exposed *x;
+	enum peer_type t;
+	uint32_t len;
+	int n, rc;
+
+	rc = peer_fabric_expose(s->cfg.fabric, buf, g->len, &raddr, &key, &x);
+	if (rc)
+		return rc;
+	n = peer_data_rma_encode(g->req_id, 0, s->cfg.block_bytes, crcs, nb,
+				 g->len, raddr, key, head, sizeof(head));
+	rc = n < 0 ? n : send_frame(fd, PEER_DATA_RMA, head, (size_t)n,
+				     NULL, 0, deadline);
+	for (unsigned spin = 0; !rc; spin++) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+
+		peer_fabric_progress(s->cfg.fabric);
+		if (poll(&p, 1, 0) > 0)
+			break;
+		if (util_now_ms() >= deadline)
+			rc = -ETIMEDOUT;
+		else if (spin > 64)
+			usleep(20);
+	}
+	if (!rc)
+		rc = util_sock_io(fd, hdr, sizeof(hdr), false, deadline);
+	if (!rc)
+		rc = peer_hdr_decode(hdr, &t, &len);
+	if (!rc && (t != PEER_RELEASE || len != sizeof(rel)))
+		rc = -EPROTO;
+	if (!rc)
+		rc = util_sock_io(fd, rel, sizeof(rel), false, deadline);
+	if (!rc && util_get64le(rel) != g->req_id)
+		rc = -EPROTO;
+	peer_fabric_unexpose(x);
+	return rc;
+}
+
 static void serve_conn(struct peer_server *s, int fd)
 {
 	const struct peer_server_config *cfg = &s->cfg;
@@ -240,6 +319,7 @@ static void serve_conn(struct peer_server *s, int fd)
 	unsigned char *buf = NULL, head[sizeof(crcs) + 64];
 	unsigned char body[PEER_KEY_MAX + PEER_ETAG_MAX + 64];
 	struct peer_hello other;
+	bool rma = false;
 	int rc;
 
 	rc = handshake(fd, PEER_ROLE_SERVER, s->self_id, cfg->secret,
@@ -272,11 +352,17 @@ static void serve_conn(struct peer_server *s, int fd)
 		}
 		if (util_sock_io(fd, hdr, sizeof(hdr), false,
 				 util_now_ms() + cfg->timeout_ms) ||
-		    peer_hdr_decode(hdr, &t, &len) || t != PEER_GET ||
+		    peer_hdr_decode(hdr, &t, &len) ||
+		    (t != PEER_GET && t != PEER_RMA_OFFER) ||
 		    len > sizeof(body) ||
 		    util_sock_io(fd, body, len, false,
 				 util_now_ms() + cfg->timeout_ms))
 			break;
+		if (t == PEER_RMA_OFFER) {
+			if (answer_offer(s, fd, body, len, &rma))
+				break;
+			continue;
+		}
 		if (peer_get_decode(body, len, &g)) {
 			atomic_fetch_add(&s->n_errors, 1);
 			break;
@@ -300,9 +386,12 @@ static void serve_conn(struct peer_server *s, int fd)
 					  sizeof(head));
 		if (n < 0)
 			break;
-		rc = send_frame(fd, PEER_DATA, head, (size_t)n, buf,
-				st ? 0 : g.len,
-				util_now_ms() + cfg->timeout_ms);
+		if (rma && !st)
+			rc = serve_rma(s, fd, &g, crcs, nb, buf);
+		else
+			rc = send_frame(fd, PEER_DATA, head, (size_t)n, buf,
+					st ? 0 : g.len,
+					util_now_ms() + cfg->timeout_ms);
 		if (rc)
 			break;
 		if (!st)
@@ -519,6 +608,8 @@ struct cli_member {
 	uint64_t down_until_ms;
 	unsigned down_ms;                  /* the next back-off */
 	int last_err;                      /* of the last failure, -errno */
+	unsigned char faddr[PEER_FABRIC_ADDR_MAX]; /* its fabric address */
+	size_t falen;                      /* 0: none (inline DATA) */
 };
 
 struct peer_client {
@@ -526,7 +617,8 @@ struct peer_client {
 	char *self_id;
 	pthread_mutex_t lock;              /* protects members */
 	struct cli_member *members;
-	atomic_uint_fast64_t next_req, n_requests, n_bytes, n_errors, n_down;
+	atomic_uint_fast64_t next_req, n_requests, n_bytes, n_errors, n_down,
+		n_rma;
 };
 
 int peer_client_new(const struct peer_client_config *cfg,
@@ -571,6 +663,11 @@ void peer_client_free(struct peer_client *pc)
 	free(pc);
 }
 
+const char *peer_client_transport(const struct peer_client *pc)
+{
+	return pc->cfg.fabric ? peer_fabric_provider(pc->cfg.fabric) : "tcp";
+}
+
 void peer_client_get_stats(struct peer_client *pc,
 			   struct peer_client_stats *out)
 {
@@ -578,6 +675,7 @@ void peer_client_get_stats(struct peer_client *pc,
 	out->bytes_received = atomic_load(&pc->n_bytes);
 	out->errors = atomic_load(&pc->n_errors);
 	out->skipped_down = atomic_load(&pc->n_down);
+	out->rma_reads = atomic_load(&pc->n_rma);
 }
 
 /* The member's entry (pc->lock held), made on first use. */
@@ -595,6 +693,40 @@ static struct cli_member *member_of(struct peer_client *pc, const char *id)
 	m->next = pc->members;
 	pc->members = m;
 	return m;
+}
+
+/* RMA_OFFER on a new connection: the member's fabric address, kept
+ * with the member for the DATA_RMA answers (empty: it answers inline). */
+static int offer_rma(struct peer_client *pc, int fd, const char *id,
+		     uint64_t deadline)
+{
+	struct peer_rma_offer o = { 0 };
+	unsigned char buf[PEER_PROV_MAX + PEER_FABRIC_ADDR_MAX + 8];
+	struct cli_member *m;
+	uint32_t len;
+	int n, rc;
+
+	snprintf(o.prov, sizeof(o.prov), "%s",
+		 peer_fabric_provider(pc->cfg.fabric));
+	n = peer_rma_offer_encode(&o, buf, sizeof(buf));
+	if (n < 0)
+		return n;
+	rc = send_frame(fd, PEER_RMA_OFFER, buf, (size_t)n, NULL, 0, deadline);
+	if (!rc)
+		rc = recv_frame(fd, PEER_RMA_OFFER, buf, sizeof(buf), &len,
+				deadline);
+	if (!rc)
+		rc = peer_rma_offer_decode(buf, len, &o);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&pc->lock);
+	m = member_of(pc, id);
+	if (m) {
+		m->falen = o.addr_len;
+		memcpy(m->faddr, o.addr, o.addr_len);
+	}
+	pthread_mutex_unlock(&pc->lock);
+	return m ? 0 : -ENOMEM;
 }
 
 static int dial(struct peer_client *pc, const char *id, uint64_t deadline,
@@ -645,6 +777,8 @@ static int dial(struct peer_client *pc, const char *id, uint64_t deadline,
 		close(fd);
 		return -EPROTO;
 	}
+	if (!rc && pc->cfg.fabric)
+		rc = offer_rma(pc, fd, id, deadline);
 	if (rc) {
 		util_msg(msg, msg_len, "peer %s: %s", id,
 			 rc == -EACCES ? "authentication failed (is the "
@@ -656,10 +790,60 @@ static int dial(struct peer_client *pc, const char *id, uint64_t deadline,
 	return fd;
 }
 
+/* A DATA_RMA answer of len bytes: its head and CRC table, the bytes
+ * pulled from the member's buffer, checked, then RELEASE. */
+static int exchange_rma(struct peer_client *pc, int fd,
+			const struct peer_get *g, uint32_t len,
+			unsigned char *buf, uint64_t deadline, uint32_t *bad,
+			const char *id)
+{
+	unsigned char body[PEER_BLOCKS_MAX * 4 + 64], rel[8];
+	unsigned char addr[PEER_FABRIC_ADDR_MAX];
+	struct peer_data_rma d;
+	struct cli_member *m;
+	size_t alen = 0;
+	int rc;
+
+	if (len > sizeof(body))
+		return -EPROTO;
+	rc = util_sock_io(fd, body, len, false, deadline);
+	if (!rc)
+		rc = peer_data_rma_decode(body, len, &d);
+	if (!rc && (d.d.req_id != g->req_id || d.d.status ||
+		    d.d.nbytes != g->len))
+		rc = -EPROTO;
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&pc->lock);
+	m = member_of(pc, id);
+	if (m && m->falen) {
+		alen = m->falen;
+		memcpy(addr, m->faddr, alen);
+	}
+	pthread_mutex_unlock(&pc->lock);
+	/* DATA_RMA on a connection that was offered nothing. */
+	if (!alen || !pc->cfg.fabric)
+		return -EPROTO;
+	rc = peer_fabric_read(pc->cfg.fabric, addr, alen, d.raddr, d.key, buf,
+			      d.d.nbytes, deadline);
+	if (!rc) {
+		d.d.bytes = buf;
+		rc = peer_data_check(&d.d, bad);
+	}
+	if (!rc) {
+		util_put64le(rel, g->req_id);
+		rc = send_frame(fd, PEER_RELEASE, rel, sizeof(rel), NULL, 0,
+				deadline);
+	}
+	if (!rc)
+		atomic_fetch_add(&pc->n_rma, 1);
+	return rc;
+}
+
 /* Sends g on fd and reads the answer into buf; 0, -ENOENT or -errno. */
-static int exchange(int fd, const struct peer_get *g, unsigned char *buf,
-		    uint64_t deadline, char *msg, size_t msg_len,
-		    const char *id)
+static int exchange(struct peer_client *pc, int fd, const struct peer_get *g,
+		    unsigned char *buf, uint64_t deadline, char *msg,
+		    size_t msg_len, const char *id)
 {
 	unsigned char body[PEER_KEY_MAX + PEER_ETAG_MAX + 64], hdr[PEER_HDR_BYTES];
 	unsigned char fixed[PEER_DATA_FIXED_BYTES], crcs[4 * PEER_BLOCKS_MAX];
@@ -676,10 +860,12 @@ static int exchange(int fd, const struct peer_get *g, unsigned char *buf,
 		rc = util_sock_io(fd, hdr, sizeof(hdr), false, deadline);
 	if (!rc)
 		rc = peer_hdr_decode(hdr, &t, &len);
-	if (!rc && t != PEER_DATA)
+	if (!rc && t == PEER_DATA_RMA)
+		rc = exchange_rma(pc, fd, g, len, buf, deadline, &bad, id);
+	else if (!rc && t != PEER_DATA)
 		rc = -EPROTO;
-	if (rc)
-		goto out_msg;
+	if (rc || t == PEER_DATA_RMA)
+		goto checked;
 	/* The head, then the CRC table, then the bytes straight into buf:
 	 * no frame-sized allocation or copy per request. */
 	rc = len < PEER_DATA_FIXED_BYTES ? -EPROTO :
@@ -702,13 +888,13 @@ static int exchange(int fd, const struct peer_get *g, unsigned char *buf,
 		d.bytes = buf;
 		rc = peer_data_check(&d, &bad);
 	}
+checked:
 	if (rc == -EBADMSG) {
 		util_msg(msg, msg_len, "peer %s: block %u of %s at %llu does "
 			 "not match its CRC32C", id, bad, g->key,
 			 (unsigned long long)g->off);
 		return rc;
 	}
-out_msg:
 	if (rc && rc != -ENOENT)
 		util_msg(msg, msg_len, "peer %s: %s", id,
 			 rc == -EREMOTEIO ? "the owner's fetch failed" :
@@ -745,7 +931,7 @@ int peer_client_get(struct peer_client *pc, const char *member,
 		/* A kept connection the member closed meanwhile (it
 		 * restarted, or stopped a connection idle too long): once
 		 * more on a new one before calling the member down. */
-		rc = exchange(fd, g, buf, deadline, msg, msg_len, member);
+		rc = exchange(pc, fd, g, buf, deadline, msg, msg_len, member);
 		if (rc == -ECONNRESET || rc == -EPIPE) {
 			close(fd);
 			fd = -1;
@@ -753,8 +939,8 @@ int peer_client_get(struct peer_client *pc, const char *member,
 	}
 	if (fd < 0) {
 		fd = dial(pc, member, deadline, msg, msg_len);
-		rc = fd < 0 ? fd : exchange(fd, g, buf, deadline, msg,
-					    msg_len, member);
+		rc = fd < 0 ? fd : exchange(pc, fd, g, buf, deadline,
+					    msg, msg_len, member);
 	}
 	pthread_mutex_lock(&pc->lock);
 	if (!rc || rc == -ENOENT) {

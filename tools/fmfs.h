@@ -64,16 +64,18 @@ int fmfs_unmount(const char *real, bool lazy);
 /* A mount's membership of a cache group (fmfs_group.c).  check: reads
  * and checks the list and the secret (0, or -errno with msg).  start:
  * the same, then the peer client and server beside cache c, and a
- * re-reader for a list given as a file.  stop_serving: no more requests
+ * re-reader for a list given as a file; transport is --peer-transport
+ * (NULL: auto).  stop_serving: no more requests
  * from peers (before the cache closes).  free: the rest (after it). */
 struct cache;
 struct fmfs_group;
 int fmfs_group_check(const char *peers, const char *listen,
-		     const char *secret_file, char *msg, size_t ml);
+		     const char *secret_file, const char *transport,
+		     char *msg, size_t ml);
 int fmfs_group_start(const char *peers, const char *listen,
 		     const char *secret_file, unsigned timeout_ms,
-		     struct cache *c, struct fmfs_group **out, char *msg,
-		     size_t ml);
+		     const char *transport, struct cache *c,
+		     struct fmfs_group **out, char *msg, size_t ml);
 void fmfs_group_stop_serving(struct fmfs_group *gr);
 void fmfs_group_free(struct fmfs_group *gr);
 

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fmfs_group.c - a mount's membership of a cache group (--peers,
- * --peer-listen, --peer-secret-file, --peer-timeout; docs/cluster-cache.md):
+ * --peer-listen, --peer-secret-file, --peer-timeout, --peer-transport;
+ * docs/cluster-cache.md):
  * reading and checking the list and the secret, starting the peer client
  * and server next to the cache, and re-reading a list given as a file
  * when it changes (checked every second), so that a list written from a
@@ -38,6 +39,7 @@ struct fmfs_group {
 	struct list_node *lists;   /* newest first; lists->g is in use */
 	struct peer_client *pc;
 	struct peer_server *srv;
+	struct peer_fabric *fabric;  /* the RDMA data plane, or NULL */
 	struct cache *c;
 	/* The re-reader (a list given as a file). */
 	bool is_file;
@@ -115,6 +117,7 @@ void fmfs_group_free(struct fmfs_group *gr)
 		return;
 	fmfs_group_stop_serving(gr);
 	peer_client_free(gr->pc);
+	peer_fabric_close(gr->fabric);
 	while (gr->lists) {
 		struct list_node *n = gr->lists->next;
 
@@ -128,6 +131,45 @@ void fmfs_group_free(struct fmfs_group *gr)
 	free(gr->peers);
 	free(gr->listen);
 	free(gr);
+}
+
+/* The data plane --peer-transport names: "tcp" none; "auto" (or NULL)
+ * libfabric's verbs provider where this build has libfabric and the
+ * listen address is on an RDMA device, else none; anything else a
+ * libfabric provider that must open on the listen address's host. */
+static int fabric_open(const char *transport, const char *listen,
+		       struct peer_fabric **f, char *msg, size_t ml)
+{
+	char host[PEER_ID_MAX + 1], m[512];
+	const char *end;
+	bool fixed = transport && strcmp(transport, "auto");
+	int rc;
+
+	*f = NULL;
+	if (transport && !strcmp(transport, "tcp"))
+		return 0;
+	if (!fixed && !peer_fabric_built())
+		return 0;
+	if (listen[0] == '[') {
+		end = strchr(listen, ']');
+		listen++;
+	} else {
+		end = strrchr(listen, ':');
+	}
+	if (!end || (size_t)(end - listen) >= sizeof(host)) {
+		util_msg(msg, ml, "--peer-listen %s: not HOST:PORT", listen);
+		return -EINVAL;
+	}
+	memcpy(host, listen, (size_t)(end - listen));
+	host[end - listen] = '\0';
+	rc = peer_fabric_open(host, fixed ? transport : "verbs;ofi_rxm", f,
+			      m, sizeof(m));
+	if (rc && fixed) {
+		util_msg(msg, ml, "--peer-transport %s: %s (use auto or tcp)",
+			 transport, m);
+		return -EINVAL;
+	}
+	return 0;
 }
 
 static int group_new(const char *peers, const char *listen,
@@ -164,11 +206,14 @@ static int group_new(const char *peers, const char *listen,
 }
 
 int fmfs_group_check(const char *peers, const char *listen,
-		     const char *secret_file, char *msg, size_t ml)
+		     const char *secret_file, const char *transport,
+		     char *msg, size_t ml)
 {
 	struct fmfs_group *gr;
 	int rc = group_new(peers, listen, secret_file, &gr, msg, ml);
 
+	if (!rc)
+		rc = fabric_open(transport, listen, &gr->fabric, msg, ml);
 	fmfs_group_free(gr);
 	return rc;
 }
@@ -222,8 +267,8 @@ static void *reader_main(void *arg)
 
 int fmfs_group_start(const char *peers, const char *listen,
 		     const char *secret_file, unsigned timeout_ms,
-		     struct cache *c, struct fmfs_group **out, char *msg,
-		     size_t ml)
+		     const char *transport, struct cache *c,
+		     struct fmfs_group **out, char *msg, size_t ml)
 {
 	struct peer_client_config cc;
 	struct peer_server_config sc;
@@ -233,15 +278,21 @@ int fmfs_group_start(const char *peers, const char *listen,
 	*out = NULL;
 	if (rc)
 		return rc;
+	rc = fabric_open(transport, listen, &gr->fabric, msg, ml);
+	if (rc) {
+		fmfs_group_free(gr);
+		return rc;
+	}
 	gr->c = c;
 	cc = (struct peer_client_config){
 		.self_id = listen, .secret = gr->secret,
 		.secret_len = gr->secret_len, .timeout_ms = timeout_ms,
+		.fabric = gr->fabric,
 	};
 	sc = (struct peer_server_config){
 		.listen = listen, .self_id = listen, .secret = gr->secret,
 		.secret_len = gr->secret_len, .timeout_ms = timeout_ms,
-		.serve = cache_peer_serve, .arg = c,
+		.serve = cache_peer_serve, .arg = c, .fabric = gr->fabric,
 	};
 	rc = peer_client_new(&cc, &gr->pc);
 	if (rc) {

@@ -40,6 +40,7 @@ struct mount_opts {
 	const char *metrics_addr; /* --metrics */
 	const char *peers, *peer_listen, *peer_secret_file; /* the group */
 	unsigned peer_timeout_ms;
+	const char *peer_transport;  /* auto, tcp or a libfabric provider */
 	/* The group's files as absolute paths: the daemon runs in /. */
 	char peers_real[PATH_MAX], secret_real[PATH_MAX];
 	const char *cache_size_arg;   /* as given, for messages */
@@ -106,6 +107,11 @@ static void mount_usage(FILE *f)
 "  --peer-timeout MS     a peer's answer before the bucket is asked instead,\n"
 "                        100-60000, at most half of --timeout (default\n"
 "                        5000)\n"
+"  --peer-transport T    how runs move between members: auto (RDMA through\n"
+"                        libfabric's verbs provider where the listen\n"
+"                        address has it, else TCP), tcp, or a libfabric\n"
+"                        provider such as 'verbs;ofi_rxm' or 'tcp;ofi_rxm'\n"
+"                        (required then)\n"
 "  --no-passthrough      send writes through the daemon even where the\n"
 "                        kernel could write files open for writing\n"
 "                        straight into the cache (FUSE passthrough)\n"
@@ -195,7 +201,8 @@ enum { OPT_CACHE_DIR = 256, OPT_CACHE_SIZE, OPT_MODE, OPT_REFRESH,
        OPT_FG, OPT_TIMEOUT, OPT_THREADS, OPT_DEBUG, OPT_DELAY, OPT_PART,
        OPT_UPAR, OPT_NO_PT, OPT_NO_URING, OPT_FMODE, OPT_DMODE, OPT_UID, OPT_GID,
        OPT_NO_AO, OPT_NEG, OPT_MEM, OPT_NS, OPT_INO, OPT_METRICS,
-       OPT_PEERS, OPT_PEER_LISTEN, OPT_PEER_SECRET, OPT_PEER_TIMEOUT };
+       OPT_PEERS, OPT_PEER_LISTEN, OPT_PEER_SECRET, OPT_PEER_TIMEOUT,
+       OPT_PEER_TRANSPORT };
 static const struct option mount_lo[] = {
 	{ "cache-dir", required_argument, NULL, OPT_CACHE_DIR },
 	{ "cache-size", required_argument, NULL, OPT_CACHE_SIZE },
@@ -225,6 +232,7 @@ static const struct option mount_lo[] = {
 	{ "peer-listen", required_argument, NULL, OPT_PEER_LISTEN },
 	{ "peer-secret-file", required_argument, NULL, OPT_PEER_SECRET },
 	{ "peer-timeout", required_argument, NULL, OPT_PEER_TIMEOUT },
+	{ "peer-transport", required_argument, NULL, OPT_PEER_TRANSPORT },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 }
 };
@@ -357,6 +365,7 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 		case OPT_PEERS: o->peers = optarg; break;
 		case OPT_PEER_LISTEN: o->peer_listen = optarg; break;
 		case OPT_PEER_SECRET: o->peer_secret_file = optarg; break;
+		case OPT_PEER_TRANSPORT: o->peer_transport = optarg; break;
 		case OPT_PEER_TIMEOUT:
 			if (mount_uint_opt("--peer-timeout", optarg, 100,
 					   60000, "milliseconds",
@@ -375,7 +384,7 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 	o->url = argv[optind];
 	o->mountpoint = argv[optind + 1];
 	if ((o->peers || o->peer_listen || o->peer_secret_file ||
-	     o->peer_timeout_ms) &&
+	     o->peer_timeout_ms || o->peer_transport) &&
 	    (!o->peers || !o->peer_listen || !o->peer_secret_file)) {
 		fprintf(stderr, "fmfs mount: a cache group needs --peers, "
 			"--peer-listen and --peer-secret-file together (an "
@@ -788,7 +797,8 @@ static int serve(struct mount_opts *o, int ready_fd, char *msg, size_t ml)
 		return rc;
 	if (o->peers &&
 	    fmfs_group_start(o->peers, o->peer_listen, o->peer_secret_file,
-			     o->peer_timeout_ms, c, &gr, msg, ml)) {
+			     o->peer_timeout_ms, o->peer_transport, c, &gr,
+			     msg, ml)) {
 		cache_close(c);
 		obj_close(st);
 		return EXIT_USAGE;
@@ -828,7 +838,8 @@ static int precheck(struct mount_opts *o)
 	int rc;
 
 	if (o->peers && fmfs_group_check(o->peers, o->peer_listen,
-					 o->peer_secret_file, msg,
+					 o->peer_secret_file,
+					 o->peer_transport, msg,
 					 sizeof(msg))) {
 		fprintf(stderr, "fmfs mount: %s\n", msg);
 		return EXIT_USAGE;

@@ -19,8 +19,10 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <unistd.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
 #include <stdarg.h>
@@ -234,7 +236,7 @@ static void test_header(void **state)
 		x[bit / 8] ^= (unsigned char)(1u << (bit % 8));
 		assert_int_equal(peer_hdr_decode(x, &t, &len), -EPROTO);
 	}
-	peer_hdr_encode(h, (enum peer_type)9, 0);
+	peer_hdr_encode(h, (enum peer_type)(PEER_DATA_RMA + 1), 0);
 	assert_int_equal(peer_hdr_decode(h, &t, &len), -EPROTO);
 	peer_hdr_encode(h, PEER_DATA, PEER_BODY_MAX + 1);
 	assert_int_equal(peer_hdr_decode(h, &t, &len), -EMSGSIZE);
@@ -597,14 +599,61 @@ static void test_tcp_auth(void **state)
 /* A fault-injecting member: a real handshake (it knows the secret),
  * then one answer that is wrong in the way `mode` says. */
 enum fake_mode { FAKE_FLIP, FAKE_STALL, FAKE_WRONG_ID, FAKE_SHORT,
-		 FAKE_IMPOSTOR };
+		 FAKE_IMPOSTOR,
+		 /* with a fabric: DATA_RMA whose bytes are wrong, whose key
+		  * is not the registration's, whose buffer is gone before
+		  * the read, or an owner that never progresses the read */
+		 FAKE_RMA_FLIP, FAKE_RMA_BADKEY, FAKE_RMA_GONE,
+		 FAKE_RMA_STALL };
 
 struct fake {
 	int lfd;
 	unsigned port;
 	enum fake_mode mode;
+	struct peer_fabric *fab;   /* answers an RMA_OFFER with it */
 	pthread_t t;
 };
+
+static void send_fr(int fd, enum peer_type t, const void *b, size_t n);
+
+/* The RMA modes' answer: 4 blocks of 4 KiB, registered, described in a
+ * DATA_RMA; progress is driven until the client's RELEASE or close. */
+static void fake_rma(struct fake *f, int fd, const struct peer_get *g)
+{
+	unsigned char data[4 * 4096], b[4096];
+	uint32_t crcs[4];
+	uint64_t raddr, key;
+	struct peer_fabric_exposed *x;
+	int k;
+
+	for (uint32_t i = 0; i < sizeof(data); i++)
+		data[i] = byte_at(g->key, g->off + i);
+	for (uint32_t i = 0; i < 4; i++)
+		crcs[i] = util_crc32c(0, data + i * 4096, 4096);
+	if (f->mode == FAKE_RMA_FLIP)
+		data[3 * 4096 + 7] ^= 0x40;
+	assert_int_equal(peer_fabric_expose(f->fab, data, sizeof(data), &raddr,
+					    &key, &x), 0);
+	if (f->mode == FAKE_RMA_BADKEY)
+		key ^= 0x5a5a5a5a00ull;
+	if (f->mode == FAKE_RMA_GONE) {
+		peer_fabric_unexpose(x);
+		x = NULL;
+	}
+	k = peer_data_rma_encode(g->req_id, 0, 4096, crcs, 4, sizeof(data),
+				 raddr, key, b, sizeof(b));
+	assert_true(k > 0);
+	send_fr(fd, PEER_DATA_RMA, b, (size_t)k);
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+
+		if (f->mode != FAKE_RMA_STALL)
+			peer_fabric_progress(f->fab);
+		if (poll(&p, 1, 1) > 0 && read(fd, b, sizeof(b)) <= 0)
+			break;
+	}
+	peer_fabric_unexpose(x);
+}
 
 static int read_n(int fd, void *buf, size_t n)
 {
@@ -675,7 +724,24 @@ static void *fake_main(void *arg)
 	n = recv_fr(fd, b, sizeof(b));
 	if (n == UINT32_MAX)   /* the impostor: the client hung up */
 		goto out;
+	if (f->fab) {          /* the client's RMA_OFFER first */
+		struct peer_rma_offer o;
+		const unsigned char *a;
+
+		assert_ok(peer_rma_offer_decode(b, n, &o), "offer");
+		assert_string_equal(o.prov, peer_fabric_provider(f->fab));
+		o.addr_len = (uint16_t)peer_fabric_addr(f->fab, &a);
+		memcpy(o.addr, a, o.addr_len);
+		k = peer_rma_offer_encode(&o, b, sizeof(b));
+		send_fr(fd, PEER_RMA_OFFER, b, (size_t)k);
+		n = recv_fr(fd, b, sizeof(b));
+		assert_true(n != UINT32_MAX);
+	}
 	assert_ok(peer_get_decode(b, n, &g), "get");
+	if (f->mode >= FAKE_RMA_FLIP) {
+		fake_rma(f, fd, &g);
+		goto out;
+	}
 	if (f->mode == FAKE_STALL) {
 		while (read(fd, b, sizeof(b)) > 0)
 			;   /* until the client gives up and closes */
@@ -718,6 +784,8 @@ static void fake_start(struct fake *f, enum fake_mode mode)
 
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	f->mode = mode;
+	if (mode < FAKE_RMA_FLIP)
+		f->fab = NULL;
 	f->lfd = socket(AF_INET, SOCK_STREAM, 0);
 	assert_true(f->lfd >= 0);
 	assert_int_equal(bind(f->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
@@ -765,6 +833,221 @@ static void test_tcp_faults(void **state)
 		pthread_join(f.t, NULL);
 		close(f.lfd);
 	}
+}
+
+/* ---- the RDMA data plane (libfabric; tcp;ofi_rxm over loopback) ---- */
+
+static void test_rma_frames(void **state)
+{
+	struct peer_rma_offer o = { .prov = "tcp;ofi_rxm", .addr_len = 16 },
+			      o2;
+	struct peer_data_rma d;
+	unsigned char b[1024];
+	uint32_t crcs[3] = { 1, 2, 3 };
+	int n;
+
+	(void)state;
+	for (int i = 0; i < 16; i++)
+		o.addr[i] = (unsigned char)(i * 17);
+	n = peer_rma_offer_encode(&o, b, sizeof(b));
+	assert_true(n > 0);
+	assert_int_equal(peer_rma_offer_decode(b, (size_t)n, &o2), 0);
+	assert_string_equal(o2.prov, "tcp;ofi_rxm");
+	assert_int_equal(o2.addr_len, 16);
+	assert_memory_equal(o2.addr, o.addr, 16);
+	for (int cut = 0; cut < n; cut++)
+		assert_int_equal(peer_rma_offer_decode(b, (size_t)cut, &o2),
+				 -EPROTO);
+	assert_int_equal(peer_rma_offer_decode(b, (size_t)n + 1, &o2),
+			 -EPROTO);
+	b[n - 17] = 0xff;    /* an address length over the limit */
+	b[n - 18] = 0xff;
+	assert_int_equal(peer_rma_offer_decode(b, (size_t)n, &o2), -EPROTO);
+
+	n = peer_data_rma_encode(77, 0, 4096, crcs, 3, 2 * 4096 + 5,
+				 0x1000, 0xabcdef, b, sizeof(b));
+	assert_true(n > 0);
+	assert_int_equal(peer_data_rma_decode(b, (size_t)n, &d), 0);
+	assert_int_equal(d.d.req_id, 77);
+	assert_int_equal(d.d.nblocks, 3);
+	assert_int_equal(d.d.nbytes, 2 * 4096 + 5);
+	assert_int_equal(d.raddr, 0x1000);
+	assert_int_equal(d.key, 0xabcdef);
+	assert_int_equal(util_get32le(d.d.crcs + 8), 3);
+	for (int cut = 0; cut < n; cut++)
+		assert_int_equal(peer_data_rma_decode(b, (size_t)cut, &d),
+				 -EPROTO);
+	/* A length the blocks cannot hold, and one past a run. */
+	n = peer_data_rma_encode(77, 0, 4096, crcs, 3, 2 * 4096, 0, 1, b,
+				 sizeof(b));
+	assert_int_equal(peer_data_rma_decode(b, (size_t)n, &d), -EPROTO);
+	n = peer_data_rma_encode(77, 0, 4096, crcs, 3, 4 * 4096, 0, 1, b,
+				 sizeof(b));
+	assert_int_equal(peer_data_rma_decode(b, (size_t)n, &d), -EPROTO);
+}
+
+static struct peer_fabric *fabric(void)
+{
+	struct peer_fabric *f;
+	char msg[512];
+
+	assert_ok(peer_fabric_open("127.0.0.1", "tcp;ofi_rxm", &f, msg,
+				   sizeof(msg)), msg);
+	return f;
+}
+
+static void test_fabric_serve(void **state)
+{
+	struct peer_server_config cfg = {
+		.listen = "127.0.0.1:0", .secret = g_secret,
+		.secret_len = sizeof(g_secret) - 1, .block_bytes = 64 * 1024,
+		.timeout_ms = 2000, .serve = serve_fn,
+	};
+	struct peer_client_config ccfg = {
+		.self_id = "127.0.0.1:1", .secret = g_secret,
+		.secret_len = sizeof(g_secret) - 1, .timeout_ms = 2000,
+	};
+	struct srv_state st = { 0 };
+	struct peer_fabric *fs, *fc;
+	struct peer_server *s;
+	struct peer_client *pc, *plain;
+	struct peer_client_stats cs;
+	struct peer_get g;
+	unsigned char *buf = malloc(PEER_RUN_MAX_BYTES);
+	char id[64], msg[512];
+
+	(void)state;
+	if (!peer_fabric_built())
+		skip();
+	assert_non_null(buf);
+	fs = fabric();
+	fc = fabric();
+	assert_string_equal(peer_fabric_provider(fs), "tcp;ofi_rxm");
+	cfg.fabric = fs;
+	cfg.arg = &st;
+	assert_ok(peer_server_start(&cfg, &s, msg, sizeof(msg)), msg);
+	snprintf(id, sizeof(id), "127.0.0.1:%u", peer_server_port(s));
+	peer_server_stop(s);
+	cfg.listen = cfg.self_id = id;
+	assert_ok(peer_server_start(&cfg, &s, msg, sizeof(msg)), msg);
+	ccfg.fabric = fc;
+	assert_int_equal(peer_client_new(&ccfg, &pc), 0);
+	assert_string_equal(peer_client_transport(pc), "tcp;ofi_rxm");
+	/* A whole run and a short one, pulled one-sided, every byte
+	 * checked; then the same connection again. */
+	for (int round = 0; round < 3; round++) {
+		get_of(&g, "gamma", 16 * MIB, round == 1 ? 70001 :
+		       PEER_RUN_MAX_BYTES);
+		memset(buf, 0, PEER_RUN_MAX_BYTES);
+		assert_ok(peer_client_get(pc, id, &g, buf, msg, sizeof(msg)),
+			  msg);
+		for (uint32_t i = 0; i < g.len; i++)
+			if (buf[i] != byte_at("gamma", g.off + i))
+				fail_msg("round %d byte %u differs", round, i);
+	}
+	peer_client_get_stats(pc, &cs);
+	assert_int_equal(cs.rma_reads, 3);
+	assert_int_equal(cs.bytes_received, 2 * PEER_RUN_MAX_BYTES + 70001);
+	/* Not that version: DATA with the status, inline; still up. */
+	st.status = -ENOENT;
+	assert_int_equal(peer_client_get(pc, id, &g, buf, msg, sizeof(msg)),
+			 -ENOENT);
+	st.status = 0;
+	assert_ok(peer_client_get(pc, id, &g, buf, msg, sizeof(msg)), msg);
+	/* A client without a fabric gets the bytes inline from the same
+	 * server. */
+	plain = client(g_secret, 2000);
+	get_of(&g, "delta", 0, 100000);
+	assert_ok(peer_client_get(plain, id, &g, buf, msg, sizeof(msg)), msg);
+	for (uint32_t i = 0; i < g.len; i++)
+		assert_int_equal(buf[i], byte_at("delta", i));
+	peer_client_get_stats(plain, &cs);
+	assert_int_equal(cs.rma_reads, 0);
+	assert_int_equal(cs.bytes_received, 100000);
+	peer_client_free(plain);
+	/* The owner stops under the client: the next request fails within
+	 * the timeout (nothing listens), and the member is down. */
+	peer_server_stop(s);
+	assert_true(peer_client_get(pc, id, &g, buf, msg, sizeof(msg)) < 0);
+	assert_int_equal(peer_client_get(pc, id, &g, buf, msg, sizeof(msg)),
+			 -EHOSTDOWN);
+	peer_client_free(pc);
+	peer_fabric_close(fc);
+	peer_fabric_close(fs);
+	free(buf);
+}
+
+static void test_fabric_faults(void **state)
+{
+	static const struct {
+		enum fake_mode mode;
+		int rc;
+		const char *said;
+	} cases[] = {
+		{ FAKE_RMA_FLIP, -EBADMSG, "block 3 of k at 4096 does not match" },
+		{ FAKE_RMA_BADKEY, 0, "peer 127.0.0.1:" },
+		{ FAKE_RMA_GONE, 0, "peer 127.0.0.1:" },
+		{ FAKE_RMA_STALL, -ETIMEDOUT, "timed out" },
+	};
+	struct peer_fabric *fc, *fs;
+
+	(void)state;
+	if (!peer_fabric_built())
+		skip();
+	fc = fabric();
+	fs = fabric();
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		struct peer_client_config ccfg = {
+			.self_id = "127.0.0.1:1", .secret = g_secret,
+			.secret_len = sizeof(g_secret) - 1, .timeout_ms = 500,
+			.fabric = fc,
+		};
+		struct peer_client *pc;
+		unsigned char buf[4 * 4096];
+		struct peer_get g;
+		struct fake f = { .fab = fs };
+		char id[64], msg[512];
+		uint64_t t0 = util_now_ms(), dt;
+		int rc;
+
+		assert_int_equal(peer_client_new(&ccfg, &pc), 0);
+		fake_start(&f, cases[i].mode);
+		snprintf(id, sizeof(id), "127.0.0.1:%u", f.port);
+		get_of(&g, "k", 4096, sizeof(buf));
+		rc = peer_client_get(pc, id, &g, buf, msg, sizeof(msg));
+		dt = util_now_ms() - t0;
+		if (cases[i].rc)
+			assert_int_equal(rc, cases[i].rc);
+		else   /* the provider's error, whichever it names */
+			assert_true(rc < 0 && rc != -ENOENT);
+		assert_contains(msg, cases[i].said);
+		assert_true(dt < 1500);
+		assert_int_equal(peer_client_get(pc, id, &g, buf, msg,
+						 sizeof(msg)), -EHOSTDOWN);
+		peer_client_free(pc);
+		pthread_join(f.t, NULL);
+		close(f.lfd);
+	}
+	peer_fabric_close(fc);
+	peer_fabric_close(fs);
+}
+
+static void test_fabric_errors(void **state)
+{
+	struct peer_fabric *f = NULL;
+	char msg[512];
+
+	(void)state;
+	if (!peer_fabric_built()) {
+		assert_int_equal(peer_fabric_open("127.0.0.1", NULL, &f, msg,
+						  sizeof(msg)), -ENOTSUP);
+		assert_contains(msg, "libfabric-dev");
+		return;
+	}
+	assert_int_equal(peer_fabric_open("127.0.0.1", "no-such-provider", &f,
+					  msg, sizeof(msg)), -ENODEV);
+	assert_contains(msg, "no-such-provider");
+	assert_null(f);
 }
 
 static void test_tcp_errors(void **state)
@@ -836,6 +1119,10 @@ int main(void)
 		cmocka_unit_test(test_tcp_serve),
 		cmocka_unit_test(test_tcp_auth),
 		cmocka_unit_test(test_tcp_faults),
+		cmocka_unit_test(test_rma_frames),
+		cmocka_unit_test(test_fabric_serve),
+		cmocka_unit_test(test_fabric_faults),
+		cmocka_unit_test(test_fabric_errors),
 		cmocka_unit_test(test_tcp_errors),
 	};
 
