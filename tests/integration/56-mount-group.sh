@@ -103,37 +103,9 @@ echo "127.0.0.1:$PD" >>peers
 sleep 2.5   # each member checks the file every second
 gmount d "$PD"
 # The runs (8 MiB) d owns among the four, by the placement rule.
-owned=$(B=$B python3 - "$PA" "$PB" "$PC" "$PD" <<'EOF'
-import json, os, subprocess, sys
-M = (1 << 64) - 1
-def mix(x):
-    x = (x + 0x9e3779b97f4a7c15) & M
-    x = ((x ^ (x >> 30)) * 0xbf58476d1ce4e5b9) & M
-    x = ((x ^ (x >> 27)) * 0x94d049bb133111eb) & M
-    return x ^ (x >> 31)
-def fnv(h, b):
-    for c in b:
-        h = ((h ^ c) * 0x100000001b3) & M
-    return h
-B0 = 0xcbf29ce484222325
-ids = ["127.0.0.1:%s" % p for p in sys.argv[1:]]
-idh = [mix(fnv(B0, i.encode())) for i in ids]
-total = 0
-for i in range(1, 7):
-    key = "data/f%d" % i
-    head = json.loads(subprocess.check_output(["aws", "s3api", "head-object",
-        "--bucket", os.environ["B"], "--key", key]))
-    etag, size = head["ETag"].strip('"'), head["ContentLength"]
-    for run in range((size + (8 << 20) - 1) >> 23):
-        h = fnv(B0, key.encode() + b"\0")
-        h = fnv(h, etag.encode() + b"\0")
-        h = mix(h ^ mix(run))
-        w = [mix(x ^ h) for x in idh]
-        if w.index(max(w)) == 3:
-            total += min(8 << 20, size - (run << 23))
-print(total)
-EOF
-)
+owned=$(B=$B python3 "$TOP/tests/lib/placement.py" 3 \
+	data/f1,data/f2,data/f3,data/f4,data/f5,data/f6 \
+	"127.0.0.1:$PA" "127.0.0.1:$PB" "127.0.0.1:$PC" "127.0.0.1:$PD")
 g0=$(get_b)
 for i in 1 2 3 4 5 6; do
 	cmp "data/f$i" "d/data/f$i" || fail "d/data/f$i differs"
