@@ -279,6 +279,14 @@ void fs_metrics_write(struct fs *fs, FILE *out)
 			"to other members", c.peer_bytes_out);
 	metrics_counter(out, "fmfs_peer_refused_total", "Peer requests for "
 			"a version this member does not hold", c.peer_refused);
+	{
+		uint64_t rma;
+
+		cache_group_transport(fs->cfg.cache, &rma);
+		metrics_counter(out, "fmfs_peer_rma_reads_total", "Runs "
+				"pulled from owners one-sided (RDMA READ "
+				"through libfabric)", rma);
+	}
 	metrics_counter(out, "fmfs_readahead_bytes_total", "Bytes fetched "
 			"ahead of readers: readahead windows and fmfs "
 			"prefetch", c.ahead_bytes);

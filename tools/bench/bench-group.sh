@@ -16,12 +16,15 @@
 # 3.0).  Shards are compared byte for byte on C.  Medians over rounds.
 # A benchmark, not a test: exit 1 only when something fails.
 #
-#   tools/bench/bench-group.sh          BENCH_ROUNDS=3, BENCH_TMPDIR=/tmp
+#   tools/bench/bench-group.sh          BENCH_ROUNDS=3, BENCH_TMPDIR=/tmp,
+#                                       BENCH_PEER_TRANSPORT=auto (or tcp,
+#                                       'tcp;ofi_rxm', 'verbs;ofi_rxm')
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 FMFS=$ROOT/tools/fmfs
 ROUNDS=${BENCH_ROUNDS:-3}
+TRANSPORT=${BENCH_PEER_TRANSPORT:-auto}
 die() { echo "bench-group.sh: $*" >&2; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "needs root (mounts, drop_caches)"
@@ -93,7 +96,8 @@ for ROUND in $(seq 1 "$ROUNDS"); do
 		"$FMFS" mount "s3://$RGW_BUCKET" "$W/${m%%:*}" \
 			--cache-dir "$W/c-${m%%:*}" --endpoint "$RGW_ENDPOINT" \
 			--peers "$peers" --peer-listen "127.0.0.1:${m#*:}" \
-			--peer-secret-file "$W/secret" >/dev/null ||
+			--peer-secret-file "$W/secret" \
+			--peer-transport "$TRANSPORT" >/dev/null ||
 			die "group mount ${m%%:*} failed"
 	done
 	g0=$(get_b)
@@ -113,13 +117,13 @@ for ROUND in $(seq 1 "$ROUNDS"); do
 	echo "$ROUND $solo $ra $rb $rc $warm $ratio" | tee -a "$RES"
 done
 
-python3 - "$RES" <<'EOF'
+python3 - "$RES" "$TRANSPORT" <<'EOF'
 import statistics, sys
 rows = [[float(x) for x in l.split()[1:]] for l in open(sys.argv[1])]
 med = [statistics.median(c) for c in zip(*rows)]
 solo, a, b, c, warm, ratio = med
 print()
-print("medians over %d rounds (MiB/s):" % len(rows))
+print("medians over %d rounds (MiB/s), peer transport %s:" % (len(rows), sys.argv[2]))
 print("  one mount, no group, cold:            %7.1f" % solo)
 print("  group: A cold (runs from owners):     %7.1f  (%.2f x no group)" % (a, a / solo))
 print("  group: B cold (from the group):       %7.1f  (%.2f x no group)" % (b, b / solo))
