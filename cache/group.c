@@ -92,9 +92,14 @@ int cache_peer_serve(void *arg, const struct peer_get *g,
 	atomic_fetch_add(&f->peer_serving, 1);
 	n = cache_file_read(f, buf, g->len, g->off);
 	atomic_fetch_sub(&f->peer_serving, 1);
+	/* The bucket no longer has that version (412, 404): "not that
+	 * version", so the asker goes to the bucket without calling this
+	 * member down. */
+	if (n < 0 && (n == -ESTALE || atomic_load(&f->gone)))
+		n = -ENOENT;
 	cache_file_close(f);
 	if (n < 0)
-		return n == -ESTALE ? -ENOENT : (int)n;
+		return (int)n;
 	if ((uint64_t)n != g->len)
 		return -EIO;
 	atomic_fetch_add(&c->peer_served, 1);
