@@ -51,7 +51,17 @@ struct fab_op {
 	struct fid_mr *mr;
 	void *buf;
 	size_t cap;
-	struct fab_op *next;       /* the free list */
+	struct fab_op *next;       /* the free or abandoned list */
+	struct fab_op **prev;      /* on the abandoned list: its link */
+};
+
+/* A buffer an owner exposed whose reader never said RELEASE: the
+ * provider may still send from it (closing the registration does not
+ * stop a reply tcp;ofi_rxm has queued), so it is freed only after the
+ * endpoint is closed. */
+struct fab_parked {
+	struct fab_parked *next;
+	void *buf;
 };
 
 struct av_entry {
@@ -70,14 +80,25 @@ struct peer_fabric {
 	char prov[64];
 	unsigned char addr[PEER_FABRIC_ADDR_MAX];
 	size_t addr_len;
-	pthread_mutex_t cq_lock;   /* fi_cq_read and abandoned */
-	pthread_mutex_t lock;      /* av cache, free ops */
+	pthread_mutex_t cq_lock;   /* fi_cq_read, abandoned, nabandoned */
+	pthread_mutex_t lock;      /* av cache, free ops, parked */
 	struct av_entry avs[AV_CACHE];
 	unsigned navs, av_next;
 	struct fab_op *free_ops;
 	unsigned nfree;
-	atomic_uint_fast64_t next_key, reads, bytes;
+	struct fab_op *abandoned;  /* reads given up, not completed yet */
+	unsigned nabandoned;
+	struct fab_parked *parked;
+	unsigned nparked;
+	atomic_uint_fast64_t reads, bytes;
 };
+
+/* Reads given up on and buffers parked, at most: past either, reads
+ * fail at once (the member is called down, the reader uses the bucket)
+ * and owners answer inline, so a peer that never finishes cannot make
+ * this mount hold more than (8 + 8) x 8 MiB. */
+#define ABANDONED_MAX 8
+#define PARKED_MAX 8
 
 struct peer_fabric_exposed {
 	struct fid_mr *mr;
@@ -138,12 +159,6 @@ int peer_fabric_open(const char *host, const char *prov,
 	pthread_mutex_init(&f->cq_lock, NULL);
 	pthread_mutex_init(&f->lock, NULL);
 	snprintf(f->prov, sizeof(f->prov), "%s", info->fabric_attr->prov_name);
-	{
-		uint64_t r = 0;
-
-		RAND_bytes((unsigned char *)&r, sizeof(r));
-		atomic_store(&f->next_key, r | 1);
-	}
 	rc = fi_fabric(info->fabric_attr, &f->fabric, NULL);
 	if (rc) {
 		fab_msg(msg, msg_len, "fi_fabric", rc);
@@ -191,16 +206,37 @@ static void op_free(struct fab_op *op)
 	free(op);
 }
 
+/* A key for a registration: random where the provider takes ours (a
+ * collision fails the registration, and the answer goes inline). */
+static uint64_t new_key(void)
+{
+	uint64_t k = 0;
+
+	if (RAND_bytes((unsigned char *)&k, sizeof(k)) != 1)
+		k = util_now_ms() * 0x9e3779b97f4a7c15ull;
+	return k;
+}
+
 void peer_fabric_close(struct peer_fabric *f)
 {
 	struct fab_op *op;
+	struct fab_parked *pk;
 
 	if (!f)
 		return;
+	/* The endpoint first: after it no transfer touches any buffer,
+	 * so reads given up on and parked buffers can go. */
 	if (f->ep)
 		fi_close(&f->ep->fid);
-	/* Abandoned operations die with the endpoint: their completions
-	 * will not come, and nothing writes into their buffers now. */
+	while ((op = f->abandoned)) {
+		f->abandoned = op->next;
+		op_free(op);
+	}
+	while ((pk = f->parked)) {
+		f->parked = pk->next;
+		free(pk->buf);
+		free(pk);
+	}
 	while ((op = f->free_ops)) {
 		f->free_ops = op->next;
 		op_free(op);
@@ -231,6 +267,17 @@ size_t peer_fabric_addr(const struct peer_fabric *f, const unsigned char **a)
 	return f->addr_len;
 }
 
+/* A read given up on has completed (cq_lock held): nothing writes into
+ * its buffer any more. */
+static void abandoned_done(struct peer_fabric *f, struct fab_op *op)
+{
+	*op->prev = op->next;
+	if (op->next)
+		op->next->prev = op->prev;
+	f->nabandoned--;
+	op_free(op);
+}
+
 /* Reads what the completion queue holds and marks each operation named
  * done or failed; an abandoned one is freed here. */
 void peer_fabric_progress(struct peer_fabric *f)
@@ -249,7 +296,7 @@ void peer_fabric_progress(struct peer_fabric *f)
 				struct fab_op *op = err.op_context;
 
 				if (op->abandoned)
-					op_free(op);
+					abandoned_done(f, op);
 				else
 					atomic_store(&op->state,
 						     err.err ? -err.err : -EIO);
@@ -264,7 +311,7 @@ void peer_fabric_progress(struct peer_fabric *f)
 			if (!op)
 				continue;
 			if (op->abandoned)
-				op_free(op);
+				abandoned_done(f, op);
 			else
 				atomic_store(&op->state, 1);
 		}
@@ -277,14 +324,19 @@ int peer_fabric_expose(struct peer_fabric *f, void *buf, size_t len,
 		       struct peer_fabric_exposed **out)
 {
 	struct peer_fabric_exposed *x;
-	uint64_t want = atomic_fetch_add(&f->next_key, 2);
 	int mode = f->info->domain_attr->mr_mode;
+	unsigned parked;
 	int rc;
 
+	pthread_mutex_lock(&f->lock);
+	parked = f->nparked;
+	pthread_mutex_unlock(&f->lock);
+	if (parked >= PARKED_MAX)
+		return -ENOBUFS;
 	x = calloc(1, sizeof(*x));
 	if (!x)
 		return -ENOMEM;
-	rc = fi_mr_reg(f->domain, buf, len, FI_REMOTE_READ, 0, want, 0,
+	rc = fi_mr_reg(f->domain, buf, len, FI_REMOTE_READ, 0, new_key(), 0,
 		       &x->mr, NULL);
 	if (rc) {
 		free(x);
@@ -304,6 +356,22 @@ void peer_fabric_unexpose(struct peer_fabric_exposed *x)
 	free(x);
 }
 
+void peer_fabric_park(struct peer_fabric *f, void *buf)
+{
+	struct fab_parked *pk = malloc(sizeof(*pk));
+
+	if (!pk) {
+		/* Better a leak than a provider sending freed memory. */
+		return;
+	}
+	pk->buf = buf;
+	pthread_mutex_lock(&f->lock);
+	pk->next = f->parked;
+	f->parked = pk;
+	f->nparked++;
+	pthread_mutex_unlock(&f->lock);
+}
+
 /* The address's handle in the AV, inserted on first use (f->lock). */
 static int resolve(struct peer_fabric *f, const unsigned char *addr,
 		   size_t len, fi_addr_t *fa)
@@ -311,7 +379,9 @@ static int resolve(struct peer_fabric *f, const unsigned char *addr,
 	struct av_entry *e;
 	int rc = 0;
 
-	if (!len || len > PEER_FABRIC_ADDR_MAX)
+	/* fi_av_insert reads as many bytes as the provider's format has:
+	 * only an address as long as ours is one. */
+	if (len != f->addr_len)
 		return -EPROTO;
 	pthread_mutex_lock(&f->lock);
 	for (unsigned i = 0; i < f->navs; i++)
@@ -321,14 +391,12 @@ static int resolve(struct peer_fabric *f, const unsigned char *addr,
 		}
 	/* A full cache reuses its oldest slot; the AV keeps the old
 	 * address (a member that restarted), which costs a few bytes. */
-	e = f->navs < AV_CACHE ? &f->avs[f->navs++] :
-	    &f->avs[f->av_next++ % AV_CACHE];
 	if (fi_av_insert(f->av, addr, 1, fa, 0, NULL) != 1) {
-		if (e == &f->avs[f->navs - 1] && f->navs <= AV_CACHE)
-			f->navs--;
 		rc = -EPROTO;
 		goto out;
 	}
+	e = f->navs < AV_CACHE ? &f->avs[f->navs++] :
+	    &f->avs[f->av_next++ % AV_CACHE];
 	memcpy(e->addr, addr, len);
 	e->len = len;
 	e->fa = *fa;
@@ -357,8 +425,8 @@ static struct fab_op *op_get(struct peer_fabric *f, size_t len)
 		return NULL;
 	op->cap = PEER_RUN_MAX_BYTES;
 	if (posix_memalign(&op->buf, 4096, op->cap) ||
-	    fi_mr_reg(f->domain, op->buf, op->cap, FI_READ, 0,
-		      atomic_fetch_add(&f->next_key, 2), 0, &op->mr, NULL)) {
+	    fi_mr_reg(f->domain, op->buf, op->cap, FI_READ, 0, new_key(), 0,
+		      &op->mr, NULL)) {
 		op_free(op);
 		return NULL;
 	}
@@ -390,6 +458,11 @@ int peer_fabric_read(struct peer_fabric *f, const unsigned char *addr,
 
 	if (len > PEER_RUN_MAX_BYTES)
 		return -EMSGSIZE;
+	pthread_mutex_lock(&f->cq_lock);
+	rc = f->nabandoned >= ABANDONED_MAX ? -ENOBUFS : 0;
+	pthread_mutex_unlock(&f->cq_lock);
+	if (rc)
+		return rc;
 	rc = resolve(f, addr, addr_len, &fa);
 	if (rc)
 		return rc;
@@ -421,8 +494,15 @@ int peer_fabric_read(struct peer_fabric *f, const unsigned char *addr,
 		if (util_now_ms() >= deadline_ms) {
 			pthread_mutex_lock(&f->cq_lock);
 			rc = atomic_load(&op->state);
-			if (!rc)
+			if (!rc) {
 				op->abandoned = true;
+				op->next = f->abandoned;
+				if (op->next)
+					op->next->prev = &op->next;
+				op->prev = &f->abandoned;
+				f->abandoned = op;
+				f->nabandoned++;
+			}
 			pthread_mutex_unlock(&f->cq_lock);
 			if (!rc)
 				return -ETIMEDOUT;
@@ -493,6 +573,12 @@ int peer_fabric_expose(struct peer_fabric *f, void *buf, size_t len,
 void peer_fabric_unexpose(struct peer_fabric_exposed *x)
 {
 	(void)x;
+}
+
+void peer_fabric_park(struct peer_fabric *f, void *buf)
+{
+	(void)f;
+	free(buf);
 }
 
 int peer_fabric_read(struct peer_fabric *f, const unsigned char *addr,

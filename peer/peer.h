@@ -264,16 +264,25 @@ const char *peer_fabric_provider(const struct peer_fabric *f);
 size_t peer_fabric_addr(const struct peer_fabric *f, const unsigned char **a);
 /* Drives the provider's data progress; a waiting owner calls it. */
 void peer_fabric_progress(struct peer_fabric *f);
-/* Registers buf for remote reads until unexpose. */
+/* Registers buf for remote reads until unexpose (under a random key
+ * where the provider takes the caller's).  -ENOBUFS when 8 buffers are
+ * parked (below). */
 int peer_fabric_expose(struct peer_fabric *f, void *buf, size_t len,
 		       uint64_t *raddr, uint64_t *key,
 		       struct peer_fabric_exposed **out);
 void peer_fabric_unexpose(struct peer_fabric_exposed *x);
+/* Takes buf (malloc'd) from an owner whose reader never said RELEASE:
+ * the provider may still send from it after unexpose, so it is freed
+ * with the endpoint (peer_fabric_close).  At most 8 are held; past that
+ * expose answers -ENOBUFS and the owner answers inline. */
+void peer_fabric_park(struct peer_fabric *f, void *buf);
 /* Pulls len bytes at (raddr, key) of the endpoint at addr into dst (via
  * a registered buffer of this endpoint: dst is never the target of the
  * transfer, so a read given up at the deadline cannot write into it
- * later).  0, -ETIMEDOUT, -EIO (the transfer failed), -EPROTO (a bad
- * address). */
+ * later; that buffer is freed when its completion comes, or with the
+ * endpoint).  0, -ETIMEDOUT, -EIO (the transfer failed), -EPROTO (an
+ * address not of this provider's length), -ENOBUFS (8 reads given up on
+ * are still outstanding). */
 int peer_fabric_read(struct peer_fabric *f, const unsigned char *addr,
 		     size_t addr_len, uint64_t raddr, uint64_t key, void *dst,
 		     size_t len, uint64_t deadline_ms);

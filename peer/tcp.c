@@ -267,9 +267,12 @@ static int answer_offer(struct peer_server *s, int fd,
 
 /* The run in buf, one-sided: registered, its address and key sent, and
  * held until the reader's RELEASE (or the timeout, or the connection's
- * end), driving the provider's progress meanwhile. */
+ * end), driving the provider's progress meanwhile.  1: not registered
+ * (answer inline).  *park: the answer ended without RELEASE, so the
+ * provider may still be sending from buf (peer_fabric_park). */
 static int serve_rma(struct peer_server *s, int fd, const struct peer_get *g,
-		     const uint32_t *crcs, uint32_t nb, unsigned char *buf)
+		     const uint32_t *crcs, uint32_t nb, unsigned char *buf,
+		     bool *park)
 {
 	unsigned char head[PEER_BLOCKS_MAX * 4 + 64], rel[8];
 	unsigned char hdr[PEER_HDR_BYTES];
@@ -279,9 +282,9 @@ static int serve_rma(struct peer_server *s, int fd, const struct peer_get *g,
 	uint32_t len;
 	int n, rc;
 
-	rc = peer_fabric_expose(s->cfg.fabric, buf, g->len, &raddr, &key, &x);
-	if (rc)
-		return rc;
+	*park = false;
+	if (peer_fabric_expose(s->cfg.fabric, buf, g->len, &raddr, &key, &x))
+		return 1;
 	n = peer_data_rma_encode(g->req_id, 0, s->cfg.block_bytes, crcs, nb,
 				 g->len, raddr, key, head, sizeof(head));
 	rc = n < 0 ? n : send_frame(fd, PEER_DATA_RMA, head, (size_t)n,
@@ -308,6 +311,7 @@ static int serve_rma(struct peer_server *s, int fd, const struct peer_get *g,
 	if (!rc && util_get64le(rel) != g->req_id)
 		rc = -EPROTO;
 	peer_fabric_unexpose(x);
+	*park = rc != 0;
 	return rc;
 }
 
@@ -386,9 +390,17 @@ static void serve_conn(struct peer_server *s, int fd)
 					  sizeof(head));
 		if (n < 0)
 			break;
-		if (rma && !st)
-			rc = serve_rma(s, fd, &g, crcs, nb, buf);
-		else
+		rc = 1;
+		if (rma && !st) {
+			bool park;
+
+			rc = serve_rma(s, fd, &g, crcs, nb, buf, &park);
+			if (park) {
+				peer_fabric_park(cfg->fabric, buf);
+				buf = NULL;
+			}
+		}
+		if (rc == 1)
 			rc = send_frame(fd, PEER_DATA, head, (size_t)n, buf,
 					st ? 0 : g.len,
 					util_now_ms() + cfg->timeout_ms);
@@ -600,16 +612,24 @@ void peer_server_stop(struct peer_server *s)
 
 /* ---- the client ---- */
 
+/* An authenticated connection, and the member's fabric address as its
+ * RMA_OFFER said on it (falen 0: answers come inline). */
+struct cli_conn {
+	int fd;
+	uint16_t falen;
+	unsigned char faddr[PEER_FABRIC_ADDR_MAX];
+};
+
 struct cli_member {
 	struct cli_member *next;
 	char id[PEER_ID_MAX + 1];
-	int idle[PEER_CONNS_PER_MEMBER];   /* authenticated, unused */
+	struct cli_conn idle[PEER_CONNS_PER_MEMBER]; /* unused now */
 	unsigned nidle;
+	bool no_offer;                     /* closed on our RMA_OFFER: a
+					    * build without it */
 	uint64_t down_until_ms;
 	unsigned down_ms;                  /* the next back-off */
 	int last_err;                      /* of the last failure, -errno */
-	unsigned char faddr[PEER_FABRIC_ADDR_MAX]; /* its fabric address */
-	size_t falen;                      /* 0: none (inline DATA) */
 };
 
 struct peer_client {
@@ -655,7 +675,7 @@ void peer_client_free(struct peer_client *pc)
 	for (m = pc->members; m; m = n) {
 		n = m->next;
 		while (m->nidle)
-			close(m->idle[--m->nidle]);
+			close(m->idle[--m->nidle].fd);
 		free(m);
 	}
 	pthread_mutex_destroy(&pc->lock);
@@ -695,42 +715,72 @@ static struct cli_member *member_of(struct peer_client *pc, const char *id)
 	return m;
 }
 
-/* RMA_OFFER on a new connection: the member's fabric address, kept
- * with the member for the DATA_RMA answers (empty: it answers inline). */
-static int offer_rma(struct peer_client *pc, int fd, const char *id,
+/* RMA_OFFER on a new connection: the member's fabric address for this
+ * connection's DATA_RMA answers, if it is one of our provider and of
+ * our address's length (fi_av_insert reads that many bytes); else none,
+ * and the connection carries DATA inline. */
+static int offer_rma(struct peer_client *pc, struct cli_conn *cn,
 		     uint64_t deadline)
 {
 	struct peer_rma_offer o = { 0 };
 	unsigned char buf[PEER_PROV_MAX + PEER_FABRIC_ADDR_MAX + 8];
-	struct cli_member *m;
+	const char *prov = peer_fabric_provider(pc->cfg.fabric);
+	const unsigned char *own;
+	size_t own_len = peer_fabric_addr(pc->cfg.fabric, &own);
 	uint32_t len;
 	int n, rc;
 
-	snprintf(o.prov, sizeof(o.prov), "%s",
-		 peer_fabric_provider(pc->cfg.fabric));
+	snprintf(o.prov, sizeof(o.prov), "%s", prov);
 	n = peer_rma_offer_encode(&o, buf, sizeof(buf));
 	if (n < 0)
 		return n;
-	rc = send_frame(fd, PEER_RMA_OFFER, buf, (size_t)n, NULL, 0, deadline);
+	rc = send_frame(cn->fd, PEER_RMA_OFFER, buf, (size_t)n, NULL, 0,
+			deadline);
 	if (!rc)
-		rc = recv_frame(fd, PEER_RMA_OFFER, buf, sizeof(buf), &len,
+		rc = recv_frame(cn->fd, PEER_RMA_OFFER, buf, sizeof(buf), &len,
 				deadline);
 	if (!rc)
 		rc = peer_rma_offer_decode(buf, len, &o);
 	if (rc)
 		return rc;
-	pthread_mutex_lock(&pc->lock);
-	m = member_of(pc, id);
-	if (m) {
-		m->falen = o.addr_len;
-		memcpy(m->faddr, o.addr, o.addr_len);
+	if (!strcmp(o.prov, prov) && o.addr_len == own_len) {
+		cn->falen = o.addr_len;
+		memcpy(cn->faddr, o.addr, o.addr_len);
 	}
-	pthread_mutex_unlock(&pc->lock);
-	return m ? 0 : -ENOMEM;
+	return 0;
 }
 
+static int dial_once(struct peer_client *pc, const char *id, bool offer,
+		     uint64_t deadline, struct cli_conn *cn, char *msg,
+		     size_t msg_len);
+
+/* A new connection to id in *cn.  A member that closes it on our
+ * RMA_OFFER (a build from before the frame) is dialled again without
+ * one, and never offered again. */
 static int dial(struct peer_client *pc, const char *id, uint64_t deadline,
-		char *msg, size_t msg_len)
+		struct cli_conn *cn, char *msg, size_t msg_len)
+{
+	struct cli_member *m;
+	bool offer;
+	int rc;
+
+	pthread_mutex_lock(&pc->lock);
+	m = member_of(pc, id);
+	offer = pc->cfg.fabric && m && !m->no_offer;
+	pthread_mutex_unlock(&pc->lock);
+	rc = dial_once(pc, id, offer, deadline, cn, msg, msg_len);
+	if (offer && (rc == -ECONNRESET || rc == -EPIPE)) {
+		pthread_mutex_lock(&pc->lock);
+		m->no_offer = true;
+		pthread_mutex_unlock(&pc->lock);
+		rc = dial_once(pc, id, false, deadline, cn, msg, msg_len);
+	}
+	return rc;
+}
+
+static int dial_once(struct peer_client *pc, const char *id, bool offer,
+		     uint64_t deadline, struct cli_conn *cn, char *msg,
+		     size_t msg_len)
 {
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
 				  .ai_flags = AI_NUMERICSERV };
@@ -777,32 +827,31 @@ static int dial(struct peer_client *pc, const char *id, uint64_t deadline,
 		close(fd);
 		return -EPROTO;
 	}
-	if (!rc && pc->cfg.fabric)
-		rc = offer_rma(pc, fd, id, deadline);
+	cn->fd = fd;
+	cn->falen = 0;
+	if (!rc && offer)
+		rc = offer_rma(pc, cn, deadline);
 	if (rc) {
 		util_msg(msg, msg_len, "peer %s: %s", id,
 			 rc == -EACCES ? "authentication failed (is the "
 			 "group's secret the same on both?)" :
 			 rc == -EPROTO ? "bad handshake" : strerror(-rc));
 		close(fd);
+		cn->fd = -1;
 		return rc;
 	}
-	return fd;
+	return 0;
 }
 
 /* A DATA_RMA answer of len bytes: its head and CRC table, the bytes
  * pulled from the member's buffer, checked, then RELEASE. */
-static int exchange_rma(struct peer_client *pc, int fd,
+static int exchange_rma(struct peer_client *pc, const struct cli_conn *cn,
 			const struct peer_get *g, uint32_t len,
-			unsigned char *buf, uint64_t deadline, uint32_t *bad,
-			const char *id)
+			unsigned char *buf, uint64_t deadline, uint32_t *bad)
 {
 	unsigned char body[PEER_BLOCKS_MAX * 4 + 64], rel[8];
-	unsigned char addr[PEER_FABRIC_ADDR_MAX];
 	struct peer_data_rma d;
-	struct cli_member *m;
-	size_t alen = 0;
-	int rc;
+	int fd = cn->fd, rc;
 
 	if (len > sizeof(body))
 		return -EPROTO;
@@ -814,18 +863,11 @@ static int exchange_rma(struct peer_client *pc, int fd,
 		rc = -EPROTO;
 	if (rc)
 		return rc;
-	pthread_mutex_lock(&pc->lock);
-	m = member_of(pc, id);
-	if (m && m->falen) {
-		alen = m->falen;
-		memcpy(addr, m->faddr, alen);
-	}
-	pthread_mutex_unlock(&pc->lock);
 	/* DATA_RMA on a connection that was offered nothing. */
-	if (!alen || !pc->cfg.fabric)
+	if (!cn->falen || !pc->cfg.fabric)
 		return -EPROTO;
-	rc = peer_fabric_read(pc->cfg.fabric, addr, alen, d.raddr, d.key, buf,
-			      d.d.nbytes, deadline);
+	rc = peer_fabric_read(pc->cfg.fabric, cn->faddr, cn->falen, d.raddr,
+			      d.key, buf, d.d.nbytes, deadline);
 	if (!rc) {
 		d.d.bytes = buf;
 		rc = peer_data_check(&d.d, bad);
@@ -841,10 +883,12 @@ static int exchange_rma(struct peer_client *pc, int fd,
 }
 
 /* Sends g on fd and reads the answer into buf; 0, -ENOENT or -errno. */
-static int exchange(struct peer_client *pc, int fd, const struct peer_get *g,
-		    unsigned char *buf, uint64_t deadline, char *msg,
-		    size_t msg_len, const char *id)
+static int exchange(struct peer_client *pc, const struct cli_conn *cn,
+		    const struct peer_get *g, unsigned char *buf,
+		    uint64_t deadline, char *msg, size_t msg_len,
+		    const char *id)
 {
+	int fd = cn->fd;
 	unsigned char body[PEER_KEY_MAX + PEER_ETAG_MAX + 64], hdr[PEER_HDR_BYTES];
 	unsigned char fixed[PEER_DATA_FIXED_BYTES], crcs[4 * PEER_BLOCKS_MAX];
 	struct peer_data d;
@@ -861,7 +905,7 @@ static int exchange(struct peer_client *pc, int fd, const struct peer_get *g,
 	if (!rc)
 		rc = peer_hdr_decode(hdr, &t, &len);
 	if (!rc && t == PEER_DATA_RMA)
-		rc = exchange_rma(pc, fd, g, len, buf, deadline, &bad, id);
+		rc = exchange_rma(pc, cn, g, len, buf, deadline, &bad);
 	else if (!rc && t != PEER_DATA)
 		rc = -EPROTO;
 	if (rc || t == PEER_DATA_RMA)
@@ -907,7 +951,8 @@ int peer_client_get(struct peer_client *pc, const char *member,
 {
 	uint64_t now = util_now_ms(), deadline = now + pc->cfg.timeout_ms;
 	struct cli_member *m;
-	int fd = -1, rc;
+	struct cli_conn cn = { .fd = -1 };
+	int rc;
 
 	util_msg(msg, msg_len, "%s", "");
 	g->req_id = atomic_fetch_add(&pc->next_req, 1);
@@ -924,31 +969,32 @@ int peer_client_get(struct peer_client *pc, const char *member,
 		return -EHOSTDOWN;
 	}
 	if (m->nidle)
-		fd = m->idle[--m->nidle];
+		cn = m->idle[--m->nidle];
 	pthread_mutex_unlock(&pc->lock);
 	atomic_fetch_add(&pc->n_requests, 1);
-	if (fd >= 0) {
+	if (cn.fd >= 0) {
 		/* A kept connection the member closed meanwhile (it
 		 * restarted, or stopped a connection idle too long): once
 		 * more on a new one before calling the member down. */
-		rc = exchange(pc, fd, g, buf, deadline, msg, msg_len, member);
+		rc = exchange(pc, &cn, g, buf, deadline, msg, msg_len, member);
 		if (rc == -ECONNRESET || rc == -EPIPE) {
-			close(fd);
-			fd = -1;
+			close(cn.fd);
+			cn.fd = -1;
 		}
 	}
-	if (fd < 0) {
-		fd = dial(pc, member, deadline, msg, msg_len);
-		rc = fd < 0 ? fd : exchange(pc, fd, g, buf, deadline,
-					    msg, msg_len, member);
+	if (cn.fd < 0) {
+		rc = dial(pc, member, deadline, &cn, msg, msg_len);
+		if (!rc)
+			rc = exchange(pc, &cn, g, buf, deadline, msg, msg_len,
+				      member);
 	}
 	pthread_mutex_lock(&pc->lock);
 	if (!rc || rc == -ENOENT) {
 		m->down_ms = 0;
 		m->down_until_ms = 0;
 		if (m->nidle < PEER_CONNS_PER_MEMBER) {
-			m->idle[m->nidle++] = fd;
-			fd = -1;
+			m->idle[m->nidle++] = cn;
+			cn.fd = -1;
 		}
 	} else {
 		m->down_ms = m->down_ms ? m->down_ms * 2 : DOWN_FIRST_MS;
@@ -958,11 +1004,11 @@ int peer_client_get(struct peer_client *pc, const char *member,
 		m->last_err = rc;
 		/* Its other connections are as suspect as this one. */
 		while (m->nidle)
-			close(m->idle[--m->nidle]);
+			close(m->idle[--m->nidle].fd);
 	}
 	pthread_mutex_unlock(&pc->lock);
-	if (fd >= 0)
-		close(fd);
+	if (cn.fd >= 0)
+		close(cn.fd);
 	if (!rc)
 		atomic_fetch_add(&pc->n_bytes, g->len);
 	else if (rc != -ENOENT)

@@ -21,15 +21,8 @@ set -euo pipefail
 
 mount_setup grouprdma
 command -v ceph >/dev/null || { echo "SKIP: no ceph CLI for the gateway's counters"; exit 77; }
+. "$TOP/tests/lib/group.sh"
 PROV='tcp;ofi_rxm'
-ASOK=$RGW_DIR/run/client.rgw.fmfs.asok
-get_b() {
-	ceph --admin-daemon "$ASOK" perf dump |
-		python3 -c 'import json,sys; print(json.load(sys.stdin)["rgw"]["get_b"])'
-}
-free_port() {
-	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
 PA=$(free_port); PB=$(free_port); PC=$(free_port); PD=$(free_port)
 printf '127.0.0.1:%s\n127.0.0.1:%s\n127.0.0.1:%s\n' "$PA" "$PB" "$PC" >peers
 head -c 32 /dev/urandom | base64 >secret
@@ -81,8 +74,10 @@ for m in a b c; do
 	[ "$(stat_of peer_transport)" = "$PROV" ] || fail "$m's transport is not $PROV"
 	[ "$(stat_of peer_rma_reads)" = "$(stat_of peer_hits)" ] ||
 		fail "$m got runs from peers other than one-sided"
-	[ "$(stat_of peer_served)" -gt 0 ] || fail "$m served nothing"
 done
+check_served data/f1,data/f2,data/f3,data/f4 \
+	"127.0.0.1:$PA" "127.0.0.1:$PB" "127.0.0.1:$PC" -- \
+	"$TEST_DIR/a" "$TEST_DIR/b" "$TEST_DIR/c"
 MNT=$TEST_DIR/c
 [ "$(stat_of peer_hits)" -gt 0 ] || fail "c got nothing from its peers"
 [ "$(stat_of peer_fallbacks)" = 0 ] || fail "c fell back to the bucket"
@@ -94,7 +89,7 @@ gmount d "$PD" tcp
 g0=$(get_b)
 for i in 1 2 3 4; do cmp "data/f$i" "d/data/f$i" || fail "d/data/f$i differs"; done
 g1=$(get_b)
-owned=$(B=$B python3 "$TOP/tests/lib/placement.py" 3 data/f1,data/f2,data/f3,data/f4 \
+owned=$(owned_bytes 3 data/f1,data/f2,data/f3,data/f4 \
 	"127.0.0.1:$PA" "127.0.0.1:$PB" "127.0.0.1:$PC" "127.0.0.1:$PD")
 MNT=$TEST_DIR/d
 note "d (tcp): peer_hits $(stat_of peer_hits), rma reads $(stat_of peer_rma_reads); bucket $((g1 - g0)), owned $owned"
@@ -111,12 +106,7 @@ note "kill -9 of an owner mid-read"
 # A 128 MiB object whose last run c owns (placement computed here): a
 # reads 16 MiB, c dies, a reads on; its readahead (at most 64 MiB ahead)
 # cannot have asked c for the last run before the kill.
-for try in $(seq 20); do
-	random_file data/big 128
-	awsx s3 cp --quiet data/big "s3://$B/data/big"
-	[ "$(B=$B python3 "$TOP/tests/lib/placement.py" run data/big 15 \
-		"127.0.0.1:$PA" "127.0.0.1:$PB" "127.0.0.1:$PC")" = 2 ] && break
-done
+upload_big_at data/big data/big 128 2 "127.0.0.1:$PA" "127.0.0.1:$PB" "127.0.0.1:$PC"
 sleep 1.5
 CPID=$(pgrep -f -- "--peer-listen 127.0.0.1:$PC" | head -1)
 [ -n "$CPID" ] || fail "no daemon for c"
@@ -140,7 +130,7 @@ sleep 2.5
 for i in 5 6 7; do random_file "data/f$i" 32; done
 for i in 5 6 7; do awsx s3 cp --quiet "data/f$i" "s3://$B/data/f$i"; done
 sleep 1.5
-three_c=$(B=$B python3 "$TOP/tests/lib/placement.py" 2 data/f5,data/f6,data/f7 \
+three_c=$(owned_bytes 2 data/f5,data/f6,data/f7 \
 	"127.0.0.1:$PA" "127.0.0.1:$PB" "127.0.0.1:$PC")
 MNT=$TEST_DIR/a; fa=$(stat_of peer_fallbacks)
 MNT=$TEST_DIR/b; fb=$(stat_of peer_fallbacks)

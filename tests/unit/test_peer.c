@@ -604,7 +604,17 @@ enum fake_mode { FAKE_FLIP, FAKE_STALL, FAKE_WRONG_ID, FAKE_SHORT,
 		  * is not the registration's, whose buffer is gone before
 		  * the read, or an owner that never progresses the read */
 		 FAKE_RMA_FLIP, FAKE_RMA_BADKEY, FAKE_RMA_GONE,
-		 FAKE_RMA_STALL };
+		 FAKE_RMA_STALL,
+		 /* right answers, inline: from a member whose RMA_OFFER
+		  * carries an address one byte short (not of the provider's
+		  * length); from a build without RMA_OFFER, which closes
+		  * the connection on it */
+		 FAKE_RMA_SHORTADDR, FAKE_OLD };
+
+static bool rma_mode(enum fake_mode m)
+{
+	return m >= FAKE_RMA_FLIP && m <= FAKE_RMA_STALL;
+}
 
 struct fake {
 	int lfd;
@@ -620,19 +630,20 @@ static void send_fr(int fd, enum peer_type t, const void *b, size_t n);
  * DATA_RMA; progress is driven until the client's RELEASE or close. */
 static void fake_rma(struct fake *f, int fd, const struct peer_get *g)
 {
-	unsigned char data[4 * 4096], b[4096];
+	unsigned char *data = malloc(4 * 4096), b[4096];
 	uint32_t crcs[4];
 	uint64_t raddr, key;
 	struct peer_fabric_exposed *x;
 	int k;
 
-	for (uint32_t i = 0; i < sizeof(data); i++)
+	assert_non_null(data);
+	for (uint32_t i = 0; i < 4 * 4096; i++)
 		data[i] = byte_at(g->key, g->off + i);
 	for (uint32_t i = 0; i < 4; i++)
 		crcs[i] = util_crc32c(0, data + i * 4096, 4096);
 	if (f->mode == FAKE_RMA_FLIP)
 		data[3 * 4096 + 7] ^= 0x40;
-	assert_int_equal(peer_fabric_expose(f->fab, data, sizeof(data), &raddr,
+	assert_int_equal(peer_fabric_expose(f->fab, data, 4 * 4096, &raddr,
 					    &key, &x), 0);
 	if (f->mode == FAKE_RMA_BADKEY)
 		key ^= 0x5a5a5a5a00ull;
@@ -640,7 +651,7 @@ static void fake_rma(struct fake *f, int fd, const struct peer_get *g)
 		peer_fabric_unexpose(x);
 		x = NULL;
 	}
-	k = peer_data_rma_encode(g->req_id, 0, 4096, crcs, 4, sizeof(data),
+	k = peer_data_rma_encode(g->req_id, 0, 4096, crcs, 4, 4 * 4096,
 				 raddr, key, b, sizeof(b));
 	assert_true(k > 0);
 	send_fr(fd, PEER_DATA_RMA, b, (size_t)k);
@@ -653,6 +664,8 @@ static void fake_rma(struct fake *f, int fd, const struct peer_get *g)
 			break;
 	}
 	peer_fabric_unexpose(x);
+	/* No RELEASE in some modes: the provider may still send from it. */
+	peer_fabric_park(f->fab, data);
 }
 
 static int read_n(int fd, void *buf, size_t n)
@@ -692,15 +705,12 @@ static uint32_t recv_fr(int fd, unsigned char *b, size_t cap)
 	return n;
 }
 
-static void *fake_main(void *arg)
+static void fake_handshake(struct fake *f, int fd)
 {
-	struct fake *f = arg;
 	struct peer_hello me, them;
 	unsigned char b[4096], mac[PEER_MAC_BYTES];
-	struct peer_get g;
-	uint32_t n, crcs[4];
-	unsigned char *data;
-	int fd = accept(f->lfd, NULL, NULL), k;
+	uint32_t n;
+	int k;
 
 	assert_true(fd >= 0);
 	hello(&me, "", 9);
@@ -721,9 +731,31 @@ static void *fake_main(void *arg)
 	assert_ok(peer_auth_mac(g_secret, sizeof(g_secret) - 1,
 				PEER_ROLE_SERVER, &me, &them, mac), "mac");
 	send_fr(fd, PEER_AUTH, mac, sizeof(mac));
+}
+
+static void *fake_main(void *arg)
+{
+	struct fake *f = arg;
+	unsigned char b[4096];
+	struct peer_get g;
+	uint32_t n, crcs[4];
+	unsigned char *data;
+	int fd = accept(f->lfd, NULL, NULL), k;
+
+	fake_handshake(f, fd);
 	n = recv_fr(fd, b, sizeof(b));
 	if (n == UINT32_MAX)   /* the impostor: the client hung up */
 		goto out;
+	if (f->mode == FAKE_OLD) {
+		/* An RMA_OFFER: a build without it closes on it.  The
+		 * client dials again, without one. */
+		assert_true(peer_get_decode(b, n, &g) != 0);
+		close(fd);
+		fd = accept(f->lfd, NULL, NULL);
+		fake_handshake(f, fd);
+		n = recv_fr(fd, b, sizeof(b));
+		assert_true(n != UINT32_MAX);
+	}
 	if (f->fab) {          /* the client's RMA_OFFER first */
 		struct peer_rma_offer o;
 		const unsigned char *a;
@@ -732,13 +764,15 @@ static void *fake_main(void *arg)
 		assert_string_equal(o.prov, peer_fabric_provider(f->fab));
 		o.addr_len = (uint16_t)peer_fabric_addr(f->fab, &a);
 		memcpy(o.addr, a, o.addr_len);
+		if (f->mode == FAKE_RMA_SHORTADDR)
+			o.addr_len--;
 		k = peer_rma_offer_encode(&o, b, sizeof(b));
 		send_fr(fd, PEER_RMA_OFFER, b, (size_t)k);
 		n = recv_fr(fd, b, sizeof(b));
 		assert_true(n != UINT32_MAX);
 	}
 	assert_ok(peer_get_decode(b, n, &g), "get");
-	if (f->mode >= FAKE_RMA_FLIP) {
+	if (rma_mode(f->mode)) {
 		fake_rma(f, fd, &g);
 		goto out;
 	}
@@ -784,7 +818,7 @@ static void fake_start(struct fake *f, enum fake_mode mode)
 
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	f->mode = mode;
-	if (mode < FAKE_RMA_FLIP)
+	if (!rma_mode(mode) && mode != FAKE_RMA_SHORTADDR)
 		f->fab = NULL;
 	f->lfd = socket(AF_INET, SOCK_STREAM, 0);
 	assert_true(f->lfd >= 0);
@@ -1032,6 +1066,49 @@ static void test_fabric_faults(void **state)
 	peer_fabric_close(fs);
 }
 
+/* Members a fabric client still gets right answers from, inline. */
+static void test_fabric_inline(void **state)
+{
+	static const enum fake_mode modes[] = { FAKE_RMA_SHORTADDR, FAKE_OLD };
+	struct peer_fabric *fc, *fs;
+
+	(void)state;
+	if (!peer_fabric_built())
+		skip();
+	fc = fabric();
+	fs = fabric();
+	for (size_t i = 0; i < ARRAY_SIZE(modes); i++) {
+		struct peer_client_config ccfg = {
+			.self_id = "127.0.0.1:1", .secret = g_secret,
+			.secret_len = sizeof(g_secret) - 1, .timeout_ms = 1000,
+			.fabric = fc,
+		};
+		struct peer_client_stats cs;
+		struct peer_client *pc;
+		unsigned char buf[4 * 4096];
+		struct peer_get g;
+		struct fake f = { .fab = fs };
+		char id[64], msg[512];
+
+		assert_int_equal(peer_client_new(&ccfg, &pc), 0);
+		fake_start(&f, modes[i]);
+		snprintf(id, sizeof(id), "127.0.0.1:%u", f.port);
+		get_of(&g, "k", 4096, sizeof(buf));
+		assert_ok(peer_client_get(pc, id, &g, buf, msg, sizeof(msg)),
+			  msg);
+		for (uint32_t b = 0; b < sizeof(buf); b++)
+			assert_int_equal(buf[b], byte_at("k", 4096 + b));
+		peer_client_get_stats(pc, &cs);
+		assert_int_equal(cs.rma_reads, 0);
+		assert_int_equal(cs.errors, 0);
+		peer_client_free(pc);
+		pthread_join(f.t, NULL);
+		close(f.lfd);
+	}
+	peer_fabric_close(fc);
+	peer_fabric_close(fs);
+}
+
 static void test_fabric_errors(void **state)
 {
 	struct peer_fabric *f = NULL;
@@ -1122,6 +1199,7 @@ int main(void)
 		cmocka_unit_test(test_rma_frames),
 		cmocka_unit_test(test_fabric_serve),
 		cmocka_unit_test(test_fabric_faults),
+		cmocka_unit_test(test_fabric_inline),
 		cmocka_unit_test(test_fabric_errors),
 		cmocka_unit_test(test_tcp_errors),
 	};
