@@ -15,6 +15,9 @@
  * a DATA block whose bytes do not match its CRC is -EBADMSG naming the
  * block; AUTH passes for the right secret and fails for another secret,
  * another connection's nonce, a reflected MAC and swapped ids.
+ * Transports: TCP and, where built with libfabric, the one-sided reads
+ * over tcp;ofi_rxm on loopback, each against real servers and a
+ * fault-injecting member (docs/cluster-cache.md "Tests").
  */
 #include <arpa/inet.h>
 #include <errno.h>
