@@ -190,7 +190,12 @@ tests/fmtrain-fakegpu: LDFLAGS += -Wl,--wrap=ckpt_add
 tests/crashfs: tests/crashfs.o
 tests/crashfs: LINK_LIBS = $(FUSE_LIBS)
 tests/crashfs.o: CPPFLAGS += $(FUSE_CFLAGS)
-TEST_PROGS = tests/ckpt-writer tests/fmtrain-fakegpu tests/crashfs
+# tests/peer-fault (tests/peer-fault.c): a cache-group member that
+# answers wrongly, for 58-mount-group-faults.
+tests/peer-fault: tests/peer-fault.o $(PEER_A)
+tests/peer-fault: LINK_LIBS = $(PEER_LIBS)
+TEST_PROGS = tests/ckpt-writer tests/fmtrain-fakegpu tests/crashfs \
+	tests/peer-fault
 
 tools/bench/objbench: tools/bench/objbench.o $(OBJSTORE_A)
 tools/bench/objbench: LINK_LIBS = $(OBJSTORE_LIBS)
