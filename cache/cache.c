@@ -182,6 +182,7 @@ void cache_file_free(struct cache_file *f)
 	pthread_cond_destroy(&f->cond);
 	pthread_mutex_destroy(&f->lock);
 	free(f->present); /* the one allocation behind every array */
+	free(f->from_peer);
 	free(f->key);
 	free(f);
 }
@@ -383,6 +384,8 @@ void cache_file_put_locked(struct cache_file *f)
 	util_assert(f->refs > 0); /* a bug in the caller */
 	if (--f->refs)
 		return;
+	if (f->from_peer && !f->detached)
+		cache_drop_peer_blocks_locked(c, f);
 	close(f->fd);
 	f->fd = -1;
 	if (f->dfd >= 0)
@@ -1106,6 +1109,7 @@ void cache_get_stats(struct cache *c, struct cache_stats *out)
 	out->peer_served = atomic_load(&c->peer_served);
 	out->peer_bytes_out = atomic_load(&c->peer_bytes_out);
 	out->peer_refused = atomic_load(&c->peer_refused);
+	out->peer_dropped = atomic_load(&c->peer_dropped);
 }
 
 /* ---- open and close ---- */

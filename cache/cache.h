@@ -50,6 +50,10 @@ struct cache_config {
 	unsigned fetch_timeout_ms;      /* a waiting reader gives up; 0: 30000 */
 	uint64_t listing_max_bytes;     /* listings kept in the index (below);
 	                                 * 0: 1 GiB */
+	bool peer_keep_local;           /* in a cache group: keep the blocks
+	                                 * a peer sent after the file's last
+	                                 * close (else they are dropped then:
+	                                 * the owner keeps the group's copy) */
 };
 void cache_config_init(struct cache_config *cfg);
 
@@ -215,6 +219,8 @@ struct cache_stats {
 	uint64_t peer_served;           /* runs we served to peers */
 	uint64_t peer_bytes_out;        /* their bytes */
 	uint64_t peer_refused;          /* asked for a version we do not hold */
+	uint64_t peer_dropped;          /* blocks peers sent, dropped at the
+	                                 * last close (no --peer-keep-local) */
 };
 void cache_get_stats(struct cache *c, struct cache_stats *out);
 /* The store answered another request (the fs's): connected again. */

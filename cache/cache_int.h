@@ -170,6 +170,9 @@ struct cache_file {
 	uint16_t *pins;             /* readers using the block right now */
 	uint32_t pos_block;         /* where the latest read started */
 	uint64_t cached_bytes;      /* bytes of present blocks */
+	uint64_t *from_peer;        /* blocks a peer sent (NULL: none), to
+	                             * drop at the last close unless
+	                             * peer_keep_local (evict.c) */
 	bool row_dirty;             /* the objects row needs writing */
 	unsigned fail_seq;          /* bumped when a fetch fails */
 	int fail_err;               /* -errno of the latest failure */
@@ -270,7 +273,8 @@ struct cache {
 	const struct peer_group *_Atomic group;
 	struct peer_client *peers;
 	atomic_uint_fast64_t peer_hits, peer_bytes_in, peer_fallbacks;
-	atomic_uint_fast64_t peer_served, peer_bytes_out, peer_refused;
+	atomic_uint_fast64_t peer_served, peer_bytes_out, peer_refused,
+		peer_dropped;
 };
 
 /* cache_file_open, or -ESTALE without replacing it when another version
@@ -372,6 +376,10 @@ void cache_names_free(struct cache *c);
  * code); db_close undoes it. */
 int cache_names_db_open(struct cache *c, struct sqlite3 *db);
 void cache_names_db_close(struct cache *c);
+/* The last close of f (c->lock, f's fd still open): the blocks peers
+ * sent it are evicted unless cfg.peer_keep_local (evict.c). */
+void cache_drop_peer_blocks_locked(struct cache *c, struct cache_file *f);
+
 /* At close, after the last flush: every stale mark is in the index (a
  * crash before this makes every listing stale at the next open). */
 void cache_names_clean(struct cache *c);

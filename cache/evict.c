@@ -176,6 +176,35 @@ static uint64_t evict_blocks_of(struct cache_file *f, uint64_t need)
 	return freed;
 }
 
+void cache_drop_peer_blocks_locked(struct cache *c, struct cache_file *f)
+{
+	uint64_t freed = 0, n = 0;
+
+	pthread_mutex_lock(&f->lock);
+	if (!c->cfg.peer_keep_local)
+		for (uint32_t b = 0; b < f->nblocks; b++) {
+			if (!bit_test(f->from_peer, b) ||
+			    !bit_test(f->present, b) || bit_test(f->busy, b) ||
+			    !evict_block(f, b))
+				continue;
+			freed += cache_block_len(f, b);
+			n++;
+		}
+	free(f->from_peer);
+	f->from_peer = NULL;
+	f->cached_bytes -= freed;
+	if (n) {
+		atomic_fetch_add(&c->peer_dropped, n);
+		atomic_fetch_sub(&c->blocks_present, n);
+		cache_mark_dirty(f);
+	}
+	pthread_mutex_unlock(&f->lock);
+	if (freed) {
+		c->used_bytes -= freed;
+		pthread_cond_broadcast(&c->room_cond);
+	}
+}
+
 static uint64_t evict_open_locked(struct cache *c, uint64_t need)
 {
 	struct lru_cand *v;

@@ -45,7 +45,7 @@
  * (f cannot be freed while c->lock is held).
  */
 static void run_done(struct cache_file *f, uint32_t b0, uint32_t b1, int rc,
-		     const uint32_t *crcs)
+		     const uint32_t *crcs, bool from_peer)
 {
 	struct cache *c = f->c;
 	uint64_t len = cache_run_len(f, b0, b1);
@@ -53,10 +53,20 @@ static void run_done(struct cache_file *f, uint32_t b0, uint32_t b1, int rc,
 	bool whole = false;
 
 	pthread_mutex_lock(&f->lock);
+	/* Blocks a peer sent are remembered, to drop at the last close
+	 * (unless --peer-keep-local); the bucket's replace them. */
+	if (!rc && from_peer && !f->c->cfg.peer_keep_local && !f->from_peer)
+		f->from_peer = calloc((f->nblocks + 63) / 64, sizeof(uint64_t));
 	for (uint32_t b = b0; b < b1; b++) {
 		bit_clear(f->busy, b);
 		if (rc)
 			continue;
+		if (f->from_peer) {
+			if (from_peer)
+				bit_set(f->from_peer, b);
+			else
+				bit_clear(f->from_peer, b);
+		}
 		f->crc[b] = crcs[b - b0];
 		__atomic_store_n(&f->tick[b], tick, __ATOMIC_RELAXED);
 		bit_set_atomic(f->verified, b);
@@ -169,7 +179,7 @@ static int write_run(struct cache *c, struct cache_file *f, const void *buf,
 }
 
 static int fetch_run(struct cache *c, struct cache_job *j, char *buf,
-		     uint32_t *crcs)
+		     uint32_t *crcs, bool *from_peer)
 {
 	struct cache_file *f = j->f;
 	uint64_t bb = c->cfg.block_bytes, off = (uint64_t)j->b0 * bb;
@@ -178,8 +188,10 @@ static int fetch_run(struct cache *c, struct cache_job *j, char *buf,
 	size_t got = 0;
 	obj_status st;
 
+	*from_peer = false;
 	if (!cache_group_fetch(c, f, off, len, buf)) {
 		got = (size_t)len;
+		*from_peer = true;
 		goto have;
 	}
 	/* If-Match: blocks of another version never join this file.  A
@@ -237,6 +249,7 @@ static void *fetch_worker(void *arg)
 
 	for (;;) {
 		struct cache_job *j;
+		bool peer = false;
 		int rc;
 
 		pthread_mutex_lock(&c->fq_lock);
@@ -253,8 +266,8 @@ static void *fetch_worker(void *arg)
 		 * ever fetches small objects touches one 2 MiB page. */
 		if (!buf)
 			buf = util_map_huge(c->run_max_bytes, false);
-		rc = buf ? fetch_run(c, j, buf, crcs) : -ENOMEM;
-		run_done(j->f, j->b0, j->b1, rc, crcs);
+		rc = buf ? fetch_run(c, j, buf, crcs, &peer) : -ENOMEM;
+		run_done(j->f, j->b0, j->b1, rc, crcs, peer);
 		free(j);
 	}
 	if (buf)
@@ -303,7 +316,7 @@ void cache_fetch_stop(struct cache *c)
 	pthread_mutex_lock(&c->fq_lock);
 	while ((j = job_pop_locked(c))) {
 		pthread_mutex_unlock(&c->fq_lock);
-		run_done(j->f, j->b0, j->b1, -ECANCELED, NULL);
+		run_done(j->f, j->b0, j->b1, -ECANCELED, NULL, false);
 		free(j);
 		pthread_mutex_lock(&c->fq_lock);
 	}
@@ -322,7 +335,7 @@ void cache_fetch_submit(struct cache_file *f, uint32_t b0, uint32_t b1,
 	else
 		atomic_fetch_add(&c->ahead_bytes, cache_run_len(f, b0, b1));
 	if (!j) {
-		run_done(f, b0, b1, -ENOMEM, NULL);
+		run_done(f, b0, b1, -ENOMEM, NULL, false);
 		return;
 	}
 	j->next = NULL;
@@ -333,7 +346,7 @@ void cache_fetch_submit(struct cache_file *f, uint32_t b0, uint32_t b1,
 	pthread_mutex_lock(&c->fq_lock);
 	if (c->fq_stop) {
 		pthread_mutex_unlock(&c->fq_lock);
-		run_done(f, b0, b1, -ECANCELED, NULL);
+		run_done(f, b0, b1, -ECANCELED, NULL, false);
 		free(j);
 		return;
 	}

@@ -348,6 +348,7 @@ static void do_status(struct fs *fs, FILE *out, bool json)
 	kv_u64(out, json, &first, "peer_served", c.peer_served);
 	kv_u64(out, json, &first, "peer_bytes_out", c.peer_bytes_out);
 	kv_u64(out, json, &first, "peer_refused", c.peer_refused);
+	kv_u64(out, json, &first, "peer_dropped", c.peer_dropped);
 	kv_u64(out, json, &first, "open_files", atomic_load(&fs->open_files));
 	kv(out, json, &first, "passthrough_offered",
 	   atomic_load(&fs->pt_offered) ? "true" : "false", false);

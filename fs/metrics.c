@@ -279,6 +279,9 @@ void fs_metrics_write(struct fs *fs, FILE *out)
 			"to other members", c.peer_bytes_out);
 	metrics_counter(out, "fmfs_peer_refused_total", "Peer requests for "
 			"a version this member does not hold", c.peer_refused);
+	metrics_counter(out, "fmfs_peer_dropped_blocks_total", "Blocks peers "
+			"sent, dropped at the file's last close (no "
+			"--peer-keep-local)", c.peer_dropped);
 	{
 		uint64_t rma;
 

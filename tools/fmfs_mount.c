@@ -41,6 +41,7 @@ struct mount_opts {
 	const char *peers, *peer_listen, *peer_secret_file; /* the group */
 	unsigned peer_timeout_ms;
 	const char *peer_transport;  /* auto, tcp or a libfabric provider */
+	bool peer_keep_local;
 	/* The group's files as absolute paths: the daemon runs in /. */
 	char peers_real[PATH_MAX], secret_real[PATH_MAX];
 	const char *cache_size_arg;   /* as given, for messages */
@@ -112,6 +113,9 @@ static void mount_usage(FILE *f)
 "                        address has it, else TCP), tcp, or a libfabric\n"
 "                        provider such as 'verbs;ofi_rxm' or 'tcp;ofi_rxm'\n"
 "                        (required then)\n"
+"  --peer-keep-local     keep the runs peers sent after the file's last\n"
+"                        close (default: dropped then; their owner keeps\n"
+"                        the group's copy)\n"
 "  --no-passthrough      send writes through the daemon even where the\n"
 "                        kernel could write files open for writing\n"
 "                        straight into the cache (FUSE passthrough)\n"
@@ -202,7 +206,7 @@ enum { OPT_CACHE_DIR = 256, OPT_CACHE_SIZE, OPT_MODE, OPT_REFRESH,
        OPT_UPAR, OPT_NO_PT, OPT_NO_URING, OPT_FMODE, OPT_DMODE, OPT_UID, OPT_GID,
        OPT_NO_AO, OPT_NEG, OPT_MEM, OPT_NS, OPT_INO, OPT_METRICS,
        OPT_PEERS, OPT_PEER_LISTEN, OPT_PEER_SECRET, OPT_PEER_TIMEOUT,
-       OPT_PEER_TRANSPORT };
+       OPT_PEER_TRANSPORT, OPT_PEER_KEEP_LOCAL };
 static const struct option mount_lo[] = {
 	{ "cache-dir", required_argument, NULL, OPT_CACHE_DIR },
 	{ "cache-size", required_argument, NULL, OPT_CACHE_SIZE },
@@ -233,6 +237,7 @@ static const struct option mount_lo[] = {
 	{ "peer-secret-file", required_argument, NULL, OPT_PEER_SECRET },
 	{ "peer-timeout", required_argument, NULL, OPT_PEER_TIMEOUT },
 	{ "peer-transport", required_argument, NULL, OPT_PEER_TRANSPORT },
+	{ "peer-keep-local", no_argument, NULL, OPT_PEER_KEEP_LOCAL },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 }
 };
@@ -366,6 +371,7 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 		case OPT_PEER_LISTEN: o->peer_listen = optarg; break;
 		case OPT_PEER_SECRET: o->peer_secret_file = optarg; break;
 		case OPT_PEER_TRANSPORT: o->peer_transport = optarg; break;
+		case OPT_PEER_KEEP_LOCAL: o->peer_keep_local = true; break;
 		case OPT_PEER_TIMEOUT:
 			if (mount_uint_opt("--peer-timeout", optarg, 100,
 					   60000, "milliseconds",
@@ -384,7 +390,7 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 	o->url = argv[optind];
 	o->mountpoint = argv[optind + 1];
 	if ((o->peers || o->peer_listen || o->peer_secret_file ||
-	     o->peer_timeout_ms || o->peer_transport) &&
+	     o->peer_timeout_ms || o->peer_transport || o->peer_keep_local) &&
 	    (!o->peers || !o->peer_listen || !o->peer_secret_file)) {
 		fprintf(stderr, "fmfs mount: a cache group needs --peers, "
 			"--peer-listen and --peer-secret-file together (an "
@@ -760,6 +766,7 @@ static int open_all(struct mount_opts *o, struct obj_store **st,
 	cc.size_bytes = o->cache_size;
 	cc.fetch_timeout_ms = o->fetch_timeout_s * 1000;
 	cc.listing_max_bytes = o->namespace_bytes;
+	cc.peer_keep_local = o->peer_keep_local;
 	rc = cache_open(&cc, *st, c, msg, ml);
 	if (rc) {
 		obj_close(*st);

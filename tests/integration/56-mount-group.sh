@@ -97,7 +97,9 @@ MNT=$TEST_DIR/c
 note "a fourth member joins through the list file"
 echo "127.0.0.1:$PD" >>peers
 sleep 2.5   # each member checks the file every second
-gmount d "$PD"
+$FMFS mount "s3://$B" d --cache-dir cd --peers peers --peer-listen "127.0.0.1:$PD" \
+	--peer-secret-file secret --peer-timeout 1000 --refresh 1 --peer-keep-local ||
+	fail "mount of d failed"
 # The runs (8 MiB) d owns among the four, by the placement rule.
 owned=$(owned_bytes 3 \
 	data/f1,data/f2,data/f3,data/f4,data/f5,data/f6 \
@@ -108,6 +110,11 @@ for i in 1 2 3 4 5 6; do
 done
 g1=$(get_b)
 note "d owns $owned bytes of the dataset by the placement rule; the bucket served $((g1 - g0))"
+MNT=$TEST_DIR/d
+sleep 1
+[ "$(stat_of cache_used_bytes)" = "$DATA" ] ||
+	fail "d, with --peer-keep-local, keeps $(stat_of cache_used_bytes) bytes, not the whole $DATA"
+[ "$(stat_of peer_dropped)" = 0 ] || fail "d, with --peer-keep-local, dropped blocks"
 # get_b may count a byte less per ranged GET: allow 64 bytes.
 [ $((g1 - g0)) -le $((owned + 64)) ] && [ $((g1 - g0)) -ge $((owned - 64)) ] ||
 	fail "d read $((g1 - g0)) bytes from the bucket, expected the $owned it owns"

@@ -82,6 +82,19 @@ MNT=$TEST_DIR/c
 [ "$(stat_of peer_hits)" -gt 0 ] || fail "c got nothing from its peers"
 [ "$(stat_of peer_fallbacks)" = 0 ] || fail "c fell back to the bucket"
 
+note "without --peer-keep-local each member keeps only the runs it owns"
+sleep 1
+i=0
+for m in a b c; do
+	owned=$(owned_bytes $i data/f1,data/f2,data/f3,data/f4 \
+		"127.0.0.1:$PA" "127.0.0.1:$PB" "127.0.0.1:$PC")
+	MNT=$TEST_DIR/$m
+	note "$m: cache_used_bytes $(stat_of cache_used_bytes), owns $owned, dropped $(stat_of peer_dropped) blocks"
+	[ "$(stat_of cache_used_bytes)" = "$owned" ] ||
+		fail "$m keeps $(stat_of cache_used_bytes) bytes, not the $owned it owns"
+	i=$((i + 1))
+done
+
 note "a member on plain TCP reads from the RDMA members"
 printf '127.0.0.1:%s\n' "$PD" >>peers
 sleep 2.5
