@@ -9,7 +9,8 @@
 #   - three mounts A, B, C of one group (peer ports on loopback), one
 #     after the other, each cold: A gets its runs from their owners (who
 #     fetch them from the bucket), B and C from the group's caches;
-#   - A again (warm: its own cache file).
+#   - A again (warm: its own cache file; the mounts run with
+#     --peer-keep-local so that A keeps what its peers sent).
 # For each: MiB/s.  The bytes the gateway served for the group's three
 # reads are counted by the gateway itself (RGW's get_b counter through
 # its admin socket), as a multiple of the dataset (separate caches:
@@ -97,7 +98,8 @@ for ROUND in $(seq 1 "$ROUNDS"); do
 			--cache-dir "$W/c-${m%%:*}" --endpoint "$RGW_ENDPOINT" \
 			--peers "$peers" --peer-listen "127.0.0.1:${m#*:}" \
 			--peer-secret-file "$W/secret" \
-			--peer-transport "$TRANSPORT" >/dev/null ||
+			--peer-transport "$TRANSPORT" --peer-keep-local \
+			>/dev/null ||
 			die "group mount ${m%%:*} failed"
 	done
 	g0=$(get_b)
