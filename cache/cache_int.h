@@ -154,8 +154,8 @@ struct cache_file {
 	_Atomic int64_t atime_ns;   /* last open/read, CLOCK_REALTIME */
 	int64_t saved_atime_ns;     /* as last written (flusher, c->lock) */
 	_Atomic int peer_serving;   /* serving peers: fetch from the bucket */
-	_Atomic bool gone;          /* the bucket said 412 or 404 for it: a
-	                             * peer asking is told "not that
+	_Atomic bool gone;          /* the bucket's last answer for it was
+	                             * 404: a peer asking is told "not that
 	                             * version", not an error */
 
 	/* Protected by lock (present and verified: see the top). */

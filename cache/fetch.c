@@ -194,17 +194,11 @@ static int fetch_run(struct cache *c, struct cache_job *j, char *buf,
 		*from_peer = true;
 		goto have;
 	}
-	/* If-Match: blocks of another version never join this file.  A
-	 * changed version is -ESTALE for this file's readers (a deleted one
-	 * -EIO, as before), and either is "not that version" for a peer
-	 * that asked (f->gone). */
-	st = obj_get_if(c->st, f->key, f->etag, off, (size_t)len, buf, &got,
-			&err);
+	st = obj_get(c->st, f->key, off, (size_t)len, buf, &got, &err);
+	atomic_store(&f->gone, st == OBJ_ERR_NOT_FOUND);
 	if (st != OBJ_OK) {
 		store_failed(c, f, &err);
-		if (st == OBJ_ERR_PRECONDITION || st == OBJ_ERR_NOT_FOUND)
-			atomic_store(&f->gone, true);
-		return st == OBJ_ERR_PRECONDITION ? -ESTALE : -EIO;
+		return -EIO;
 	}
 	store_ok(c);
 have:

@@ -92,10 +92,9 @@ int cache_peer_serve(void *arg, const struct peer_get *g,
 	atomic_fetch_add(&f->peer_serving, 1);
 	n = cache_file_read(f, buf, g->len, g->off);
 	atomic_fetch_sub(&f->peer_serving, 1);
-	/* The bucket no longer has that version (412, 404): "not that
-	 * version", so the asker goes to the bucket without calling this
-	 * member down. */
-	if (n < 0 && (n == -ESTALE || atomic_load(&f->gone)))
+	/* The object deleted from the bucket: "not that version", so the
+	 * asker goes to the bucket without calling this member down. */
+	if (n == -ESTALE || (n == -EIO && atomic_load(&f->gone)))
 		n = -ENOENT;
 	cache_file_close(f);
 	if (n < 0)

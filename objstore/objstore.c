@@ -397,19 +397,11 @@ obj_status obj_get(struct obj_store *st, const char *key, uint64_t off,
 		   size_t len, void *buf, size_t *got_bytes,
 		   struct obj_error *err)
 {
-	return obj_get_if(st, key, NULL, off, len, buf, got_bytes, err);
-}
-
-obj_status obj_get_if(struct obj_store *st, const char *key,
-		      const char *if_match, uint64_t off, size_t len,
-		      void *buf, size_t *got_bytes, struct obj_error *err)
-{
 	uint64_t got = 0;
 
 	WITH_KEY(st, key, err, full);
 	atomic_fetch_add(&st->n_gets, 1);
-	rc = st->be->get(st, full, if_match && *if_match ? if_match : NULL,
-			 off, len, buf, -1, 0, &got, err);
+	rc = st->be->get(st, full, off, len, buf, -1, 0, &got, err);
 	if (got_bytes)
 		*got_bytes = (size_t)got;
 	return finish(st, rc, err, full);
@@ -614,7 +606,7 @@ static void *xfer_worker(void *arg)
 			got = plen;
 		} else {
 			atomic_fetch_add(&x->st->n_gets, 1);
-			rc = x->st->be->get(x->st, x->full, NULL, x->off + poff,
+			rc = x->st->be->get(x->st, x->full, x->off + poff,
 					    plen, NULL, x->fd,
 					    x->fd_off + (off_t)poff, &got, &e);
 		}
@@ -685,7 +677,7 @@ obj_status obj_get_fd(struct obj_store *st, const char *key, uint64_t off,
 
 		if (len)
 			atomic_fetch_add(&st->n_gets, 1);
-		rc = len ? st->be->get(st, full, NULL, off, len, NULL, fd, fd_off,
+		rc = len ? st->be->get(st, full, off, len, NULL, fd, fd_off,
 				       &got, err) : OBJ_OK;
 		if (got_bytes)
 			*got_bytes = got;

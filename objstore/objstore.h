@@ -138,14 +138,6 @@ obj_status obj_get(struct obj_store *st, const char *key, uint64_t off,
 		   size_t len, void *buf, size_t *got_bytes,
 		   struct obj_error *err);
 
-/* The same, only if the object's ETag is still if_match (NULL or "": no
- * condition): another version is OBJ_ERR_PRECONDITION (S3's If-Match,
- * 412), so a reader never mixes bytes of two versions in one cache
- * file. */
-obj_status obj_get_if(struct obj_store *st, const char *key,
-		      const char *if_match, uint64_t off, size_t len,
-		      void *buf, size_t *got_bytes, struct obj_error *err);
-
 /* Ranged GET of [off, off+len) written with pwrite() to fd at fd_off.
  * len UINT64_MAX means to the end of the object.  Large ranges are split
  * into parts fetched in parallel.  *got_bytes may be NULL. */

@@ -77,10 +77,8 @@ struct obj_backend {
 	obj_status (*check_bucket)(struct obj_store *st, struct obj_error *err);
 	obj_status (*head)(struct obj_store *st, const char *key,
 			   struct obj_meta *out, struct obj_error *err);
-	/* Exactly one of buf / fd is used.  if_match: NULL, or the ETag
-	 * the object must still have (else OBJ_ERR_PRECONDITION). */
-	obj_status (*get)(struct obj_store *st, const char *key,
-			  const char *if_match, uint64_t off,
+	/* Exactly one of buf / fd is used. */
+	obj_status (*get)(struct obj_store *st, const char *key, uint64_t off,
 			  uint64_t len, void *buf, int fd, off_t fd_off,
 			  uint64_t *got, struct obj_error *err);
 	obj_status (*put)(struct obj_store *st, const char *key,

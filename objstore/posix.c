@@ -514,8 +514,7 @@ static obj_status px_head(struct obj_store *st, const char *key,
 	return rc;
 }
 
-static obj_status px_get(struct obj_store *st, const char *key,
-			 const char *if_match, uint64_t off,
+static obj_status px_get(struct obj_store *st, const char *key, uint64_t off,
 			 uint64_t len, void *buf, int fd, off_t fd_off,
 			 uint64_t *got, struct obj_error *err)
 {
@@ -534,18 +533,6 @@ static obj_status px_get(struct obj_store *st, const char *key,
 	if (fstat(in, &sb) || !S_ISREG(sb.st_mode)) {
 		close(in);
 		return fail(err, ENOENT, key, "not an object");
-	}
-	if (if_match) {
-		char now[80];
-
-		etag_of(&sb, now);
-		if (strcmp(now, if_match)) {
-			close(in);
-			obj_err_set(err, OBJ_ERR_PRECONDITION, key,
-				    "the object changed (ETag %s, not %s)",
-				    now, if_match);
-			return OBJ_ERR_PRECONDITION;
-		}
 	}
 	if (off >= (uint64_t)sb.st_size)
 		len = 0;

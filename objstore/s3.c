@@ -212,8 +212,7 @@ static obj_status done(struct s3_req *r, obj_status rc)
 
 /* ---- operations ---- */
 
-static obj_status s3_get(struct obj_store *st, const char *key,
-			 const char *if_match, uint64_t off,
+static obj_status s3_get(struct obj_store *st, const char *key, uint64_t off,
 			 uint64_t len, void *buf, int fd, off_t fd_off,
 			 uint64_t *got, struct obj_error *err);
 
@@ -239,7 +238,7 @@ static obj_status s3_head(struct obj_store *st, const char *key,
 		struct obj_error e2 = {0};
 
 		s3_req_release(&r);
-		if (s3_get(st, key, NULL, 0, 1, &byte, -1, 0, &got, &e2) != OBJ_OK &&
+		if (s3_get(st, key, 0, 1, &byte, -1, 0, &got, &e2) != OBJ_OK &&
 		    e2.code[0]) {
 			e2.attempts += err->attempts;
 			*err = e2;
@@ -258,8 +257,7 @@ static obj_status s3_head(struct obj_store *st, const char *key,
 	return done(&r, rc);
 }
 
-static obj_status s3_get(struct obj_store *st, const char *key,
-			 const char *if_match, uint64_t off,
+static obj_status s3_get(struct obj_store *st, const char *key, uint64_t off,
 			 uint64_t len, void *buf, int fd, off_t fd_off,
 			 uint64_t *got, struct obj_error *err)
 {
@@ -278,8 +276,6 @@ static obj_status s3_get(struct obj_store *st, const char *key,
 	SETUP(&r, S3(st), "GET", key, NULL, err);
 	req_header(&r, "range: bytes=%llu-%llu", (unsigned long long)off,
 		   (unsigned long long)(off + len - 1));
-	if (if_match)
-		req_header(&r, "if-match: \"%s\"", if_match);
 	r.dn_buf = buf;
 	r.dn_cap = buf ? (size_t)len : 0;
 	r.dn_fd = fd;

@@ -616,34 +616,6 @@ static void test_version_change(void **state)
 	assert_int_equal(stats(e).misses, 0);
 }
 
-/* The object overwritten in the store (same size) while a handle to the
- * old version is open and nothing opened the new one: a block not
- * cached yet is fetched with If-Match, so the old handle gets -ESTALE,
- * never the new version's bytes beside the old ones. */
-static void test_version_changed_under_handle(void **state)
-{
-	struct env *e = *state;
-	struct cache_file *h;
-	struct obj v1, v2;
-	char buf[100];
-
-	put_obj(e, &v1, "ver/same", 4 * B64K, 7);
-	env_open(e);
-	assert_int_equal(cache_file_open(e->c, v1.key, v1.size, v1.etag, &h),
-			 0);
-	assert_int_equal(cache_file_read(h, buf, 100, 10), 100);
-	check_bytes(7, 10, buf, 100);
-	usleep(2000); /* a new mtime, hence a new file:// ETag */
-	put_obj(e, &v2, "ver/same", 4 * B64K, 8);
-	assert_string_not_equal(v1.etag, v2.etag);
-	assert_int_equal(cache_file_read(h, buf, 100, 3 * B64K), -ESTALE);
-	/* What it had is still served. */
-	assert_int_equal(cache_file_read(h, buf, 100, 20), 100);
-	check_bytes(7, 20, buf, 100);
-	cache_file_close(h);
-	read_all(e, &v2);
-}
-
 /* ---- eviction ---- */
 
 struct sampler {
@@ -1661,7 +1633,6 @@ int main(void)
 		T(test_crash_sigkill),
 		T(test_crc_corruption),
 		T(test_version_change),
-		T(test_version_changed_under_handle),
 		T(test_eviction_lru),
 		T(test_eviction_big_object),
 		T(test_eviction_stress),
