@@ -111,7 +111,7 @@ note "d (tcp): peer_hits $(stat_of peer_hits), rma reads $(stat_of peer_rma_read
 [ "$(stat_of peer_transport)" = tcp ] || fail "d's transport is not tcp"
 [ "$(stat_of peer_hits)" -gt 0 ] || fail "d got nothing from the RDMA members"
 [ "$(stat_of peer_rma_reads)" = 0 ] || fail "d, on tcp, counted one-sided reads"
-[ $((g1 - g0)) -le $((owned + 64)) ] && [ $((g1 - g0)) -ge $((owned - 64)) ] ||
+about $((g1 - g0)) "$owned" ||
 	fail "d read $((g1 - g0)) bytes from the bucket, expected the $owned it owns"
 $FMFS umount d || fail "umount d"
 printf '127.0.0.1:%s\n127.0.0.1:%s\n127.0.0.1:%s\n' "$PA" "$PB" "$PC" >peers
@@ -155,7 +155,7 @@ for i in 5 6 7; do cmp "data/f$i" "a/data/f$i" || fail "a/data/f$i differs"; don
 g1=$(get_b)
 NEW=$((3 * 32 * 1024 * 1024))
 note "new files, $NEW bytes: c owned $three_c of them among three (they moved); the bucket served $((g1 - g0))"
-[ $((g1 - g0)) -le $((NEW + 64)) ] && [ $((g1 - g0)) -ge $((NEW - 64)) ] ||
+about $((g1 - g0)) "$NEW" ||
 	fail "the bucket served $((g1 - g0)) bytes for $NEW of new files after c left"
 MNT=$TEST_DIR/a
 [ "$(stat_of group_members)" = 2 ] || fail "a's status does not count 2 members"

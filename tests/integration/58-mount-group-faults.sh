@@ -56,7 +56,7 @@ for mode in corrupt stall short garbage; do
 	grep -q "GET data/$mode" fault.log || fail "$mode: a never asked the faulty member"
 	[ "$(stat_of peer_fallbacks)" -gt 0 ] || fail "$mode: a did not fall back to the bucket"
 	stat_of peers | grep -q "127.0.0.1:$PX down" || fail "$mode: a's status does not show the member down"
-	[ $((g1 - g0)) -ge $((32 * 1024 * 1024 - 64)) ] && [ $((g1 - g0)) -le $((32 * 1024 * 1024)) ] ||
+	about $((g1 - g0)) $((32 * 1024 * 1024)) ||
 		fail "$mode: the bucket served $((g1 - g0)) bytes for a 32 MiB file"
 	[ "$ms" -lt 20000 ] || fail "$mode: the read took $ms ms with a $mode member (timeout 1000 ms)"
 	case $mode in
