@@ -1110,6 +1110,13 @@ void cache_get_stats(struct cache *c, struct cache_stats *out)
 	out->peer_bytes_out = atomic_load(&c->peer_bytes_out);
 	out->peer_refused = atomic_load(&c->peer_refused);
 	out->peer_dropped = atomic_load(&c->peer_dropped);
+	out->peer_rma_reads = 0;
+	if (c->peers) {
+		struct peer_client_stats ps;
+
+		peer_client_get_stats(c->peers, &ps);
+		out->peer_rma_reads = ps.rma_reads;
+	}
 }
 
 /* ---- open and close ---- */

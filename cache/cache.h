@@ -221,6 +221,7 @@ struct cache_stats {
 	uint64_t peer_refused;          /* asked for a version we do not hold */
 	uint64_t peer_dropped;          /* blocks peers sent, dropped at the
 	                                 * last close (no --peer-keep-local) */
+	uint64_t peer_rma_reads;        /* runs pulled from owners one-sided */
 };
 void cache_get_stats(struct cache *c, struct cache_stats *out);
 /* The store answered another request (the fs's): connected again. */
@@ -251,9 +252,8 @@ int cache_peer_serve(void *arg, const struct peer_get *g,
  * group), and its size. */
 unsigned cache_group_describe(struct cache *c, char *buf, size_t len);
 /* How runs come from peers: "tcp", a libfabric provider ("tcp;ofi_rxm",
- * "verbs;ofi_rxm"), or "" without a group; *rma_reads the answers pulled
- * one-sided so far. */
-const char *cache_group_transport(struct cache *c, uint64_t *rma_reads);
+ * "verbs;ofi_rxm"), or "" without a group. */
+const char *cache_group_transport(struct cache *c);
 
 /* Write-back (files written through the mount, their upload queue and
  * tombstones) has its own header: cache/wb.h. */

@@ -376,8 +376,8 @@ void cache_names_free(struct cache *c);
  * code); db_close undoes it. */
 int cache_names_db_open(struct cache *c, struct sqlite3 *db);
 void cache_names_db_close(struct cache *c);
-/* The last close of f (c->lock, f's fd still open): the blocks peers
- * sent it are evicted unless cfg.peer_keep_local (evict.c). */
+/* The last close of f (c->lock, f's fd still open, f->from_peer set):
+ * the blocks peers sent it are evicted (evict.c). */
 void cache_drop_peer_blocks_locked(struct cache *c, struct cache_file *f);
 
 /* At close, after the last flush: every stale mark is in the index (a

@@ -180,16 +180,15 @@ void cache_drop_peer_blocks_locked(struct cache *c, struct cache_file *f)
 {
 	uint64_t freed = 0, n = 0;
 
+	/* f->from_peer exists only without peer_keep_local (run_done). */
 	pthread_mutex_lock(&f->lock);
-	if (!c->cfg.peer_keep_local)
-		for (uint32_t b = 0; b < f->nblocks; b++) {
-			if (!bit_test(f->from_peer, b) ||
-			    !bit_test(f->present, b) || bit_test(f->busy, b) ||
-			    !evict_block(f, b))
-				continue;
-			freed += cache_block_len(f, b);
-			n++;
-		}
+	for (uint32_t b = 0; b < f->nblocks; b++) {
+		if (!bit_test(f->from_peer, b) || !bit_test(f->present, b) ||
+		    bit_test(f->busy, b) || !evict_block(f, b))
+			continue;
+		freed += cache_block_len(f, b);
+		n++;
+	}
 	free(f->from_peer);
 	f->from_peer = NULL;
 	f->cached_bytes -= freed;

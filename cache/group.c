@@ -118,14 +118,8 @@ unsigned cache_group_describe(struct cache *c, char *buf, size_t len)
 	return g->n;
 }
 
-const char *cache_group_transport(struct cache *c, uint64_t *rma_reads)
+const char *cache_group_transport(struct cache *c)
 {
-	struct peer_client_stats st;
-
-	*rma_reads = 0;
-	if (!atomic_load(&c->group) || !c->peers)
-		return "";
-	peer_client_get_stats(c->peers, &st);
-	*rma_reads = st.rma_reads;
-	return peer_client_transport(c->peers);
+	return atomic_load(&c->group) && c->peers ?
+	       peer_client_transport(c->peers) : "";
 }

@@ -334,14 +334,12 @@ static void do_status(struct fs *fs, FILE *out, bool json)
 		unsigned n = cache_group_describe(fs->cfg.cache, peers,
 						  sizeof(peers));
 
-		uint64_t rma;
-		const char *tr = cache_group_transport(fs->cfg.cache, &rma);
-
 		kv_u64(out, json, &first, "group_members", n);
 		kv(out, json, &first, "peers", peers, true);
-		kv(out, json, &first, "peer_transport", tr, true);
-		kv_u64(out, json, &first, "peer_rma_reads", rma);
+		kv(out, json, &first, "peer_transport",
+		   cache_group_transport(fs->cfg.cache), true);
 	}
+	kv_u64(out, json, &first, "peer_rma_reads", c.peer_rma_reads);
 	kv_u64(out, json, &first, "peer_hits", c.peer_hits);
 	kv_u64(out, json, &first, "peer_bytes_in", c.peer_bytes_in);
 	kv_u64(out, json, &first, "peer_fallbacks", c.peer_fallbacks);

@@ -282,14 +282,9 @@ void fs_metrics_write(struct fs *fs, FILE *out)
 	metrics_counter(out, "fmfs_peer_dropped_blocks_total", "Blocks peers "
 			"sent, dropped at the file's last close (no "
 			"--peer-keep-local)", c.peer_dropped);
-	{
-		uint64_t rma;
-
-		cache_group_transport(fs->cfg.cache, &rma);
-		metrics_counter(out, "fmfs_peer_rma_reads_total", "Runs "
-				"pulled from owners one-sided (RDMA READ "
-				"through libfabric)", rma);
-	}
+	metrics_counter(out, "fmfs_peer_rma_reads_total", "Runs pulled from "
+			"owners one-sided (RDMA READ through libfabric)",
+			c.peer_rma_reads);
 	metrics_counter(out, "fmfs_readahead_bytes_total", "Bytes fetched "
 			"ahead of readers: readahead windows and fmfs "
 			"prefetch", c.ahead_bytes);

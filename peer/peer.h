@@ -81,6 +81,11 @@ int peer_group_load(const char *path, const char *self_id,
 
 void peer_group_release(struct peer_group *g);
 
+/* "host:port" or "[v6]:port" into host (host_len bytes) and port
+ * strings: 0, or -EINVAL. */
+int peer_split_id(const char *id, char *host, size_t host_len,
+		  char port[8]);
+
 /* The member that owns run `run` (offset / run bytes) of the object
  * version (key, etag): the one with the highest weight, ties to the
  * lower index.  g->n must be at least 1. */

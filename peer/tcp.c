@@ -128,9 +128,8 @@ static void nonblock(int fd)
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-/* "host:port" or "[v6]:port" into host and port strings. */
-static int split_id(const char *id, char *host, size_t host_len,
-		    char port[8])
+int peer_split_id(const char *id, char *host, size_t host_len,
+		  char port[8])
 {
 	const char *colon = strrchr(id, ':');
 	size_t hl;
@@ -503,7 +502,7 @@ int peer_server_start(const struct peer_server_config *cfg,
 	int rc, one = 1;
 
 	util_msg(msg, msg_len, "%s", "");
-	if (split_id(cfg->listen, host, sizeof(host), port)) {
+	if (peer_split_id(cfg->listen, host, sizeof(host), port)) {
 		util_msg(msg, msg_len, "--peer-listen '%s' is not addr:port",
 			 cfg->listen);
 		return -EINVAL;
@@ -790,7 +789,7 @@ static int dial_once(struct peer_client *pc, const char *id, bool offer,
 	int fd, rc, err = 0;
 	socklen_t el = sizeof(err);
 
-	if (split_id(id, host, sizeof(host), port)) {
+	if (peer_split_id(id, host, sizeof(host), port)) {
 		util_msg(msg, msg_len, "peer %s: not host:port", id);
 		return -EINVAL;
 	}

@@ -140,8 +140,7 @@ void fmfs_group_free(struct fmfs_group *gr)
 static int fabric_open(const char *transport, const char *listen,
 		       struct peer_fabric **f, char *msg, size_t ml)
 {
-	char host[PEER_ID_MAX + 1], m[512];
-	const char *end;
+	char host[PEER_ID_MAX + 1], port[8], m[512];
 	bool fixed = transport && strcmp(transport, "auto");
 	int rc;
 
@@ -150,18 +149,10 @@ static int fabric_open(const char *transport, const char *listen,
 		return 0;
 	if (!fixed && !peer_fabric_built())
 		return 0;
-	if (listen[0] == '[') {
-		end = strchr(listen, ']');
-		listen++;
-	} else {
-		end = strrchr(listen, ':');
-	}
-	if (!end || (size_t)(end - listen) >= sizeof(host)) {
+	if (peer_split_id(listen, host, sizeof(host), port)) {
 		util_msg(msg, ml, "--peer-listen %s: not HOST:PORT", listen);
 		return -EINVAL;
 	}
-	memcpy(host, listen, (size_t)(end - listen));
-	host[end - listen] = '\0';
 	rc = peer_fabric_open(host, fixed ? transport : "verbs;ofi_rxm", f,
 			      m, sizeof(m));
 	if (rc && fixed) {
