@@ -251,9 +251,14 @@ $(PROGS) $(UNIT_TESTS) $(TEST_PROGS) $(BENCH_PROGS):
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o %.a,$+) $(LINK_LIBS)
 
 # make check: unit tests, then integration tests against a private Ceph
-# RADOS gateway started by the test runner.  The last line is the summary.
+# RADOS gateway started by the test runner, several at a time.  The last
+# line is the summary.  make check-quick: the quick tier of
+# docs/testing.md (unit tests and the integration tests under 30 s).
 check: all
 	$(Q)tests/run-tests.sh $(UNIT_TESTS)
+
+check-quick: all
+	$(Q)FMFS_TIER=quick tests/run-tests.sh $(UNIT_TESTS)
 
 check-unit: all
 	$(Q)FMFS_SKIP_INTEGRATION=1 tests/run-tests.sh $(UNIT_TESTS)
@@ -298,6 +303,6 @@ clean:
 distclean: clean
 	rm -f config.mak config.h config.log
 
-.PHONY: all check check-unit bench install uninstall clean distclean
+.PHONY: all check check-quick check-unit bench install uninstall clean distclean
 
 -include $(shell find . -name '*.d' 2>/dev/null)

@@ -199,6 +199,10 @@ void cache_listing_stale(struct cache *c, const char *dir, bool tree);
 void cache_listing_stats(struct cache *c, uint64_t *dirs, uint64_t *entries);
 /* The index's size on disk (index.sqlite and its WAL), bytes. */
 uint64_t cache_index_bytes(struct cache *c);
+/* Flushes of the index that ended without an error (by the flusher,
+ * about every second, or by a caller): whatever was changed before a
+ * flush began is on disk once the count has gone up by two. */
+uint64_t cache_index_flushes(struct cache *c);
 
 struct cache_stats {
 	uint64_t cap_bytes, used_bytes;

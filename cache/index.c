@@ -83,6 +83,7 @@ struct cache_index {
 	bool stop, started;
 	pthread_t thread;
 	bool failing;               /* the last write failed (flush_lock) */
+	_Atomic uint64_t flushes;   /* flushes ended without an error */
 };
 
 /* The BLOBs (up to megabytes) in a table of their own, keyed by the
@@ -1372,8 +1373,15 @@ int cache_index_flush(struct cache *c, bool all_atimes)
 		pthread_mutex_unlock(&c->dirty_lock);
 	}
 	snap_free(&s);
+	if (!rc)
+		atomic_fetch_add(&x->flushes, 1);
 	pthread_mutex_unlock(&x->flush_lock);
 	return rc;
+}
+
+uint64_t cache_index_flushes(struct cache *c)
+{
+	return c->idx ? atomic_load(&c->idx->flushes) : 0;
 }
 
 /* ---- the flusher thread ---- */

@@ -414,6 +414,8 @@ static void do_status(struct fs *fs, FILE *out, bool json)
 		kv_u64(out, json, &first, "namespace_entries", entries);
 		kv_u64(out, json, &first, "index_bytes",
 		       cache_index_bytes(fs->cfg.cache));
+		kv_u64(out, json, &first, "index_flushes",
+		       cache_index_flushes(fs->cfg.cache));
 		kv_u64(out, json, &first, "listings_loaded",
 		       atomic_load(&fs->ns_loads));
 		pthread_mutex_lock(&fs->lock);

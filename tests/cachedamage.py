@@ -4,7 +4,7 @@
 
     cachedamage.py --fmfs PATH --work DIR --seed N --trials N
                    [--store file | --store s3 --bucket B --rgw-dir D]
-                   [--per-gen K] [--only ID] [-v]
+                   [--per-gen K] [--only ID] [--part I/K] [-v]
 
 Each trial starts from a cache dir left by a real mount (a *generation*):
 files written through the mount and uploaded, evicted and read back (so
@@ -664,7 +664,8 @@ class Driver:
     def run_file(self):
         a = self.a
         store = FileStore(os.path.join(self.work, "store"))
-        ids = range(a.trials)
+        ids = [t for t in range(a.trials)
+               if (t // a.per_gen) % a.parts == a.part]
         if a.only:
             ids = [int(a.only.lstrip("f"))]
         gen_no, g = None, None
@@ -694,7 +695,7 @@ class Driver:
 
     def run_s3(self):
         a = self.a
-        ids = range(a.trials)
+        ids = [t for t in range(a.trials) if t % a.parts == a.part]
         if a.only:
             ids = [int(a.only.lstrip("s"))]
         for t in ids:
@@ -763,12 +764,20 @@ def main():
         os.path.abspath(__file__))))
     ap.add_argument("--per-gen", type=int, default=12)
     ap.add_argument("--only")
+    ap.add_argument("--part", default="0/1",
+                    help="I/K: only the trials of part I of K (file://: "
+                    "whole generations), so K drivers, each with its own "
+                    "--work, share one run")
     ap.add_argument("-v", "--verbose", action="store_true")
     a = ap.parse_args()
     if a.store == "s3" and not (a.bucket and a.rgw_dir):
         ap.error("--store s3 needs --bucket and --rgw-dir")
     if a.per_gen < 1 or a.trials < 0:
         ap.error("--per-gen and --trials must be positive")
+    m = re.fullmatch(r"([0-9]+)/([0-9]+)", a.part)
+    if not m or int(m.group(1)) >= int(m.group(2)):
+        ap.error("--part %s: give I/K with 0 <= I < K" % a.part)
+    a.part, a.parts = int(m.group(1)), int(m.group(2))
     d = Driver(a)
     t0 = time.time()
     try:

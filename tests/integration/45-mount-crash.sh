@@ -16,7 +16,7 @@ trap 'unmount_quietly "$MNT"; cleanup_common' EXIT
 
 $FMFS mount "s3://$B" "$MNT" --cache-dir "$TEST_DIR/cache" || fail "mount failed"
 for i in 1 2 3 4; do cmp data/s$i "$MNT/data/s$i" || fail "s$i wrong"; done
-sleep 1.5 # let the index flusher run once (about every second)
+wait_index_flush # the index holds the blocks just read
 pid=$(pgrep -f "fmfs mount s3://$B $MNT" | head -1)
 [ -n "$pid" ] || fail "no daemon process found"
 kill -9 "$pid"

@@ -23,6 +23,7 @@
 #   FMFS_DAMAGE_S3_TRIALS=N  trials against the gateway (default 8; 4 under ASan)
 #   FMFS_DAMAGE_SEED=N       the seed (default: random, printed)
 #   FMFS_DAMAGE_ONLY=ID      replay one trial (f12: file://, s3: gateway)
+# gateway: own   (it stops the gateway between trials; tests/run-tests.sh)
 . "$TOP/tests/lib/common.sh"
 
 mount_setup damage
@@ -42,27 +43,47 @@ esac
 
 gw_back() { "$TOP/tests/lib/rgw.sh" start-gw "$RGW_DIR" >/dev/null 2>&1 || true; }
 unstick() { # a store left immutable by a trial that was interrupted
-	[ -d "$TEST_DIR/file/store" ] &&
-		chattr -R -i "$TEST_DIR/file/store" 2>/dev/null
+	for s in "$TEST_DIR"/file*/store; do
+		[ -d "$s" ] && chattr -R -i "$s" 2>/dev/null
+	done
 	return 0
 }
-trap 'unmount_quietly "$TEST_DIR/file/mnt"; unmount_quietly "$TEST_DIR/s3/mnt";
+trap 'for m in "$TEST_DIR"/file*/mnt; do unmount_quietly "$m"; done
+	unmount_quietly "$TEST_DIR/s3/mnt";
 	unstick; gw_back; cleanup_common' EXIT
 
 note "seed $SEED: $ntf trials on file://, $nts on the gateway" \
 	"(replay one with FMFS_DAMAGE_SEED=$SEED FMFS_DAMAGE_ONLY=ID)"
+# The file:// trials run in FMFS_DAMAGE_PARTS parts (default 2; whole
+# generations to each, each part its own work dir) beside the gateway's:
+# each driver is printed whole at its end.
+PARTS=${FMFS_DAMAGE_PARTS:-2}
+[ -n "$ONLY" ] && PARTS=1
 rc=0
+drivers=()
 if [ "$ntf" -gt 0 ]; then
-	python3 "$TOP/tests/cachedamage.py" --fmfs "$FMFS" --seed "$SEED" \
-		--work "$TEST_DIR/file" --store file --trials "$ntf" \
-		${ONLY:+--only "$ONLY"} || rc=1
+	for i in $(seq 0 $((PARTS - 1))); do
+		python3 "$TOP/tests/cachedamage.py" --fmfs "$FMFS" --seed "$SEED" \
+			--work "$TEST_DIR/file$i" --store file --trials "$ntf" \
+			--part "$i/$PARTS" ${ONLY:+--only "$ONLY"} \
+			>"$TEST_DIR/file$i.out" 2>&1 &
+		drivers+=("file$i")
+	done
 fi
 if [ "$nts" -gt 0 ]; then
 	python3 "$TOP/tests/cachedamage.py" --fmfs "$FMFS" --seed "$SEED" \
 		--work "$TEST_DIR/s3" --store s3 --bucket "$B" \
-		--rgw-dir "$RGW_DIR" --trials "$nts" ${ONLY:+--only "$ONLY"} ||
-		rc=1
+		--rgw-dir "$RGW_DIR" --trials "$nts" ${ONLY:+--only "$ONLY"} \
+		>"$TEST_DIR/s3.out" 2>&1 &
+	drivers+=(s3)
 fi
+for d in "${drivers[@]}"; do
+	wait -n || rc=1
+done
+for d in "${drivers[@]}"; do
+	echo "  -- $d"
+	cat "$TEST_DIR/$d.out"
+done
 [ $rc = 0 ] || fail "damage to the cache dir broke the contract (seed $SEED;" \
 	"the lines above name each trial)"
 echo "cache dir damage ok (seed $SEED)"

@@ -5,6 +5,7 @@
 # served, an uncached read fails with EIO within the --timeout bound (no
 # process stuck in D state), `fmfs status` says disconnected, and service
 # resumes on its own when the gateway comes back.
+# gateway: own   (it stops the gateway; tests/run-tests.sh)
 . "$TOP/tests/lib/common.sh"
 
 mount_setup off

@@ -10,6 +10,7 @@
 # clearly; kill -9 while listings are written leaves an index that
 # serves nothing wrong; and a bounded index evicts old listings, which
 # are LISTed again.
+# gateway: own   (it stops the gateway; tests/run-tests.sh)
 . "$TOP/tests/lib/common.sh"
 
 mount_setup ns
@@ -37,7 +38,7 @@ note "first mount: list and read"
 mnt --refresh 300 || fail "mount failed"
 listing "$MNT/data" >seen
 for f in a b sub/c; do cmp "data/$f" "$MNT/data/$f" || fail "$f read wrong"; done
-sleep 2 # the flusher writes the listings within a second
+wait_index_flush # the flusher writes the listings
 [ "$(stat_of namespace_dirs)" -ge 3 ] ||
 	fail "index keeps $(stat_of namespace_dirs) listings, expected >= 3"
 $FMFS umount "$MNT"
@@ -100,7 +101,7 @@ done
 awsx s3 cp --quiet --recursive many "s3://$B/many/"
 mnt --refresh 300 || fail "mount failed"
 ls -lR "$MNT/many" >/dev/null
-sleep 1.5 # written: the crash must not make them be served as fresh
+wait_index_flush # written: the crash must not make them be served as fresh
 (for _ in 1 2 3; do ls -lR "$MNT/many"; done >/dev/null 2>&1 &)
 sleep 0.3
 pkill -9 -f "fmfs mount s3://$B " || fail "no daemon to kill"
@@ -154,7 +155,7 @@ $FMFS umount "$MNT"
 mnt --refresh 300 --namespace-size 128K || fail "mount failed"
 for d in $(seq 30); do ls "$MNT/wide/w$d" | wc -l; done | sort -u >counts
 [ "$(cat counts)" = 40 ] || fail "wide listings wrong: $(cat counts)"
-sleep 2
+wait_index_flush
 kept=$(stat_of namespace_dirs)
 [ "$kept" -lt 30 ] || fail "the index kept $kept listings under a 128K bound"
 $FMFS umount "$MNT"

@@ -12,6 +12,7 @@
 # command line, the daemon's environment or a log; the daemon outside
 # the caller's session.  Then the FlexVolume calls (init, mount,
 # unmount).  Checked with the aws CLI.
+# gateway: own   (it stops the gateway; tests/run-tests.sh)
 . "$TOP/tests/lib/common.sh"
 
 mount_setup csi

@@ -20,6 +20,7 @@
 #   - A member with the wrong secret gets nothing from the group (and
 #     still reads correctly from the bucket).
 #   - Bad group options: exit 2 and a message naming what is wrong.
+# gateway: own   (it counts the gateway's bytes (get_b); tests/run-tests.sh)
 . "$TOP/tests/lib/common.sh"
 
 mount_setup group

@@ -17,6 +17,7 @@
 #   - A mount whose transport cannot be had exits 2 naming it; a member
 #     on plain TCP still reads from the RDMA members (inline answers).
 set -euo pipefail
+# gateway: own   (it counts the gateway's bytes (get_b); tests/run-tests.sh)
 . "$TOP/tests/lib/common.sh"
 
 mount_setup grouprdma

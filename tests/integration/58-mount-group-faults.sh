@@ -13,6 +13,7 @@
 #   - the runs came from the bucket instead, once (the gateway's count);
 #   - status shows the member down, with why.
 set -euo pipefail
+# gateway: own   (it counts the gateway's bytes (get_b); tests/run-tests.sh)
 . "$TOP/tests/lib/common.sh"
 
 mount_setup groupfaults

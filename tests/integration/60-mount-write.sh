@@ -11,6 +11,7 @@
 # daemon with committed files then a remount that uploads them, the
 # gateway stopped during writes then restarted, a cache full of dirty data
 # (ENOSPC, nothing lost), umount draining, and bad options.
+# gateway: own   (it stops the gateway; tests/run-tests.sh)
 . "$TOP/tests/lib/common.sh"
 
 mount_setup wr

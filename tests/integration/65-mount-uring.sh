@@ -12,6 +12,7 @@
 # give the /dev/fuse transport.  Where the kernel has no FUSE over
 # io_uring (no enable_uring parameter) or we are not root, only that
 # fallback is checked.
+# exclusive: it sets the fuse module's enable_uring, which every mount reads
 . "$TOP/tests/lib/common.sh"
 
 P=/sys/module/fuse/parameters/enable_uring

@@ -124,6 +124,24 @@ stat_of() {
 		"import json,sys; print(json.load(sys.stdin)['$1'])"
 }
 
+# wait_index_flush [MOUNTPOINT]: wait (at most 30 s) until what changed
+# in the cache index before the call is on disk: its flush count (fmfs
+# status index_flushes) has gone up by two, so one whole flush began
+# after the call.  Instead of sleeping for the flusher's period.
+wait_index_flush() {
+	local m=${1:-$MNT} n0 n
+	n0=$($FMFS status "$m" --json | python3 -c \
+		"import json,sys; print(json.load(sys.stdin)['index_flushes'])") ||
+		fail "no index_flushes in fmfs status $m"
+	for _ in $(seq 300); do
+		n=$($FMFS status "$m" --json | python3 -c \
+			"import json,sys; print(json.load(sys.stdin)['index_flushes'])")
+		[ "$n" -ge $((n0 + 2)) ] && return 0
+		sleep 0.1
+	done
+	fail "the cache index of $m was not flushed in 30 s (index_flushes $n0 -> $n)"
+}
+
 # unmount_quietly MNT: for traps; never fails (set -e would end the trap).
 unmount_quietly() {
 	"$FMFS" umount "$1" 2>/dev/null || fusermount3 -u "$1" 2>/dev/null ||

@@ -4,6 +4,7 @@
 
     powerloss.py run --kind write|ckpt|read --trials N --seed S --dir D
                      [--store file|s3] [--bucket B] [--only T]
+                     [--part I/K]
     powerloss.py work MNT --seed S --log FILE     (the write workload)
 
 Each trial mounts crashfs (a FUSE file system that drops or tears what
@@ -41,6 +42,7 @@ import argparse
 import hashlib
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -690,6 +692,8 @@ def run(a):
             modes = tuple(a.modes.split(","))
         if a.only is not None and t != a.only:
             continue
+        if a.only is None and t % a.parts != a.part:
+            continue
         tdir = os.path.join(d, "t%d" % t)
         shutil.rmtree(tdir, ignore_errors=True)
         os.makedirs(tdir)
@@ -721,7 +725,7 @@ def run(a):
             if not a.keep:
                 shutil.rmtree(tdir, ignore_errors=True)
     print("powerloss %s: %d trials, %d failed, %.0f s (%s%s)" %
-          (a.kind, a.trials if a.only is None else 1, fails,
+          (a.kind, sum(tally.values()), fails,
            time.time() - t0,
            ", ".join("%s %d" % kv for kv in sorted(tally.items())),
            "; %d fsync-acknowledged files checked" % ACKS[0]
@@ -750,6 +754,10 @@ def main():
     r.add_argument("--bucket")
     r.add_argument("--steps", type=int, default=24)
     r.add_argument("--only", type=int)
+    r.add_argument("--part", default="0/1",
+                   help="I/K: only trials T with T %% K == I (the draws of "
+                   "every trial stay as in the whole run), so K runs, each "
+                   "with its own --dir, share one seed")
     r.add_argument("--modes", help="MODE,META,FREEZE for every trial "
                    "(e.g. drop,ordered,block) instead of drawn ones")
     r.add_argument("--keep", action="store_true",
@@ -762,6 +770,10 @@ def main():
     if a.cmd == "readwork":
         readwork(a)
         return 0
+    m = re.fullmatch(r"([0-9]+)/([0-9]+)", a.part)
+    if not m or int(m.group(1)) >= int(m.group(2)):
+        ap.error("--part %s: give I/K with 0 <= I < K" % a.part)
+    a.part, a.parts = int(m.group(1)), int(m.group(2))
     return run(a)
 
 
