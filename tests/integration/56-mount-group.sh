@@ -99,7 +99,7 @@ MNT=$TEST_DIR/c
 
 note "a fourth member joins through the list file"
 echo "127.0.0.1:$PD" >>peers
-sleep 2.5   # each member checks the file every second
+wait_members 4 a b c
 $FMFS mount "s3://$B" d --cache-dir cd --peers peers --peer-listen "127.0.0.1:$PD" \
 	--peer-secret-file secret --peer-timeout 1000 --refresh 1 --peer-keep-local ||
 	fail "mount of d failed"

@@ -100,7 +100,7 @@ done
 
 note "a member on plain TCP reads from the RDMA members"
 printf '127.0.0.1:%s\n' "$PD" >>peers
-sleep 2.5
+wait_members 4 a b c
 gmount d "$PD" tcp
 g0=$(get_b)
 for i in 1 2 3 4; do cmp "data/f$i" "d/data/f$i" || fail "d/data/f$i differs"; done
@@ -116,7 +116,7 @@ about $((g1 - g0)) "$owned" ||
 	fail "d read $((g1 - g0)) bytes from the bucket, expected the $owned it owns"
 $FMFS umount d || fail "umount d"
 printf '127.0.0.1:%s\n127.0.0.1:%s\n127.0.0.1:%s\n' "$PA" "$PB" "$PC" >peers
-sleep 2.5
+wait_members 3 a b c
 
 note "kill -9 of an owner mid-read"
 # A 128 MiB object whose last run c owns (placement computed here): a
@@ -142,7 +142,7 @@ note "a member leaves: its runs move to the two that stay"
 # serve them twice.  With c taken out, they belong to a or b, and the
 # bucket serves the new files once.
 printf '127.0.0.1:%s\n127.0.0.1:%s\n' "$PA" "$PB" >peers
-sleep 2.5
+wait_members 2 a b
 for i in 5 6 7; do random_file "data/f$i" 32; done
 for i in 5 6 7; do awsx s3 cp --quiet "data/f$i" "s3://$B/data/f$i"; done
 sleep 1.5

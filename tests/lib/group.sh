@@ -18,6 +18,23 @@ about() {
 	[ "$1" -le "$2" ] && [ "$1" -ge $(($2 - $2 / 1048576 - 64)) ]
 }
 
+# wait_members N MNT...: wait (at most 15 s) until each mount's status
+# counts N members: every member reads its --peers file about once a
+# second, so this is how long a change of the list takes to be seen.
+wait_members() {
+	local n=$1 m i got
+	shift
+	for m in "$@"; do
+		for i in $(seq 150); do
+			got=$("$FMFS" status "$m" --json | python3 -c \
+				"import json,sys; print(json.load(sys.stdin)['group_members'])")
+			[ "$got" = "$n" ] && break
+			sleep 0.1
+		done
+		[ "$got" = "$n" ] || fail "$m counts $got members after 15 s, not $n"
+	done
+}
+
 free_port() {
 	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
