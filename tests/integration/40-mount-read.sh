@@ -137,7 +137,7 @@ expect_exit 2 "--list .*No such file" $FMFS prefetch "$MNT" --list "$TEST_DIR/no
 expect_exit 2 "not a path inside" $FMFS prefetch "$MNT" "$TEST_DIR/data"
 expect_exit 2 "unknown option" $FMFS prefetch "$MNT" --bogus
 $FMFS evict "$MNT" "$MNT/data/f5000000" >/dev/null || fail "evict failed"
-sync; echo 3 >/proc/sys/vm/drop_caches # else the kernel's pages answer
+drop_page_cache "$MNT/data/f5000000" # else the kernel's pages answer
 cmp data/f5000000 "$MNT/data/f5000000" || fail "evicted file wrong"
 [ "$(stat_of store_get_requests)" -gt "$g0" ] || fail "evicted file served without a fetch"
 

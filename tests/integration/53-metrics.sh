@@ -158,7 +158,7 @@ curl -fs "http://127.0.0.1:$PPORT/-/ready" >/dev/null ||
 	{ tail -5 prom.log >&2; fail "Prometheus did not start"; }
 before=$(prom_wait 'fmfs_read_bytes_total{source="cache"}' 1)
 cat "$MNT/a" >/dev/null
-echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
+drop_page_cache "$MNT/a"
 cat "$MNT/a" >/dev/null
 prom_wait 'fmfs_read_bytes_total{source="cache"}' "$((${before%.*} + 1))" >/dev/null
 prom_wait 'up{job="fmfs"}' 1 >/dev/null

@@ -18,8 +18,10 @@ fail() {
 	exit 1
 }
 
+# note TEXT: a line of the test's log, with the seconds since the test
+# began, so a slow part of a test shows in the log.
 note() {
-	echo "  - $*"
+	printf '  - [%3d s] %s\n' "$SECONDS" "$*"
 }
 
 # aws CLI against the test gateway.  Quiet; errors still reach stderr.
@@ -140,6 +142,21 @@ wait_index_flush() {
 		sleep 0.1
 	done
 	fail "the cache index of $m was not flushed in 30 s (index_flushes $n0 -> $n)"
+}
+
+# drop_page_cache FILE...: the kernel forgets the cached pages of these
+# files only (posix_fadvise DONTNEED), so the next read reaches the
+# daemon.  Never /proc/sys/vm/drop_caches: that also drops the dentries
+# and inodes of every mount, so a test running beside this one would see
+# its files' inode numbers change (docs/posix.md, st_ino).
+drop_page_cache() {
+	python3 - "$@" <<'PYEOF' || fail "could not drop the page cache of $*"
+import os, sys
+for p in sys.argv[1:]:
+    fd = os.open(p, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+PYEOF
 }
 
 # unmount_quietly MNT: for traps; never fails (set -e would end the trap).
