@@ -32,6 +32,12 @@
 # The last line is the summary: "N passed, N failed, N skipped".
 
 set -u
+# wait -n -p (below) came with bash 5.1 (Debian 12 has 5.2).
+if [ "${BASH_VERSINFO[0]}" -lt 5 ] ||
+	{ [ "${BASH_VERSINFO[0]}" = 5 ] && [ "${BASH_VERSINFO[1]}" -lt 1 ]; }; then
+	echo "run-tests.sh needs bash 5.1 or later (this is $BASH_VERSION)" >&2
+	exit 2
+fi
 TOP=$(cd "$(dirname "$0")/.." && pwd)
 export TOP
 export FMFS=$TOP/tools/fmfs
