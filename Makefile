@@ -70,7 +70,7 @@ OBJSTORE_LIBS = $(CURL_LIBS) $(CRYPTO_LIBS) $(EXPAT_LIBS) $(UTIL_LIBS)
 # write-back)
 CACHE_OBJS = cache/cache.o cache/evict.o cache/index.o cache/fetch.o \
 	cache/uring.o cache/wb.o cache/wb_upload.o cache/wb_meta.o \
-	cache/listing.o cache/group.o
+	cache/listing.o cache/group.o cache/dir.o
 CACHE_A = cache/libcache.a $(PEER_A) $(OBJSTORE_A)
 CACHE_LIBS = $(SQLITE_LIBS) $(URING_LIBS) $(PEER_LIBS) $(OBJSTORE_LIBS)
 
@@ -134,7 +134,7 @@ train/libtrain.a: $(TRAIN_OBJS)
 
 # tools/: the three front ends (tools/tools.h: their shape)
 TOOLS_COMMON = tools/tools.o
-FMFS_OBJS = tools/fmfs.o tools/fmfs_mount.o tools/fmfs_group.o tools/fmfs_ctl.o \
+FMFS_OBJS = tools/fmfs.o tools/fmfs_mount.o tools/fmfs_cachedir.o tools/fmfs_group.o tools/fmfs_ctl.o \
 	tools/fmfs_obj.o tools/fmfs_helper.o $(TOOLS_COMMON)
 FMCKPT_OBJS = tools/fmckpt.o tools/fmckpt_store.o tools/fmckpt_status.o \
 	tools/fmckpt_bench.o $(TOOLS_COMMON)

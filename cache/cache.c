@@ -1255,7 +1255,8 @@ static void tighten_in(struct cache *c, const char *dir)
  * files in them, created 0600, are not visited (millions of them; the
  * 0700 directories above shut them off anyway).  Called again after the
  * write-back opened (SQLite creates a missing database 0644 less the
- * umask). */
+ * umask).  Nothing else is touched: dir_prepare refuses a dir holding
+ * anything a cache dir does not (cache_dir_foreign). */
 static void dir_tighten(struct cache *c)
 {
 	if (fchmod(c->dirfd, 0700))
@@ -1271,9 +1272,16 @@ static int dir_prepare(struct cache *c, char *msg, size_t ml)
 {
 	const char *dir = c->cfg.dir;
 	bool made = false;
-	char sub[32];
+	char sub[32], other[256];
 	int rc;
 
+	rc = cache_dir_foreign(dir, other, sizeof(other));
+	if (rc == 1) {
+		snprintf(msg, ml, "cache dir %s holds files fmfs did not make "
+			 "('%s'); give an empty directory, or the cache dir of "
+			 "an earlier mount, as --cache-dir", dir, other);
+		return -EEXIST;
+	}
 	rc = util_mkdir_p(dir, 0700);
 	if (!rc) {
 		c->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -197,6 +197,11 @@ void cache_listing_put(struct cache *c, const char *dir, const void *data,
 void cache_listing_stale(struct cache *c, const char *dir, bool tree);
 /* Listings in the index and their entries (as last flushed). */
 void cache_listing_stats(struct cache *c, uint64_t *dirs, uint64_t *entries);
+/* Whether dir holds anything a cache dir does not (cache/dir.c): 0 when
+ * it is missing, empty or holds only a cache's names (objects/, dirty/,
+ * lost+found/, the indexes and their journals, the locks, fmfs.log); 1
+ * with the first other name in other; -errno when it cannot be read. */
+int cache_dir_foreign(const char *dir, char *other, size_t other_len);
 /* The index's size on disk (index.sqlite and its WAL), bytes. */
 uint64_t cache_index_bytes(struct cache *c);
 /* Flushes of the index that ended without an error (by the flusher,

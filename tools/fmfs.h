@@ -57,6 +57,19 @@ void fmfs_owner_str(long long uid, char *buf, size_t len);
  * there).  0, or -1. */
 int fmfs_abs_path(const char *p, char *out, size_t len);
 
+/* fmfs_cachedir.c: a cache dir the mount refuses (inside mnt_real, the
+ * file:// store of url or around it, holding files fmfs did not make),
+ * with the message on stderr: EXIT_USAGE, else EXIT_OK. */
+int fmfs_cache_place_check(const char *cache_dir, const char *mnt_real,
+			   const char *url);
+/* Whether path is a directory with nothing in it. */
+bool fmfs_dir_is_empty(const char *path);
+/* After a failed mount: removes what it made in cache_dir (made: the
+ * topmost directory it created, or ""; was_empty: the dir was there,
+ * empty); never touches a cache dir that held anything before. */
+void fmfs_cache_undo(const char *cache_dir, const char *made,
+		     bool was_empty);
+
 /* Unmounts real: umount2() as root, else fusermount3 -u (its messages
  * go to stderr); lazy detaches it even while busy.  0, or -1. */
 int fmfs_unmount(const char *real, bool lazy);

@@ -76,6 +76,14 @@ static int ctl_unreachable(const char *verb, const char *real,
 {
 	if (err == -EACCES || err == -EPERM)
 		return ctl_denied(verb, real, sock);
+	if (err == -ECONNRESET) {
+		fprintf(stderr, "fmfs %s: the daemon of %s went away before it "
+			"answered (it exited or was killed); files not yet "
+			"uploaded stay in its cache dir and are uploaded when "
+			"it is mounted again (fmfs umount %s, then fmfs mount)\n",
+			verb, real, real);
+		return EXIT_FAIL;
+	}
 	fprintf(stderr, "fmfs %s: the daemon of %s does not answer on %s: "
 		"%s%s\n", verb, real, sock, strerror(-err),
 		err == -ECONNREFUSED || err == -ENOENT ? " (it has exited? "
@@ -91,6 +99,11 @@ static int ctl_path_of(const char *verb, const char *mnt, char *path,
 	if (!realpath(mnt, real)) {
 		int e = errno;
 
+		/* For a moment after the daemon dies, while the kernel aborts
+		 * the connection, a dead mount answers ECONNABORTED, then
+		 * ENOTCONN: both say the daemon is gone. */
+		if (e == ECONNABORTED)
+			e = ENOTCONN;
 		real[0] = '\0';
 		if (e == EACCES || e == EPERM)
 			return ctl_denied(verb, mnt, NULL);
@@ -104,6 +117,9 @@ static int ctl_path_of(const char *verb, const char *mnt, char *path,
 	n = getxattr(real, FS_CTL_XATTR, path, len - 1);
 	if (n <= 0) {
 		int e = n < 0 ? errno : ENODATA;
+
+		if (e == ECONNABORTED) /* as above */
+			e = ENOTCONN;
 
 		if (!(e == ENOTCONN && !strcmp(verb, "umount")))
 			fprintf(stderr, "fmfs %s: %s is not an fmfs mount%s\n",
@@ -145,8 +161,13 @@ static int ctl_request(const char *sock, const char *req, FILE *out,
 	}
 	if (buf && len)
 		buf[at] = '\0';
+	n = n < 0 ? -errno : 0;
 	close(fd);
-	return 0;
+	/* An answer cut off (reset) or never given (closed at once): the
+	 * daemon died while it worked on the request. */
+	if (!n && buf && len && !at)
+		n = -ECONNRESET;
+	return (int)n;
 }
 
 int cmd_status(int argc, char **argv)

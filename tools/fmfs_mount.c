@@ -12,9 +12,7 @@
  * there.
  */
 #include <errno.h>
-#include <dirent.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <getopt.h>
 #include <limits.h>
 #include <pwd.h>
@@ -567,10 +565,12 @@ static int check_mountpoint(struct mount_opts *o)
 	struct statfs sf;
 	struct stat st;
 
-	/* A dead FUSE mount answers ENOTCONN, but stat may be served from
-	 * attributes the kernel cached while it lived; statfs always goes
-	 * to the daemon. */
-	if (statfs(o->mountpoint, &sf) && errno == ENOTCONN) {
+	/* A dead FUSE mount answers ENOTCONN (ECONNABORTED for a moment
+	 * after the daemon died, while the kernel aborts the connection),
+	 * but stat may be served from attributes the kernel cached while it
+	 * lived; statfs always goes to the daemon. */
+	if (statfs(o->mountpoint, &sf) &&
+	    (errno == ENOTCONN || errno == ECONNABORTED)) {
 		int rc = clear_dead_mount(o);
 
 		if (rc)
@@ -603,62 +603,11 @@ static int check_mountpoint(struct mount_opts *o)
 	return EXIT_OK;
 }
 
-static bool dir_is_empty(const char *path)
-{
-	DIR *d = opendir(path);
-	struct dirent *e;
-	bool empty = true;
-
-	if (!d)
-		return false;
-	while (empty && (e = readdir(d)))
-		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-			empty = false;
-	closedir(d);
-	return empty;
-}
-
-static int remove_one(const char *path, const struct stat *sb, int type,
-		      struct FTW *ftw)
-{
-	(void)sb;
-	if (ftw->level == 0)
-		return 0; /* the top: the caller decides */
-	if (type == FTW_DP)
-		rmdir(path);
-	else
-		unlink(path);
-	return 0; /* keep going: remove what can be */
-}
-
 /* After a failed mount: removes what prepare_cache_dir and the cache
- * made (the index, the lock, the log) in a cache dir this mount created
- * or found empty, and the directories it created above it.  Never
- * touches a cache dir that held anything before. */
+ * made (fmfs_cache_undo). */
 static void undo_cache_dir(const struct mount_opts *o)
 {
-	char dir[PATH_MAX];
-	size_t top = strlen(o->cache_made);
-
-	if (!o->cache_dir || (!top && !o->cache_was_empty))
-		return;
-	/* Depth first, not across symlinks or into other filesystems. */
-	nftw(o->cache_dir, remove_one, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
-	if (!top)
-		return;
-	snprintf(dir, sizeof(dir), "%s", o->cache_dir);
-	while (strlen(dir) >= top) {
-		char *slash;
-
-		if (rmdir(dir))
-			break;
-		slash = strrchr(dir, '/');
-		if (!slash)
-			break;
-		while (slash > dir && slash[-1] == '/')
-			slash--;
-		*slash = '\0';
-	}
+	fmfs_cache_undo(o->cache_dir, o->cache_made, o->cache_was_empty);
 }
 
 /* Default cache dir, size and control socket; creates the cache dir. */
@@ -691,7 +640,9 @@ static int prepare_cache_dir(struct mount_opts *o)
 				 home ? home : "/tmp", name);
 		o->cache_dir = def;
 	}
-	o->cache_was_empty = dir_is_empty(o->cache_dir);
+	if ((rc = fmfs_cache_place_check(o->cache_dir, o->mnt_real, o->url)))
+		return rc;
+	o->cache_was_empty = fmfs_dir_is_empty(o->cache_dir);
 	rc = util_mkdir_p_made(o->cache_dir, 0700, o->cache_made,
 			       sizeof(o->cache_made));
 	if (rc || !realpath(o->cache_dir, o->cache_real) ||

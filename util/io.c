@@ -13,6 +13,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -150,6 +151,74 @@ int util_mkdir_p_made(const char *path, mode_t mode, char *made,
 	if (stat(path, &sb))
 		return -errno;
 	return S_ISDIR(sb.st_mode) ? 0 : -ENOTDIR;
+}
+
+int util_path_resolve(const char *path, char *out, size_t out_len)
+{
+	char buf[PATH_MAX], real[PATH_MAX], rest[PATH_MAX] = "";
+	size_t n;
+
+	if (!*path)
+		return -ENOENT;
+	if (path[0] == '/') {
+		n = (size_t)snprintf(buf, sizeof(buf), "%s", path);
+	} else {
+		char cwd[PATH_MAX];
+
+		if (!getcwd(cwd, sizeof(cwd)))
+			return -errno;
+		n = (size_t)snprintf(buf, sizeof(buf), "%s/%s", cwd, path);
+	}
+	if (n >= sizeof(buf))
+		return -ENAMETOOLONG;
+	/* Cut components off the end until what is left exists. */
+	while (!realpath(buf, real)) {
+		char *slash;
+
+		if (errno != ENOENT)
+			return -errno;
+		slash = strrchr(buf, '/');
+		if (!slash || slash == buf)
+			return -ENOENT; /* "/" always exists */
+		if (strlen(slash) + strlen(rest) >= sizeof(rest))
+			return -ENAMETOOLONG;
+		memmove(rest + strlen(slash), rest, strlen(rest) + 1);
+		memcpy(rest, slash, strlen(slash));
+		*slash = '\0';
+	}
+	/* Put the rest back, one component at a time. */
+	n = strlen(real);
+	for (char *c = strtok(rest, "/"); c; c = strtok(NULL, "/")) {
+		if (!strcmp(c, "."))
+			continue;
+		if (!strcmp(c, "..")) {
+			char *slash = strrchr(real, '/');
+
+			if (slash && slash != real)
+				*slash = '\0';
+			else
+				strcpy(real, "/");
+			n = strlen(real);
+			continue;
+		}
+		if (n + 1 + strlen(c) >= sizeof(real))
+			return -ENAMETOOLONG;
+		n += (size_t)sprintf(real + n, "%s%s",
+				     n > 1 || real[0] != '/' ? "/" : "", c);
+	}
+	if (strlen(real) >= out_len)
+		return -ENAMETOOLONG;
+	memcpy(out, real, strlen(real) + 1);
+	return 0;
+}
+
+bool util_path_under(const char *path, const char *dir)
+{
+	size_t n = strlen(dir);
+
+	if (n == 1 && dir[0] == '/')
+		return true;
+	return !strncmp(path, dir, n) && (path[n] == '\0' || path[n] == '/');
 }
 
 int util_mkdir_p(const char *path, mode_t mode)

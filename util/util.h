@@ -153,6 +153,15 @@ int util_mkdir_p(const char *path, mode_t mode);
 int util_mkdir_p_made(const char *path, mode_t mode, char *made,
 		      size_t made_len);
 
+/* The absolute path that path names, symlinks resolved, whether or not
+ * its last components exist yet: realpath() of the longest part that
+ * exists, then the rest ("." dropped, ".." taking one back).  0, or
+ * -errno (-ENAMETOOLONG past out_len). */
+int util_path_resolve(const char *path, char *out, size_t out_len);
+
+/* Whether path is dir or below it (both absolute and resolved). */
+bool util_path_under(const char *path, const char *dir);
+
 /* fsync of the directory holding path (path is cut at its last '/' for
  * the call and restored): a new name is durable only once its parent
  * is synced.  0 or -errno. */

@@ -8,7 +8,9 @@
 # hold; -o options libfuse does not take; a failed mount removing only
 # what it made; a dead mountpoint (daemon killed), fmfs's and another
 # filesystem's; the control verbs run by a user who does not own the
-# mount; prefetch of a path that does not exist; evict of a dirty file.
+# mount; prefetch of a path that does not exist; evict of a dirty file;
+# a cache dir inside the mountpoint, the file:// store's directory or
+# holding someone else's files, refused with nothing written or changed.
 . "$TOP/tests/lib/common.sh"
 
 mount_setup msg
@@ -97,11 +99,47 @@ expect_exit 2 "bogusopt" $FMFS mount "$URL" "$MNT" --cache-dir "$TEST_DIR/empty"
 expect_exit 4 "" $FMFS mount "s3://nosuch-$B" "$MNT" --cache-dir "$TEST_DIR/empty"
 [ -d "$TEST_DIR/empty" ] || fail "a failed mount removed a cache dir it did not create"
 [ -z "$(ls -A "$TEST_DIR/empty")" ] || fail "a failed mount left $(ls -A "$TEST_DIR/empty") in an empty cache dir"
-mkdir -p "$TEST_DIR/full"
-echo keep >"$TEST_DIR/full/mine"
-expect_exit 4 "" $FMFS mount "s3://nosuch-$B" "$MNT" --cache-dir "$TEST_DIR/full"
-[ "$(cat "$TEST_DIR/full/mine")" = keep ] || fail "a failed mount touched a file it did not make"
 rmdir "$TEST_DIR/empty"
+
+note "a cache dir that would mix with other files, or be read through the mount itself"
+# Someone's files: refused before anything is written, modes kept.
+mkdir -p "$TEST_DIR/full/sub"
+echo keep >"$TEST_DIR/full/mine"
+chmod 755 "$TEST_DIR/full/mine" "$TEST_DIR/full/sub" "$TEST_DIR/full"
+for url in "$URL" "s3://nosuch-$B"; do
+	expect_exit 2 "cache directory $TEST_DIR/full holds files fmfs did not make \('(mine|sub)'\).*give an empty directory, or the cache dir of an earlier mount" \
+		$FMFS mount "$url" "$MNT" --cache-dir "$TEST_DIR/full"
+done
+[ "$(cat "$TEST_DIR/full/mine")" = keep ] || fail "a refused mount touched a file it did not make"
+[ "$(stat -c %a "$TEST_DIR/full" "$TEST_DIR/full/mine" "$TEST_DIR/full/sub" | tr '\n' ' ')" = "755 755 755 " ] ||
+	fail "a refused mount changed modes: $(stat -c '%a %n' "$TEST_DIR/full" "$TEST_DIR/full/mine" "$TEST_DIR/full/sub")"
+[ "$(ls -A "$TEST_DIR/full" | tr '\n' ' ')" = "mine sub " ] ||
+	fail "a refused mount wrote into the directory: $(ls -A "$TEST_DIR/full")"
+mountpoint -q "$MNT" && fail "mounted on a cache dir of someone else's files"
+# Inside the mountpoint: refused at once (it used to hang at the first
+# create, the daemon opening its cache through its own mount).
+for c in "$MNT/cache" "$MNT" "$MNT/../$(basename "$MNT")/a/b"; do
+	expect_exit 2 "cache directory .* is inside the mountpoint $MNT: .*choose a --cache-dir outside it" \
+		timeout 30 $FMFS mount "$URL" "$MNT" --cache-dir "$c"
+	mountpoint -q "$MNT" && fail "mounted with the cache dir $c inside the mountpoint"
+	[ -z "$(ls -A "$MNT")" ] || fail "the refused mount made $(ls -A "$MNT") in the mountpoint"
+done
+# The file:// store's directory, inside it, or around it.
+mkdir -p "$TEST_DIR/fstore/b" "$TEST_DIR/fcache"
+for c in "$TEST_DIR/fstore/b" "$TEST_DIR/fstore/b/cache" "$TEST_DIR/fstore"; do
+	expect_exit 2 "cache directory $c and the store's directory $TEST_DIR/fstore/b are (the same|one inside the other): .*choose a --cache-dir outside the store" \
+		$FMFS mount "file://$TEST_DIR/fstore/b" "$MNT" --cache-dir "$c"
+	[ -z "$(ls -A "$TEST_DIR/fstore/b")" ] || fail "the refused mount wrote $(ls -A "$TEST_DIR/fstore/b") into the store"
+done
+# An empty directory someone made, and the same dir once it holds a cache.
+mkdir -m 755 "$TEST_DIR/fcache/c"
+for i in 1 2; do
+	$FMFS mount "file://$TEST_DIR/fstore/b" "$MNT" --cache-dir "$TEST_DIR/fcache/c" ||
+		fail "mount $i on an empty, then a cache dir refused"
+	echo "$i" >"$MNT/f"
+	$FMFS umount "$MNT" || fail "umount $i"
+done
+[ "$(cat "$TEST_DIR/fstore/b/f")" = 2 ] || fail "the file:// store holds $(cat "$TEST_DIR/fstore/b/f")"
 
 note "a dead fmfs mountpoint (daemon killed) is cleared by the next mount"
 echo hello | awsx s3 cp - "s3://$B/hello" >/dev/null
@@ -112,6 +150,35 @@ expect_exit 0 "$MNT was a dead fmfs mount .*unmounted it" \
 mountpoint -q "$MNT" || fail "not mounted after clearing the dead mount"
 [ "$(cat "$MNT/hello")" = hello ] || fail "the new mount does not read"
 [ "$(grep -c " $MNT " /proc/self/mountinfo)" = 1 ] || fail "mounts stacked on $MNT"
+# Mounting again at once after kill -9: for a moment the dead mount
+# answers ECONNABORTED, not ENOTCONN; that is a dead mount too.
+for i in $(seq 10); do
+	pid=$(pgrep -f "fmfs mount $URL $MNT" | head -1)
+	kill -9 "$pid"
+	$FMFS mount "$URL" "$MNT" --cache-dir "$CACHE" 2>"$TEST_DIR/again.err" ||
+		fail "mount $i at once after kill -9: $(cat "$TEST_DIR/again.err")"
+	[ "$(cat "$MNT/hello")" = hello ] || fail "mount $i at once after kill -9 does not read"
+done
+[ "$(grep -c " $MNT " /proc/self/mountinfo)" = 1 ] || fail "mounts stacked on $MNT"
+
+note "flush --wait whose daemon dies under it says so"
+start_proxy "action=delay,method=PUT,ms=60000"
+$FMFS umount "$MNT" || fail "umount"
+AWS_ENDPOINT_URL=$PROXY_URL mnt --async-delay 3600
+echo pending >"$MNT/pending"
+$FMFS flush "$MNT" --wait >"$TEST_DIR/fw.out" 2>"$TEST_DIR/fw.err" &
+FW=$!
+sleep 1
+kill -9 "$(pgrep -f "fmfs mount $URL $MNT" | head -1)"
+rc=0
+wait $FW || rc=$?
+[ $rc = 1 ] || fail "flush --wait exited $rc when its daemon died: $(cat "$TEST_DIR/fw.err")"
+grep -q "fmfs flush: the daemon of $MNT went away before it answered (it exited or was killed); files not yet uploaded stay in its cache dir" "$TEST_DIR/fw.err" ||
+	fail "flush --wait said: '$(cat "$TEST_DIR/fw.err")'"
+proxy_rules
+mnt
+$FMFS flush "$MNT" --wait || fail "the pending file did not upload after a remount"
+[ "$(awsx s3 cp "s3://$B/pending" -)" = pending ] || fail "the pending file is not in the bucket"
 note "a dead mount of another FUSE filesystem is refused, with what to run"
 $FMFS umount "$MNT"
 mnt -o subtype=notfmfs

@@ -1582,6 +1582,58 @@ static void test_dir_unusable(void **state)
 	assert_null(c2);
 }
 
+/* cache_dir_foreign: a cache's own names pass, anything else is named;
+ * cache_open refuses such a dir and changes nothing in it. */
+static void test_dir_foreign(void **state)
+{
+	struct env *e = *state;
+	static const char *const ours[] = {
+		"index.sqlite", "index.sqlite-wal", "index.sqlite-shm",
+		"index.sqlite.bad-1700000000", "index.sqlite.bad-1700000000-wal",
+		"writeback.sqlite", "writeback.sqlite-journal", "index.lock",
+		"lock", "fmfs.log",
+	};
+	struct cache *c2 = NULL;
+	char dir[PATH_MAX + 32], path[PATH_MAX * 2], other[64], msg[512];
+	struct stat sb;
+	int fd;
+
+	snprintf(dir, sizeof(dir), "%s/foreign", g_tmp);
+	assert_int_equal(cache_dir_foreign(dir, other, sizeof(other)), 0);
+	assert_int_equal(mkdir(dir, 0755), 0);
+	assert_int_equal(cache_dir_foreign(dir, other, sizeof(other)), 0);
+	for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, ours[i]);
+		fd = open(path, O_WRONLY | O_CREAT, 0600);
+		assert_true(fd >= 0);
+		close(fd);
+	}
+	for (size_t i = 0; i < 3; i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir,
+			 i == 0 ? "objects" : i == 1 ? "dirty" : "lost+found");
+		assert_int_equal(mkdir(path, 0700), 0);
+	}
+	assert_int_equal(cache_dir_foreign(dir, other, sizeof(other)), 0);
+	/* a name that only starts like one of ours is not ours */
+	snprintf(path, sizeof(path), "%s/index.sqlite.old", dir);
+	fd = open(path, O_WRONLY | O_CREAT, 0755);
+	assert_true(fd >= 0);
+	close(fd);
+	assert_int_equal(chmod(path, 0755), 0);
+	assert_int_equal(cache_dir_foreign(dir, other, sizeof(other)), 1);
+	assert_string_equal(other, "index.sqlite.old");
+	e->cfg.dir = dir;
+	assert_int_not_equal(cache_open(&e->cfg, e->st, &c2, msg,
+					sizeof(msg)), 0);
+	assert_null(c2);
+	assert_contains(msg, "index.sqlite.old");
+	assert_contains(msg, "did not make");
+	assert_int_equal(stat(path, &sb), 0);
+	assert_int_equal(sb.st_mode & 07777, 0755);
+	assert_int_equal(stat(dir, &sb), 0);
+	assert_int_equal(sb.st_mode & 07777, 0755);
+}
+
 static void test_dir_in_use(void **state)
 {
 	struct env *e = *state;
@@ -1654,6 +1706,7 @@ int main(void)
 		T(test_w_adopt),
 		T(test_format1_upgrade),
 		T(test_dir_tightened),
+		T(test_dir_foreign),
 		T(test_dir_unusable),
 		T(test_dir_in_use),
 		T(test_uring_fallback),
