@@ -27,18 +27,13 @@ static bool ours(const char *n)
 	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
 		if (!strcmp(n, fixed[i]))
 			return true;
-	for (size_t i = 0; i < sizeof(dbs) / sizeof(dbs[0]); i++) {
-		size_t l = strlen(dbs[i]);
-		const char *s = n + l;
-
-		if (strncmp(n, dbs[i], l))
-			continue;
-		/* index.sqlite, -wal, -shm, -journal, and a damaged index
-		 * moved aside: index.sqlite.bad-TIME[-wal] (index.c) */
-		if (!*s || !strcmp(s, "-wal") || !strcmp(s, "-shm") ||
-		    !strcmp(s, "-journal") || !strncmp(s, ".bad-", 5))
+	/* index.sqlite and writeback.sqlite, their -wal, -shm and -journal,
+	 * and a damaged one moved aside: by index.c (index.sqlite.bad-TIME),
+	 * or by hand under any name the person chose, as the messages ask
+	 * (writeback.sqlite.bad) */
+	for (size_t i = 0; i < sizeof(dbs) / sizeof(dbs[0]); i++)
+		if (!strncmp(n, dbs[i], strlen(dbs[i])))
 			return true;
-	}
 	return false;
 }
 

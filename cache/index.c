@@ -289,9 +289,9 @@ static int check_identity(struct cache *c, struct cache_index *x,
 		snprintf(e->msg, e->ml, "cache dir %s belongs to %s (as its "
 			 "index %s says); use another --cache-dir (this mount "
 			 "is %s), or, if that is not a store you use, move "
-			 "%s aside and mount again: the read cache starts "
-			 "over, files not yet uploaded are kept", dir, v,
-			 x->path, c->cfg.store_id, x->path);
+			 "it aside (mv %s %s.bad) and mount again: the read "
+			 "cache starts over, files not yet uploaded are kept",
+			 dir, v, x->path, c->cfg.store_id, x->path, x->path);
 		return -EEXIST;
 	}
 	rc = query_text(x, "SELECT value FROM meta WHERE name=?",

@@ -67,7 +67,7 @@ if [ "$ntf" -gt 0 ]; then
 			--work "$TEST_DIR/file$i" --store file --trials "$ntf" \
 			--part "$i/$PARTS" ${ONLY:+--only "$ONLY"} \
 			>"$TEST_DIR/file$i.out" 2>&1 &
-		drivers+=("file$i")
+		drivers+=("$TEST_DIR/file$i.out")
 	done
 fi
 if [ "$nts" -gt 0 ]; then
@@ -75,15 +75,9 @@ if [ "$nts" -gt 0 ]; then
 		--work "$TEST_DIR/s3" --store s3 --bucket "$B" \
 		--rgw-dir "$RGW_DIR" --trials "$nts" ${ONLY:+--only "$ONLY"} \
 		>"$TEST_DIR/s3.out" 2>&1 &
-	drivers+=(s3)
+	drivers+=("$TEST_DIR/s3.out")
 fi
-for d in "${drivers[@]}"; do
-	wait -n || rc=1
-done
-for d in "${drivers[@]}"; do
-	echo "  -- $d"
-	cat "$TEST_DIR/$d.out"
-done
+wait_parts "${drivers[@]}" || rc=1
 [ $rc = 0 ] || fail "damage to the cache dir broke the contract (seed $SEED;" \
 	"the lines above name each trial)"
 echo "cache dir damage ok (seed $SEED)"

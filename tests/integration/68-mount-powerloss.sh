@@ -56,7 +56,7 @@ t0=$(date +%s)
 # The families are independent (each its own directory, crashfs mounts
 # and store): they run at once, the write trials on file:// (the longest)
 # in two parts of the same draws; each is printed whole at its end.
-kinds=(ckpt write.0 write.1 read write-s3)
+kinds=(ckpt.out write.0.out write.1.out read.out write-s3.out)
 $PL --seed $seed --kind ckpt --trials "$ck" --dir "$TEST_DIR/ckpt" \
 	>"$TEST_DIR/pl.ckpt.out" 2>&1 &
 for i in 0 1; do
@@ -67,13 +67,7 @@ $PL --seed $((seed + 2)) --kind read --trials "$rd" --dir "$TEST_DIR/read" \
 	>"$TEST_DIR/pl.read.out" 2>&1 &
 $PL --seed $((seed + 3)) --kind write --trials "$s3" --store s3 --bucket "$B" \
 	--dir "$TEST_DIR/write-s3" >"$TEST_DIR/pl.write-s3.out" 2>&1 &
-for k in "${kinds[@]}"; do
-	wait -n || rc=1
-done
-for k in "${kinds[@]}"; do
-	echo "  -- $k"
-	cat "$TEST_DIR/pl.$k.out"
-done
+wait_parts "${kinds[@]/#/$TEST_DIR/pl.}" || rc=1
 note "$n trials in $(($(date +%s) - t0)) s"
 [ $rc = 0 ] || fail "power-loss trials failed (seed $seed; see above)"
 echo "power-loss trials ok"

@@ -159,6 +159,20 @@ for p in sys.argv[1:]:
 PYEOF
 }
 
+# wait_parts OUT...: for parts of a test run at once in the background,
+# each writing to its OUT file: waits for as many background jobs as
+# OUTs (so start no other, e.g. start_proxy, before), then prints each
+# OUT under its name.  1 if any part failed.
+wait_parts() {
+	local o rc=0
+	for o in "$@"; do wait -n || rc=1; done
+	for o in "$@"; do
+		echo "  -- $(basename "$o" .out)"
+		cat "$o"
+	done
+	return $rc
+}
+
 # unmount_quietly MNT: for traps; never fails (set -e would end the trap).
 unmount_quietly() {
 	"$FMFS" umount "$1" 2>/dev/null || fusermount3 -u "$1" 2>/dev/null ||

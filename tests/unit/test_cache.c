@@ -1590,7 +1590,9 @@ static void test_dir_foreign(void **state)
 	static const char *const ours[] = {
 		"index.sqlite", "index.sqlite-wal", "index.sqlite-shm",
 		"index.sqlite.bad-1700000000", "index.sqlite.bad-1700000000-wal",
-		"writeback.sqlite", "writeback.sqlite-journal", "index.lock",
+		"writeback.sqlite", "writeback.sqlite-journal",
+		"writeback.sqlite.bad", "writeback.sqlite-wal.bad",
+		"index.sqlite.old", "index.lock",
 		"lock", "fmfs.log",
 	};
 	struct cache *c2 = NULL;
@@ -1614,19 +1616,19 @@ static void test_dir_foreign(void **state)
 		assert_int_equal(mkdir(path, 0700), 0);
 	}
 	assert_int_equal(cache_dir_foreign(dir, other, sizeof(other)), 0);
-	/* a name that only starts like one of ours is not ours */
-	snprintf(path, sizeof(path), "%s/index.sqlite.old", dir);
+	/* anything else is not ours */
+	snprintf(path, sizeof(path), "%s/notes.txt", dir);
 	fd = open(path, O_WRONLY | O_CREAT, 0755);
 	assert_true(fd >= 0);
 	close(fd);
 	assert_int_equal(chmod(path, 0755), 0);
 	assert_int_equal(cache_dir_foreign(dir, other, sizeof(other)), 1);
-	assert_string_equal(other, "index.sqlite.old");
+	assert_string_equal(other, "notes.txt");
 	e->cfg.dir = dir;
 	assert_int_not_equal(cache_open(&e->cfg, e->st, &c2, msg,
 					sizeof(msg)), 0);
 	assert_null(c2);
-	assert_contains(msg, "index.sqlite.old");
+	assert_contains(msg, "notes.txt");
 	assert_contains(msg, "did not make");
 	assert_int_equal(stat(path, &sb), 0);
 	assert_int_equal(sb.st_mode & 07777, 0755);
