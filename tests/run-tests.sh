@@ -125,8 +125,11 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# run_job NAME KIND PATH: the body of one job, in its own process group,
-# its output in $work/NAME.log.  KIND: unit, or integration.
+# run_job NAME KIND PATH: the body of one job, in a subshell of its own
+# (start_job), its output in $work/NAME.log.  KIND: unit, or integration.
+# On an interrupt, cleanup() sends TERM to the job and to its timeout,
+# which passes it on; a test still finishes the command it is in (bash
+# runs a trap only then).
 run_job() {
 	local name=$1 kind=$2 path=$3 lim rc gw=
 	if [ "$kind" = unit ]; then
