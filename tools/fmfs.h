@@ -14,6 +14,7 @@
 #ifndef FMFS_TOOLS_FMFS_H
 #define FMFS_TOOLS_FMFS_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -69,6 +70,14 @@ bool fmfs_dir_is_empty(const char *path);
  * empty); never touches a cache dir that held anything before. */
 void fmfs_cache_undo(const char *cache_dir, const char *made,
 		     bool was_empty);
+
+/* The errno a dead mount answers, as one: ENOTCONN, and ECONNABORTED
+ * for a moment after the daemon died, while the kernel aborts the
+ * connection.  e itself otherwise. */
+static inline int fmfs_dead_errno(int e)
+{
+	return e == ECONNABORTED ? ENOTCONN : e;
+}
 
 /* Unmounts real: umount2() as root, else fusermount3 -u (its messages
  * go to stderr); lazy detaches it even while busy.  0, or -1. */

@@ -97,13 +97,8 @@ static int ctl_path_of(const char *verb, const char *mnt, char *path,
 	ssize_t n;
 
 	if (!realpath(mnt, real)) {
-		int e = errno;
+		int e = fmfs_dead_errno(errno);
 
-		/* For a moment after the daemon dies, while the kernel aborts
-		 * the connection, a dead mount answers ECONNABORTED, then
-		 * ENOTCONN: both say the daemon is gone. */
-		if (e == ECONNABORTED)
-			e = ENOTCONN;
 		real[0] = '\0';
 		if (e == EACCES || e == EPERM)
 			return ctl_denied(verb, mnt, NULL);
@@ -116,10 +111,7 @@ static int ctl_path_of(const char *verb, const char *mnt, char *path,
 	}
 	n = getxattr(real, FS_CTL_XATTR, path, len - 1);
 	if (n <= 0) {
-		int e = n < 0 ? errno : ENODATA;
-
-		if (e == ECONNABORTED) /* as above */
-			e = ENOTCONN;
+		int e = n < 0 ? fmfs_dead_errno(errno) : ENODATA;
 
 		if (!(e == ENOTCONN && !strcmp(verb, "umount")))
 			fprintf(stderr, "fmfs %s: %s is not an fmfs mount%s\n",

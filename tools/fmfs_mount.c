@@ -565,12 +565,10 @@ static int check_mountpoint(struct mount_opts *o)
 	struct statfs sf;
 	struct stat st;
 
-	/* A dead FUSE mount answers ENOTCONN (ECONNABORTED for a moment
-	 * after the daemon died, while the kernel aborts the connection),
-	 * but stat may be served from attributes the kernel cached while it
-	 * lived; statfs always goes to the daemon. */
-	if (statfs(o->mountpoint, &sf) &&
-	    (errno == ENOTCONN || errno == ECONNABORTED)) {
+	/* A dead FUSE mount answers ENOTCONN (fmfs_dead_errno), but stat
+	 * may be served from attributes the kernel cached while it lived;
+	 * statfs always goes to the daemon. */
+	if (statfs(o->mountpoint, &sf) && fmfs_dead_errno(errno) == ENOTCONN) {
 		int rc = clear_dead_mount(o);
 
 		if (rc)

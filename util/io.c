@@ -188,7 +188,10 @@ int util_path_resolve(const char *path, char *out, size_t out_len)
 	}
 	/* Put the rest back, one component at a time. */
 	n = strlen(real);
-	for (char *c = strtok(rest, "/"); c; c = strtok(NULL, "/")) {
+	char *save = NULL;
+
+	for (char *c = strtok_r(rest, "/", &save); c;
+	     c = strtok_r(NULL, "/", &save)) {
 		if (!strcmp(c, "."))
 			continue;
 		if (!strcmp(c, "..")) {
