@@ -947,6 +947,12 @@ void cache_wb_tomb_put(struct cache_wb *wb, const char *key, bool held)
 	pthread_cond_broadcast(&wb->cond);
 }
 
+bool cache_wb_tomb_shadowed(struct cache_wb *wb,
+			    const struct cache_wb_tomb *t)
+{
+	return wb->nfiles && cache_wb_find(wb, t->key);
+}
+
 void cache_wb_tomb_drop(struct cache_wb *wb, const char *key)
 {
 	util_debug_assert_locked(&wb->lock);
@@ -1074,10 +1080,12 @@ static int publish(struct cache_wb *wb, struct cache_wfile *w)
 
 	insert(wb, w);
 	/* The upload will overwrite the old object; until then the
-	 * bucket has it, so an unlink or rename must delete it. */
+	 * bucket has it, so an unlink or rename must delete it.  A pending
+	 * DELETE of the name stays, shadowed by w, until w's upload lands
+	 * (cache_wb_tomb_shadowed): a crash before then must not bring
+	 * the old object back. */
 	if (wb->ntombs && cache_wb_tomb_find(wb, w->key))
 		w->in_bucket = true;
-	cache_wb_tomb_drop(wb, w->key);
 	rc = cache_wb_db_put(wb, w, false);
 	if (rc)
 		cache_wb_take_out(wb, w);
@@ -1852,7 +1860,8 @@ int cache_w_rename(struct cache *c, const char *from, const char *to,
 	w->in_bucket = to_in_bucket; /* an unlink must delete that one */
 	w->base_etag[0] = '\0';
 	insert(wb, w);
-	cache_wb_tomb_drop(wb, to);
+	/* A pending DELETE of to stays, shadowed by w, until w's upload
+	 * lands (cache_wb_tomb_shadowed). */
 	w->gen++;
 	w->a.ctime_ns = util_wall_ns(); /* as a local disk does */
 	if (w->committed) { /* queued: restart the delay under the name */
@@ -1931,7 +1940,8 @@ bool cache_w_tombstoned(struct cache *c, const char *key)
 	bool r;
 
 	pthread_mutex_lock(&wb->lock);
-	r = wb->ntombs && cache_wb_tomb_find(wb, key);
+	r = wb->ntombs && cache_wb_tomb_find(wb, key) &&
+	    !cache_wb_find(wb, key);
 	pthread_mutex_unlock(&wb->lock);
 	return r;
 }
@@ -1955,7 +1965,8 @@ size_t cache_w_list(struct cache *c, const char *prefix,
 				n++;
 			}
 		for (struct cache_wb_tomb *t = wb->tombs[h]; t; t = t->next)
-			if (!strncmp(t->key, prefix, pl)) {
+			if (!strncmp(t->key, prefix, pl) &&
+			    !cache_wb_tomb_shadowed(wb, t)) {
 				if (fn)
 					fn(arg, t->key, NULL);
 				n++;

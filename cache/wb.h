@@ -207,18 +207,22 @@ int cache_w_commit(struct cache_wfile *w, bool durable);
  * tombstone; held: the tombstone waits for cache_w_release(key).  rename:
  * a dirty file from -> to (replacing to's dirty file; to_in_bucket: the
  * bucket has an object `to`); -ENOENT if from is not dirty.  tombstone:
- * deletes a clean object's key in the background. */
+ * deletes a clean object's key in the background.  A name made again
+ * (cache_w_create, a rename onto it) keeps its pending DELETE until the
+ * new file's upload lands, so a crash before that never brings the old
+ * object back; cache_w_tombstoned and cache_w_list do not show such a
+ * shadowed DELETE. */
 int cache_w_unlink(struct cache *c, const char *key, bool in_bucket,
 		   bool held);
 int cache_w_rename(struct cache *c, const char *from, const char *to,
 		   bool from_in_bucket, bool to_in_bucket);
 int cache_w_tombstone(struct cache *c, const char *key, bool held);
 /* The caller is about to write key in the bucket itself (a server-side
- * copy).  cache_w_key_begin drops a pending DELETE of key, waits until no
- * upload or DELETE of key is out, and keeps new ones from starting until
- * cache_w_key_end, so none lands after the caller's request.  done: that
- * request succeeded, so key's dirty file (if any) is dropped without a
- * DELETE; otherwise it stays and goes up as before. */
+ * copy).  cache_w_key_begin waits until no upload or DELETE of key is
+ * out, and keeps new ones from starting until cache_w_key_end, so none
+ * lands after the caller's request.  done: that request succeeded, so a
+ * pending DELETE of key and key's dirty file (if any) are dropped;
+ * otherwise both stay and run as before. */
 void cache_w_key_begin(struct cache *c, const char *key);
 void cache_w_key_end(struct cache *c, const char *key, bool done);
 void cache_w_release(struct cache *c, const char *key);

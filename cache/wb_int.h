@@ -67,6 +67,12 @@ struct cache_wfile {
 	char damaged[600];        /* why it cannot be uploaded; "" if fine */
 };
 
+/* A key to DELETE.  While a dirty file has the same key (the name was
+ * made again, or a file renamed onto it) the tombstone is shadowed: it
+ * stays, in memory and in the deletes table, but is not run, listed or
+ * counted; the dirty file's upload overwrites the object and drops it.
+ * A crash before that upload thus still deletes the old object when the
+ * new file does not survive (docs/cache-format.md, "Replay"). */
 struct cache_wb_tomb {
 	struct cache_wb_tomb *next;
 	unsigned held;
@@ -121,6 +127,8 @@ struct cache_wfile *cache_wb_find(struct cache_wb *wb, const char *key);
 void cache_wb_take_out(struct cache_wb *wb, struct cache_wfile *w);
 void cache_wb_tomb_put(struct cache_wb *wb, const char *key, bool held);
 void cache_wb_tomb_drop(struct cache_wb *wb, const char *key);
+bool cache_wb_tomb_shadowed(struct cache_wb *wb,
+			    const struct cache_wb_tomb *t);
 struct cache_wb_tomb *cache_wb_tomb_find(struct cache_wb *wb,
 					 const char *key);
 void cache_wb_dirty_path(uint64_t id, char *buf, size_t len);

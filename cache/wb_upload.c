@@ -72,10 +72,11 @@ void cache_w_key_begin(struct cache *c, const char *key)
 	char *mine = strdup(key);
 
 	pthread_mutex_lock(&wb->lock);
-	cache_wb_tomb_drop(wb, key);
 	while (cache_wb_key_busy(wb, key))
 		pthread_cond_wait(&wb->cond, &wb->lock);
-	cache_wb_tomb_drop(wb, key); /* one that was out and failed */
+	/* A pending DELETE of key stays until the caller's request has
+	 * landed (cache_w_key_end): a crash in between must not bring back
+	 * what was deleted. */
 	if (mine)
 		busy_add(wb, mine);
 	pthread_mutex_unlock(&wb->lock);
@@ -94,6 +95,8 @@ void cache_w_key_end(struct cache *c, const char *key, bool done)
 			free(mine);
 			break;
 		}
+	if (done) /* overwritten: no DELETE of it is due any more */
+		cache_wb_tomb_drop(wb, key);
 	pthread_cond_broadcast(&wb->cond);
 	pthread_mutex_unlock(&wb->lock);
 	if (done)
@@ -427,8 +430,12 @@ static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
 		wb->uploaded_files++;
 		wb->uploaded_bytes += size;
 	}
-	if (strcmp(w->key, key) && !cache_wb_find(wb, key))
+	if (strcmp(w->key, key))
 		cache_wb_tomb_put(wb, key, false); /* renamed while it went up */
+	else if (w->in_table && !w->deleted && wb->ntombs)
+		/* The old object is overwritten: a DELETE of the name that
+		 * w shadowed is not due any more (cache_wb_tomb_shadowed). */
+		cache_wb_tomb_drop(wb, key);
 	try_clean(wb, w, key, etag, g, crcs); /* takes crcs */
 	pthread_cond_broadcast(&wb->cond);
 	pthread_mutex_unlock(&wb->lock);
@@ -447,7 +454,8 @@ static size_t next_deletes(struct cache_wb *wb, int64_t now, int64_t *wake,
 	for (size_t h = 0; h < CACHE_WB_HASH && n < CACHE_WB_DELETE_BATCH; h++)
 		for (struct cache_wb_tomb *t = wb->tombs[h];
 		     t && n < CACHE_WB_DELETE_BATCH; t = t->next) {
-			if (t->running || t->held || busy(wb, t->key))
+			if (t->running || t->held || busy(wb, t->key) ||
+			    cache_wb_tomb_shadowed(wb, t))
 				continue;
 			if (t->not_before_ms > now) {
 				if (t->not_before_ms < *wake)
@@ -611,7 +619,8 @@ static size_t pending(struct cache_wb *wb, const char *prefix, int64_t t0,
 			}
 		}
 		for (struct cache_wb_tomb *t = wb->tombs[h]; t; t = t->next) {
-			if (strncmp(t->key, prefix, pl) || t->held)
+			if (strncmp(t->key, prefix, pl) || t->held ||
+			    cache_wb_tomb_shadowed(wb, t))
 				continue;
 			n++;
 			if (t->failed_ms >= t0 && !t->running) {
@@ -720,7 +729,7 @@ void cache_wb_get_stats(struct cache *c, struct cache_wb_stats *o)
 			o->damaged_files += w->damaged[0] != '\0';
 		}
 		for (struct cache_wb_tomb *t = wb->tombs[h]; t; t = t->next)
-			o->queued++;
+			o->queued += !cache_wb_tomb_shadowed(wb, t);
 	}
 	o->uploads_inflight = wb->inflight;
 	o->upload_failures = wb->failures;
