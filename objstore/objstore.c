@@ -54,6 +54,16 @@ static const char *status_hint(const struct obj_error *e)
 	if (!strcmp(e->code, "InvalidAccessKeyId"))
 		return "the server does not know this access key: check "
 		       "AWS_ACCESS_KEY_ID or aws_access_key_id for this profile";
+	if (e->local) {
+		/* A directory: the message names it and what failed. */
+		if (!strcmp(e->code, "StoreNotWritable"))
+			return "give this user write access to it, or mount "
+			       "it with --mode ro to only read it";
+		if (e->status == OBJ_ERR_DENIED)
+			return "check the permissions of the store directory "
+			       "and the files in it";
+		return NULL;
+	}
 	if (!strcmp(e->code, "RequestTimeTooSkewed"))
 		return "the local clock is off: sync it (e.g. with NTP)";
 	switch (e->status) {
@@ -184,6 +194,8 @@ obj_status obj_open(const struct obj_config *cfg, struct obj_store **out,
 	st->be = u.scheme == OBJ_SCHEME_S3 ? &obj_s3_backend : &obj_posix_backend;
 	rc = st->be->open(st, &u, cfg, err);
 	obj_url_release(&u);
+	if (rc != OBJ_OK && st->be == &obj_posix_backend)
+		err->local = true;
 	if (rc != OBJ_OK) {
 		free(st->prefix);
 		free(st);
@@ -365,6 +377,7 @@ static obj_status finish(struct obj_store *st, obj_status rc,
 	free(full);
 	if (rc != OBJ_OK) {
 		err->status = rc;
+		err->local = st->be == &obj_posix_backend;
 		atomic_fetch_add(&st->n_errors, 1);
 		if ((unsigned)rc <= OBJ_ERR_OTHER)
 			atomic_fetch_add(&st->n_err_by[rc], 1);

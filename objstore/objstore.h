@@ -56,6 +56,8 @@ struct obj_error {
 	int http_status;      /* 0 when no HTTP reply was received */
 	bool retryable;       /* true if trying again later may succeed */
 	unsigned attempts;    /* requests sent, retries included */
+	bool local;           /* from a file:// store: no server, no
+	                       * credentials (the hints say so) */
 	char code[64];        /* S3 error code, e.g. "NoSuchKey" */
 	char message[256];    /* S3 message or local explanation */
 	char key[OBJ_KEY_MAX + 1];
@@ -85,6 +87,10 @@ struct obj_config {
 	size_t part_size_bytes;         /* multipart part size; 0: 8 MiB */
 	size_t multipart_threshold_bytes; /* 0: 16 MiB */
 	unsigned verbose;               /* 1: log each request to stderr */
+	bool read_only;                 /* the caller never writes: a file://
+	                                 * store needs no write access (its
+	                                 * .fmfs/ is not made, obj_check_bucket
+	                                 * does not ask for it) */
 };
 
 /* Fills every field with its default (url NULL). */

@@ -63,6 +63,7 @@ struct posix_store {
 	unsigned nuploads;
 	atomic_uint_fast64_t last_sweep_ms;
 	atomic_bool sweeping;
+	bool read_only;              /* obj_config.read_only */
 };
 
 static void sweep_if_due(struct posix_store *p);
@@ -1248,9 +1249,11 @@ static obj_status px_check_bucket(struct obj_store *st, struct obj_error *err)
 	if (fstat(P(st)->rootfd, &sb) || !S_ISDIR(sb.st_mode))
 		return fail(err, errno ? errno : ENOTDIR, P(st)->root,
 			    "store directory");
-	if (faccessat(P(st)->rootfd, ".", W_OK, AT_EACCESS)) {
+	if (!P(st)->read_only &&
+	    faccessat(P(st)->rootfd, ".", W_OK, AT_EACCESS)) {
 		obj_err_set(err, OBJ_ERR_DENIED, P(st)->root,
 			    "store directory is not writable");
+		snprintf(err->code, sizeof(err->code), "StoreNotWritable");
 		return OBJ_ERR_DENIED;
 	}
 	return OBJ_OK;
@@ -1261,7 +1264,6 @@ static obj_status px_open(struct obj_store *st, const struct obj_url *u,
 {
 	struct posix_store *p = calloc(1, sizeof(*p));
 
-	(void)cfg;
 	if (!p || !(p->root = strdup(u->path)) ||
 	    !(st->prefix = strdup(""))) {
 		if (p)
@@ -1284,12 +1286,15 @@ static obj_status px_open(struct obj_store *st, const struct obj_url *u,
 		free(p);
 		return err->status;
 	}
-	/* Internal dirs; failure here shows up at the first write. */
-	mkdirat(p->rootfd, RESERVED, 0700);
-	mkdirat(p->rootfd, RESERVED "/tmp", 0700);
-	mkdirat(p->rootfd, RESERVED "/uploads", 0700);
+	p->read_only = cfg->read_only;
 	pthread_mutex_init(&p->lock, NULL);
-	sweep(p);
+	if (!p->read_only) {
+		/* Internal dirs; failure here shows up at the first write. */
+		mkdirat(p->rootfd, RESERVED, 0700);
+		mkdirat(p->rootfd, RESERVED "/tmp", 0700);
+		mkdirat(p->rootfd, RESERVED "/uploads", 0700);
+		sweep(p);
+	}
 	st->priv = p;
 	snprintf(st->desc, sizeof(st->desc), "file://%s", p->root);
 	return OBJ_OK;

@@ -801,6 +801,7 @@ static int precheck(struct mount_opts *o)
 		return EXIT_USAGE;
 	}
 	o->obj.url = o->url;
+	o->obj.read_only = o->mode == FS_MODE_RO;
 	if (obj_open(&o->obj, &st, &err) != OBJ_OK)
 		return report_obj(o->url, &err);
 	if (obj_check_bucket(st, &err) != OBJ_OK) {

@@ -10,7 +10,9 @@
 # filesystem's; the control verbs run by a user who does not own the
 # mount; prefetch of a path that does not exist; evict of a dirty file;
 # a cache dir inside the mountpoint, the file:// store's directory or
-# holding someone else's files, refused with nothing written or changed.
+# holding someone else's files, refused with nothing written or changed;
+# a read-only file:// store (refused unless --mode ro, which reads it)
+# and a missing one (mkdir -p, not aws s3 mb).
 . "$TOP/tests/lib/common.sh"
 
 mount_setup msg
@@ -21,6 +23,7 @@ cleanup() {
 		rm -rf "$PUB"
 	fi
 	unmount_quietly "$MNT"
+	umount "$TEST_DIR/rostore" 2>/dev/null || true
 	cleanup_common
 }
 trap cleanup EXIT
@@ -140,6 +143,22 @@ for i in 1 2; do
 	$FMFS umount "$MNT" || fail "umount $i"
 done
 [ "$(cat "$TEST_DIR/fstore/b/f")" = 2 ] || fail "the file:// store holds $(cat "$TEST_DIR/fstore/b/f")"
+
+note "a read-only file:// store: refused for writing, with the way out; --mode ro reads it"
+mkdir -p "$TEST_DIR/rostore"
+echo ro-data >"$TEST_DIR/rostore/r"
+mount --bind "$TEST_DIR/rostore" "$TEST_DIR/rostore" &&
+	mount -o remount,bind,ro "$TEST_DIR/rostore" || fail "cannot make a read-only bind mount"
+expect_exit 3 "$TEST_DIR/rostore: StoreNotWritable: store directory is not writable -- give this user write access to it, or mount it with --mode ro to only read it" \
+	$FMFS mount "file://$TEST_DIR/rostore" "$MNT" --cache-dir "$TEST_DIR/rocache"
+$FMFS mount "file://$TEST_DIR/rostore" "$MNT" --cache-dir "$TEST_DIR/rocache" --mode ro ||
+	fail "--mode ro cannot mount a read-only file:// store"
+[ "$(cat "$MNT/r")" = ro-data ] || fail "--mode ro of a read-only store does not read"
+$FMFS umount "$MNT"
+umount "$TEST_DIR/rostore"
+[ ! -e "$TEST_DIR/rostore/.fmfs" ] || fail "--mode ro made .fmfs in the store"
+expect_exit 4 "store directory: No such file or directory \(create it with mkdir -p\)\$" \
+	$FMFS mount "file://$TEST_DIR/nostore" "$MNT" --cache-dir "$TEST_DIR/rocache"
 
 note "a dead fmfs mountpoint (daemon killed) is cleared by the next mount"
 echo hello | awsx s3 cp - "s3://$B/hello" >/dev/null

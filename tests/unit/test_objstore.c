@@ -3478,6 +3478,9 @@ static void test_posix_open_missing_dir(void **state)
 	obj_error_format(&err, line, sizeof(line));
 	assert_contains(line, "does/not/exist");
 	assert_contains(line, "NoSuchBucket");
+	/* a directory: no advice about buckets or credentials */
+	assert_null(strstr(line, "aws s3 mb"));
+	assert_true(err.local);
 }
 
 static void test_posix_open_bad_urls(void **state)
