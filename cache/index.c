@@ -158,6 +158,15 @@ static int db_fail(struct cache_index *x, int src, const char *what,
 			 x->db ? sqlite3_errmsg(x->db) : sqlite3_errstr(src));
 		return -EBADMSG;
 	}
+	/* A table or column gone (dropped by hand, or a partial copy): the
+	 * index is only a cache, so it starts over, as for other damage. */
+	if (prim == SQLITE_ERROR && x->db &&
+	    (strstr(sqlite3_errmsg(x->db), "no such table") ||
+	     strstr(sqlite3_errmsg(x->db), "no such column"))) {
+		snprintf(e->why, sizeof(e->why), "%s: %s: a part of its "
+			 "schema is missing", what, sqlite3_errmsg(x->db));
+		return -EBADMSG;
+	}
 	snprintf(e->msg, e->ml, "cache index %s: %s: %s", x->path, what,
 		 x->db ? sqlite3_errmsg(x->db) : sqlite3_errstr(src));
 	return -EIO;

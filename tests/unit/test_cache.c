@@ -1194,6 +1194,48 @@ static void test_corrupt_index(void **state)
 	assert_int_equal(bytes_in(e) - in0, o.size);
 }
 
+/* A table dropped from the index (by hand, a partial copy) is damage
+ * like any other: the index is moved aside and the cache starts over,
+ * rather than refusing to open with SQLite's "no such table". */
+static void test_missing_table(void **state)
+{
+	static const char *const tables[] = { "blocks", "objects", "attrs",
+					       "listings" };
+	struct env *e = *state;
+	char cmd[PATH_MAX * 3];
+	struct obj o;
+	uint64_t in0;
+	struct dirent *de;
+	DIR *d;
+	int moved;
+
+	put_obj(e, &o, "drop/x", 3 * B64K, 92);
+	for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
+		env_open(e);
+		read_all(e, &o);
+		env_close(e);
+		snprintf(cmd, sizeof(cmd), "rm -f '%s'/index.sqlite.bad-*; "
+			 "sqlite3 '%s/index.sqlite' 'DROP TABLE %s'",
+			 e->cache_dir, e->cache_dir, tables[i]);
+		if (system(cmd) != 0)
+			skip(); /* no sqlite3 program */
+		env_open(e);
+		moved = 0;
+		d = opendir(e->cache_dir);
+		assert_non_null(d);
+		while ((de = readdir(d)))
+			moved += !strncmp(de->d_name, "index.sqlite.bad-", 17) &&
+				 !strchr(de->d_name + 17, '-');
+		closedir(d);
+		assert_int_equal(moved, 1);
+		assert_int_equal(stats(e).objects, 0);
+		in0 = bytes_in(e);
+		read_all(e, &o);
+		assert_int_equal(bytes_in(e) - in0, o.size);
+		env_close(e);
+	}
+}
+
 /* Attributes learned once are kept across a close: with their version,
  * changed at once for lookups, forgotten when asked. */
 static void test_attrs_kept(void **state)
@@ -1709,6 +1751,7 @@ int main(void)
 		T(test_format1_upgrade),
 		T(test_dir_tightened),
 		T(test_dir_foreign),
+		T(test_missing_table),
 		T(test_dir_unusable),
 		T(test_dir_in_use),
 		T(test_uring_fallback),
