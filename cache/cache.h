@@ -144,6 +144,9 @@ int cache_warm(struct cache *c, const char *key, uint64_t size_bytes,
 	       const char *etag, bool wait);
 /* Drops a key's cached blocks (not while open: -EBUSY; 0 if none). */
 int cache_evict_key(struct cache *c, const char *key);
+/* Bytes of key's present blocks now (0 if not cached): what an evict
+ * would drop. */
+uint64_t cache_cached_bytes(struct cache *c, const char *key);
 
 /* The attributes stored with an object (its x-amz-meta-mode, -uid, -gid
  * and -mtime), remembered in the index once learned (from a HEAD, or

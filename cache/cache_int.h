@@ -320,8 +320,6 @@ void cache_file_put_locked(struct cache_file *f);
 /* Ensures blocks [b0, b1) of f and leaves them pinned on success. */
 int cache_ensure_blocks(struct cache_file *f, uint32_t b0, uint32_t b1);
 void cache_unpin_blocks(struct cache_file *f, uint32_t b0, uint32_t b1);
-/* Tests: bytes of key's present blocks (0 if not cached). */
-uint64_t cache_cached_bytes(struct cache *c, const char *key);
 
 /* Moves a clean dirty file (path, relative to the cache dir) into the
  * table as key's version (etag, size) with every block present and

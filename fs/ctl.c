@@ -115,6 +115,11 @@ static void *job_worker(void *arg)
 		pthread_mutex_unlock(&j->lock);
 		if (i >= j->n)
 			return NULL;
+		/* evict counts the bytes it drops, not the files' sizes */
+		uint64_t had = j->evict ?
+			       cache_cached_bytes(j->fs->cfg.cache, j->keys[i]) :
+			       j->sizes[i];
+
 		rc = j->evict ? cache_evict_key(j->fs->cfg.cache, j->keys[i]) :
 		     cache_warm(j->fs->cfg.cache, j->keys[i], j->sizes[i],
 				j->etags[i], true);
@@ -126,7 +131,7 @@ static void *job_worker(void *arg)
 					 "%s: %s", j->keys[i], strerror(-rc));
 		} else {
 			j->files++;
-			j->bytes += j->sizes[i];
+			j->bytes += had;
 		}
 		pthread_mutex_unlock(&j->lock);
 	}
@@ -205,7 +210,7 @@ static void do_warm(struct fs *fs, FILE *out, const char *path, bool evict,
 		job_add(&j, key, e.size_bytes, e.etag, &cap);
 	}
 	if (rc) {
-		fprintf(out, "error listing %s: %s\n", path,
+		fprintf(out, "error listing %s: %s\n", *path ? path : "/",
 			j.first_error[0] ? j.first_error : strerror(-rc));
 		job_free(&j);
 		return;

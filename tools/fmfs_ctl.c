@@ -162,6 +162,30 @@ static int ctl_request(const char *sock, const char *req, FILE *out,
 	return (int)n;
 }
 
+/* -h or --help anywhere: the verb's usage on stdout. */
+static bool help_asked(int argc, char **argv, const char *usage)
+{
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+			fputs(usage, stdout);
+			return true;
+		}
+	return false;
+}
+
+#define STATUS_USAGE "usage: fmfs status MOUNTPOINT [--json]\n"
+#define METRICS_USAGE "usage: fmfs metrics MOUNTPOINT\n"
+#define FLUSH_USAGE "usage: fmfs flush MOUNTPOINT [PATH] [--wait] " \
+		    "[--timeout SECONDS]\n"
+#define UMOUNT_USAGE "usage: fmfs umount MOUNTPOINT [--timeout SECONDS]\n"
+
+/* An argument a control verb does not take, named. */
+static void bad_arg(const char *verb, const char *arg)
+{
+	tools_arg_error(verb, arg[0] == '-' && arg[1] ? "unknown option (or "
+			"one without its value)" : "unexpected argument", arg);
+}
+
 int cmd_status(int argc, char **argv)
 {
 	char sock[256], real[PATH_MAX];
@@ -169,19 +193,21 @@ int cmd_status(int argc, char **argv)
 	const char *mnt = NULL;
 	int rc;
 
+	if (help_asked(argc, argv, STATUS_USAGE))
+		return EXIT_OK;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--json"))
 			json = true;
 		else if (!mnt && argv[i][0] != '-')
 			mnt = argv[i];
 		else {
-			fprintf(stderr, "usage: fmfs status MOUNTPOINT "
-				"[--json]\n");
+			bad_arg("status", argv[i]);
+			fputs(STATUS_USAGE, stderr);
 			return EXIT_USAGE;
 		}
 	}
 	if (!mnt) {
-		fprintf(stderr, "usage: fmfs status MOUNTPOINT [--json]\n");
+		fputs(STATUS_USAGE, stderr);
 		return EXIT_USAGE;
 	}
 	if ((rc = ctl_path_of("status", mnt, sock, sizeof(sock), real)))
@@ -197,8 +223,13 @@ int cmd_metrics(int argc, char **argv)
 	char sock[256], real[PATH_MAX];
 	int rc;
 
+	if (help_asked(argc, argv, METRICS_USAGE))
+		return EXIT_OK;
 	if (argc != 2 || argv[1][0] == '-') {
-		fprintf(stderr, "usage: fmfs metrics MOUNTPOINT\n");
+		if (argc > 1)
+			bad_arg("metrics", argv[argc > 2 && argv[1][0] != '-' ?
+					   2 : 1]);
+		fputs(METRICS_USAGE, stderr);
 		return EXIT_USAGE;
 	}
 	if ((rc = ctl_path_of("metrics", argv[1], sock, sizeof(sock), real)))
@@ -209,7 +240,8 @@ int cmd_metrics(int argc, char **argv)
 
 struct warm_client {
 	const char *sock, *verb;
-	char **paths;
+	const char *mnt;     /* the mount's real path, for messages */
+	char **paths;        /* relative to the mount's root ("": itself) */
 	size_t n, next;
 	bool wait;
 	pthread_mutex_t lock;
@@ -249,8 +281,9 @@ static void *warm_client_main(void *arg)
 			w->bytes += b;
 		} else {
 			w->errors++;
-			fprintf(stderr, "fmfs %s: %s: %s", w->verb,
-				w->paths[i], !strncmp(ans, "error ", 6) ?
+			fprintf(stderr, "fmfs %s: %s%s%s: %s", w->verb, w->mnt,
+				w->paths[i][0] ? "/" : "", w->paths[i],
+				!strncmp(ans, "error ", 6) ?
 				ans + 6 : ans[0] ? ans : "no answer\n");
 		}
 		pthread_mutex_unlock(&w->lock);
@@ -304,6 +337,11 @@ static int warm(const char *verb, int argc, char **argv)
 	size_t nt;
 	int rc = EXIT_OK;
 
+	if (help_asked(argc, argv, strcmp(verb, "evict") ?
+		       "usage: fmfs prefetch MOUNTPOINT (PATH... | --list FILE) "
+		       "[--wait]\n" : "usage: fmfs evict MOUNTPOINT (PATH... | "
+		       "--list FILE)\n"))
+		return EXIT_OK;
 	pthread_mutex_init(&w.lock, NULL);
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -313,7 +351,7 @@ static int warm(const char *verb, int argc, char **argv)
 		} else if (!strcmp(a, "--list") && i + 1 < argc) {
 			list = argv[++i];
 		} else if (a[0] == '-' && a[1]) {
-			fprintf(stderr, "fmfs %s: unknown option %s\n", verb, a);
+			bad_arg(verb, a);
 			rc = EXIT_USAGE;
 			goto out_free_paths;
 		} else if (!mnt) {
@@ -335,6 +373,7 @@ static int warm(const char *verb, int argc, char **argv)
 	if ((rc = ctl_path_of(verb, mnt, sock, sizeof(sock), real)))
 		goto out_free_paths;
 	w.sock = sock;
+	w.mnt = real;
 	if (list) {
 		FILE *f = strcmp(list, "-") ? fopen(list, "r") : stdin;
 
@@ -389,7 +428,10 @@ static int warm(const char *verb, int argc, char **argv)
 		rc = ctl_unreachable(verb, real, sock, w.conn_err);
 		goto out_free_paths;
 	}
-	if (w.wait || !strcmp(verb, "evict"))
+	if (!strcmp(verb, "evict"))
+		printf("evict: %llu files, %llu bytes dropped from the cache, "
+		       "%llu errors\n", w.files, w.bytes, w.errors);
+	else if (w.wait)
 		printf("%s: %llu files, %llu bytes, %llu errors\n", verb,
 		       w.files, w.bytes, w.errors);
 	rc = w.errors ? EXIT_FAIL : EXIT_OK;
@@ -475,6 +517,8 @@ int cmd_flush(int argc, char **argv)
 	bool wait = false;
 	int rc;
 
+	if (help_asked(argc, argv, FLUSH_USAGE))
+		return EXIT_OK;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--wait")) {
 			wait = true;
@@ -486,13 +530,13 @@ int cmd_flush(int argc, char **argv)
 		} else if (argv[i][0] != '-' && !path) {
 			path = argv[i];
 		} else {
+			bad_arg("flush", argv[i]);
 			mnt = NULL;
 			break;
 		}
 	}
 	if (!mnt) {
-		fprintf(stderr, "usage: fmfs flush MOUNTPOINT [PATH] [--wait] "
-			"[--timeout SECONDS]\n");
+		fputs(FLUSH_USAGE, stderr);
 		return EXIT_USAGE;
 	}
 	rc = ctl_path_of("flush", mnt, sock, sizeof(sock), real);
@@ -513,6 +557,8 @@ int cmd_umount(int argc, char **argv)
 	struct stat st;
 	int rc;
 
+	if (help_asked(argc, argv, UMOUNT_USAGE))
+		return EXIT_OK;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--timeout") && i + 1 < argc) {
 			if (parse_timeout("umount", argv[++i], &timeout_s))
@@ -520,13 +566,13 @@ int cmd_umount(int argc, char **argv)
 		} else if (!mnt && argv[i][0] != '-') {
 			mnt = argv[i];
 		} else {
+			bad_arg("umount", argv[i]);
 			mnt = NULL;
 			break;
 		}
 	}
 	if (!mnt) {
-		fprintf(stderr, "usage: fmfs umount MOUNTPOINT [--timeout "
-			"SECONDS]\n");
+		fputs(UMOUNT_USAGE, stderr);
 		return EXIT_USAGE;
 	}
 	rc = ctl_path_of("umount", mnt, sock, sizeof(sock), real);

@@ -381,6 +381,11 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 		default: return -1;
 		}
 	}
+	if (argc - optind > 2) {
+		tools_arg_error("mount", "unexpected argument (a URL and a "
+				"mountpoint are all it takes)", argv[optind + 2]);
+		return -1;
+	}
 	if (argc - optind != 2) {
 		mount_usage(stderr);
 		return -1;

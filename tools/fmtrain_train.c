@@ -389,10 +389,8 @@ int cmd_train(int argc, char **argv)
 			fmtrain_usage(stdout);
 			return EXIT_OK;
 		}
-		if (ch == '?') {
-			fprintf(stderr, PROG " train: see fmtrain --help\n");
+		if (ch == '?') /* named by tools_getopt */
 			return EXIT_USAGE;
-		}
 		if (train_opt(&o, ch, optarg))
 			return EXIT_USAGE;
 	}

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -139,13 +140,46 @@ int tools_bad_opt(const char *prog, const char *opt, const char *v,
 	return -1;
 }
 
+void tools_arg_error(const char *verb, const char *what, const char *arg)
+{
+	const char *prog = program_invocation_short_name;
+	const char *base = strrchr(verb, '/') ? strrchr(verb, '/') + 1 : verb;
+	size_t pl = strlen(prog);
+	char name[128];
+
+	if (!strcmp(base, prog) || (!strncmp(base, prog, pl) &&
+				    base[pl] == ' '))
+		snprintf(name, sizeof(name), "%s", base); /* named already */
+	else
+		snprintf(name, sizeof(name), "%s %s", prog, base);
+	fprintf(stderr, "%s: %s '%s' (%s --help lists what it takes)\n",
+		name, what, arg, name);
+}
+
 int tools_getopt(int argc, char **argv, const char *shortopts,
 		 const struct option *longopts, struct obj_config *cfg)
 {
+	char opts[64];
+
+	/* Our own messages, naming the command (getopt's name argv[0],
+	 * which is the verb alone). */
+	snprintf(opts, sizeof(opts), ":%s", shortopts);
+	opterr = 0;
 	for (;;) {
-		int ch = getopt_long(argc, argv, shortopts, longopts, NULL);
+		int ch = getopt_long(argc, argv, opts, longopts, NULL);
+		char shortopt[3] = { '-', (char)optopt, '\0' };
 
 		switch (ch) {
+		case ':':
+			tools_arg_error(argv[0], "option needs a value:",
+					optopt && optopt < 256 ? shortopt :
+					argv[optind - 1]);
+			return '?';
+		case '?':
+			tools_arg_error(argv[0], "unknown option",
+					optopt && optopt < 256 ? shortopt :
+					argv[optind - 1]);
+			return '?';
 		case TOOLS_OPT_ENDPOINT: cfg->endpoint = optarg; break;
 		case TOOLS_OPT_REGION: cfg->region = optarg; break;
 		case TOOLS_OPT_PROFILE: cfg->profile = optarg; break;

@@ -87,8 +87,13 @@ enum {
 	{ "region", required_argument, NULL, TOOLS_OPT_REGION },            \
 	{ "profile", required_argument, NULL, TOOLS_OPT_PROFILE },          \
 	{ "path-style", no_argument, NULL, TOOLS_OPT_PATH_STYLE }
+/* "PROG VERB: WHAT 'ARG' (PROG VERB --help lists what it takes)" on
+ * stderr; verb: the verb's argv[0] (PROG alone when it is the program). */
+void tools_arg_error(const char *verb, const char *what, const char *arg);
 /* getopt_long(), but what the options of TOOLS_OBJ_OPTIONS say it sets
- * in cfg itself: returns the next other option, or -1 at the end. */
+ * in cfg itself: returns the next other option, or -1 at the end.  An
+ * unknown option or one without its value is named on stderr (with
+ * tools_arg_error) and returns '?'. */
 int tools_getopt(int argc, char **argv, const char *shortopts,
 		 const struct option *longopts, struct obj_config *cfg);
 /* Exit code for an objstore status. */

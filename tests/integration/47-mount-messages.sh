@@ -224,6 +224,30 @@ expect_exit 1 "dirty: it is dirty \(not uploaded yet\), and dirty files are neve
 [ "$(cat "$MNT/dirty")" = local ] || fail "the dirty file changed"
 $FMFS flush "$MNT" --wait || fail "flush --wait failed"
 $FMFS evict "$MNT" "$MNT/dirty" >/dev/null || fail "evict after flush failed"
+
+note "evict counts the bytes it dropped; an error on the root names the mount"
+$FMFS evict "$MNT" "$MNT" >/dev/null || fail "evict of the root failed"
+cat "$MNT/hello" >/dev/null
+expect_exit 0 "" $FMFS evict "$MNT" "$MNT/hello" "$MNT/dirty"
+grep -q "^evict: 2 files, 6 bytes dropped from the cache, 0 errors$" "$TEST_DIR/out" ||
+	fail "evict of a cached and an uncached file said: $(cat "$TEST_DIR/out")"
+exec 7<"$MNT/hello"
+expect_exit 1 "^fmfs evict: $MNT: 1 of [0-9]+ files failed, first: hello: Device or resource busy" \
+	$FMFS evict "$MNT" "$MNT"
+exec 7<&-
+
+note "usage mistakes name the argument"
+expect_exit 2 "^fmfs mount: unknown option '--bogus' \(fmfs mount --help lists what it takes\)" \
+	$FMFS mount --bogus "$URL" "$MNT"
+expect_exit 2 "^fmfs mount: option needs a value: '--cache-dir'" $FMFS mount "$URL" "$MNT" --cache-dir
+expect_exit 2 "^fmfs mount: unexpected argument .*'extra'" $FMFS mount "$URL" "$MNT" extra
+expect_exit 2 "^fmfs flush: unexpected argument 'b'" $FMFS flush "$MNT" a b
+expect_exit 2 "^fmfs umount: unknown option .*'--bogus'" $FMFS umount "$MNT" --bogus
+mountpoint -q "$MNT" || fail "a refused umount unmounted"
+for v in status flush umount metrics prefetch evict; do
+	expect_exit 0 "" $FMFS $v --help
+	grep -q "^usage: fmfs $v MOUNTPOINT" "$TEST_DIR/out" || fail "fmfs $v --help: $(cat "$TEST_DIR/out")"
+done
 $FMFS umount "$MNT"
 
 note "control verbs by a user who does not own the mount"

@@ -247,7 +247,7 @@ expect_exit 2 "--padded-vocab 4999 is below --vocab 5000" \
 expect_exit 2 "heads 3 does not divide --channels 64" $FT train --data "$MNT/shards" --heads 3
 expect_exit 2 "--batch '0'" $FT train --data "$MNT/shards" --batch 0
 expect_exit 2 "--lr 'x'" $FT train --data "$MNT/shards" --lr x
-expect_exit 2 "unrecognized option '--bogus'" $FT train --data "$MNT/shards" --bogus
+expect_exit 2 "fmtrain train: unknown option '--bogus'" $FT train --data "$MNT/shards" --bogus
 expect_exit 2 "give --data" $FT train --steps 3
 expect_exit 2 "--resume needs --ckpt" $FT train --data "$MNT/shards" --resume
 expect_exit 2 "WORLD_SIZE=2" env WORLD_SIZE=2 $FT train --data "$MNT/shards"
