@@ -384,6 +384,10 @@ static int verify_one(struct ckpt *c, uint64_t step, enum ckpt_source from,
 		}
 		rc = ckpt_reader_verify(r, msg, sizeof(msg));
 	}
+	/* A shard missing from a checkpoint that list calls complete is
+	 * damage, as a corrupt one is (exit 1), not "no such checkpoint". */
+	if (rc == -ENOENT)
+		rc = -EBADMSG;
 	fmckpt_human(total, sz, sizeof(sz));
 	if (json) {
 		printf("%s\n  {\"step\": %" PRIu64 ", \"copy\": \"%s\", "

@@ -268,7 +268,7 @@ import json, sys
 d = json.load(sys.stdin)
 assert "shard-00000.bin" in d["checkpoints"][0]["error"], d' ||
 	fail "list --json does not name the missing shard"
-expect_exit 4 "shard 0 of 1 is missing" $CK verify -t corrupt
+expect_exit 1 "shard 0 of 1 is missing" $CK verify -t corrupt
 python3 - "corrupt/$s/manifest" <<'EOF'
 import struct, sys
 p = sys.argv[1]
