@@ -157,11 +157,18 @@ static bool marker_ok(const char *key, struct obj_error *err)
 	return true;
 }
 
+/* SIZE-MTIME-CTIME-INODE: the ctime and the inode number catch what
+ * keeps the size and the mtime (rsync -t, tar, touch -r): the ctime
+ * cannot be set back, and a file replaced by a rename is a new inode. */
 static void etag_of(const struct stat *sb, char *out)
 {
-	snprintf(out, 80, "%llx-%llx", (unsigned long long)sb->st_size,
+	snprintf(out, 80, "%llx-%llx-%llx-%llx",
+		 (unsigned long long)sb->st_size,
 		 (unsigned long long)sb->st_mtim.tv_sec * 1000000000ull +
-		 (unsigned long long)sb->st_mtim.tv_nsec);
+		 (unsigned long long)sb->st_mtim.tv_nsec,
+		 (unsigned long long)sb->st_ctim.tv_sec * 1000000000ull +
+		 (unsigned long long)sb->st_ctim.tv_nsec,
+		 (unsigned long long)sb->st_ino);
 }
 
 /* Creates the parent directories of relative path rel under rootfd. */

@@ -82,6 +82,12 @@ static inline int fmfs_dead_errno(int e)
 /* Unmounts real: umount2() as root, else fusermount3 -u (its messages
  * go to stderr); lazy detaches it even while busy.  0, or -1. */
 int fmfs_unmount(const char *real, bool lazy);
+/* Where control sockets live: /run/fmfs for root, else
+ * $XDG_RUNTIME_DIR, else /tmp (made 0700 if missing). */
+const char *fmfs_rundir(void);
+/* Removes this user's control sockets in rundir that nobody listens on
+ * (left by daemons killed with kill -9), up to 256 a call (fmfs_ctl.c). */
+void fmfs_ctl_sweep(const char *rundir);
 
 /* A mount's membership of a cache group (fmfs_group.c).  check: reads
  * and checks the list and the secret (0, or -errno with msg).  start:

@@ -12,6 +12,7 @@
  * waits for the daemon to exit), status prints what it answers, prefetch
  * and evict send their paths from several threads at once.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -122,6 +123,65 @@ static int ctl_path_of(const char *verb, const char *mnt, char *path,
 	}
 	path[n] = '\0';
 	return EXIT_OK;
+}
+
+/* Whether nobody listens on the socket at path (ECONNREFUSED). */
+static bool sock_dead(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	bool dead;
+
+	if (fd < 0)
+		return false;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	dead = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) &&
+	       errno == ECONNREFUSED;
+	close(fd);
+	return dead;
+}
+
+const char *fmfs_rundir(void)
+{
+	const char *d = getuid() == 0 ? "/run/fmfs" : getenv("XDG_RUNTIME_DIR");
+
+	return d && !util_mkdir_p(d, 0700) ? d : "/tmp";
+}
+
+void fmfs_ctl_sweep(const char *rundir)
+{
+	enum { MAX = 256 };
+	char (*path)[300] = malloc(MAX * sizeof(*path));
+	size_t n = 0;
+	struct dirent *de;
+	struct stat st;
+	DIR *d = path ? opendir(rundir) : NULL;
+
+	if (!d) {
+		free(path);
+		return;
+	}
+	while ((de = readdir(d)) && n < MAX) {
+		size_t l = strlen(de->d_name);
+
+		if (strncmp(de->d_name, "fmfs-", 5) || l < 10 ||
+		    strcmp(de->d_name + l - 5, ".sock"))
+			continue;
+		snprintf(path[n], sizeof(path[n]), "%s/%s", rundir,
+			 de->d_name);
+		if (!lstat(path[n], &st) && S_ISSOCK(st.st_mode) &&
+		    st.st_uid == getuid() && sock_dead(path[n]))
+			n++;
+	}
+	closedir(d);
+	/* A daemon between its bind and its listen refuses too, for a
+	 * moment: only what still refuses a while later is dead. */
+	if (n)
+		usleep(200 * 1000);
+	for (size_t i = 0; i < n; i++)
+		if (sock_dead(path[i]))
+			unlink(path[i]);
+	free(path);
 }
 
 /* Sends one request line; copies the answer to out (or into buf). */
@@ -605,6 +665,8 @@ int cmd_umount(int argc, char **argv)
 			"(busy? close the files open there)\n", real);
 		return EXIT_FAIL;
 	}
+	if (rc) /* a dead daemon's: its socket stays behind */
+		fmfs_ctl_sweep(fmfs_rundir());
 	/* Wait for the daemon to finish: it removes its socket last. */
 	for (int i = 0; !rc && stat(sock, &st) == 0; i++) {
 		if (i == 600) {

@@ -683,9 +683,8 @@ static int prepare_cache_dir(struct mount_opts *o)
 			return EXIT_FAIL;
 		}
 	}
-	rundir = getuid() == 0 ? "/run/fmfs" : getenv("XDG_RUNTIME_DIR");
-	if (!rundir || util_mkdir_p(rundir, 0700))
-		rundir = "/tmp";
+	rundir = fmfs_rundir();
+	fmfs_ctl_sweep(rundir);
 	snprintf(o->ctl_path, sizeof(o->ctl_path), "%s/fmfs-%016llx.sock",
 		 rundir, (unsigned long long)util_fnv1a64(UTIL_FNV64_BASIS,
 			 o->mnt_real, strlen(o->mnt_real)));

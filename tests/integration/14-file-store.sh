@@ -7,7 +7,8 @@
 # the store removes them, while another upload, live but stopped
 # (SIGSTOP) at the same moment, is not disturbed and completes; (b)
 # objects keep the mode of the file: a file created 0600 through a mount
-# is 0600 in the store, 0644 stays 0644.
+# is 0600 in the store, 0644 stays 0644; (c) a change made beside the
+# mount that keeps the size and the mtime (rsync -t, touch -r) is read.
 . "$TOP/tests/lib/common.sh"
 
 cd "$TEST_DIR"
@@ -138,3 +139,21 @@ for f in private.txt:600 public.txt:644 later.txt:640; do
 	[ "$got" = "${f#*:}" ] || fail "${f%%:*} is $got in the store, expected ${f#*:}"
 done
 note "0600, 0644 and 0640 files are 0600, 0644 and 0640 in the store"
+
+note "a change that keeps the size and the mtime (rsync -t, an edit then touch -r) is seen"
+mkdir -p "$S/e"
+printf aaaa >"$S/e/f"
+touch -r "$S/e/f" "$TEST_DIR/ref"
+$FMFS mount "file://$S/e" "$MNT" --cache-dir "$TEST_DIR/cache-e" --refresh 1 ||
+	fail "mount of file://$S/e failed"
+[ "$(cat "$MNT/f")" = aaaa ] || fail "first read"
+printf bbbb >"$S/e/.f.tmp"
+touch -r "$TEST_DIR/ref" "$S/e/.f.tmp"
+mv "$S/e/.f.tmp" "$S/e/f" # as rsync -t does
+sleep 2
+[ "$(cat "$MNT/f")" = bbbb ] || fail "a file replaced with the same size and mtime reads $(cat "$MNT/f")"
+printf cccc | dd of="$S/e/f" conv=notrunc status=none
+touch -r "$TEST_DIR/ref" "$S/e/f"
+sleep 2
+[ "$(cat "$MNT/f")" = cccc ] || fail "a file edited in place, its mtime put back, reads $(cat "$MNT/f")"
+$FMFS umount "$MNT" || fail "umount"

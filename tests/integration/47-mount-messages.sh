@@ -180,6 +180,30 @@ for i in $(seq 10); do
 done
 [ "$(grep -c " $MNT " /proc/self/mountinfo)" = 1 ] || fail "mounts stacked on $MNT"
 
+note "kill -9 leaves no stale control socket: fmfs umount and the next mount remove it"
+RUNDIR=/run/fmfs
+[ "$(id -u)" = 0 ] || RUNDIR=${XDG_RUNTIME_DIR:-/tmp}
+mkdir -p "$TEST_DIR/m2"
+socks() { ls "$RUNDIR" 2>/dev/null | grep '^fmfs-.*\.sock$' | sort; }
+for how in umount mount; do
+	socks >"$TEST_DIR/socks.before"
+	$FMFS mount "$URL" "$TEST_DIR/m2" --cache-dir "$TEST_DIR/c2" || fail "mount m2"
+	sock=$(socks | comm -13 "$TEST_DIR/socks.before" - | head -1)
+	[ -n "$sock" ] || fail "no control socket appeared in $RUNDIR"
+	kill -9 "$(pgrep -f "fmfs mount $URL $TEST_DIR/m2" | head -1)"
+	sleep 0.3
+	if [ $how = umount ]; then
+		$FMFS umount "$TEST_DIR/m2" || fail "umount of the dead m2"
+	else
+		fusermount3 -u "$TEST_DIR/m2" || fail "fusermount3 -u of the dead m2"
+		[ -S "$RUNDIR/$sock" ] || fail "the dead daemon's socket went without a sweep"
+		mkdir -p "$TEST_DIR/m3"
+		$FMFS mount "$URL" "$TEST_DIR/m3" --cache-dir "$TEST_DIR/c3" || fail "mount m3"
+		$FMFS umount "$TEST_DIR/m3"
+	fi
+	[ ! -e "$RUNDIR/$sock" ] || fail "$RUNDIR/$sock of a killed daemon is still there after $how"
+done
+
 note "flush --wait whose daemon dies under it says so"
 start_proxy "action=delay,method=PUT,ms=60000"
 $FMFS umount "$MNT" || fail "umount"

@@ -2095,6 +2095,48 @@ static void test_posix_put_overwrite_and_empty(void **state)
 	obj_meta_release(&m);
 }
 
+/* A change that keeps the size and the mtime (rsync -t, tar, touch -r
+ * after an edit) gives another ETag: in place, and by a rename over. */
+static void test_posix_etag_same_size_mtime(void **state)
+{
+	struct store_fixture *f = *state;
+	char path[PATH_MAX + 16], tmp[PATH_MAX + 16], e1[80], e2[80];
+	struct timespec ts[2];
+	struct obj_error err;
+	struct obj_meta m;
+	struct stat sb;
+	int fd;
+
+	assert_int_equal(obj_put(f->st, "same", "aaaa", 4, NULL, 0, e1, &err),
+			 OBJ_OK);
+	snprintf(path, sizeof(path), "%s/same", f->dir);
+	assert_int_equal(stat(path, &sb), 0);
+	ts[0] = sb.st_atim;
+	ts[1] = sb.st_mtim;
+	usleep(20 * 1000); /* a ctime that differs even on coarse clocks */
+	fd = open(path, O_WRONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, "bbbb", 4, 0), 4);
+	assert_int_equal(futimens(fd, ts), 0);
+	close(fd);
+	assert_int_equal(obj_head(f->st, "same", &m, &err), OBJ_OK);
+	snprintf(e2, sizeof(e2), "%s", m.etag);
+	obj_meta_release(&m);
+	assert_string_not_equal(e1, e2);
+	/* rsync -t: a new file with the old size and mtime, renamed over */
+	snprintf(tmp, sizeof(tmp), "%s/.same.tmp", f->dir);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, "cccc", 4), 4);
+	assert_int_equal(futimens(fd, ts), 0);
+	close(fd);
+	assert_int_equal(rename(tmp, path), 0);
+	assert_int_equal(obj_head(f->st, "same", &m, &err), OBJ_OK);
+	assert_string_not_equal(e2, m.etag);
+	assert_string_not_equal(e1, m.etag);
+	obj_meta_release(&m);
+}
+
 static void test_posix_get_ranges(void **state)
 {
 	struct store_fixture *f = *state;
@@ -3897,6 +3939,7 @@ int main(void)
 		ST_TEST(test_posix_open_describe_check),
 		ST_TEST(test_posix_put_head_get_meta),
 		ST_TEST(test_posix_put_overwrite_and_empty),
+		ST_TEST(test_posix_etag_same_size_mtime),
 		ST_TEST(test_posix_get_ranges),
 		ST_TEST(test_posix_get_fd),
 		ST_TEST(test_posix_regress_get_fd_to_end),
