@@ -369,7 +369,8 @@ void fs_dir_invalidate(struct fs *fs, const char *dir_key, bool prefix);
 int fs_name_check(const char *name);
 /* 0 if the key (relative to the mount's prefix, "a/b" or "a/b/") fits
  * the store's key limit; else logs that path was refused (what: "create",
- * "rename") and returns -ENAMETOOLONG, before anything is written. */
+ * "rename") and returns -ENAMETOOLONG, before anything is written; a key
+ * the store keeps for itself (obj_key_reserved) is refused with -EPERM. */
 int fs_key_check(struct fs *fs, const char *key, const char *what);
 /* Finds name in dir, looking at dirty files and deletions first, then
  * the listing.  Returns 0 (out filled, name not owned) or -errno. */

@@ -352,6 +352,11 @@ int fs_key_check(struct fs *fs, const char *key, const char *what)
 {
 	size_t room = obj_key_room(fs->cfg.st), kl = strlen(key);
 
+	if (obj_key_reserved(fs->cfg.st, key)) {
+		fprintf(stderr, "fmfs: %s of '%.64s' refused (EPERM): the store "
+			"keeps that name for itself\n", what, key);
+		return -EPERM;
+	}
 	if (kl <= room)
 		return 0;
 	fprintf(stderr, "fmfs: %s of '%.64s...' refused (ENAMETOOLONG): its "

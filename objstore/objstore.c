@@ -385,6 +385,11 @@ static obj_status finish(struct obj_store *st, obj_status rc,
 	return rc;
 }
 
+bool obj_key_reserved(const struct obj_store *st, const char *key)
+{
+	return st->be->reserved && st->be->reserved(key);
+}
+
 obj_status obj_check_bucket(struct obj_store *st, struct obj_error *err)
 {
 	struct obj_error local;

@@ -112,6 +112,9 @@ const char *obj_describe(const struct obj_store *st);
  * OBJ_ERR_INVALID. */
 size_t obj_key_room(const struct obj_store *st);
 
+/* Whether the store keeps key for itself and can never hold an object
+ * there (file://: .fmfs and what is under it; S3: none). */
+bool obj_key_reserved(const struct obj_store *st, const char *key);
 /* Checks the bucket exists and the credentials are accepted (one request). */
 obj_status obj_check_bucket(struct obj_store *st, struct obj_error *err);
 

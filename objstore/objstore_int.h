@@ -75,6 +75,8 @@ struct obj_backend {
 			   const struct obj_config *cfg, struct obj_error *err);
 	void (*close)(struct obj_store *st);
 	obj_status (*check_bucket)(struct obj_store *st, struct obj_error *err);
+	/* A key the store keeps for itself (NULL: none). */
+	bool (*reserved)(const char *key);
 	obj_status (*head)(struct obj_store *st, const char *key,
 			   struct obj_meta *out, struct obj_error *err);
 	/* Exactly one of buf / fd is used. */

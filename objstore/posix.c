@@ -131,6 +131,14 @@ bad:
 	return false;
 }
 
+/* The store's own directory, or under it. */
+static bool px_reserved(const char *key)
+{
+	size_t n = sizeof(RESERVED) - 1;
+
+	return !strncmp(key, RESERVED, n) && (!key[n] || key[n] == '/');
+}
+
 /* "a/b/": a directory marker, stored as the directory itself (an empty
  * directory lists as its marker key). */
 static bool is_marker(const char *key)
@@ -1331,6 +1339,7 @@ const struct obj_backend obj_posix_backend = {
 	.open = px_open,
 	.close = px_close,
 	.check_bucket = px_check_bucket,
+	.reserved = px_reserved,
 	.head = px_head,
 	.get = px_get,
 	.put = px_put,

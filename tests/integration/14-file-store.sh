@@ -8,7 +8,8 @@
 # (SIGSTOP) at the same moment, is not disturbed and completes; (b)
 # objects keep the mode of the file: a file created 0600 through a mount
 # is 0600 in the store, 0644 stays 0644; (c) a change made beside the
-# mount that keeps the size and the mtime (rsync -t, touch -r) is read.
+# mount that keeps the size and the mtime (rsync -t, touch -r) is read;
+# (d) the store's own .fmfs cannot be made through a mount (EPERM).
 . "$TOP/tests/lib/common.sh"
 
 cd "$TEST_DIR"
@@ -156,4 +157,16 @@ printf cccc | dd of="$S/e/f" conv=notrunc status=none
 touch -r "$TEST_DIR/ref" "$S/e/f"
 sleep 2
 [ "$(cat "$MNT/f")" = cccc ] || fail "a file edited in place, its mtime put back, reads $(cat "$MNT/f")"
+$FMFS umount "$MNT" || fail "umount"
+
+note "the store's own .fmfs/ cannot be made through the mount (EPERM), and nothing is left queued"
+$FMFS mount "file://$S/e" "$MNT" --cache-dir "$TEST_DIR/cache-e" || fail "mount of file://$S/e failed"
+mkdir "$MNT/.fmfs" 2>"$TEST_DIR/err" && fail "mkdir .fmfs through the mount succeeded"
+grep -q "Operation not permitted" "$TEST_DIR/err" || fail "mkdir .fmfs: $(cat "$TEST_DIR/err")"
+(echo x >"$MNT/.fmfs") 2>/dev/null && fail "creating .fmfs through the mount succeeded"
+(echo x >"$MNT/.fmfs/x") 2>/dev/null && fail "creating .fmfs/x through the mount succeeded"
+echo y >"$MNT/.fmfsx" || fail ".fmfsx is an ordinary name"
+mv "$MNT/.fmfsx" "$MNT/.fmfs" 2>/dev/null && fail "a rename onto .fmfs succeeded"
+$FMFS flush --wait "$MNT" || fail "flush --wait after the refused names"
+[ "$(cat "$S/e/.fmfsx")" = y ] || fail ".fmfsx is not in the store"
 $FMFS umount "$MNT" || fail "umount"
