@@ -313,7 +313,9 @@ void obj_get_stats(struct obj_store *st, struct obj_stats *o)
 	memset((err), 0, sizeof(*(err)));                               \
 	full = obj_full_key((st), (key), (err));                        \
 	if (!full)                                                      \
-		return (err)->status
+		return (err)->status;                                   \
+	if ((st)->be->revalidate)                                       \
+		(st)->be->revalidate(st)
 
 const char *obj_method_name(int m)
 {
@@ -376,6 +378,18 @@ static obj_status finish(struct obj_store *st, obj_status rc,
 		atomic_fetch_add(&st->n_requests, 1);
 	free(full);
 	if (rc != OBJ_OK) {
+		if (st->be->revalidate && st->be->revalidate(st) &&
+		    rc != OBJ_ERR_NO_BUCKET) {
+			/* Whatever failed, this is why (a file:// store's
+			 * directory removed beside the mount). */
+			rc = OBJ_ERR_NO_BUCKET;
+			err->http_status = 0;
+			err->retryable = true;
+			snprintf(err->code, sizeof(err->code), "NoSuchBucket");
+			snprintf(err->message, sizeof(err->message),
+				 "the store directory was removed (make it "
+				 "again with mkdir -p)");
+		}
 		err->status = rc;
 		err->local = st->be == &obj_posix_backend;
 		atomic_fetch_add(&st->n_errors, 1);

@@ -77,6 +77,9 @@ struct obj_backend {
 	obj_status (*check_bucket)(struct obj_store *st, struct obj_error *err);
 	/* A key the store keeps for itself (NULL: none). */
 	bool (*reserved)(const char *key);
+	/* Called before each request and after a failed one (NULL: nothing
+	 * to do); true: the bucket itself is gone. */
+	bool (*revalidate)(struct obj_store *st);
 	obj_status (*head)(struct obj_store *st, const char *key,
 			   struct obj_meta *out, struct obj_error *err);
 	/* Exactly one of buf / fd is used. */

@@ -55,9 +55,14 @@ struct px_upload {
 	struct px_upload *next;
 };
 
+#define PX_OLD_ROOTS 16
+
 struct posix_store {
 	char *root;
-	int rootfd;
+	_Atomic int rootfd;          /* reopened by px_revalidate */
+	int old_roots[PX_OLD_ROOTS]; /* fds of a removed root (lock), closed
+	                              * at px_close: a request may use one */
+	unsigned nold;
 	pthread_mutex_t lock;        /* protects uploads, nuploads */
 	struct px_upload *uploads;
 	unsigned nuploads;
@@ -67,6 +72,7 @@ struct posix_store {
 };
 
 static void sweep_if_due(struct posix_store *p);
+static bool px_revalidate(struct obj_store *st);
 static void upload_remove(struct posix_store *p, const char *upload_id);
 
 static struct posix_store *P(struct obj_store *st)
@@ -1261,9 +1267,17 @@ static obj_status px_check_bucket(struct obj_store *st, struct obj_error *err)
 {
 	struct stat sb;
 
+	px_revalidate(st);
 	if (fstat(P(st)->rootfd, &sb) || !S_ISDIR(sb.st_mode))
 		return fail(err, errno ? errno : ENOTDIR, P(st)->root,
 			    "store directory");
+	if (!sb.st_nlink) {
+		obj_err_set(err, OBJ_ERR_NO_BUCKET, P(st)->root, "store "
+			    "directory was removed (make it again with mkdir "
+			    "-p)");
+		snprintf(err->code, sizeof(err->code), "NoSuchBucket");
+		return OBJ_ERR_NO_BUCKET;
+	}
 	if (!P(st)->read_only &&
 	    faccessat(P(st)->rootfd, ".", W_OK, AT_EACCESS)) {
 		obj_err_set(err, OBJ_ERR_DENIED, P(st)->root,
@@ -1330,8 +1344,41 @@ static void px_close(struct obj_store *st)
 	}
 	pthread_mutex_destroy(&p->lock);
 	close(p->rootfd);
+	for (unsigned i = 0; i < p->nold; i++)
+		close(p->old_roots[i]);
 	free(p->root);
 	free(p);
+}
+
+/* Before each request and after a failed one: a store directory removed
+ * and made again beside the mount leaves rootfd on the removed one, where
+ * nothing can be made again; the next request goes to the new one.
+ * true: the directory is gone and not made again. */
+static bool px_revalidate(struct obj_store *st)
+{
+	struct posix_store *p = P(st);
+	struct stat sb;
+	int fd;
+
+	if (fstat(p->rootfd, &sb) || sb.st_nlink)
+		return false;
+	fd = open(p->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return true; /* not made again (yet) */
+	pthread_mutex_lock(&p->lock);
+	if (p->nold < PX_OLD_ROOTS) {
+		p->old_roots[p->nold++] = atomic_exchange(&p->rootfd, fd);
+		if (!p->read_only) {
+			mkdirat(fd, RESERVED, 0700);
+			mkdirat(fd, RESERVED "/tmp", 0700);
+			mkdirat(fd, RESERVED "/uploads", 0700);
+		}
+		fd = -1;
+	}
+	pthread_mutex_unlock(&p->lock);
+	if (fd >= 0)
+		close(fd);
+	return false;
 }
 
 const struct obj_backend obj_posix_backend = {
@@ -1340,6 +1387,7 @@ const struct obj_backend obj_posix_backend = {
 	.close = px_close,
 	.check_bucket = px_check_bucket,
 	.reserved = px_reserved,
+	.revalidate = px_revalidate,
 	.head = px_head,
 	.get = px_get,
 	.put = px_put,

@@ -9,7 +9,8 @@
 # objects keep the mode of the file: a file created 0600 through a mount
 # is 0600 in the store, 0644 stays 0644; (c) a change made beside the
 # mount that keeps the size and the mtime (rsync -t, touch -r) is read;
-# (d) the store's own .fmfs cannot be made through a mount (EPERM).
+# (d) the store's own .fmfs cannot be made through a mount (EPERM);
+# (e) a store directory removed and made again under a live mount.
 . "$TOP/tests/lib/common.sh"
 
 cd "$TEST_DIR"
@@ -169,4 +170,20 @@ echo y >"$MNT/.fmfsx" || fail ".fmfsx is an ordinary name"
 mv "$MNT/.fmfsx" "$MNT/.fmfs" 2>/dev/null && fail "a rename onto .fmfs succeeded"
 $FMFS flush --wait "$MNT" || fail "flush --wait after the refused names"
 [ "$(cat "$S/e/.fmfsx")" = y ] || fail ".fmfsx is not in the store"
+$FMFS umount "$MNT" || fail "umount"
+
+note "the store directory removed beside a live mount: flush names why; made again, uploads resume"
+mkdir -p "$S/r"
+$FMFS mount "file://$S/r" "$MNT" --cache-dir "$TEST_DIR/cache-r" --async-delay 0 ||
+	fail "mount of file://$S/r failed"
+echo a >"$MNT/a"
+$FMFS flush --wait "$MNT" || fail "first flush"
+rm -rf "$S/r"
+echo b >"$MNT/b"
+expect_exit 1 "b: .*the store directory was removed \(make it again with mkdir -p\)" \
+	$FMFS flush --wait "$MNT"
+mkdir "$S/r"
+echo c >"$MNT/c"
+$FMFS flush --wait "$MNT" || fail "flush after the store directory was made again"
+[ "$(cat "$S/r/b")$(cat "$S/r/c")" = bc ] || fail "b and c are not in the store made again"
 $FMFS umount "$MNT" || fail "umount"
