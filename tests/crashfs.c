@@ -7,7 +7,8 @@
  * at the crash.  Being a file system, it sees every write path of the
  * program above it: write/pwrite, io_uring, mmap, O_DIRECT, SQLite.
  *
- *   crashfs [--crash-at N] [--mode drop|tear] [--meta ordered|dirsync]
+ *   crashfs [--crash-at N] [--mode drop|tear|keep]
+ *           [--meta ordered|dirsync]
  *           [--freeze block|eio] [--seed S] [--log] STATE MOUNTPOINT
  *
  * STATE/root is the live tree served at MOUNTPOINT (created if missing;
@@ -43,7 +44,9 @@
  * every file has its durable content; --mode tear: each page changed
  * since the last sync has, at random (seeded), its old or its new bytes,
  * and the size is the durable or the current one; with --meta dirsync
- * each directory has, at random, its durable or its current entries.
+ * each directory has, at random, its durable or its current entries;
+ * --mode keep: everything written is kept, as the page cache keeps it
+ * when only the processes above die (a kill -9, not a power cut).
  * STATE/ops gets "ops N" (how many operations were numbered) and
  * "frozen N" (0 if none).  --log writes STATE/oplog, one line per
  * numbered operation.
@@ -127,7 +130,7 @@ static struct {
 	int rootfd, atticfd, statefd;
 	uint64_t crash_at, ops, frozen_op;
 	volatile sig_atomic_t frozen, release;
-	bool tear, dirsync, freeze_eio, log;
+	bool tear, keep, dirsync, freeze_eio, log;
 	uint64_t seed, rng;
 	uint64_t undo_bytes;
 	struct cf_inode *inodes[CF_HASH];
@@ -1053,10 +1056,10 @@ static void out_file(int outfd, const char *name, ino_t ino, mode_t mode)
 		die("cannot write %s after the crash: %s", name,
 		    strerror(errno));
 	cur = (uint64_t)st.st_size;
-	size = !in ? cur : g.tear && (rnd() & 1) ? cur : in->dsize;
+	size = !in || g.keep ? cur : g.tear && (rnd() & 1) ? cur : in->dsize;
 	for (uint64_t p = 0; p * CF_PAGE < size; p++) {
 		const unsigned char *b = page;
-		bool changed = in && p < in->cap && in->saved[p];
+		bool changed = in && !g.keep && p < in->cap && in->saved[p];
 
 		if (changed && (!g.tear || (rnd() & 1))) {
 			b = in->old[p] ? in->old[p] : zero;
@@ -1092,7 +1095,8 @@ static void out_dir(int outfd, ino_t ino, ino_t *stack, int depth)
 		if (stack[i] == ino)
 			return; /* a loop made of old and new listings */
 	stack[depth] = ino;
-	l = !g.dirsync || (g.tear && (rnd() & 1)) ? &d->cur : &d->dur;
+	l = !g.dirsync || g.keep || (g.tear && (rnd() & 1)) ? &d->cur :
+							      &d->dur;
 	for (size_t i = 0; i < l->n; i++) {
 		struct cf_ent *e = &l->e[i];
 
@@ -1205,7 +1209,7 @@ static const struct fuse_operations cf_ops = {
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: crashfs [--crash-at N] [--mode drop|tear] "
+	fprintf(stderr, "usage: crashfs [--crash-at N] [--mode drop|tear|keep] "
 		"[--meta ordered|dirsync] [--freeze block|eio] [--seed S] "
 		"[--log] STATE MOUNTPOINT\n");
 	exit(2);
@@ -1230,9 +1234,11 @@ int main(int argc, char **argv)
 		switch (ch) {
 		case 'c': g.crash_at = strtoull(optarg, NULL, 10); break;
 		case 'm':
-			if (strcmp(optarg, "drop") && strcmp(optarg, "tear"))
+			if (strcmp(optarg, "drop") && strcmp(optarg, "tear") &&
+			    strcmp(optarg, "keep"))
 				usage();
 			g.tear = !strcmp(optarg, "tear");
+			g.keep = !strcmp(optarg, "keep");
 			break;
 		case 'M':
 			if (strcmp(optarg, "ordered") &&
