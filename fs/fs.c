@@ -237,6 +237,8 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	}
 	if (!in->is_dir && !e.has_attr && lookup_wants_head(fs, req, in))
 		fs_load_meta(fs, in); /* failed: the defaults stay */
+	else if (in->is_dir && !e.has_attr && !in->has_attr)
+		fs_dir_learn(fs, in);
 	fs_reply_entry(req, fs, in);
 }
 
@@ -345,13 +347,16 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 
 			in = fs_inode_lookup(fs, dir, e);
 			pthread_mutex_lock(&fs->lock);
-			if (in && in->pt_open) {
+			if (in && (in->pt_open || (in->is_dir &&
+						    !in->has_attr))) {
 				/* The kernel writes it: the listing's size is
-				 * older than its own.  An entry without a node
+				 * older than its own; or a directory whose
+				 * attributes are not known yet (fs_dir_learn
+				 * asks at its lookup).  An entry without a node
 				 * id leaves its attributes alone (st_ino 0
 				 * would hide the name). */
 				ep.attr.st_ino = in->ino;
-				ep.attr.st_mode = S_IFREG;
+				ep.attr.st_mode = in->is_dir ? S_IFDIR : S_IFREG;
 			} else if (in) {
 				ep.ino = in->ino;
 				ep.generation = 1;
@@ -795,6 +800,42 @@ int fs_load_meta(struct fs *fs, struct fs_inode *in)
 	m.nuser = 0;
 	obj_meta_release(&m);
 	return 0;
+}
+
+/* A directory whose attributes this cache does not know: its marker
+ * "dir/" (fmfs uploads one with the directory's mode, owner and times)
+ * is HEADed once, and what it says, or that there is none (a prefix
+ * only: the defaults), is kept in the index for the name.  Without an
+ * answer (offline, an error) the defaults stay, to be asked again. */
+void fs_dir_learn(struct fs *fs, struct fs_inode *in)
+{
+	char key[OBJ_KEY_MAX + 2];
+	struct cache_attr a;
+	struct obj_meta m;
+	struct obj_error err;
+	obj_status st;
+
+	pthread_mutex_lock(&fs->lock);
+	snprintf(key, sizeof(key), "%s", in->key);
+	pthread_mutex_unlock(&fs->lock);
+	if (!*key || !fs_store_up(fs))
+		return; /* the root: the mount's own */
+	atomic_fetch_add(&fs->heads, 1);
+	st = obj_head(fs->cfg.st, key, &m, &err);
+	if (st == OBJ_ERR_NOT_FOUND) {
+		memset(&a, 0, sizeof(a)); /* known: nothing stored */
+	} else if (st == OBJ_OK) {
+		fs_meta_attr(m.user, m.nuser, m.etag, &a);
+		obj_meta_release(&m);
+	} else {
+		fs_obj_errno(fs, st, &err);
+		return;
+	}
+	pthread_mutex_lock(&fs->lock);
+	if (!in->has_attr)
+		fs_attr_apply(fs, in, &a);
+	pthread_mutex_unlock(&fs->lock);
+	cache_attr_set(fs->cfg.cache, key, &a);
 }
 
 /* Replies with value (or its size when size is 0). */

@@ -415,6 +415,9 @@ void fs_reply_entry(fuse_req_t req, struct fs *fs, struct fs_inode *in);
 int fs_load_meta(struct fs *fs, struct fs_inode *in);
 /* HEADs a file once refresh_s has passed (the store down: keeps it). */
 int fs_revalidate(struct fs *fs, struct fs_inode *in);
+/* A directory's stored attributes, from its marker, when this cache does
+ * not know them (one HEAD, kept in the index). */
+void fs_dir_learn(struct fs *fs, struct fs_inode *in);
 
 /* write.c: the operations that change things */
 /* Open of a dirty file, or for writing (h->w set): 0; 1 if the clean

@@ -862,7 +862,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		cache_w_setattr(w, &a, mask);
 	else if (!rc && mask && !in->is_dir)
 		rc = fs_copy_meta(fs, in, &a, mask, NULL, NULL, 0, 0);
-	else if (!rc && mask) { /* directories: kept in the cache index */
+	else if (!rc && mask) { /* a clean directory: its marker again */
 		struct cache_wattr da = { .kind = CACHE_WK_DIR };
 		struct cache_attr ca;
 		char kbuf[OBJ_KEY_MAX + 2];
@@ -893,10 +893,19 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		da.mtime_ns = in->mtime_ns;
 		snprintf(kbuf, sizeof(kbuf), "%s", in->key);
 		pthread_mutex_unlock(&fs->lock);
-		/* Not in the bucket (its marker may not exist): kept in the
-		 * cache index, for this cache dir's mounts. */
+		/* Kept in the cache index at once, and stored with the
+		 * directory: its marker goes up again with them (made if the
+		 * directory was a prefix only), so that a mount on another
+		 * cache dir shows them too (fs_dir_learn). */
 		fs_wattr_attr(&da, "", &ca);
 		cache_attr_set(fs->cfg.cache, kbuf, &ca);
+		if (*kbuf && fs->cfg.mode != FS_MODE_RO &&
+		    !cache_w_create(fs->cfg.cache, kbuf, &da, true, NULL,
+				    NULL, &own)) {
+			rc = cache_w_commit(own, false);
+			cache_w_put(own);
+			own = NULL;
+		}
 	}
 	/* Not through an open writer: nothing else will commit it. */
 	if (!rc && w && !(h && h->writer))
@@ -1360,6 +1369,12 @@ static int rename_dir(struct fs *fs, const char *from, const char *to,
 	}
 	if (!rc)
 		rc = move_markers(fs, from, to, markers);
+	if (!rc) { /* what the index knows of the directory goes along */
+		struct cache_attr ca, cur;
+
+		if (!cache_attr_get(c, from, &ca) && cache_attr_get(c, to, &cur))
+			cache_attr_set(c, to, &ca);
+	}
 	if (!rc)
 		rc = cache_w_tombstone(c, from, false); /* the marker */
 	keys_free(&bucket);

@@ -234,6 +234,22 @@ static int set_meta(int fd, const struct obj_kv *meta, size_t n)
 	return 0;
 }
 
+/* Removes the metadata xattrs of fd (a directory's marker written again
+ * replaces all of it, as a PUT does). */
+static int clear_meta(int fd)
+{
+	char names[8192];
+	ssize_t len = flistxattr(fd, names, sizeof(names));
+
+	if (len < 0)
+		return errno == ENOTSUP ? 0 : -errno;
+	for (char *n = names; n < names + len; n += strlen(n) + 1)
+		if (!strncmp(n, META_XATTR, sizeof(META_XATTR) - 1) &&
+		    fremovexattr(fd, n) && errno != ENODATA)
+			return -errno;
+	return 0;
+}
+
 static obj_status read_meta(int fd, struct obj_meta *m, struct obj_error *err,
 			    const char *key)
 {
@@ -292,6 +308,28 @@ static mode_t mode_from_value(const char *v)
 	    ((m & S_IFMT) && (m & S_IFMT) != S_IFREG))
 		return 0600;
 	return 0600 | ((mode_t)m & 0155);
+}
+
+/* A directory's: as its "mode" metadata says, with read, write and
+ * search for the store's own user always and never write for group or
+ * other; no mode (or another type's): 0755, as a prefix's. */
+static mode_t dir_mode(const struct obj_kv *meta, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		unsigned long m;
+		char *end;
+
+		if (strcmp(meta[i].name, "mode") || *meta[i].value < '0' ||
+		    *meta[i].value > '9')
+			continue;
+		errno = 0;
+		m = strtoul(meta[i].value, &end, 10);
+		if (errno || *end || m > 0177777 ||
+		    ((m & S_IFMT) && (m & S_IFMT) != S_IFDIR))
+			break;
+		return 0700 | ((mode_t)m & 0055);
+	}
+	return 0755;
 }
 
 static mode_t object_mode(const struct obj_kv *meta, size_t n)
@@ -456,6 +494,30 @@ static obj_status px_put(struct obj_store *st, const char *key,
 		rc = mkparents(p->rootfd, key);
 		if (rc)
 			return fail(err, -rc, key, "creating the directory");
+		/* The marker's metadata (a mount's directory: its mode,
+		 * owner, times) lives on the directory itself. */
+		if (nmeta) {
+			char dir[PATH_MAX];
+			int dfd;
+
+			snprintf(dir, sizeof(dir), "%.*s", (int)strlen(key) - 1,
+				 key);
+			dfd = openat(p->rootfd, dir, O_RDONLY | O_DIRECTORY |
+				     O_CLOEXEC);
+			if (dfd < 0)
+				return fail(err, errno, key, "opening the "
+					    "directory");
+			rc = clear_meta(dfd);
+			if (!rc)
+				rc = set_meta(dfd, meta, nmeta);
+			if (!rc && fchmod(dfd, dir_mode(meta, nmeta)))
+				rc = -errno;
+			close(dfd);
+			if (rc)
+				return fail(err, -rc, key, rc == -EINVAL ?
+					    "metadata name" : "setting the "
+					    "directory's metadata");
+		}
 		if (etag_out)
 			snprintf(etag_out, 80, "dir");
 		return OBJ_OK;
@@ -516,7 +578,13 @@ static obj_status px_head(struct obj_store *st, const char *key,
 		memset(out, 0, sizeof(*out));
 		out->mtime_s = sb.st_mtim.tv_sec;
 		snprintf(out->etag, sizeof(out->etag), "dir");
-		return OBJ_OK;
+		fd = openat(P(st)->rootfd, key, O_RDONLY | O_DIRECTORY |
+			    O_CLOEXEC | O_NOFOLLOW);
+		if (fd < 0)
+			return fail(err, errno, key, "opening the directory");
+		rc = read_meta(fd, out, err, key);
+		close(fd);
+		return rc;
 	}
 	if (!key_ok(key, err))
 		return OBJ_ERR_INVALID;

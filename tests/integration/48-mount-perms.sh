@@ -9,7 +9,9 @@
 # another client without metadata show the documented default (0600, the
 # mounting user) and those with x-amz-meta-mode/uid/gid show theirs; a
 # cache dir that existed with 0755/0644 files is tightened to 0700/0600;
-# --no-allow-other shuts other users out; the default-attribute options.
+# --no-allow-other shuts other users out; the default-attribute options;
+# a directory's mode, owner and mtime, stored with its marker (and on the
+# file:// store's directory), shown by a mount on a new cache dir.
 . "$TOP/tests/lib/common.sh"
 
 mount_setup perm
@@ -168,4 +170,38 @@ mnt --file-mode 0644 --dir-mode 0750 --uid 4321 --gid 4322
 $FMFS umount "$MNT" || fail "umount failed"
 expect_exit 2 "--file-mode '0999'" $FMFS mount "s3://$B" "$MNT" --file-mode 0999
 expect_exit 2 "--uid 'x'" $FMFS mount "s3://$B" "$MNT" --uid x
+note "a directory's mode, owner and times are stored with it: a mount on a new cache dir shows them (gateway and file://)"
+FS=$TEST_DIR/fstore
+mkdir -p "$FS"
+for url in "s3://$B" "file://$FS"; do
+	rm -rf "$TEST_DIR/dc1" "$TEST_DIR/dc2"
+	$FMFS mount "$url" "$MNT" --cache-dir "$TEST_DIR/dc1" --async-delay 0 ||
+		fail "mount $url"
+	mkdir -m 700 "$MNT/closed"
+	echo inner >"$MNT/closed/inner"
+	chmod 644 "$MNT/closed/inner"
+	mkdir "$MNT/owned"
+	$FMFS flush "$MNT" --wait || fail "flush --wait ($url)"
+	# changed once clean: the marker goes up again with them
+	chown 1234:5678 "$MNT/owned"
+	chmod 750 "$MNT/owned"
+	touch -d @1700000000 "$MNT/owned"
+	$FMFS flush "$MNT" --wait || fail "flush --wait ($url)"
+	$FMFS umount "$MNT" || fail "umount ($url)"
+	$FMFS mount "$url" "$MNT" --cache-dir "$TEST_DIR/dc2" || fail "mount $url on a new cache dir"
+	[ "$(attrs "$MNT/closed")" = "700 0 0" ] ||
+		fail "$url: a 0700 directory shows $(attrs "$MNT/closed") on a new cache dir"
+	[ "$(stat -c '%a %u %g %Y' "$MNT/owned")" = "750 1234 5678 1700000000" ] ||
+		fail "$url: a chowned, chmodded, touched directory shows $(stat -c '%a %u %g %Y' "$MNT/owned") on a new cache dir"
+	if as_nobody ls "$MNT/closed" >/dev/null 2>&1; then
+		fail "$url: nobody can list a 0700 directory on a new cache dir"
+	fi
+	denied "$MNT/closed/inner"
+	$FMFS umount "$MNT" || fail "umount ($url)"
+done
+[ "$(stat -c %a "$FS/closed")" = 700 ] ||
+	fail "the file:// store keeps a 0700 directory as $(stat -c %a "$FS/closed")"
+[ "$(stat -c %a "$FS/owned")" = 750 ] ||
+	fail "the file:// store keeps a 0750 directory as $(stat -c %a "$FS/owned")"
+
 echo "permissions ok"
