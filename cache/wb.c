@@ -253,6 +253,16 @@ int cache_wb_db_put(struct cache_wb *wb, const struct cache_wfile *w,
 	return rc;
 }
 
+int cache_wb_db_mark_uploaded(struct cache_wb *wb, uint64_t id,
+			      const char *etag)
+{
+	util_debug_assert_locked(&wb->lock);
+	sqlite3_bind_text(wb->mark, 1, etag && *etag ? etag : "-", -1,
+			  SQLITE_STATIC);
+	sqlite3_bind_int64(wb->mark, 2, (sqlite3_int64)id);
+	return db_step(wb, wb->mark, "marking a file uploaded");
+}
+
 int cache_wb_db_del(struct cache_wb *wb, uint64_t id)
 {
 	util_debug_assert_locked(&wb->lock);
@@ -290,7 +300,7 @@ static const char WB_SCHEMA[] =
 	"key TEXT NOT NULL, kind INTEGER, mode INTEGER, uid INTEGER, "
 	"gid INTEGER, mtime_ns INTEGER, size INTEGER, in_bucket INTEGER, "
 	"base_etag TEXT, queued INTEGER, meta BLOB, seq INTEGER DEFAULT 0, "
-	"changing INTEGER DEFAULT 0, boot TEXT);"
+	"changing INTEGER DEFAULT 0, boot TEXT, uploaded TEXT DEFAULT '');"
 	"CREATE TABLE IF NOT EXISTS deletes(key TEXT PRIMARY KEY);";
 
 /* user_version 2: every committed row has its DIR/dirty/ID.meta (a
@@ -308,6 +318,8 @@ static void db_upgrade(struct cache_wb *wb)
 		     "DEFAULT 0", NULL, NULL, NULL);
 	sqlite3_exec(wb->db, "ALTER TABLE files ADD COLUMN boot TEXT", NULL,
 		     NULL, NULL);
+	sqlite3_exec(wb->db, "ALTER TABLE files ADD COLUMN uploaded TEXT "
+		     "DEFAULT ''", NULL, NULL, NULL);
 	wb->db_version = 0;
 	if (sqlite3_prepare_v2(wb->db, "PRAGMA user_version", -1, &s,
 			       NULL) == SQLITE_OK) {
@@ -377,6 +389,9 @@ static int db_open(struct cache_wb *wb, char *msg, size_t ml)
 		rc = sqlite3_prepare_v2(wb->db, "DELETE FROM files WHERE "
 					"id=?", -1, &wb->del, NULL);
 	if (rc == SQLITE_OK)
+		rc = sqlite3_prepare_v2(wb->db, "UPDATE files SET uploaded=? "
+					"WHERE id=?", -1, &wb->mark, NULL);
+	if (rc == SQLITE_OK)
 		rc = sqlite3_prepare_v2(wb->db, "INSERT OR IGNORE INTO "
 					"deletes VALUES(?)", -1,
 					&wb->tomb_add, NULL);
@@ -429,6 +444,39 @@ static void lost_add_row(struct cache_wb *wb, uint64_t row,
 		wb->nlost++;
 }
 #define lost_add(wb, ...) lost_add_row(wb, 0, __VA_ARGS__)
+
+/* key's committed version, made from the bucket's version etag, is lost:
+ * that older version must not be read as if nothing happened. */
+static void lost_version(struct cache_wb *wb, const char *key,
+			 const char *etag)
+{
+	struct cache_wb_lostver *v;
+
+	if (!etag || !*etag)
+		return; /* a new file: nothing older to serve in its place */
+	v = realloc(wb->lostv, (wb->nlostv + 1) * sizeof(*v));
+	if (!v)
+		return;
+	wb->lostv = v;
+	v[wb->nlostv].key = strdup(key);
+	v[wb->nlostv].etag = strdup(etag);
+	if (v[wb->nlostv].key && v[wb->nlostv].etag)
+		wb->nlostv++;
+	else
+		free(v[wb->nlostv].key), free(v[wb->nlostv].etag);
+}
+
+bool cache_w_lost_version(struct cache *c, const char *key,
+			  const char *etag)
+{
+	struct cache_wb *wb = c->wb;
+
+	for (size_t i = 0; wb && i < wb->nlostv; i++)
+		if (!strcmp(wb->lostv[i].key, key) &&
+		    !strcmp(wb->lostv[i].etag, etag))
+			return true;
+	return false;
+}
 
 /* Moves DIR/dirty/ID[suffix] to DIR/lost+found/ID-KEY[suffix]; the name
  * it got in to (or "" if it could not). */
@@ -498,6 +546,7 @@ static struct cache_wfile *row_wfile(struct cache_wb *wb, sqlite3_stmt *s,
 	w->changing = sqlite3_column_int(s, 13);
 	boot = (const char *)sqlite3_column_text(s, 14);
 	w->other_boot = !boot || !wb->boot[0] || strcmp(boot, wb->boot);
+	w->row_uploaded = sqlite3_column_bytes(s, 15) > 0;
 	if (!w->key) {
 		wfile_free(w);
 		return NULL;
@@ -554,6 +603,19 @@ static void replay_one(struct cache_wb *wb, uint64_t id,
 	key = from_s ? s->key : r ? r->key : "?";
 	cache_wb_dirty_path(id, path, sizeof(path));
 	fd = openat(c->dirfd, path, O_RDWR | O_CLOEXEC);
+	if (r && r->row_uploaded && (!have_s || s->seq <= r->seq)) {
+		/* Uploaded as it stands; the stop came while it moved into
+		 * the read cache (try_clean): the bucket has it, so nothing
+		 * was lost, and what is left of it here just goes. */
+		if (fd >= 0)
+			unlinkat(c->dirfd, path, 0);
+		cache_wb_meta_remove(wb, id);
+		cache_wb_db_del(wb, id);
+		cache_log("write-back: %s had been uploaded when fmfs stopped "
+			  "(it was moving into the read cache): nothing to "
+			  "do", key);
+		goto out;
+	}
 	/* A .meta is written only by a commit: one that is damaged, under
 	 * a row that says "never closed" (a row rolled back by damage to
 	 * the WAL), is a committed file held as damaged, not lost+found
@@ -611,6 +673,7 @@ static void replay_one(struct cache_wb *wb, uint64_t id,
 		goto out;
 	}
 	if (fd < 0) {
+		lost_version(wb, key, from_s ? s->base_etag : r->base_etag);
 		/* The .meta stays, and while it is damaged so does the row:
 		 * every mount says so until the .meta is removed. */
 		if (src == -ENOENT)
@@ -788,7 +851,8 @@ static int load_rows(struct cache_wb *wb)
 
 	rc = sqlite3_prepare_v2(wb->db, "SELECT id, key, kind, mode, uid, "
 				"gid, mtime_ns, size, in_bucket, base_etag, "
-				"queued, meta, seq, changing, boot FROM files "
+				"queued, meta, seq, changing, boot, uploaded "
+				"FROM files "
 				"ORDER BY id", -1, &s, NULL);
 	if (rc != SQLITE_OK)
 		return -EIO;
@@ -995,6 +1059,7 @@ void cache_wb_close(struct cache *c)
 	}
 	sqlite3_finalize(wb->upsert);
 	sqlite3_finalize(wb->del);
+	sqlite3_finalize(wb->mark);
 	sqlite3_finalize(wb->tomb_add);
 	sqlite3_finalize(wb->tomb_del);
 	if (wb->db)
@@ -1004,6 +1069,9 @@ void cache_wb_close(struct cache *c)
 	for (size_t i = 0; i < wb->nlost; i++)
 		free(wb->lost[i]);
 	free(wb->lost);
+	for (size_t i = 0; i < wb->nlostv; i++)
+		free(wb->lostv[i].key), free(wb->lostv[i].etag);
+	free(wb->lostv);
 	free(wb->lost_row);
 	free(wb->busy_keys);
 	pthread_mutex_destroy(&wb->lock);

@@ -227,6 +227,11 @@ void cache_w_key_begin(struct cache *c, const char *key);
 void cache_w_key_end(struct cache *c, const char *key, bool done);
 void cache_w_release(struct cache *c, const char *key);
 bool cache_w_tombstoned(struct cache *c, const char *key);
+/* Whether the replay found key's committed version, made over the
+ * bucket's version etag, lost before its upload (its dirty file gone):
+ * that older version is then not to be served in silence. */
+bool cache_w_lost_version(struct cache *c, const char *key,
+			  const char *etag);
 /* Calls fn for every dirty file and tombstone whose key starts with
  * prefix (a tombstone has a NULL attr), under the write-back lock: fn must
  * not call cache_w_*.  Returns how many. */

@@ -58,6 +58,8 @@ struct cache_wfile {
 	bool changing;            /* changed since the last commit (kept in
 	                           * the row: a crash then uploads the file
 	                           * as it stands, unchecked) */
+	bool row_uploaded;        /* replay: its row says this version was
+	                           * uploaded (try_clean was cut short) */
 	bool other_boot;          /* replay: its row was saved before the
 	                           * system last booted (or says nothing) */
 	bool ext_seen;            /* a writer behind our back since the last
@@ -86,7 +88,7 @@ struct cache_wb {
 	struct cache *c;
 	struct cache_wb_config cfg;
 	sqlite3 *db;
-	sqlite3_stmt *upsert, *del, *tomb_add, *tomb_del;
+	sqlite3_stmt *upsert, *del, *tomb_add, *tomb_del, *mark;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;       /* work queued, an upload ended */
 	struct cache_wfile *tab[CACHE_WB_HASH];
@@ -111,6 +113,11 @@ struct cache_wb {
 	uint64_t inflight, failures, uploaded_files, uploaded_bytes;
 	uint64_t deleted_keys, conflicts, lost_found;
 	uint64_t rebuilt;          /* rows re-made from dirty/ID.meta at open */
+	struct cache_wb_lostver {  /* keys whose newer version was lost over */
+		char *key;         /* the bucket's version etag (reads of */
+		char *etag;        /* that one: EIO, cache_w_lost_version) */
+	} *lostv;
+	size_t nlostv;             /* set at open only: read without lock */
 	char **lost;               /* "what: why" of committed files whose */
 	size_t nlost;              /* bytes were gone at open (flush says so) */
 	uint64_t *lost_row;        /* per lost line: the id of the row kept
@@ -136,6 +143,11 @@ void cache_wb_dirty_path(uint64_t id, char *buf, size_t len);
 void cache_wb_uncharge(struct cache *c, uint64_t n);
 int cache_wb_db_put(struct cache_wb *wb, const struct cache_wfile *w,
 		    bool queued);
+/* Marks row id "uploaded as it stands" (etag: the bucket's version):
+ * written before the file moves into the read cache, so that a stop in
+ * the middle of that is not taken for a lost file. */
+int cache_wb_db_mark_uploaded(struct cache_wb *wb, uint64_t id,
+			      const char *etag);
 /* A synced commit of the queue (wb->lock held): 0 or -EIO. */
 int cache_wb_db_sync(struct cache_wb *wb);
 int cache_wb_db_del(struct cache_wb *wb, uint64_t id);

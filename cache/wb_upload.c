@@ -263,18 +263,24 @@ static void try_clean(struct cache_wb *wb, struct cache_wfile *w,
 #undef CLEAN_NOW
 	cache_wb_dirty_path(w->id, path, sizeof(path));
 	charged = w->charged;
+	/* The row says "uploaded" before anything moves: a stop from here
+	 * on leaves a row whose file may be gone, and the replay must not
+	 * call that file lost (docs/cache-format.md, "Replay").  A deletion
+	 * of this key dropped since the last synced commit must stay
+	 * dropped before the bucket's copy is the only one: a replay would
+	 * DELETE the new object (68-mount-powerloss).  Either failing (a
+	 * full disk): kept as it is, uploaded again by the next mount. */
+	if (cache_wb_db_mark_uploaded(wb, w->id, etag) ||
+	    (wb->tomb_unsynced && cache_wb_db_sync(wb))) {
+		w->not_before_ms = (int64_t)util_now_ms() + 1000;
+		free(crcs);
+		return;
+	}
 	adopted = crcs && size &&
 		  !cache_adopt(c, key, etag, size, path, crcs, charged);
-	/* A deletion of this key dropped since the last synced commit
-	 * must stay dropped before the bucket's copy is the only one: a
-	 * replay would DELETE the new object (68-mount-powerloss). */
-	if (wb->tomb_unsynced && cache_wb_db_sync(wb)) {
-		free(crcs);
-		return; /* kept as it is: the next mount uploads it again */
-	}
 	cache_wb_take_out(wb, w);
+	cache_wb_meta_remove(wb, w->id); /* before the row: see above */
 	cache_wb_db_del(wb, w->id);
-	cache_wb_meta_remove(wb, w->id);
 	w->charged = 0;
 	pthread_mutex_unlock(&wb->lock);
 	if (!adopted) { /* the bucket has it: the local copy just goes */

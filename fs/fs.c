@@ -572,7 +572,10 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fi->keep_cache = in->open_etag && in->open_etag == fs_etag_hash(etag);
 	in->open_etag = fs_etag_hash(etag);
 	pthread_mutex_unlock(&fs->lock);
-	rc = cache_file_open(fs->cfg.cache, in->key, size, etag, &h->cf);
+	rc = fs_lost_check(fs, in->key, etag);
+	if (!rc)
+		rc = cache_file_open(fs->cfg.cache, in->key, size, etag,
+				     &h->cf);
 	if (rc)
 		goto fail;
 	h->size_bytes = size;
@@ -800,6 +803,17 @@ int fs_load_meta(struct fs *fs, struct fs_inode *in)
 	m.nuser = 0;
 	obj_meta_release(&m);
 	return 0;
+}
+
+int fs_lost_check(struct fs *fs, const char *key, const char *etag)
+{
+	if (!cache_w_lost_version(fs->cfg.cache, key, etag))
+		return 0;
+	fprintf(stderr, "fmfs: %s: EIO: a newer version written through the "
+		"mount was lost before its upload (fmfs flush --wait names "
+		"it); the bucket still has the older one, which is not served "
+		"in its place: write the file again or remove it\n", key);
+	return -EIO;
 }
 
 /* A directory whose attributes this cache does not know: its marker

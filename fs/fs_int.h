@@ -418,6 +418,9 @@ int fs_revalidate(struct fs *fs, struct fs_inode *in);
 /* A directory's stored attributes, from its marker, when this cache does
  * not know them (one HEAD, kept in the index). */
 void fs_dir_learn(struct fs *fs, struct fs_inode *in);
+/* -EIO (logged) if the bucket's version etag of key is one whose newer
+ * version the write-back lost (cache_w_lost_version); else 0. */
+int fs_lost_check(struct fs *fs, const char *key, const char *etag);
 
 /* write.c: the operations that change things */
 /* Open of a dirty file, or for writing (h->w set): 0; 1 if the clean

@@ -312,6 +312,8 @@ int fs_materialize(struct fs *fs, struct fs_inode *in, bool truncate,
 	attr_of(fs, in, &a, etag);
 	if (truncate) /* O_TRUNC or truncate(2): a change of the data */
 		a.size = 0, a.mtime_ns = a.ctime_ns = util_wall_ns();
+	else if ((rc = fs_lost_check(fs, in->key, etag)))
+		return rc; /* not built on the older bytes either */
 	pthread_mutex_lock(&fs->lock);
 	while (in->pt_adopting) { /* another writer's: then take its file */
 		pthread_mutex_unlock(&fs->lock);

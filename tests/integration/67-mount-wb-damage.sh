@@ -234,6 +234,37 @@ $FMFS flush "$MNT" --wait --timeout 60 ||
 	fail "flush --wait still fails once gone was named"
 $FMFS umount "$MNT" || fail "umount"
 
+note "a newer version lost over the bucket's: reads get EIO, not the older bytes"
+head -c 5000 /dev/urandom >data/older
+awsx s3 cp --quiet data/older "s3://$B/changed" || fail "aws put"
+pending changed
+d_changed=$(dirty_of changed)
+rm -f "$d_changed" # its .meta stays: named at every mount
+mnt 2>mount.err
+if cat "$MNT/changed" >got/changed 2>err; then
+	cmp -s got/changed data/older && fail "changed served the older bytes in silence"
+	fail "changed read without an error"
+fi
+grep -q "Input/output error" err || fail "reading changed: $(cat err)"
+grep -q "changed: EIO: a newer version written through the mount was lost" "$CACHE/fmfs.log" ||
+	fail "the log does not say why changed fails"
+if (echo more >>"$MNT/changed") 2>/dev/null; then
+	fail "an append to changed was built on the older bytes"
+fi
+rc=0
+$FMFS flush "$MNT" --wait --timeout 60 2>err || rc=$?
+[ "$rc" = 1 ] && grep -q "^changed: " err || fail "flush (exit $rc) did not name changed: $(cat err)"
+echo again >"$MNT/changed" || fail "writing changed again (O_TRUNC) failed"
+[ "$(cat "$MNT/changed")" = again ] || fail "changed does not read what was written again"
+rm -f "$d_changed.meta" # what stops the report, from the next mount on
+rc=0
+$FMFS umount "$MNT" 2>/dev/null || rc=$?
+[ "$rc" = 1 ] || fail "umount exited $rc while this mount had found changed lost"
+[ "$(awsx s3 cp "s3://$B/changed" -)" = again ] || fail "the bucket lacks changed written again"
+mnt
+[ "$(cat "$MNT/changed")" = again ] || fail "changed after the .meta went"
+$FMFS umount "$MNT" || fail "umount once the .meta was removed"
+
 note "a file reopened and being changed at the kill goes up as it stands"
 mnt --async-delay 3600
 head -c 1400000 /dev/urandom >data/re
