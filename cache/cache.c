@@ -245,6 +245,22 @@ static void drop_blocks_locked(struct cache *c, struct cache_file *f)
 	cache_mark_dirty(f);
 }
 
+int cache_dir_errno(struct cache *c, int rc)
+{
+	static atomic_bool said;
+	struct stat sb;
+	bool no = false;
+
+	if (rc != -ENOENT || fstat(c->dirfd, &sb) || sb.st_nlink)
+		return rc;
+	if (atomic_compare_exchange_strong(&said, &no, true))
+		cache_log("the cache dir %s was removed while mounted: what "
+			  "needs it fails with EIO (files not yet uploaded "
+			  "went with it); unmount and mount again",
+			  c->cfg.dir);
+	return -EIO;
+}
+
 /* Opens f's cache file for its first handle (c->lock). */
 static int open_fd_locked(struct cache *c, struct cache_file *f)
 {
@@ -257,6 +273,17 @@ static int open_fd_locked(struct cache *c, struct cache_file *f)
 	if (fd < 0 && errno == ENOENT) {
 		fd = openat(c->dirfd, path, O_RDWR | O_CREAT | O_CLOEXEC,
 			    0600);
+		if (fd < 0 && errno == ENOENT) {
+			/* objects/ or its subdirectory removed by hand:
+			 * made again (the cache dir itself: EIO below) */
+			char sub[64];
+
+			mkdirat(c->dirfd, "objects", 0700);
+			snprintf(sub, sizeof(sub), "%.10s", path);
+			mkdirat(c->dirfd, sub, 0700);
+			fd = openat(c->dirfd, path, O_RDWR | O_CREAT |
+				    O_CLOEXEC, 0600);
+		}
 		if (fd >= 0 && f->cached_bytes) {
 			/* Removed after the index was last written
 			 * (evicted just before a crash), or by hand. */
@@ -267,7 +294,7 @@ static int open_fd_locked(struct cache *c, struct cache_file *f)
 		}
 	}
 	if (fd < 0) {
-		rc = -errno;
+		rc = cache_dir_errno(c, -errno);
 		goto out_log;
 	}
 	/* Sparse at full size, so a splice of the last block works; a file

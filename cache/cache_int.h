@@ -63,6 +63,9 @@
 	fprintf(stderr, "fmfs: cache: " fmt "\n", ##__VA_ARGS__)
 
 /* Logs at most once a second from one call site. */
+/* -EIO (said once in the log) for -ENOENT when the cache dir itself was
+ * removed while mounted; rc otherwise. */
+int cache_dir_errno(struct cache *c, int rc);
 #define cache_log_ratelimited(fmt, ...)                                  \
 	do {                                                             \
 		static _Atomic int64_t last_;                            \

@@ -1189,9 +1189,11 @@ int cache_w_create(struct cache *c, const char *key,
 	w->fd = openat(c->dirfd, path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC,
 		       0600);
 	if (w->fd < 0) {
-		rc = -errno;
+		int e = errno;
+
+		rc = cache_dir_errno(c, -e);
 		cache_log_ratelimited("cannot create %s/%s: %s", c->cfg.dir,
-				      path, strerror(-rc));
+				      path, strerror(e));
 		wfile_free(w);
 		return rc;
 	}

@@ -260,6 +260,21 @@ expect_exit 1 "^fmfs evict: $MNT: 1 of [0-9]+ files failed, first: hello: Device
 	$FMFS evict "$MNT" "$MNT"
 exec 7<&-
 
+note "the cache dir removed under a live mount: objects/ is made again; the whole dir: EIO, not ENOENT"
+$FMFS umount "$MNT"
+echo other | awsx s3 cp - "s3://$B/other" >/dev/null
+mkdir -p "$TEST_DIR/rmc"
+$FMFS mount "$URL" "$MNT" --cache-dir "$TEST_DIR/rmc/c" || fail "mount on rmc"
+rm -rf "$TEST_DIR/rmc/c/objects"
+[ "$(cat "$MNT/hello")" = hello ] || fail "a read after objects/ was removed"
+rm -rf "$TEST_DIR/rmc/c"
+cat "$MNT/other" 2>"$TEST_DIR/err" >/dev/null && fail "a read with the cache dir gone succeeded"
+grep -q "Input/output error" "$TEST_DIR/err" || fail "a read with the cache dir gone: $(cat "$TEST_DIR/err")"
+(echo x >"$MNT/newfile") 2>"$TEST_DIR/err" && fail "a create with the cache dir gone succeeded"
+grep -q "Input/output error" "$TEST_DIR/err" || fail "a create with the cache dir gone: $(cat "$TEST_DIR/err")"
+$FMFS umount "$MNT" || fail "umount with the cache dir gone"
+mnt --async-delay 3600
+
 note "usage mistakes name the argument"
 expect_exit 2 "^fmfs mount: unknown option '--bogus' \(fmfs mount --help lists what it takes\)" \
 	$FMFS mount --bogus "$URL" "$MNT"
