@@ -1275,8 +1275,11 @@ static void tighten_in(struct cache *c, const char *dir)
 
 /* Nothing in the cache dir is for other users: the object bytes, the
  * keys in the indexes, the log.  Files are created 0600 and directories
- * 0700; a dir made by someone else or by an older fmfs is tightened on
- * every open: the dir itself, its files (index.sqlite*, writeback.sqlite*,
+ * 0700, and what fmfs made is tightened on every open (someone, or an
+ * older fmfs, may have opened it up): the dir itself only if fmfs made
+ * it (cache_config.dir_made, kept in the index: a directory the user
+ * gave keeps its mode, and the 0600/0700 inside keep the data private),
+ * its files (index.sqlite*, writeback.sqlite*,
  * the lock files, fmfs.log, ...) and directories, and the files in dirty/
  * and lost+found/.  objects/XX/ are chmodded by dir_prepare; the cache
  * files in them, created 0600, are not visited (millions of them; the
@@ -1286,9 +1289,6 @@ static void tighten_in(struct cache *c, const char *dir)
  * anything a cache dir does not (cache_dir_foreign). */
 static void dir_tighten(struct cache *c)
 {
-	if (fchmod(c->dirfd, 0700))
-		cache_log("cannot chmod %s to 0700: %s", c->cfg.dir,
-			  strerror(errno));
 	tighten_in(c, ".");
 	tighten_in(c, "dirty");
 	tighten_in(c, "lost+found");
@@ -1309,7 +1309,12 @@ static int dir_prepare(struct cache *c, char *msg, size_t ml)
 			 "an earlier mount, as --cache-dir", dir, other);
 		return -EEXIST;
 	}
-	rc = util_mkdir_p(dir, 0700);
+	{
+		char top[PATH_MAX];
+
+		rc = util_mkdir_p_made(dir, 0700, top, sizeof(top));
+		c->dir_made = !rc && top[0];
+	}
 	if (!rc) {
 		c->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		rc = c->dirfd < 0 ? -errno : 0;
@@ -1526,6 +1531,10 @@ int cache_open(const struct cache_config *cfg, struct obj_store *st,
 	rc = cache_index_open(c, msg, msg_len);
 	if (rc)
 		goto out_free_uring;
+	if (cache_index_dir_made(c, cfg->dir_made || c->dir_made) &&
+	    fchmod(c->dirfd, 0700))
+		cache_log("cannot chmod %s to 0700: %s", c->cfg.dir,
+			  strerror(errno));
 	clean_orphans(c);
 	rc = cache_wb_open(c, msg, msg_len);
 	if (rc)

@@ -38,6 +38,9 @@
 
 struct cache_config {
 	const char *dir;              /* cache directory; created if missing */
+	bool dir_made;                /* the caller made dir just now: fmfs
+	                               * keeps its mode 0700 from then on
+	                               * (a dir it did not make: never) */
 	const char *store_id;         /* the store URL; a cache dir serves one */
 	uint64_t size_bytes;          /* cap on cached bytes: clean blocks never
 	                               * exceed it; dirty data may, see wb.h */

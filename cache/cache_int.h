@@ -203,6 +203,7 @@ struct cache_uring;
 struct cache_wb;
 
 struct cache {
+	bool dir_made;              /* dir_prepare made the cache dir */
 	struct cache_config cfg;    /* defaults applied; strings are ours */
 	struct obj_store *st;
 	int dirfd;                  /* cfg.dir */
@@ -355,6 +356,8 @@ uint64_t cache_evict_harder(struct cache *c, uint64_t bytes);
 /* Opens (or creates, or moves aside and recreates) DIR/index.sqlite,
  * checks the cache's identity and loads every object into the table. */
 int cache_index_open(struct cache *c, char *msg, size_t msg_len);
+/* Whether the index says fmfs made the cache dir; made: say so now. */
+bool cache_index_dir_made(struct cache *c, bool made);
 int cache_index_start(struct cache *c);   /* the flusher thread */
 void cache_index_stop(struct cache *c);
 /* Writes what changed in one transaction; all_atimes also saves every

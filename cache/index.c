@@ -684,6 +684,24 @@ static int move_aside(struct cache_index *x, const struct open_err *e)
 	return 0;
 }
 
+bool cache_index_dir_made(struct cache *c, bool made)
+{
+	struct cache_index *x = c->idx;
+	char v[8];
+
+	if (!x || !x->db)
+		return false;
+	pthread_mutex_lock(&x->lock);
+	if (made)
+		sqlite3_exec(x->db, "INSERT OR REPLACE INTO meta VALUES"
+			     "('dir_made','1')", NULL, NULL, NULL);
+	made = query_text(x, "SELECT value FROM meta WHERE name=?",
+			  "dir_made", v, sizeof(v)) == SQLITE_OK &&
+	       !strcmp(v, "1");
+	pthread_mutex_unlock(&x->lock);
+	return made;
+}
+
 int cache_index_open(struct cache *c, char *msg, size_t ml)
 {
 	struct cache_index *x = calloc(1, sizeof(*x));

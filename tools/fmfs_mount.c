@@ -716,6 +716,7 @@ static int open_all(struct mount_opts *o, struct obj_store **st,
 	cache_config_init(&cc);
 	cc.dir = o->cache_real;
 	cc.store_id = o->url;
+	cc.dir_made = o->cache_made[0] != '\0';
 	cc.size_bytes = o->cache_size;
 	cc.fetch_timeout_ms = o->fetch_timeout_s * 1000;
 	cc.listing_max_bytes = o->namespace_bytes;

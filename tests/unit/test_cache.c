@@ -1603,6 +1603,27 @@ static mode_t perms_at(const char *dir, const char *name)
 	return sb.st_mode & 07777;
 }
 
+/* An empty directory the user made and gave as the cache dir keeps its
+ * mode (fmfs never changes the mode of what it did not make); what fmfs
+ * makes in it is 0700/0600. */
+static void test_dir_user_mode(void **state)
+{
+	struct env *e = *state;
+	char cmd[PATH_MAX * 2];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", e->cache_dir);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(mkdir(e->cache_dir, 0755), 0);
+	assert_int_equal(chmod(e->cache_dir, 0755), 0);
+	env_open(e);
+	env_close(e);
+	env_open(e);
+	assert_int_equal(perms_at(e->cache_dir, "."), 0755);
+	assert_int_equal(perms_at(e->cache_dir, "objects"), 0700);
+	assert_int_equal(perms_at(e->cache_dir, "index.sqlite"), 0600);
+	env_close(e);
+}
+
 /* The cache dir and what is in it are 0700/0600 after every open, even
  * when they existed with looser modes. */
 static void test_dir_tightened(void **state)
@@ -1798,6 +1819,7 @@ int main(void)
 		T(test_dir_foreign),
 		T(test_missing_table),
 		T(test_w_uploaded_row),
+		T(test_dir_user_mode),
 		T(test_dir_unusable),
 		T(test_dir_in_use),
 		T(test_uring_fallback),
