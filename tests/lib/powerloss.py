@@ -33,7 +33,8 @@ the contract of docs/semantics.md on it:
          remount on the recovered cache: every file reads byte-exact.
 
 Crash points are drawn (seeded) from the operations a calibration run
-counts; each trial also draws crashfs's --mode (drop/tear), --meta
+counts; each trial also draws crashfs's --mode (keep: a kill -9;
+drop/tear: a power cut), --meta
 (ordered/dirsync) and --freeze (block/eio).  A failure prints the trial's
 line (kind, seed, crash point, modes), what was wrong, and the command
 line that replays it (--only).  Exit 0 if every trial passed, 1 if not.
