@@ -470,12 +470,30 @@ bool cache_w_lost_version(struct cache *c, const char *key,
 			  const char *etag)
 {
 	struct cache_wb *wb = c->wb;
+	bool r = false;
 
-	for (size_t i = 0; wb && i < wb->nlostv; i++)
-		if (!strcmp(wb->lostv[i].key, key) &&
-		    !strcmp(wb->lostv[i].etag, etag))
-			return true;
-	return false;
+	if (!wb)
+		return false;
+	pthread_mutex_lock(&wb->lock);
+	for (size_t i = 0; !r && i < wb->nlostv; i++)
+		r = !strcmp(wb->lostv[i].key, key) &&
+		    !strcmp(wb->lostv[i].etag, etag);
+	pthread_mutex_unlock(&wb->lock);
+	return r;
+}
+
+/* key was written again, removed or renamed over: what the bucket has
+ * there is no longer the version a lost one replaced (wb->lock). */
+static void lost_version_forget(struct cache_wb *wb, const char *key)
+{
+	util_debug_assert_locked(&wb->lock);
+	for (size_t i = 0; i < wb->nlostv; i++)
+		if (!strcmp(wb->lostv[i].key, key)) {
+			free(wb->lostv[i].key);
+			free(wb->lostv[i].etag);
+			wb->lostv[i] = wb->lostv[--wb->nlostv];
+			i--;
+		}
 }
 
 /* Moves DIR/dirty/ID[suffix] to DIR/lost+found/ID-KEY[suffix]; the name
@@ -1154,6 +1172,8 @@ static int publish(struct cache_wb *wb, struct cache_wfile *w)
 	 * the old object back. */
 	if (wb->ntombs && cache_wb_tomb_find(wb, w->key))
 		w->in_bucket = true;
+	if (wb->nlostv)
+		lost_version_forget(wb, w->key);
 	rc = cache_wb_db_put(wb, w, false);
 	if (rc)
 		cache_wb_take_out(wb, w);
@@ -1872,6 +1892,8 @@ int cache_w_unlink(struct cache *c, const char *key, bool in_bucket,
 		cache_wb_tomb_put(wb, key, held);
 		rc = 0;
 	}
+	if (wb->nlostv)
+		lost_version_forget(wb, key);
 	pthread_mutex_unlock(&wb->lock);
 	if (free_me) {
 		cache_wb_uncharge(c, free_me->charged);
@@ -1930,6 +1952,8 @@ int cache_w_rename(struct cache *c, const char *from, const char *to,
 	w->in_bucket = to_in_bucket; /* an unlink must delete that one */
 	w->base_etag[0] = '\0';
 	insert(wb, w);
+	if (wb->nlostv)
+		lost_version_forget(wb, to);
 	/* A pending DELETE of to stays, shadowed by w, until w's upload
 	 * lands (cache_wb_tomb_shadowed). */
 	w->gen++;
@@ -1986,6 +2010,8 @@ int cache_w_tombstone(struct cache *c, const char *key, bool held)
 
 	pthread_mutex_lock(&wb->lock);
 	cache_wb_tomb_put(wb, key, held);
+	if (wb->nlostv)
+		lost_version_forget(wb, key);
 	pthread_mutex_unlock(&wb->lock);
 	return 0;
 }

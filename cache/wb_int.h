@@ -117,7 +117,8 @@ struct cache_wb {
 		char *key;         /* the bucket's version etag (reads of */
 		char *etag;        /* that one: EIO, cache_w_lost_version) */
 	} *lostv;
-	size_t nlostv;             /* set at open only: read without lock */
+	size_t nlostv;             /* set at open; dropped per key by a write,
+	                           * remove or rename onto it (wb->lock) */
 	char **lost;               /* "what: why" of committed files whose */
 	size_t nlost;              /* bytes were gone at open (flush says so) */
 	uint64_t *lost_row;        /* per lost line: the id of the row kept

@@ -263,15 +263,16 @@ static void try_clean(struct cache_wb *wb, struct cache_wfile *w,
 #undef CLEAN_NOW
 	cache_wb_dirty_path(w->id, path, sizeof(path));
 	charged = w->charged;
-	/* The row says "uploaded" before anything moves: a stop from here
+	/* A deletion of this key dropped since the last synced commit
+	 * must stay dropped before the bucket's copy is the only one: a
+	 * replay would DELETE the new object (68-mount-powerloss).  Then
+	 * the row says "uploaded" before anything moves: a stop from here
 	 * on leaves a row whose file may be gone, and the replay must not
-	 * call that file lost (docs/cache-format.md, "Replay").  A deletion
-	 * of this key dropped since the last synced commit must stay
-	 * dropped before the bucket's copy is the only one: a replay would
-	 * DELETE the new object (68-mount-powerloss).  Either failing (a
-	 * full disk): kept as it is, uploaded again by the next mount. */
-	if (cache_wb_db_mark_uploaded(wb, w->id, etag) ||
-	    (wb->tomb_unsynced && cache_wb_db_sync(wb))) {
+	 * call that file lost (docs/cache-format.md, "Replay").  Nothing
+	 * can fail after the mark.  Either failing (a full disk): kept as
+	 * it is, uploaded again later or by the next mount. */
+	if ((wb->tomb_unsynced && cache_wb_db_sync(wb)) ||
+	    cache_wb_db_mark_uploaded(wb, w->id, etag)) {
 		w->not_before_ms = (int64_t)util_now_ms() + 1000;
 		free(crcs);
 		return;

@@ -828,6 +828,7 @@ void fs_dir_learn(struct fs *fs, struct fs_inode *in)
 	struct obj_meta m;
 	struct obj_error err;
 	obj_status st;
+	bool ok;
 
 	pthread_mutex_lock(&fs->lock);
 	snprintf(key, sizeof(key), "%s", in->key);
@@ -845,11 +846,15 @@ void fs_dir_learn(struct fs *fs, struct fs_inode *in)
 		fs_obj_errno(fs, st, &err);
 		return;
 	}
+	/* Only if nothing newer came meanwhile (a chmod, a rename): the
+	 * index then has that, or another name. */
 	pthread_mutex_lock(&fs->lock);
-	if (!in->has_attr)
+	ok = !in->has_attr && !strcmp(in->key, key);
+	if (ok)
 		fs_attr_apply(fs, in, &a);
 	pthread_mutex_unlock(&fs->lock);
-	cache_attr_set(fs->cfg.cache, key, &a);
+	if (ok)
+		cache_attr_set(fs->cfg.cache, key, &a);
 }
 
 /* Replies with value (or its size when size is 0). */

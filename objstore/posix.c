@@ -1434,8 +1434,13 @@ static bool px_revalidate(struct obj_store *st)
 	if (fd < 0)
 		return true; /* not made again (yet) */
 	pthread_mutex_lock(&p->lock);
-	if (p->nold < PX_OLD_ROOTS) {
-		p->old_roots[p->nold++] = atomic_exchange(&p->rootfd, fd);
+	/* Another request may have moved already. */
+	if (!fstat(p->rootfd, &sb) && !sb.st_nlink) {
+		int old = atomic_exchange(&p->rootfd, fd);
+
+		if (p->nold < PX_OLD_ROOTS)
+			p->old_roots[p->nold++] = old;
+		/* else left open: a request may still use it */
 		if (!p->read_only) {
 			mkdirat(fd, RESERVED, 0700);
 			mkdirat(fd, RESERVED "/tmp", 0700);

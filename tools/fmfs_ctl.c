@@ -129,7 +129,10 @@ static int ctl_path_of(const char *verb, const char *mnt, char *path,
 static bool sock_dead(const char *path)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	/* Non-blocking: a live daemon that is stopped, its backlog full,
+	 * answers EAGAIN, and counts as alive. */
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
+			0);
 	bool dead;
 
 	if (fd < 0)
@@ -152,13 +155,15 @@ void fmfs_ctl_sweep(const char *rundir)
 {
 	enum { MAX = 256 };
 	char (*path)[300] = malloc(MAX * sizeof(*path));
+	ino_t *ino = malloc(MAX * sizeof(*ino));
 	size_t n = 0;
 	struct dirent *de;
 	struct stat st;
-	DIR *d = path ? opendir(rundir) : NULL;
+	DIR *d = path && ino ? opendir(rundir) : NULL;
 
 	if (!d) {
 		free(path);
+		free(ino);
 		return;
 	}
 	while ((de = readdir(d)) && n < MAX) {
@@ -171,17 +176,19 @@ void fmfs_ctl_sweep(const char *rundir)
 			 de->d_name);
 		if (!lstat(path[n], &st) && S_ISSOCK(st.st_mode) &&
 		    st.st_uid == getuid() && sock_dead(path[n]))
-			n++;
+			ino[n++] = st.st_ino;
 	}
 	closedir(d);
 	/* A daemon between its bind and its listen refuses too, for a
 	 * moment: only what still refuses a while later is dead. */
 	if (n)
 		usleep(200 * 1000);
-	for (size_t i = 0; i < n; i++)
-		if (sock_dead(path[i]))
+	for (size_t i = 0; i < n; i++) /* the same file, still refusing */
+		if (!lstat(path[i], &st) && st.st_ino == ino[i] &&
+		    sock_dead(path[i]))
 			unlink(path[i]);
 	free(path);
+	free(ino);
 }
 
 /* Sends one request line; copies the answer to out (or into buf). */

@@ -168,17 +168,18 @@ int tools_getopt(int argc, char **argv, const char *shortopts,
 	for (;;) {
 		int ch = getopt_long(argc, argv, opts, longopts, NULL);
 		char shortopt[3] = { '-', (char)optopt, '\0' };
+		/* the word at fault: a long option as written, else -X */
+		const char *bad = optind > 0 && optind <= argc &&
+				  !strncmp(argv[optind - 1], "--", 2) ?
+				  argv[optind - 1] : optopt && optopt < 256 ?
+				  shortopt : argv[optind - 1];
 
 		switch (ch) {
 		case ':':
-			tools_arg_error(argv[0], "option needs a value:",
-					optopt && optopt < 256 ? shortopt :
-					argv[optind - 1]);
+			tools_arg_error(argv[0], "option needs a value:", bad);
 			return '?';
 		case '?':
-			tools_arg_error(argv[0], "unknown option",
-					optopt && optopt < 256 ? shortopt :
-					argv[optind - 1]);
+			tools_arg_error(argv[0], "unknown option", bad);
 			return '?';
 		case TOOLS_OPT_ENDPOINT: cfg->endpoint = optarg; break;
 		case TOOLS_OPT_REGION: cfg->region = optarg; break;
