@@ -151,11 +151,13 @@ def work(args):
             # then left open for the next steps (a durable point elsewhere
             # in between, often).  A crash anywhere in it must never bring
             # the first file back under k (docs/cache-format.md, "Replay").
-            size = rng.choice(SIZES[:9])
+            flush = rng.random() < 0.5
+            # a large first file when its upload is to race the move (the
+            # move then lands while the PUT is out: its DELETE waits)
+            size = rng.choice(SIZES[:9] if flush else SIZES[9:])
             close(create(k, random.Random(args.seed * 13 + step).randbytes(
                 size)), k)
-            if rng.random() < 0.7:
-                # its upload lands first (else: it may race the move)
+            if flush:  # its upload lands first
                 subprocess.run([FMFS, "flush", "--wait", args.mnt, path(k)],
                                stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, timeout=60)
