@@ -472,7 +472,9 @@ bool cache_w_lost_version(struct cache *c, const char *key,
 	struct cache_wb *wb = c->wb;
 	bool r = false;
 
-	if (!wb)
+	/* At every open of a clean file: no lock while the list is empty
+	 * (it only grows at open, before any thread runs). */
+	if (!wb || !__atomic_load_n(&wb->nlostv, __ATOMIC_RELAXED))
 		return false;
 	pthread_mutex_lock(&wb->lock);
 	for (size_t i = 0; !r && i < wb->nlostv; i++)
