@@ -103,7 +103,7 @@ $(UTIL_OBJS) $(OBJSTORE_OBJS) $(CKPT_OBJS): CFLAGS += -fPIC
 TRAIN_OBJS = train/model.o train/layers.o train/shard.o train/tokenize.o \
 	train/loader.o train/rendezvous.o
 ifeq ($(HAVE_CUDA),1)
-TRAIN_OBJS += train/gpu.o train/gpu_kernels.o
+TRAIN_OBJS += train/gpu.o train/gpu_kernels.o train/gpu_attn.o
 else
 TRAIN_OBJS += train/gpu_none.o
 endif

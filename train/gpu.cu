@@ -54,7 +54,8 @@ struct acts {
 	float *ln1_mean, *ln1_rstd;  /* (L,N) */
 	bf16 *qkv;                   /* (L,N,3C) */
 	bf16 *atty;                  /* (L,N,C) */
-	bf16 *att;                   /* (L,B,NH,T,T) */
+	bf16 *att;                   /* (L,B,NH,T,T), unfused attention */
+	float *att_lse;              /* (L,B,NH,T), fused attention */
 	float *residual2;            /* (L,N,C) */
 	bf16 *ln2;                   /* (L,N,C) */
 	float *ln2_mean, *ln2_rstd;  /* (L,N) */
@@ -101,6 +102,8 @@ struct train_gpu {
 	struct acts a;
 	struct grads g;
 	struct gk_attn_work aw;
+	bool flash;                  /* fused attention (gpu_attn.cu) */
+	float *delta;                /* (B,NH,T) its backward's work */
 	float *work;                 /* gk_partials(N, 4C) */
 	double *norm_work;           /* GK_NORM_BLOCKS */
 	double *norm;                /* 1 */
@@ -113,6 +116,38 @@ struct train_gpu {
 	float loss;
 	uint64_t step;
 };
+
+/* g->flash from the shape and FMTRAIN_ATTENTION (docs/gpu.md "Fused
+ * attention"): fused where gk_flash_supported, unless the variable says
+ * unfused; fused where it cannot run is refused. */
+static int attention_choice(struct train_gpu *g, char *msg, size_t len)
+{
+	const char *e = getenv("FMTRAIN_ATTENTION");
+	bool can = gk_flash_supported(g->C, g->NH);
+
+	if (!e || !*e || !strcmp(e, "auto")) {
+		g->flash = can;
+		return 0;
+	}
+	if (!strcmp(e, "unfused")) {
+		g->flash = false;
+		return 0;
+	}
+	if (strcmp(e, "fused")) {
+		util_msg(msg, len, "FMTRAIN_ATTENTION=%s: use "
+			 "auto, fused or unfused", e);
+		return -EINVAL;
+	}
+	if (!can) {
+		util_msg(msg, len, "FMTRAIN_ATTENTION=fused: the fused "
+			 "attention needs a head size of 64 (channels %d / "
+			 "heads %d is %d); unset it to use the unfused one",
+			 g->C, g->NH, g->NH ? g->C / g->NH : 0);
+		return -EINVAL;
+	}
+	g->flash = true;
+	return 0;
+}
 
 static int cuda_fail(cudaError_t e, const char *what, char *msg, size_t len)
 {
@@ -259,6 +294,7 @@ static void layout(struct train_gpu *g, struct cursor *c)
 {
 	const size_t L = g->L, C = g->C, N = g->N, NC = N * C;
 	const size_t att = (size_t)g->B * g->NH * g->T * g->T;
+	const size_t bnt = (size_t)g->B * g->NH * g->T;
 	struct acts *a = &g->a;
 	struct grads *d = &g->g;
 	struct gk_attn_work *w = &g->aw;
@@ -273,7 +309,10 @@ static void layout(struct train_gpu *g, struct cursor *c)
 	CARVE(c, a->ln1_rstd, L * N);
 	CARVE(c, a->qkv, L * 3 * NC);
 	CARVE(c, a->atty, L * NC);
-	CARVE(c, a->att, L * att);
+	if (g->flash)
+		CARVE(c, a->att_lse, L * bnt);
+	else
+		CARVE(c, a->att, L * att);
 	CARVE(c, a->residual2, L * NC);
 	CARVE(c, a->ln2, L * NC);
 	CARVE(c, a->ln2_mean, L * N);
@@ -296,16 +335,20 @@ static void layout(struct train_gpu *g, struct cursor *c)
 	CARVE(c, d->dln, NC);
 	CARVE(c, d->dqkv, 3 * NC);
 
-	CARVE(c, w->q, NC);
-	CARVE(c, w->k, NC);
-	CARVE(c, w->v, NC);
-	CARVE(c, w->y, NC);
-	CARVE(c, w->dq, NC);
-	CARVE(c, w->dk, NC);
-	CARVE(c, w->dv, NC);
 	CARVE(c, w->dy, NC);
-	CARVE(c, w->scores, att);
-	CARVE(c, w->dscores, att);
+	if (g->flash) {
+		CARVE(c, g->delta, bnt);
+	} else {
+		CARVE(c, w->q, NC);
+		CARVE(c, w->k, NC);
+		CARVE(c, w->v, NC);
+		CARVE(c, w->y, NC);
+		CARVE(c, w->dq, NC);
+		CARVE(c, w->dk, NC);
+		CARVE(c, w->dv, NC);
+		CARVE(c, w->scores, att);
+		CARVE(c, w->dscores, att);
+	}
 
 	CARVE(c, g->work, gk_partials(N, 4 * C));
 	CARVE(c, g->norm_work, GK_NORM_BLOCKS);
@@ -479,6 +522,11 @@ int train_gpu_init(const struct train_config *cfg,
 	g->B = (int)cfg->batch;
 	g->T = (int)cfg->seq_len;
 	g->N = g->B * g->T;
+	rc = attention_choice(g, msg, msg_len);
+	if (rc) {
+		free(g);
+		return rc;
+	}
 	g->rank = dist ? dist->rank : 0;
 	g->world = dist ? dist->world_size : 1;
 	g->device = device;
@@ -593,6 +641,7 @@ int train_gpu_forward(struct train_gpu *g, const int32_t *inputs,
 	const int L = g->L, NH = g->NH, C = g->C, B = g->B, T = g->T;
 	const int N = g->N, V = g->V, Vp = g->Vp;
 	const size_t NC = (size_t)N * C, att = (size_t)B * NH * T * T;
+	const size_t bnt = (size_t)B * NH * T;
 	const float *P = g->state[TRAIN_PARAMS];
 	const bf16 *PB = g->params_bf;
 	struct acts *a = &g->a;
@@ -624,7 +673,8 @@ int train_gpu_forward(struct train_gpu *g, const int32_t *inputs,
 		const float *residual = l ? a->residual3 + (l - 1) * NC
 					  : a->encoded;
 		bf16 *ln1 = a->ln1 + l * NC, *qkv = a->qkv + l * 3 * NC;
-		bf16 *atty = a->atty + l * NC, *attw = a->att + l * att;
+		bf16 *atty = a->atty + l * NC, *attw =
+			g->flash ? NULL : a->att + l * att;
 		bf16 *ln2 = a->ln2 + l * NC, *fch = a->fch + l * 4 * NC;
 		bf16 *fch_gelu = a->fch_gelu + l * 4 * NC;
 		float *residual2 = a->residual2 + l * NC;
@@ -637,8 +687,12 @@ int train_gpu_forward(struct train_gpu *g, const int32_t *inputs,
 				     C, s);
 		gk_matmul_forward(g->blas, qkv, ln1, PT(PB, P_QKV_W, l),
 				  PT(P, P_QKV_B, l), N, C, 3 * C, s);
-		gk_attention_forward(g->blas, atty, attw, qkv, B, T, C, NH,
-				     &g->aw, s);
+		if (g->flash)
+			gk_flash_forward(atty, a->att_lse + l * bnt, qkv, B, T,
+					 C, NH, s);
+		else
+			gk_attention_forward(g->blas, atty, attw, qkv, B, T,
+					     C, NH, &g->aw, s);
 		gk_matmul_forward(g->blas, a->branch, atty,
 				  PT(PB, P_ATTN_PROJ_W, l),
 				  PT(P, P_ATTN_PROJ_B, l), N, C, C, s);
@@ -735,6 +789,7 @@ int train_gpu_backward(struct train_gpu *g, char *msg, size_t msg_len)
 	const int L = g->L, NH = g->NH, C = g->C, B = g->B, T = g->T;
 	const int N = g->N, V = g->V, Vp = g->Vp;
 	const size_t NC = (size_t)N * C, att = (size_t)B * NH * T * T;
+	const size_t bnt = (size_t)B * NH * T;
 	const float *P = g->state[TRAIN_PARAMS];
 	float *G = g->state[TRAIN_GRADS];
 	const bf16 *PB = g->params_bf;
@@ -772,7 +827,8 @@ int train_gpu_backward(struct train_gpu *g, char *msg, size_t msg_len)
 		const float *residual = l ? a->residual3 + (l - 1) * NC
 					  : a->encoded;
 		const bf16 *ln1 = a->ln1 + l * NC, *qkv = a->qkv + l * 3 * NC;
-		const bf16 *atty = a->atty + l * NC, *attw = a->att + l * att;
+		const bf16 *atty = a->atty + l * NC, *attw =
+			g->flash ? NULL : a->att + l * att;
 		const bf16 *ln2 = a->ln2 + l * NC, *fch = a->fch + l * 4 * NC;
 		const bf16 *fch_gelu = a->fch_gelu + l * 4 * NC;
 		const float *residual2 = a->residual2 + l * NC;
@@ -801,8 +857,13 @@ int train_gpu_backward(struct train_gpu *g, char *msg, size_t msg_len)
 				   PT(G, P_ATTN_PROJ_B, l), d->dbranch, atty,
 				   PT(PB, P_ATTN_PROJ_W, l), N, C, C, g->work,
 				   s);
-		gk_attention_backward(g->blas, d->dqkv, d->dln, qkv, attw, B,
-				      T, C, NH, &g->aw, s);
+		if (g->flash)
+			gk_flash_backward(d->dqkv, d->dln, qkv, atty,
+					  a->att_lse + l * bnt, B, T, C, NH,
+					  g->aw.dy, g->delta, s);
+		else
+			gk_attention_backward(g->blas, d->dqkv, d->dln, qkv,
+					      attw, B, T, C, NH, &g->aw, s);
 		gk_matmul_backward(g->blas, d->dln, PT(G, P_QKV_W, l),
 				   PT(G, P_QKV_B, l), d->dqkv, ln1,
 				   PT(PB, P_QKV_W, l), N, C, 3 * C, g->work, s);

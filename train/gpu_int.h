@@ -23,6 +23,7 @@
 #ifndef FMFS_TRAIN_GPU_INT_H
 #define FMFS_TRAIN_GPU_INT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -133,6 +134,24 @@ void gk_attention_backward(cublasHandle_t h, bf16 *dqkv, const float *dout,
 			   const bf16 *qkv, const bf16 *att, int B, int T,
 			   int C, int NH, const struct gk_attn_work *w,
 			   cudaStream_t s);
+
+/* ---- fused causal self-attention (gpu_attn.cu) ----
+ * The same two passes without the (B,NH,T,T) matrices: q, k, v are read
+ * from qkv, tiles of 64 positions stay in shared memory.  Head size 64
+ * only: gk_flash_supported(C, NH) says whether these apply (C / NH == 64,
+ * C a multiple of 8).  gpu.cu uses them where they apply (docs/gpu.md
+ * "Fused attention"). */
+bool gk_flash_supported(int C, int NH);
+/* out (N,C) bf16 from qkv (N,3C) bf16; lse (B,NH,T) fp32, kept for the
+ * backward pass: log2 of each row's softmax denominator, scores taken as
+ * q.k log2(e) / sqrt(hs). */
+void gk_flash_forward(bf16 *out, float *lse, const bf16 *qkv, int B, int T,
+		      int C, int NH, cudaStream_t s);
+/* dqkv (N,3C) bf16 (written) from dout (N,C) fp32, the forward's qkv,
+ * out and lse.  Work: dob (N,C) bf16, delta (B,NH,T) fp32. */
+void gk_flash_backward(bf16 *dqkv, const float *dout, const bf16 *qkv,
+		       const bf16 *out, const float *lse, int B, int T, int C,
+		       int NH, bf16 *dob, float *delta, cudaStream_t s);
 
 /* ---- GELU (tanh approximation) ----
  * out (n) bf16 from inp bf16; dinp (n) bf16 = gelu'(inp) * dout fp32. */

@@ -375,6 +375,72 @@ static void test_attention(cublasHandle_t h, int B, int T, int C, int NH)
 	free(got);
 }
 
+/* The fused attention (gpu_attn.cu) against the CPU, head size 64: T
+ * not a multiple of the 64-position tile, several tiles, and one
+ * position; the backward twice, for the same bits. */
+static void test_flash(int B, int T, int NH)
+{
+	const int C = 64 * NH;
+	const size_t N = (size_t)B * T, NC = N * C;
+	const size_t att_n = (size_t)B * NH * T * T, bnt = (size_t)B * NH * T;
+	float *qkv = bf16v(3 * NC, -2, 2), *dout = randv(NC, -1, 1);
+	float *out = (float *)calloc(NC, 4), *att = (float *)calloc(att_n, 4);
+	float *dqkv = (float *)calloc(3 * NC, 4);
+	float *scratch = (float *)calloc(bnt, 4), *got, *again;
+	bf16 *d_qkv = up_bf(qkv, 3 * NC), *d_out = dev<bf16>(NC);
+	bf16 *d_dqkv = dev<bf16>(3 * NC), *d_dob = dev<bf16>(NC);
+	float *d_dout = up(dout, NC), *d_lse = dev<float>(bnt);
+	float *d_delta = dev<float>(bnt);
+	char what[64];
+
+	CHECK(gk_flash_supported(C, NH), "flash not supported for C %d", C);
+	train_attention_forward(out, att, qkv, B, T, C, NH);
+	gk_flash_forward(d_out, d_lse, d_qkv, B, T, C, NH, 0);
+	CUDA(cudaDeviceSynchronize());
+	CUDA(cudaGetLastError());
+	got = down_bf(d_out, NC);
+	snprintf(what, sizeof(what), "fused attention forward B=%d T=%d", B, T);
+	compare(what, got, out, NC, 2e-2);
+	free(got);
+
+	train_attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
+	gk_flash_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH,
+			  d_dob, d_delta, 0);
+	CUDA(cudaDeviceSynchronize());
+	CUDA(cudaGetLastError());
+	got = down_bf(d_dqkv, 3 * NC);
+	snprintf(what, sizeof(what), "fused attention backward B=%d T=%d", B,
+		 T);
+	compare(what, got, dqkv, 3 * NC, 3e-2);
+	/* q, k and v parts separately, each against its own scale (with one
+	 * position, dq and dk are 0: rounding only) */
+	for (int part = T > 1 ? 0 : 2; part < 3; part++) {
+		float *g1 = (float *)malloc(NC * 4), *w1 = (float *)malloc(NC * 4);
+
+		for (size_t n = 0; n < N; n++)
+			for (int c = 0; c < C; c++) {
+				g1[n * C + c] = got[n * 3 * C + part * C + c];
+				w1[n * C + c] = dqkv[n * 3 * C + part * C + c];
+			}
+		snprintf(what, sizeof(what), "fused attention backward d%c "
+			 "B=%d T=%d", "qkv"[part], B, T);
+		compare(what, g1, w1, NC, 3e-2);
+		free(g1);
+		free(w1);
+	}
+	CUDA(cudaMemset(d_dqkv, 0xff, 3 * NC * sizeof(bf16)));
+	gk_flash_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH,
+			  d_dob, d_delta, 0);
+	again = down_bf(d_dqkv, 3 * NC);
+	CHECK(!memcmp(again, got, 3 * NC * sizeof(float)), "fused attention "
+	      "backward B=%d T=%d: two runs differ", B, T);
+	free(again);
+	free(got);
+	free(qkv); free(dout); free(out); free(att); free(dqkv); free(scratch);
+	cudaFree(d_qkv); cudaFree(d_out); cudaFree(d_dqkv); cudaFree(d_dob);
+	cudaFree(d_dout); cudaFree(d_lse); cudaFree(d_delta);
+}
+
 static void test_gelu_residual(void)
 {
 	const size_t n = 5000;
@@ -554,8 +620,9 @@ static void similar(const char *what, const float *a, const float *b,
 }
 
 /* padded: the padded vocabulary (0: none, 97 rows, whose logits rows the
- * GPU keeps 128 apart: gk_matmul_forward_ld). */
-static void model_vs_cpu(unsigned padded)
+ * GPU keeps 128 apart: gk_matmul_forward_ld); heads: 4 (head size 16, the
+ * unfused attention) or 1 (head size 64, the fused one). */
+static void model_vs_cpu(unsigned padded, unsigned heads)
 {
 	struct train_config cfg;
 	struct train_model *m = NULL;
@@ -568,6 +635,7 @@ static void model_vs_cpu(unsigned padded)
 
 	tiny(&cfg);
 	cfg.padded_vocab_size = padded;
+	cfg.heads = heads;
 	tokens(inp, tgt, 48, 97);
 	CHECK(!train_model_init(&cfg, &m, msg, sizeof(msg)), "cpu: %s", msg);
 	g = gpu_model(&cfg);
@@ -636,8 +704,9 @@ static void model_vs_cpu(unsigned padded)
 
 static void test_model_vs_cpu(void)
 {
-	model_vs_cpu(128);
-	model_vs_cpu(0);
+	model_vs_cpu(128, 4);
+	model_vs_cpu(0, 4);
+	model_vs_cpu(128, 1);
 }
 
 /* Same inputs, same bits; and a model restored from another's state after
@@ -801,6 +870,19 @@ static void test_errors(void)
 	CHECK(rc == -EINVAL, "backward without forward: %d", rc);
 	train_gpu_free(g);
 
+	/* FMTRAIN_ATTENTION: a bad value, and fused where it cannot run */
+	g = NULL;
+	setenv("FMTRAIN_ATTENTION", "flash", 1);
+	rc = train_gpu_init(&cfg, NULL, &g, msg, sizeof(msg));
+	CHECK(rc == -EINVAL && !g && strstr(msg, "FMTRAIN_ATTENTION=flash") &&
+	      strstr(msg, "unfused"), "FMTRAIN_ATTENTION=flash: %d %s", rc,
+	      msg);
+	setenv("FMTRAIN_ATTENTION", "fused", 1);
+	rc = train_gpu_init(&cfg, NULL, &g, msg, sizeof(msg));
+	CHECK(rc == -EINVAL && !g && strstr(msg, "head size of 64"),
+	      "FMTRAIN_ATTENTION=fused, head size 16: %d %s", rc, msg);
+	unsetenv("FMTRAIN_ATTENTION");
+
 	/* far more memory than any GPU has */
 	cfg.layers = 12;
 	cfg.channels = 768;
@@ -844,6 +926,10 @@ int main(void)
 	test_matmul(h);
 	test_attention(h, 2, 9, 32, 4);
 	test_attention(h, 1, 70, 64, 2);   /* rows longer than a warp */
+	test_flash(2, 100, 2);             /* a ragged second tile */
+	test_flash(1, 1, 1);
+	test_flash(1, 256, 3);
+	test_flash(1, 1024, 1);            /* GPT-2's T: 16 tiles */
 	test_gelu_residual();
 	test_crossentropy();
 	test_sums_adamw();
