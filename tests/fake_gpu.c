@@ -299,6 +299,14 @@ int train_gpu_set_learning_rate(struct train_gpu *g, float lr)
 	return train_set_learning_rate(g->m, lr);
 }
 
+const char *train_gpu_kernels(const struct train_gpu *g, char *buf,
+			      size_t len)
+{
+	if (len)
+		snprintf(buf, len, "fake (no kernels)");
+	return buf;
+}
+
 uint64_t train_gpu_step_count(const struct train_gpu *g)
 {
 	return train_model_step(g->m);

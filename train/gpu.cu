@@ -2,7 +2,8 @@
 /*
  * gpu.cu - the CUDA back end of gpu.h: the GPT-2 model of model.c on one
  * GPU, its buffers, the forward and backward passes over the layers of
- * gpu_kernels.cu, AdamW, and data parallel over ranks with NCCL.
+ * gpu_kernels.cu and gpu_attn.cu, AdamW, and data parallel over ranks
+ * with NCCL.
  *
  * Memory.  One cudaMalloc holds everything, carved in a fixed order
  * (sizing and carving are the same code, as in model.c): the four fp32
@@ -103,6 +104,7 @@ struct train_gpu {
 	struct grads g;
 	struct gk_attn_work aw;
 	bool flash;                  /* fused attention (gpu_attn.cu) */
+	bool bias_epilogue;          /* bias in the GEMMs' epilogues */
 	float *delta;                /* (B,NH,T) its backward's work */
 	float *work;                 /* gk_partials(N, 4C) */
 	double *norm_work;           /* GK_NORM_BLOCKS */
@@ -119,12 +121,23 @@ struct train_gpu {
 
 /* g->flash from the shape and FMTRAIN_ATTENTION (docs/gpu.md "Fused
  * attention"): fused where gk_flash_supported, unless the variable says
- * unfused; fused where it cannot run is refused. */
+ * unfused; fused where it cannot run is refused.  And FMTRAIN_BIAS: the
+ * bias in the GEMMs' epilogues (the default) or in our kernels. */
 static int attention_choice(struct train_gpu *g, char *msg, size_t len)
 {
 	const char *e = getenv("FMTRAIN_ATTENTION");
 	bool can = gk_flash_supported(g->C, g->NH);
 
+	const char *bias = getenv("FMTRAIN_BIAS");
+
+	if (bias && *bias && strcmp(bias, "epilogue") &&
+	    strcmp(bias, "kernels")) {
+		util_msg(msg, len, "FMTRAIN_BIAS=%s: use epilogue or kernels",
+			 bias);
+		return -EINVAL;
+	}
+	g->bias_epilogue = !bias || !*bias || strcmp(bias, "kernels");
+	gk_bias_epilogues(g->bias_epilogue);
 	if (!e || !*e || !strcmp(e, "auto")) {
 		g->flash = can;
 		return 0;
@@ -139,10 +152,10 @@ static int attention_choice(struct train_gpu *g, char *msg, size_t len)
 		return -EINVAL;
 	}
 	if (!can) {
-		util_msg(msg, len, "FMTRAIN_ATTENTION=fused: the fused "
+		util_msg(msg, len, "FMTRAIN_ATTENTION=%s: the fused "
 			 "attention needs a head size of 64 (channels %d / "
 			 "heads %d is %d); unset it to use the unfused one",
-			 g->C, g->NH, g->NH ? g->C / g->NH : 0);
+			 e, g->C, g->NH, g->NH ? g->C / g->NH : 0);
 		return -EINVAL;
 	}
 	g->flash = true;
@@ -686,7 +699,8 @@ int train_gpu_forward(struct train_gpu *g, const int32_t *inputs,
 				     PT(P, P_LN1_W, l), PT(P, P_LN1_B, l), N,
 				     C, s);
 		gk_matmul_forward(g->blas, qkv, ln1, PT(PB, P_QKV_W, l),
-				  PT(P, P_QKV_B, l), N, C, 3 * C, s);
+				  PT(P, P_QKV_B, l),
+				  PT(PB, P_QKV_B, l), N, C, 3 * C, s);
 		if (g->flash)
 			gk_flash_forward(atty, a->att_lse + l * bnt, qkv, B, T,
 					 C, NH, s);
@@ -695,7 +709,8 @@ int train_gpu_forward(struct train_gpu *g, const int32_t *inputs,
 					     C, NH, &g->aw, s);
 		gk_matmul_forward(g->blas, a->branch, atty,
 				  PT(PB, P_ATTN_PROJ_W, l),
-				  PT(P, P_ATTN_PROJ_B, l), N, C, C, s);
+				  PT(P, P_ATTN_PROJ_B, l),
+				  PT(PB, P_ATTN_PROJ_B, l), N, C, C, s);
 		gk_residual_forward(residual2, residual, a->branch, NC, s);
 		/* x + mlp(layernorm(x)) */
 		gk_layernorm_forward(ln2, a->ln2_mean + (size_t)l * N,
@@ -703,11 +718,13 @@ int train_gpu_forward(struct train_gpu *g, const int32_t *inputs,
 				     PT(P, P_LN2_W, l), PT(P, P_LN2_B, l), N,
 				     C, s);
 		gk_matmul_forward(g->blas, fch, ln2, PT(PB, P_FC_W, l),
-				  PT(P, P_FC_B, l), N, C, 4 * C, s);
+				  PT(P, P_FC_B, l),
+				  PT(PB, P_FC_B, l), N, C, 4 * C, s);
 		gk_gelu_forward(fch_gelu, fch, 4 * NC, s);
 		gk_matmul_forward(g->blas, a->branch, fch_gelu,
 				  PT(PB, P_FC_PROJ_W, l),
-				  PT(P, P_FC_PROJ_B, l), N, 4 * C, C, s);
+				  PT(P, P_FC_PROJ_B, l),
+				  PT(PB, P_FC_PROJ_B, l), N, 4 * C, C, s);
 		gk_residual_forward(residual3, residual2, a->branch, NC, s);
 	}
 	/* final layernorm, tied head, and the loss */
@@ -1010,6 +1027,18 @@ int train_gpu_set_learning_rate(struct train_gpu *g, float lr)
 		return -EINVAL;
 	g->cfg.learning_rate = lr;
 	return 0;
+}
+
+const char *train_gpu_kernels(const struct train_gpu *g, char *buf,
+			      size_t len)
+{
+	unsigned long fb = gk_lt_fallbacks();
+
+	if (len)
+		snprintf(buf, len, "attention %s, bias %s, %lu fallback(s)",
+			 g->flash ? "fused" : "unfused",
+			 g->bias_epilogue ? "epilogue" : "kernels", fb);
+	return buf;
 }
 
 uint64_t train_gpu_step_count(const struct train_gpu *g)

@@ -3,9 +3,9 @@
  * gpu.h - fmtrain's CUDA back end: the model of model.h on one GPU, in
  * bf16 with fp32 master weights, and data parallel over several GPUs
  * (one process each) with NCCL.  Built when configure finds CUDA
- * (gpu.cu, gpu_kernels.cu); otherwise gpu_none.c provides the same
- * functions, and they fail with -ENOTSUP and a message saying how to get
- * a CUDA build.
+ * (gpu.cu, gpu_kernels.cu, gpu_attn.cu); otherwise gpu_none.c provides
+ * the same functions, and they fail with -ENOTSUP and a message saying
+ * how to get a CUDA build.
  *
  * The network, its initialisation (from cfg.seed, bit for bit the CPU
  * reference's: the parameters are drawn on the host and uploaded) and
@@ -15,8 +15,10 @@
  *     a bf16 copy of the parameters, which the matmuls read.  Activations
  *     are bf16 except the residual stream, layernorm statistics, the
  *     attention scores before the softmax and the losses (fp32).  Matrix
- *     products go to cuBLAS with bf16 inputs and fp32 accumulation;
- *     every other layer is a kernel of gpu_kernels.cu.  Results follow
+ *     products go to cuBLAS with bf16 inputs and fp32 accumulation (the
+ *     bias added in the GEMM's epilogue); attention is fused
+ *     (gpu_attn.cu) where the head size is 64; every other layer is a
+ *     kernel of gpu_kernels.cu.  Results follow
  *     the CPU reference to bf16 precision (tests/unit/test_train_gpu
  *     checks every kernel against layers.c, and a whole step against
  *     model.c).
@@ -133,6 +135,12 @@ int train_gpu_step(struct train_gpu *g, const int32_t *inputs,
 int train_gpu_set_learning_rate(struct train_gpu *g, float lr);
 
 uint64_t train_gpu_step_count(const struct train_gpu *g);
+/* Which kernels the model runs, for logs and benchmarks (docs/gpu.md):
+ * "attention fused|unfused, bias epilogue|kernels, N
+ * fallback(s)" (products cuBLASLt could not do, so far, process-wide).
+ * Written into buf (len bytes); returns buf. */
+const char *train_gpu_kernels(const struct train_gpu *g, char *buf,
+			      size_t len);
 void train_gpu_set_step(struct train_gpu *g, uint64_t step);
 
 #define TRAIN_GPU_AGREE_MAX 16

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * gpu_int.h - what the CUDA files of the train module share (gpu.cu,
- * gpu_kernels.cu) and what tests/unit/test_train_gpu.cu reaches in to
+ * gpu_kernels.cu, gpu_attn.cu) and what tests/unit/test_train_gpu.cu reaches in to
  * test: the layers of the GPU path, each a host function that queues its
  * kernels (and cuBLAS calls) on a stream.  CUDA C++ only.
  *
@@ -42,6 +42,44 @@ static inline size_t gk_partials(size_t N, size_t cols)
 {
 	return (N + GK_ROW_CHUNK - 1) / GK_ROW_CHUNK * cols * 2;
 }
+
+/* ---- what the CUDA files share ----
+ * Elementwise kernels use grid-stride loops of GK_THREADS-thread blocks;
+ * row reductions use one warp per row with a fixed butterfly of shuffles
+ * (gk_warp_sum, gk_warp_max), so sums come out the same every run. */
+#define GK_THREADS 256
+#define GK_WARP 32
+#define GK_GRID_MAX 65535u
+
+/* Blocks for a grid-stride loop over n elements. */
+static inline unsigned gk_grid_for(size_t n)
+{
+	size_t b = (n + GK_THREADS - 1) / GK_THREADS;
+
+	return b > GK_GRID_MAX ? GK_GRID_MAX : (b ? (unsigned)b : 1u);
+}
+
+#define GK_FOR_EACH(i, n)                                                 \
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;    \
+	     i < (n); i += (size_t)gridDim.x * blockDim.x)
+
+__device__ static inline float gk_warp_sum(float v)
+{
+	for (int o = GK_WARP / 2; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+
+__device__ static inline float gk_warp_max(float v)
+{
+	for (int o = GK_WARP / 2; o > 0; o >>= 1)
+		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+	return v;
+}
+
+/* Keeps the first failed cuBLAS status (what: the call, named) for
+ * gk_take_error. */
+void gk_blas_check(cublasStatus_t st, const char *what);
 
 /* cuBLAS calls return a status, not a sticky error as kernels do: the
  * first failure since the last gk_take_error is kept (process-wide) and
@@ -88,16 +126,25 @@ void gk_layernorm_backward(float *dinp, float *dweight, float *dbias,
 			   const float *rstd, int N, int C, float *work,
 			   cudaStream_t s);
 
-/* ---- matmul (cuBLAS) ----
+/* ---- matmul (cuBLAS, cuBLASLt for the bias epilogues) ----
  * out (N,OC) bf16 = inp (N,C) bf16 . weight (OC,C)^T bf16 + bias (OC)
- * fp32 (bias may be NULL). */
+ * (bias may be NULL).  With bias_bf, its bf16 copy, the GEMM adds it in
+ * its epilogue (cuBLASLt); else, or where cuBLASLt cannot, a kernel adds
+ * the fp32 bias after the GEMM. */
 void gk_matmul_forward(cublasHandle_t h, bf16 *out, const bf16 *inp,
-		       const bf16 *weight, const float *bias, int N, int C,
-		       int OC, cudaStream_t s);
+		       const bf16 *weight, const float *bias,
+		       const bf16 *bias_bf, int N, int C, int OC,
+		       cudaStream_t s);
+/* Whether the bias epilogues are used (default on; off:
+ * FMTRAIN_BIAS=kernels), and how many products fell back to cuBLAS and
+ * our kernels because cuBLASLt could not do them. */
+void gk_bias_epilogues(bool on);
+unsigned long gk_lt_fallbacks(void);
 /* dinp (N,C) fp32 = dout (N,OC) bf16 . weight (OC,C) bf16  (written)
  * dweight (OC,C) fp32 += dout^T . inp (N,C) bf16
  * dbias (OC) fp32 += column sums of dout (may be NULL; work is then
- * gk_partials(N, OC) floats) */
+ * gk_partials(N, OC) floats): by the dweight GEMM's epilogue (cuBLASLt
+ * BGRADB) where it can, else by our column-sum kernels */
 void gk_matmul_backward(cublasHandle_t h, float *dinp, float *dweight,
 			float *dbias, const bf16 *dout, const bf16 *inp,
 			const bf16 *weight, int N, int C, int OC, float *work,

@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * gpu_kernels.cu - the layers of the GPU path (gpu_int.h): our kernels
- * for everything but the matrix products, which go to cuBLAS.  gpu.cu
- * strings them into a forward and a backward pass as model.c does with
- * layers.c; tests/unit/test_train_gpu.cu checks each one against its CPU
- * twin.
+ * gpu_kernels.cu - the layers of the GPU path (gpu_int.h) but attention
+ * (gpu_attn.cu): our kernels for everything but the matrix products,
+ * which go to cuBLAS (and cuBLASLt where the bias rides in the GEMM's
+ * epilogue).  gpu.cu strings them into a forward and a backward pass as
+ * model.c does with layers.c; tests/unit/test_train_gpu.cu checks each
+ * one against its CPU twin.
  *
  * Conventions.  Elementwise kernels use grid-stride loops of 256-thread
- * blocks.  A row reduction (layernorm, softmax) is one warp per row, with
+ * blocks.  A row reduction (layernorm) is one warp per row, with
  * the warp's partial sums combined by a fixed butterfly of shuffles; a
  * long row (the vocabulary) is one block per row with a fixed tree in
  * shared memory.  Sums over rows (parameter gradients) are column sums in
@@ -20,14 +21,13 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <cublasLt.h>
+
 #include "gpu_int.h"
 
-#define THREADS 256
-#define WARP 32
 #define LN_EPS 1e-5f
 #define GELU_S 0.7978845608028654f   /* sqrt(2 / pi) */
 #define GELU_A 0.044715f
-#define GRID_MAX 65535u
 
 static char blas_error[256];
 
@@ -42,7 +42,7 @@ const char *gk_take_error(void)
 	return taken;
 }
 
-static void blas_check(cublasStatus_t st, const char *what)
+void gk_blas_check(cublasStatus_t st, const char *what)
 {
 	if (st == CUBLAS_STATUS_SUCCESS || blas_error[0])
 		return;
@@ -50,47 +50,21 @@ static void blas_check(cublasStatus_t st, const char *what)
 		 what, cublasGetStatusString(st), (int)st);
 }
 
-/* Blocks for a grid-stride loop over n elements. */
-static unsigned grid_for(size_t n)
-{
-	size_t b = (n + THREADS - 1) / THREADS;
-
-	return b > GRID_MAX ? GRID_MAX : (b ? (unsigned)b : 1u);
-}
-
-#define FOR_EACH(i, n)                                                    \
-	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;    \
-	     i < (n); i += (size_t)gridDim.x * blockDim.x)
-
-__device__ static float warp_sum(float v)
-{
-	for (int o = WARP / 2; o > 0; o >>= 1)
-		v += __shfl_xor_sync(0xffffffffu, v, o);
-	return v;
-}
-
-__device__ static float warp_max(float v)
-{
-	for (int o = WARP / 2; o > 0; o >>= 1)
-		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-	return v;
-}
-
-/* The sum (or max) of v over a block of THREADS threads, returned to all
- * of them.  sh is THREADS / WARP floats of shared memory; the call begins
+/* The sum (or max) of v over a block of GK_THREADS threads, returned to all
+ * of them.  sh is GK_THREADS / GK_WARP floats of shared memory; the call begins
  * and ends with a barrier, so sh can be used for the next call. */
 __device__ static float block_reduce(float v, float *sh, bool is_max)
 {
-	int lane = threadIdx.x % WARP, wid = threadIdx.x / WARP;
+	int lane = threadIdx.x % GK_WARP, wid = threadIdx.x / GK_WARP;
 	float r;
 
 	__syncthreads();
-	v = is_max ? warp_max(v) : warp_sum(v);
+	v = is_max ? gk_warp_max(v) : gk_warp_sum(v);
 	if (lane == 0)
 		sh[wid] = v;
 	__syncthreads();
 	r = sh[0];
-	for (int i = 1; i < THREADS / WARP; i++)
+	for (int i = 1; i < GK_THREADS / GK_WARP; i++)
 		r = is_max ? fmaxf(r, sh[i]) : r + sh[i];
 	__syncthreads();
 	return r;
@@ -100,24 +74,24 @@ __device__ static float block_reduce(float v, float *sh, bool is_max)
 
 __global__ static void f32_to_bf16_k(bf16 *out, const float *in, size_t n)
 {
-	FOR_EACH(i, n)
+	GK_FOR_EACH(i, n)
 		out[i] = __float2bfloat16(in[i]);
 }
 
 __global__ static void bf16_to_f32_k(float *out, const bf16 *in, size_t n)
 {
-	FOR_EACH(i, n)
+	GK_FOR_EACH(i, n)
 		out[i] = __bfloat162float(in[i]);
 }
 
 void gk_f32_to_bf16(bf16 *out, const float *in, size_t n, cudaStream_t s)
 {
-	f32_to_bf16_k<<<grid_for(n), THREADS, 0, s>>>(out, in, n);
+	f32_to_bf16_k<<<gk_grid_for(n), GK_THREADS, 0, s>>>(out, in, n);
 }
 
 void gk_bf16_to_f32(float *out, const bf16 *in, size_t n, cudaStream_t s)
 {
-	bf16_to_f32_k<<<grid_for(n), THREADS, 0, s>>>(out, in, n);
+	bf16_to_f32_k<<<gk_grid_for(n), GK_THREADS, 0, s>>>(out, in, n);
 }
 
 /* ---- column sums: partials of GK_ROW_CHUNK rows, then in order ---- */
@@ -152,7 +126,7 @@ __global__ static void encoder_forward_k(float *out, const int32_t *inp,
 					 const float *wte, const float *wpe,
 					 int T, int C, size_t total)
 {
-	FOR_EACH(i, total) {
+	GK_FOR_EACH(i, total) {
 		size_t n = i / C;
 		int c = (int)(i % C), t = (int)(n % T);
 
@@ -165,15 +139,15 @@ void gk_encoder_forward(float *out, const int32_t *inp, const float *wte,
 {
 	size_t total = (size_t)B * T * C;
 
-	encoder_forward_k<<<grid_for(total), THREADS, 0, s>>>(out, inp, wte,
-							      wpe, T, C, total);
+	encoder_forward_k<<<gk_grid_for(total), GK_THREADS, 0, s>>>(out, inp,
+		wte, wpe, T, C, total);
 }
 
 /* dwpe[t, c] += sum over b, in order. */
 __global__ static void encoder_dwpe_k(float *dwpe, const float *dout, int B,
 				      int T, int C)
 {
-	FOR_EACH(i, (size_t)T * C) {
+	GK_FOR_EACH(i, (size_t)T * C) {
 		float s = 0.0f;
 
 		for (int b = 0; b < B; b++)
@@ -193,9 +167,10 @@ __global__ static void encoder_dwte_k(float *dwte, const float *dout,
 				      const int32_t *tok, const int32_t *start,
 				      const int32_t *pos, int C)
 {
-	__shared__ float part[DWTE_WARPS][WARP];
-	int i = blockIdx.x, w = threadIdx.x / WARP, lane = threadIdx.x % WARP;
-	int c = blockIdx.y * WARP + lane;
+	__shared__ float part[DWTE_WARPS][GK_WARP];
+	int i = blockIdx.x, w = threadIdx.x / GK_WARP;
+	int lane = threadIdx.x % GK_WARP;
+	int c = blockIdx.y * GK_WARP + lane;
 	float s = 0.0f;
 
 	if (c < C)
@@ -215,12 +190,12 @@ void gk_encoder_backward(float *dwte, float *dwpe, const float *dout,
 			 const int32_t *pos, int ntok, int B, int T, int C,
 			 cudaStream_t s)
 {
-	dim3 grid((unsigned)ntok, (unsigned)((C + WARP - 1) / WARP));
+	dim3 grid((unsigned)ntok, (unsigned)((C + GK_WARP - 1) / GK_WARP));
 
-	encoder_dwpe_k<<<grid_for((size_t)T * C), THREADS, 0, s>>>(dwpe, dout,
-								    B, T, C);
+	encoder_dwpe_k<<<gk_grid_for((size_t)T * C), GK_THREADS, 0, s>>>(dwpe,
+		dout, B, T, C);
 	if (ntok > 0)
-		encoder_dwte_k<<<grid, DWTE_WARPS * WARP, 0, s>>>(dwte, dout,
+		encoder_dwte_k<<<grid, DWTE_WARPS * GK_WARP, 0, s>>>(dwte, dout,
 								  tok, start,
 								  pos, C);
 }
@@ -257,22 +232,22 @@ __global__ static void layernorm_forward_k(bf16 *out, float *mean,
 					   const float *w, const float *b,
 					   int N, int C)
 {
-	int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
-	int lane = threadIdx.x % WARP;
+	int row = blockIdx.x * (blockDim.x / GK_WARP) + threadIdx.x / GK_WARP;
+	int lane = threadIdx.x % GK_WARP;
 	const float *x;
 	float m = 0.0f, v = 0.0f, r;
 
 	if (row >= N)
 		return;
 	x = inp + (size_t)row * C;
-	for (int c = lane; c < C; c += WARP)
+	for (int c = lane; c < C; c += GK_WARP)
 		m += x[c];
-	m = warp_sum(m) / (float)C;
-	for (int c = lane; c < C; c += WARP)
+	m = gk_warp_sum(m) / (float)C;
+	for (int c = lane; c < C; c += GK_WARP)
 		v += (x[c] - m) * (x[c] - m);
-	v = warp_sum(v) / (float)C;
+	v = gk_warp_sum(v) / (float)C;
 	r = 1.0f / sqrtf(v + LN_EPS);
-	for (int c = lane; c < C; c += WARP)
+	for (int c = lane; c < C; c += GK_WARP)
 		out[(size_t)row * C + c] =
 			__float2bfloat16((x[c] - m) * r * w[c] + b[c]);
 	if (lane == 0) {
@@ -285,9 +260,9 @@ void gk_layernorm_forward(bf16 *out, float *mean, float *rstd,
 			  const float *inp, const float *weight,
 			  const float *bias, int N, int C, cudaStream_t s)
 {
-	int rows = THREADS / WARP;
+	int rows = GK_THREADS / GK_WARP;
 
-	layernorm_forward_k<<<(N + rows - 1) / rows, THREADS, 0, s>>>(
+	layernorm_forward_k<<<(N + rows - 1) / rows, GK_THREADS, 0, s>>>(
 		out, mean, rstd, inp, weight, bias, N, C);
 }
 
@@ -298,8 +273,8 @@ __global__ static void layernorm_dinp_k(float *dinp, const float *dout,
 					const float *mean, const float *rstd,
 					int N, int C)
 {
-	int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
-	int lane = threadIdx.x % WARP;
+	int row = blockIdx.x * (blockDim.x / GK_WARP) + threadIdx.x / GK_WARP;
+	int lane = threadIdx.x % GK_WARP;
 	const float *x, *d;
 	float m, r, g_mean = 0.0f, gx_mean = 0.0f;
 
@@ -309,22 +284,22 @@ __global__ static void layernorm_dinp_k(float *dinp, const float *dout,
 	d = dout + (size_t)row * C;
 	m = mean[row];
 	r = rstd[row];
-	for (int c = lane; c < C; c += WARP) {
+	for (int c = lane; c < C; c += GK_WARP) {
 		float g = d[c] * w[c];
 
 		g_mean += g;
 		gx_mean += g * (x[c] - m) * r;
 	}
-	g_mean = warp_sum(g_mean) / (float)C;
-	gx_mean = warp_sum(gx_mean) / (float)C;
-	for (int c = lane; c < C; c += WARP) {
+	g_mean = gk_warp_sum(g_mean) / (float)C;
+	gx_mean = gk_warp_sum(gx_mean) / (float)C;
+	for (int c = lane; c < C; c += GK_WARP) {
 		float xhat = (x[c] - m) * r, g = d[c] * w[c];
 
 		dinp[(size_t)row * C + c] += r * (g - g_mean - xhat * gx_mean);
 	}
 }
 
-/* Block (x, chunk): columns x*THREADS.. of rows chunk*GK_ROW_CHUNK..;
+/* Block (x, chunk): columns x*GK_THREADS.. of rows chunk*GK_ROW_CHUNK..;
  * work row `chunk` is [dweight partials (C) | dbias partials (C)]. */
 __global__ static void layernorm_partials_k(float *work, const float *dout,
 					    const float *inp,
@@ -355,23 +330,149 @@ void gk_layernorm_backward(float *dinp, float *dweight, float *dbias,
 			   const float *rstd, int N, int C, float *work,
 			   cudaStream_t s)
 {
-	int rows = THREADS / WARP, nk = nchunks_of(N);
-	dim3 grid((unsigned)((C + THREADS - 1) / THREADS), (unsigned)nk);
+	int rows = GK_THREADS / GK_WARP, nk = nchunks_of(N);
+	dim3 grid((unsigned)((C + GK_THREADS - 1) / GK_THREADS), (unsigned)nk);
 
-	layernorm_dinp_k<<<(N + rows - 1) / rows, THREADS, 0, s>>>(
+	layernorm_dinp_k<<<(N + rows - 1) / rows, GK_THREADS, 0, s>>>(
 		dinp, dout, inp, weight, mean, rstd, N, C);
-	layernorm_partials_k<<<grid, THREADS, 0, s>>>(work, dout, inp, mean,
+	layernorm_partials_k<<<grid, GK_THREADS, 0, s>>>(work, dout, inp, mean,
 						      rstd, N, C);
-	colsum_reduce_k<<<(2 * C + THREADS - 1) / THREADS, THREADS, 0, s>>>(
+	colsum_reduce_k<<<(2 * C + GK_THREADS - 1) / GK_THREADS, GK_THREADS, 0,
+			  s>>>(
 		dweight, dbias, C, work, nk, 2 * C);
 }
 
 /* ---- matmul ---- */
 
+/* cuBLASLt, for the bias epilogues (docs/gpu.md "Bias in the GEMM"): one
+ * handle and one work space per process, made on first use on the
+ * device current then; a call on another device, or a product the
+ * library has no kernel for (its heuristic finds none), takes the path of
+ * cuBLAS plus our kernels instead, and counts in gk_lt_fallbacks. */
+#define LT_WS (32u << 20)
+
+static struct {
+	cublasLtHandle_t h;
+	void *ws;
+	int device;
+	bool off;                    /* gk_bias_epilogues(false) */
+	unsigned long fallbacks;
+} lt = { NULL, NULL, -1, false, 0 };
+
+void gk_bias_epilogues(bool on)
+{
+	lt.off = !on;
+}
+
+unsigned long gk_lt_fallbacks(void)
+{
+	return lt.fallbacks;
+}
+
+static bool lt_ready(void)
+{
+	int dev = -1;
+
+	if (lt.off || cudaGetDevice(&dev) != cudaSuccess)
+		return false;
+	if (lt.h)
+		return lt.device == dev;
+	if (cublasLtCreate(&lt.h) != CUBLAS_STATUS_SUCCESS) {
+		lt.h = NULL;
+		return false;
+	}
+	if (cudaMalloc(&lt.ws, LT_WS) != cudaSuccess) {
+		cudaGetLastError();   /* not sticky: clear it */
+		cublasLtDestroy(lt.h);
+		lt.h = NULL;
+		return false;
+	}
+	lt.device = dev;
+	return true;
+}
+
+/* D (m,n, column-major, ldd apart, type dt) = op(A) op(B) + beta D, A and
+ * B bf16, with the epilogue epi and its vector vec (bias in, or bias
+ * gradient out; type vt).  0, or -1 when cuBLASLt cannot (nothing was
+ * queued; the caller does it another way). */
+static int lt_matmul(cublasLtEpilogue_t epi, cublasOperation_t ta,
+		     cublasOperation_t tb, int m, int n, int k, const bf16 *A,
+		     int lda, const bf16 *B, int ldb, void *D,
+		     cudaDataType dt, int ldd, float beta, const void *vec,
+		     cudaDataType vt, cudaStream_t s)
+{
+	cublasLtMatmulDesc_t op = NULL;
+	cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
+	cublasLtMatmulPreference_t pref = NULL;
+	cublasLtMatmulHeuristicResult_t res;
+	size_t ws = LT_WS;
+	int32_t vtype = (int32_t)vt;
+	const float one = 1.0f;
+	int found = 0, rc = -1;
+
+	if (!lt_ready() || (uintptr_t)vec % 16)
+		goto out;
+	if (cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) ||
+	    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
+					   sizeof(ta)) ||
+	    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
+					   sizeof(tb)) ||
+	    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE,
+					   &epi, sizeof(epi)) ||
+	    cublasLtMatmulDescSetAttribute(op,
+					   CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+					   &vec, sizeof(vec)) ||
+	    cublasLtMatmulDescSetAttribute(op,
+					   CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+					   &vtype, sizeof(vtype)))
+		goto out;
+	if (cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF,
+				       ta == CUBLAS_OP_N ? m : k,
+				       ta == CUBLAS_OP_N ? k : m, lda) ||
+	    cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF,
+				       tb == CUBLAS_OP_N ? k : n,
+				       tb == CUBLAS_OP_N ? n : k, ldb) ||
+	    cublasLtMatrixLayoutCreate(&ld, dt, m, n, ldd))
+		goto out;
+	if (cublasLtMatmulPreferenceCreate(&pref) ||
+	    cublasLtMatmulPreferenceSetAttribute(
+		    pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+		    sizeof(ws)))
+		goto out;
+	if (cublasLtMatmulAlgoGetHeuristic(lt.h, op, la, lb, ld, ld, pref, 1,
+					   &res, &found) ||
+	    found < 1)
+		goto out;
+	if (cublasLtMatmul(lt.h, op, &one, A, la, B, lb, &beta, D, ld, D, ld,
+			   &res.algo, lt.ws, LT_WS, s))
+		goto out;
+	rc = 0;
+out:
+	if (pref)
+		cublasLtMatmulPreferenceDestroy(pref);
+	if (ld)
+		cublasLtMatrixLayoutDestroy(ld);
+	if (lb)
+		cublasLtMatrixLayoutDestroy(lb);
+	if (la)
+		cublasLtMatrixLayoutDestroy(la);
+	if (op)
+		cublasLtMatmulDescDestroy(op);
+	if (rc && !lt.off)
+		lt.fallbacks++;
+	return rc;
+}
+
+__global__ static void add_k(float *dst, const float *src, int n)
+{
+	GK_FOR_EACH(i, (size_t)n)
+		dst[i] += src[i];
+}
+
 __global__ static void add_bias_k(bf16 *out, const float *bias, int OC,
 				  size_t total)
 {
-	FOR_EACH(i, total)
+	GK_FOR_EACH(i, total)
 		out[i] = __float2bfloat16(__bfloat162float(out[i]) +
 					  bias[i % OC]);
 }
@@ -384,8 +485,8 @@ void gk_matmul_forward_ld(cublasHandle_t h, bf16 *out, const bf16 *inp,
 {
 	const float one = 1.0f, zero = 0.0f;
 
-	blas_check(cublasSetStream(h, s), "cublasSetStream");
-	blas_check(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one,
+	gk_blas_check(cublasSetStream(h, s), "cublasSetStream");
+	gk_blas_check(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one,
 				weight, CUDA_R_16BF, C, inp, CUDA_R_16BF, C,
 				&zero, out, CUDA_R_16BF, ld,
 				CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
@@ -393,18 +494,25 @@ void gk_matmul_forward_ld(cublasHandle_t h, bf16 *out, const bf16 *inp,
 }
 
 void gk_matmul_forward(cublasHandle_t h, bf16 *out, const bf16 *inp,
-		       const bf16 *weight, const float *bias, int N, int C,
-		       int OC, cudaStream_t s)
+		       const bf16 *weight, const float *bias,
+		       const bf16 *bias_bf, int N, int C, int OC,
+		       cudaStream_t s)
 {
 	size_t total = (size_t)N * OC;
 
+	/* the bias added by the GEMM's epilogue (bf16, as the output) */
+	if (bias_bf &&
+	    !lt_matmul(CUBLASLT_EPILOGUE_BIAS, CUBLAS_OP_T, CUBLAS_OP_N, OC, N,
+		       C, weight, C, inp, C, out, CUDA_R_16BF, OC, 0.0f,
+		       bias_bf, CUDA_R_16BF, s))
+		return;
 	gk_matmul_forward_ld(h, out, inp, weight, N, C, OC, OC, s);
 	if (bias)
-		add_bias_k<<<grid_for(total), THREADS, 0, s>>>(out, bias, OC,
-							       total);
+		add_bias_k<<<gk_grid_for(total), GK_THREADS, 0, s>>>(out, bias,
+			OC, total);
 }
 
-/* Block (x, chunk): columns x*THREADS.. of dout, rows of the chunk. */
+/* Block (x, chunk): columns x*GK_THREADS.. of dout, rows of the chunk. */
 __global__ static void bias_partials_k(float *work, const bf16 *dout, int N,
 				       int OC)
 {
@@ -430,13 +538,13 @@ void gk_matmul_backward_ld(cublasHandle_t h, float *dinp, float *dweight,
 {
 	const float one = 1.0f, zero = 0.0f;
 
-	blas_check(cublasSetStream(h, s), "cublasSetStream");
-	blas_check(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one,
+	gk_blas_check(cublasSetStream(h, s), "cublasSetStream");
+	gk_blas_check(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one,
 				weight, CUDA_R_16BF, C, dout, CUDA_R_16BF, ld,
 				&zero, dinp, CUDA_R_32F, C,
 				CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
 		   "cublasGemmEx (matmul backward, dinp)");
-	blas_check(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one,
+	gk_blas_check(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one,
 				inp, CUDA_R_16BF, C, dout, CUDA_R_16BF, ld,
 				&one, dweight, CUDA_R_32F, C,
 				CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
@@ -448,232 +556,55 @@ void gk_matmul_backward(cublasHandle_t h, float *dinp, float *dweight,
 			const bf16 *weight, int N, int C, int OC, float *work,
 			cudaStream_t s)
 {
-	gk_matmul_backward_ld(h, dinp, dweight, dout, inp, weight, N, C, OC,
-			      OC, s);
+	/* dbias += the column sums of dout that the dweight GEMM's epilogue
+	 * leaves in work (it writes them; we add) */
+	if (dbias) {
+		const float one = 1.0f, zero = 0.0f;
+
+		gk_blas_check(cublasSetStream(h, s), "cublasSetStream");
+		gk_blas_check(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, C, N,
+					   OC,
+					&one, weight, CUDA_R_16BF, C, dout,
+					CUDA_R_16BF, OC, &zero, dinp,
+					CUDA_R_32F, C, CUBLAS_COMPUTE_32F,
+					CUBLAS_GEMM_DEFAULT),
+			   "cublasGemmEx (matmul backward, dinp)");
+		if (!lt_matmul(CUBLASLT_EPILOGUE_BGRADB, CUBLAS_OP_N,
+			       CUBLAS_OP_T, C, OC, N, inp, C, dout, OC,
+			       dweight, CUDA_R_32F, C, 1.0f, work,
+			       CUDA_R_32F, s)) {
+			add_k<<<gk_grid_for(OC), GK_THREADS, 0, s>>>(dbias,
+				work, OC);
+			return;
+		}
+		gk_blas_check(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, C, OC,
+					   N,
+					&one, inp, CUDA_R_16BF, C, dout,
+					CUDA_R_16BF, OC, &one, dweight,
+					CUDA_R_32F, C, CUBLAS_COMPUTE_32F,
+					CUBLAS_GEMM_DEFAULT),
+			   "cublasGemmEx (matmul backward, dweight)");
+	} else {
+		gk_matmul_backward_ld(h, dinp, dweight, dout, inp, weight, N,
+				      C, OC, OC, s);
+	}
 	if (dbias) {
 		int nk = nchunks_of(N);
-		dim3 grid((unsigned)((OC + THREADS - 1) / THREADS),
+		dim3 grid((unsigned)((OC + GK_THREADS - 1) / GK_THREADS),
 			  (unsigned)nk);
 
-		bias_partials_k<<<grid, THREADS, 0, s>>>(work, dout, N, OC);
-		colsum_reduce_k<<<(OC + THREADS - 1) / THREADS, THREADS, 0,
+		bias_partials_k<<<grid, GK_THREADS, 0, s>>>(work, dout, N, OC);
+		colsum_reduce_k<<<(OC + GK_THREADS - 1) / GK_THREADS,
+				  GK_THREADS, 0,
 				  s>>>(dbias, dbias, OC, work, nk, OC);
 	}
-}
-
-/* ---- attention ---- */
-
-/* i over (B,NH,T,hs); src is the q element of that place in (B,T,3C). */
-__device__ static size_t qkv_src(size_t i, int T, int C, int NH, int hs)
-{
-	size_t d = i % hs, t = i / hs % T, h = i / ((size_t)hs * T) % NH;
-	size_t b = i / ((size_t)hs * T * NH);
-
-	return (b * T + t) * 3 * (size_t)C + h * hs + d;
-}
-
-/* y (B,T,C) place of i over (B,NH,T,hs). */
-__device__ static size_t heads_dst(size_t i, int T, int C, int NH, int hs)
-{
-	size_t d = i % hs, t = i / hs % T, h = i / ((size_t)hs * T) % NH;
-	size_t b = i / ((size_t)hs * T * NH);
-
-	return (b * T + t) * (size_t)C + h * hs + d;
-}
-
-__global__ static void split_qkv_k(bf16 *q, bf16 *k, bf16 *v,
-				   const bf16 *qkv, int T, int C, int NH,
-				   size_t total)
-{
-	int hs = C / NH;
-
-	FOR_EACH(i, total) {
-		size_t src = qkv_src(i, T, C, NH, hs);
-
-		q[i] = qkv[src];
-		k[i] = qkv[src + C];
-		v[i] = qkv[src + 2 * C];
-	}
-}
-
-__global__ static void merge_qkv_k(bf16 *dqkv, const bf16 *dq,
-				   const bf16 *dk, const bf16 *dv, int T,
-				   int C, int NH, size_t total)
-{
-	int hs = C / NH;
-
-	FOR_EACH(i, total) {
-		size_t dst = qkv_src(i, T, C, NH, hs);
-
-		dqkv[dst] = dq[i];
-		dqkv[dst + C] = dk[i];
-		dqkv[dst + 2 * C] = dv[i];
-	}
-}
-
-__global__ static void merge_heads_k(bf16 *out, const bf16 *y, int T, int C,
-				     int NH, size_t total)
-{
-	int hs = C / NH;
-
-	FOR_EACH(i, total)
-		out[heads_dst(i, T, C, NH, hs)] = y[i];
-}
-
-__global__ static void split_heads_k(bf16 *dy, const float *dout, int T,
-				     int C, int NH, size_t total)
-{
-	int hs = C / NH;
-
-	FOR_EACH(i, total)
-		dy[i] = __float2bfloat16(dout[heads_dst(i, T, C, NH, hs)]);
-}
-
-/* One warp per row r of (B,NH,T,T), position t = r % T: att = softmax of
- * scores * scale over t2 <= t, 0 beyond. */
-__global__ static void attn_softmax_k(bf16 *att, const float *scores,
-				      float scale, int T, size_t rows)
-{
-	size_t r = (size_t)blockIdx.x * (blockDim.x / WARP) +
-		   threadIdx.x / WARP;
-	int lane = threadIdx.x % WARP, t;
-	const float *x;
-	float maxv = -INFINITY, sum = 0.0f, inv;
-
-	if (r >= rows)
-		return;
-	t = (int)(r % T);
-	x = scores + r * T;
-	for (int t2 = lane; t2 <= t; t2 += WARP)
-		maxv = fmaxf(maxv, x[t2] * scale);
-	maxv = warp_max(maxv);
-	for (int t2 = lane; t2 <= t; t2 += WARP)
-		sum += expf(x[t2] * scale - maxv);
-	inv = 1.0f / warp_sum(sum);
-	for (int t2 = lane; t2 < T; t2 += WARP)
-		att[r * T + t2] = __float2bfloat16(
-			t2 <= t ? expf(x[t2] * scale - maxv) * inv : 0.0f);
-}
-
-/* One warp per row: dscores = att * (datt - sum(att * datt)) * scale
- * over t2 <= t, 0 beyond; datt arrives in `scores`. */
-__global__ static void attn_softmax_backward_k(bf16 *dscores,
-					       const float *datt,
-					       const bf16 *att, float scale,
-					       int T, size_t rows)
-{
-	size_t r = (size_t)blockIdx.x * (blockDim.x / WARP) +
-		   threadIdx.x / WARP;
-	int lane = threadIdx.x % WARP, t;
-	float s = 0.0f;
-
-	if (r >= rows)
-		return;
-	t = (int)(r % T);
-	for (int t2 = lane; t2 <= t; t2 += WARP)
-		s += __bfloat162float(att[r * T + t2]) * datt[r * T + t2];
-	s = warp_sum(s);
-	for (int t2 = lane; t2 < T; t2 += WARP) {
-		float a = __bfloat162float(att[r * T + t2]);
-
-		dscores[r * T + t2] = __float2bfloat16(
-			t2 <= t ? a * (datt[r * T + t2] - s) * scale : 0.0f);
-	}
-}
-
-/* out (B*NH batches) = op(A) . op(B), column-major, as the comments at
- * the call sites derive. */
-static void batched(cublasHandle_t h, cublasOperation_t ta,
-		    cublasOperation_t tb, int m, int n, int k, const void *A,
-		    int lda, long long sa, const void *B, int ldb,
-		    long long sb, void *C, cudaDataType ct, int ldc,
-		    long long sc, int count, const char *what)
-{
-	const float one = 1.0f, zero = 0.0f;
-
-	blas_check(cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, &one, A,
-					      CUDA_R_16BF, lda, sa, B,
-					      CUDA_R_16BF, ldb, sb, &zero, C,
-					      ct, ldc, sc, count,
-					      CUBLAS_COMPUTE_32F,
-					      CUBLAS_GEMM_DEFAULT),
-		   what);
-}
-
-/* Per head (b,h), with q, k, v, y (T,hs) row-major, i.e. (hs,T)
- * column-major, and the (T,T) row-major scores S[t][t2] = q[t] . k[t2],
- * i.e. (T,T) column-major S^T:
- *   S^T = k^T^T . q^T  -> gemm(T, N) with m = n = T, k = hs
- *   y^T = v^T . att^T  -> gemm(N, N) with m = hs, n = k = T */
-void gk_attention_forward(cublasHandle_t h, bf16 *out, bf16 *att,
-			  const bf16 *qkv, int B, int T, int C, int NH,
-			  const struct gk_attn_work *w, cudaStream_t s)
-{
-	int hs = C / NH, count = B * NH, rows_per = THREADS / WARP;
-	size_t total = (size_t)B * T * C, rows = (size_t)B * NH * T;
-	long long th = (long long)T * hs, tt = (long long)T * T;
-	float scale = 1.0f / sqrtf((float)hs);
-
-	blas_check(cublasSetStream(h, s), "cublasSetStream");
-	split_qkv_k<<<grid_for(total), THREADS, 0, s>>>(w->q, w->k, w->v, qkv,
-							T, C, NH, total);
-	batched(h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, w->k, hs, th, w->q, hs,
-		th, w->scores, CUDA_R_32F, T, tt, count,
-		"cublasGemmStridedBatchedEx (attention scores)");
-	attn_softmax_k<<<(unsigned)((rows + rows_per - 1) / rows_per), THREADS,
-			 0, s>>>(att, w->scores, scale, T, rows);
-	batched(h, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, w->v, hs, th, att, T,
-		tt, w->y, CUDA_R_16BF, hs, th, count,
-		"cublasGemmStridedBatchedEx (attention values)");
-	merge_heads_k<<<grid_for(total), THREADS, 0, s>>>(out, w->y, T, C, NH,
-							  total);
-}
-
-/* Per head, column-major as above, dS the gradient of the scores:
- *   datt^T = v^T^T . dy^T      (T,N): m = n = T, k = hs
- *   dv^T   = dy^T . att        (N,T): m = hs, n = k = T
- *   dq^T   = k^T . dS^T        (N,N): m = hs, n = k = T
- *   dk^T   = q^T . dS          (N,T): m = hs, n = k = T */
-void gk_attention_backward(cublasHandle_t h, bf16 *dqkv, const float *dout,
-			   const bf16 *qkv, const bf16 *att, int B, int T,
-			   int C, int NH, const struct gk_attn_work *w,
-			   cudaStream_t s)
-{
-	int hs = C / NH, count = B * NH, rows_per = THREADS / WARP;
-	size_t total = (size_t)B * T * C, rows = (size_t)B * NH * T;
-	long long th = (long long)T * hs, tt = (long long)T * T;
-	float scale = 1.0f / sqrtf((float)hs);
-
-	blas_check(cublasSetStream(h, s), "cublasSetStream");
-	split_qkv_k<<<grid_for(total), THREADS, 0, s>>>(w->q, w->k, w->v, qkv,
-							T, C, NH, total);
-	split_heads_k<<<grid_for(total), THREADS, 0, s>>>(w->dy, dout, T, C,
-							  NH, total);
-	batched(h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, w->v, hs, th, w->dy, hs,
-		th, w->scores, CUDA_R_32F, T, tt, count,
-		"cublasGemmStridedBatchedEx (attention, datt)");
-	batched(h, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, w->dy, hs, th, att, T,
-		tt, w->dv, CUDA_R_16BF, hs, th, count,
-		"cublasGemmStridedBatchedEx (attention, dv)");
-	attn_softmax_backward_k<<<(unsigned)((rows + rows_per - 1) / rows_per),
-				  THREADS, 0, s>>>(w->dscores, w->scores, att,
-						   scale, T, rows);
-	batched(h, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, w->k, hs, th,
-		w->dscores, T, tt, w->dq, CUDA_R_16BF, hs, th, count,
-		"cublasGemmStridedBatchedEx (attention, dq)");
-	batched(h, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, w->q, hs, th,
-		w->dscores, T, tt, w->dk, CUDA_R_16BF, hs, th, count,
-		"cublasGemmStridedBatchedEx (attention, dk)");
-	merge_qkv_k<<<grid_for(total), THREADS, 0, s>>>(dqkv, w->dq, w->dk,
-							w->dv, T, C, NH,
-							total);
 }
 
 /* ---- GELU ---- */
 
 __global__ static void gelu_forward_k(bf16 *out, const bf16 *inp, size_t n)
 {
-	FOR_EACH(i, n) {
+	GK_FOR_EACH(i, n) {
 		float x = __bfloat162float(inp[i]);
 		float u = GELU_S * (x + GELU_A * x * x * x);
 
@@ -684,7 +615,7 @@ __global__ static void gelu_forward_k(bf16 *out, const bf16 *inp, size_t n)
 __global__ static void gelu_backward_k(bf16 *dinp, const bf16 *inp,
 				       const float *dout, size_t n)
 {
-	FOR_EACH(i, n) {
+	GK_FOR_EACH(i, n) {
 		float x = __bfloat162float(inp[i]);
 		float th = tanhf(GELU_S * (x + GELU_A * x * x * x));
 		float du = GELU_S * (1.0f + 3.0f * GELU_A * x * x);
@@ -697,13 +628,14 @@ __global__ static void gelu_backward_k(bf16 *dinp, const bf16 *inp,
 
 void gk_gelu_forward(bf16 *out, const bf16 *inp, size_t n, cudaStream_t s)
 {
-	gelu_forward_k<<<grid_for(n), THREADS, 0, s>>>(out, inp, n);
+	gelu_forward_k<<<gk_grid_for(n), GK_THREADS, 0, s>>>(out, inp, n);
 }
 
 void gk_gelu_backward(bf16 *dinp, const bf16 *inp, const float *dout,
 		      size_t n, cudaStream_t s)
 {
-	gelu_backward_k<<<grid_for(n), THREADS, 0, s>>>(dinp, inp, dout, n);
+	gelu_backward_k<<<gk_grid_for(n), GK_THREADS, 0, s>>>(dinp, inp, dout,
+		n);
 }
 
 /* ---- residual ---- */
@@ -711,14 +643,14 @@ void gk_gelu_backward(bf16 *dinp, const bf16 *inp, const float *dout,
 __global__ static void residual_forward_k(float *out, const float *a,
 					  const bf16 *b, size_t n)
 {
-	FOR_EACH(i, n)
+	GK_FOR_EACH(i, n)
 		out[i] = a[i] + __bfloat162float(b[i]);
 }
 
 void gk_residual_forward(float *out, const float *a, const bf16 *b,
 			 size_t n, cudaStream_t s)
 {
-	residual_forward_k<<<grid_for(n), THREADS, 0, s>>>(out, a, b, n);
+	residual_forward_k<<<gk_grid_for(n), GK_THREADS, 0, s>>>(out, a, b, n);
 }
 
 /* ---- softmax + cross-entropy ---- */
@@ -729,7 +661,7 @@ __global__ static void crossentropy_forward_k(float *losses, float *lse,
 					      const int32_t *targets, int V,
 					      int Vp)
 {
-	__shared__ float sh[THREADS / WARP];
+	__shared__ float sh[GK_THREADS / GK_WARP];
 	const bf16 *x = logits + (size_t)blockIdx.x * Vp;
 	float maxv = -INFINITY, sum = 0.0f, l;
 
@@ -774,7 +706,7 @@ void gk_crossentropy_forward(float *losses, float *lse, const bf16 *logits,
 			     const int32_t *targets, int N, int V, int Vp,
 			     cudaStream_t s)
 {
-	crossentropy_forward_k<<<N, THREADS, 0, s>>>(losses, lse, logits,
+	crossentropy_forward_k<<<N, GK_THREADS, 0, s>>>(losses, lse, logits,
 						     targets, V, Vp);
 }
 
@@ -783,7 +715,7 @@ void gk_crossentropy_backward(bf16 *dlogits, const bf16 *logits,
 			      float dloss, int N, int V, int Vp,
 			      cudaStream_t s)
 {
-	crossentropy_backward_k<<<N, THREADS, 0, s>>>(dlogits, logits, lse,
+	crossentropy_backward_k<<<N, GK_THREADS, 0, s>>>(dlogits, logits, lse,
 						      targets, dloss, V, Vp);
 }
 
@@ -794,7 +726,7 @@ void gk_crossentropy_backward(bf16 *dlogits, const bf16 *logits,
 __device__ static double block_sum_range(const float *in, size_t lo,
 					 size_t hi, bool squares)
 {
-	__shared__ double sh[THREADS];
+	__shared__ double sh[GK_THREADS];
 	double s = 0.0;
 
 	for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
@@ -804,7 +736,7 @@ __device__ static double block_sum_range(const float *in, size_t lo,
 	}
 	sh[threadIdx.x] = s;
 	__syncthreads();
-	for (int o = THREADS / 2; o > 0; o >>= 1) {
+	for (int o = GK_THREADS / 2; o > 0; o >>= 1) {
 		if ((int)threadIdx.x < o)
 			sh[threadIdx.x] += sh[threadIdx.x + o];
 		__syncthreads();
@@ -822,7 +754,7 @@ __global__ static void sum_k(float *out, const float *in, size_t n)
 
 void gk_sum(float *out, const float *in, int n, cudaStream_t s)
 {
-	sum_k<<<1, THREADS, 0, s>>>(out, in, (size_t)n);
+	sum_k<<<1, GK_THREADS, 0, s>>>(out, in, (size_t)n);
 }
 
 __global__ static void sumsq_partials_k(double *work, const float *g,
@@ -850,7 +782,7 @@ __global__ static void sumsq_final_k(double *out, const double *work)
 void gk_sumsq(double *out, const float *g, size_t n, double *work,
 	      cudaStream_t s)
 {
-	sumsq_partials_k<<<GK_NORM_BLOCKS, THREADS, 0, s>>>(work, g, n);
+	sumsq_partials_k<<<GK_NORM_BLOCKS, GK_THREADS, 0, s>>>(work, g, n);
 	sumsq_final_k<<<1, 1, 0, s>>>(out, work);
 }
 
@@ -861,7 +793,7 @@ __global__ static void adamw_k(float *p, bf16 *pb, const float *g, float *m,
 			       float b2, float b1c, float b2c, float eps,
 			       float decay, float gscale)
 {
-	FOR_EACH(i, n) {
+	GK_FOR_EACH(i, n) {
 		float gk = g[i] * gscale;
 		float mk = b1 * m[i] + (1.0f - b1) * gk;
 		float vk = b2 * v[i] + (1.0f - b2) * gk * gk;
@@ -880,6 +812,6 @@ void gk_adamw(float *p, bf16 *pb, const float *g, float *m, float *v,
 	      size_t n, float lr, float b1, float b2, float b1c, float b2c,
 	      float eps, float decay, float gscale, cudaStream_t s)
 {
-	adamw_k<<<grid_for(n), THREADS, 0, s>>>(p, pb, g, m, v, n, lr, b1, b2,
-						b1c, b2c, eps, decay, gscale);
+	adamw_k<<<gk_grid_for(n), GK_THREADS, 0, s>>>(p, pb, g, m, v, n, lr, b1,
+		b2, b1c, b2c, eps, decay, gscale);
 }

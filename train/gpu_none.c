@@ -86,6 +86,13 @@ int train_gpu_set_learning_rate(struct train_gpu *g, float lr)
 }
 
 uint64_t train_gpu_step_count(const struct train_gpu *g) { return 0; }
+const char *train_gpu_kernels(const struct train_gpu *g, char *buf,
+			      size_t len)
+{
+	if (len)
+		snprintf(buf, len, "none (no CUDA in this build)");
+	return buf;
+}
 void train_gpu_set_step(struct train_gpu *g, uint64_t step) {}
 
 int train_gpu_all_max(struct train_gpu *g, uint32_t *values, unsigned n,

@@ -18,10 +18,11 @@
 #   resume    fmtrain --device cuda, N steps straight against k steps,
 #             kill -9, --resume, N-k steps: the losses bit for bit
 #   bench     gpubench on GPT-2 124M, B 8 twice, then 16, 32, 64, 128,
-#             256, 512 until one does not fit; B 16 and 64 with the
-#             unfused attention (FMTRAIN_ATTENTION=unfused; the batches
-#             from GPU_BENCH_UNFUSED); then B 16 on byte-level text
-#             instead of random tokens
+#             256, 512 until one does not fit; B 16 and 64 (the batches
+#             from GPU_BENCH_UNFUSED) with the kernels the defaults
+#             replace (GPU_BENCH_VARIANTS: the unfused attention, the
+#             bias in our kernels); then B 16 on
+#             byte-level text instead of random tokens
 #   train     fmtrain on GPT-2 124M (vocabulary 50257) reading byte
 #             tokens: from the local disk without checkpoints, with a
 #             checkpoint every 100 steps, and through an fmfs mount of a
@@ -149,12 +150,15 @@ if want bench 40; then
 			break
 		fi
 	done
-	# the unfused attention (cuBLAS and the (T,T) matrices) for a ratio
-	for b in ${GPU_BENCH_UNFUSED:-16 64}; do
-		[ "$(left)" -lt 30 ] && break
-		echo "unfused attention (FMTRAIN_ATTENTION=unfused):" >>"$out/bench.txt"
-		FMTRAIN_ATTENTION=unfused timeout -k 5 90 "$bin/gpubench" \
-			--batch $b >>"$out/bench.txt" 2>&1
+	# the kernels the defaults replace, for ratios (docs/gpu.md)
+	for v in ${GPU_BENCH_VARIANTS:-FMTRAIN_ATTENTION=unfused \
+		FMTRAIN_BIAS=kernels}; do
+		for b in ${GPU_BENCH_UNFUSED:-16 64}; do
+			[ "$(left)" -lt 30 ] && break
+			echo "$v:" >>"$out/bench.txt"
+			env "$v" timeout -k 5 90 "$bin/gpubench" --batch $b \
+				>>"$out/bench.txt" 2>&1
+		done
 	done
 	# byte-level text: the embedding's backward pass sums long groups
 	# of repeated tokens

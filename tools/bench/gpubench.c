@@ -188,7 +188,14 @@ int main(int argc, char **argv)
 	if (peak > 0)
 		printf(",\"peak_tflops\":%.0f,\"mfu\":%.3f", peak,
 		       flops / secs / 1e12 / peak);
-	printf(",\"loss\":%.4f}\n", loss);
+	printf(",\"loss\":%.4f", loss);
+	if (g) {
+		char k[128];
+
+		printf(",\"kernels\":\"%s\"",
+		       train_gpu_kernels(g, k, sizeof(k)));
+	}
+	printf("}\n");
 	train_gpu_free(g);
 	train_model_free(m);
 	free(inp);
