@@ -229,7 +229,18 @@ FMCKPT_PC_SED = -e 's|@prefix@|$(prefix)|' -e 's|@libdir@|$(libdir)|' \
 
 # ---- rules ------------------------------------------------------------------
 
-all: $(PROGS) $(UNIT_TESTS) $(BENCH_PROGS) $(TEST_PROGS) $(FMCKPT_INSTALL)
+all: $(PROGS) $(UNIT_TESTS) $(BENCH_PROGS) $(TEST_PROGS) $(FMCKPT_INSTALL) \
+	$(CSI_PB)
+
+# The CSI plugin's messages for fmfs-csi serve (tools/csi/serve.py), made
+# by protoc from our tools/csi/csi.proto.  Without protoc
+# (protobuf-compiler) they are not made, and fmfs-csi serve says so.
+PROTOC ?= $(shell command -v protoc 2>/dev/null)
+CSI_PB = $(if $(PROTOC),tools/csi/csi_pb2.py)
+CSI_LIB = tools/csi/serve.py tools/csi/controller.py
+tools/csi/csi_pb2.py: tools/csi/csi.proto
+	$(E) "  PROTOC  $@"
+	$(Q)$(PROTOC) -Itools/csi --python_out=tools/csi $<
 
 %.o: %.c config.mak config.h
 	$(E) "  CC      $@"
@@ -275,6 +286,8 @@ install: $(PROGS) $(FMCKPT_INSTALL)
 		$(DESTDIR)$(libdir) $(DESTDIR)$(pkgconfigdir) \
 		$(DESTDIR)$(includedir)/fmfs/objstore
 	install -m 755 $(PROGS) tools/fmfs-csi $(DESTDIR)$(bindir)/
+	install -d $(DESTDIR)$(libdir)/fmfs/csi
+	install -m 644 $(CSI_LIB) $(CSI_PB) $(DESTDIR)$(libdir)/fmfs/csi/
 	install -d $(DESTDIR)$(mounthelperdir)
 	ln -sf $(bindir)/fmfs $(DESTDIR)$(mounthelperdir)/mount.fmfs
 	install -m 644 docs/fmfs.1 docs/fmckpt.1 docs/fmtrain.1 \
@@ -293,11 +306,11 @@ uninstall:
 		$(DESTDIR)$(libdir)/libfmckpt.a $(DESTDIR)$(libdir)/libfmckpt.so \
 		$(DESTDIR)$(libdir)/libfmckpt.so.$(FMCKPT_SO_VERSION) \
 		$(DESTDIR)$(pkgconfigdir)/fmckpt.pc
-	rm -rf $(DESTDIR)$(includedir)/fmfs
+	rm -rf $(DESTDIR)$(includedir)/fmfs $(DESTDIR)$(libdir)/fmfs/csi
 
 clean:
 	rm -f $(PROGS) $(UNIT_TESTS) tests/unit/test_train_gpu $(BENCH_PROGS) \
-		$(TEST_PROGS) $(LIBS_A) $(FMCKPT_INSTALL)
+		$(TEST_PROGS) $(LIBS_A) $(FMCKPT_INSTALL) tools/csi/csi_pb2.py
 	find . -name '*.o' -o -name '*.d' | xargs rm -f
 
 distclean: clean
