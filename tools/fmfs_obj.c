@@ -43,6 +43,7 @@ static void obj_usage(FILE *f)
 "  get URL [FILE|-]           download (ranged GETs in parallel)\n"
 "  put FILE|- URL [-m K=V]... upload (multipart in parallel when large)\n"
 "  rm URL... [-r]             delete keys (-r: everything under a prefix)\n"
+"  mkdir URL                  a directory: the empty marker object URL/\n"
 "  cp SRC_URL DST_URL         server-side copy within one store\n"
 "  check URL                  check the bucket and credentials\n"
 "\n"
@@ -444,6 +445,32 @@ static int do_put(struct obj_store *st, const char *src, const char *key,
 	return EXIT_OK;
 }
 
+/* The marker object "KEY/" that fmfs makes for a directory (empty, with
+ * the -m metadata given), so that an empty prefix shows as a directory. */
+static int do_mkdir(struct obj_store *st, const char *key,
+		    struct obj_opts *o)
+{
+	struct obj_error err;
+	char etag[80] = "", *dir;
+	size_t n = strlen(key);
+	obj_status rc;
+
+	if (!n) {
+		fprintf(stderr, "fmfs obj mkdir: the URL must name a "
+			"directory under the bucket (s3://BUCKET/DIR)\n");
+		return EXIT_USAGE;
+	}
+	dir = malloc(n + 2);
+	if (!dir)
+		return EXIT_FAIL;
+	memcpy(dir, key, n + 1);
+	if (dir[n - 1] != '/')
+		memcpy(dir + n, "/", 2);
+	rc = obj_put(st, dir, "", 0, o->meta, o->nmeta, etag, &err);
+	free(dir);
+	return rc == OBJ_OK ? EXIT_OK : report("mkdir", &err);
+}
+
 static int do_rm_prefix(struct obj_store *st, const char *prefix)
 {
 	struct obj_list_page pg;
@@ -541,6 +568,7 @@ int cmd_obj(int argc, char **argv)
 	else if (!strcmp(verb, "rm")) NEED(1, 100000, "URL... [-r]");
 	else if (!strcmp(verb, "cp")) NEED(2, 2, "SRC_URL DST_URL");
 	else if (!strcmp(verb, "check")) NEED(1, 1, "URL");
+	else if (!strcmp(verb, "mkdir")) NEED(1, 1, "URL");
 	else {
 		fprintf(stderr, "fmfs obj: unknown verb '%s'\n", verb);
 		obj_usage(stderr);
@@ -579,6 +607,8 @@ int cmd_obj(int argc, char **argv)
 		}
 	} else if (!strcmp(verb, "cp")) {
 		rc = do_cp(st, key, args[1], &o);
+	} else if (!strcmp(verb, "mkdir")) {
+		rc = do_mkdir(st, key, &o);
 	} else {
 		rc = obj_check_bucket(st, &err) == OBJ_OK ? EXIT_OK :
 		     report("check", &err);

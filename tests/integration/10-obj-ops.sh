@@ -105,6 +105,18 @@ $FMFS obj rm -r "s3://$B/many/"
 $FMFS obj rm -r "s3://$B/"
 [ -z "$(awsx s3 ls --recursive "s3://$B/")" ] || fail "bucket not empty after rm -r"
 
+note "mkdir: the empty marker DIR/, with or without the slash; no key is refused"
+$FMFS obj mkdir "s3://$B/made/a"
+$FMFS obj mkdir "s3://$B/made/b/" -m mode=750
+[ "$(awsx s3api head-object --bucket "$B" --key made/a/ --query ContentLength)" = 0 ] ||
+	fail "mkdir made no empty made/a/"
+awsx s3api head-object --bucket "$B" --key made/b/ --query Metadata | grep -q '"mode": "750"' ||
+	fail "mkdir lost its metadata"
+expect_exit 2 "must name a directory" $FMFS obj mkdir "s3://$B"
+mkdir -p fstore
+$FMFS obj mkdir "file://$TEST_DIR/fstore/d1"
+[ "$($FMFS obj ls "file://$TEST_DIR/fstore/")" = "d1/" ] || fail "file:// mkdir"
+
 note "bucket prefix as store root (s3://BUCKET/PREFIX)"
 echo hi >hi.txt
 awsx s3 cp --quiet hi.txt "s3://$B/root/sub/hi.txt"

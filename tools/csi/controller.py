@@ -114,8 +114,7 @@ def make_ops(ns):
                if k not in PARAM_OWN and not k.startswith("csi.storage.k8s.io/")}
         ns["mount_args"](ctx, [], False)     # fmfs mount takes them?
         ctx["url"] = vurl
-        rc, err = obj(["put", "-", vurl + "/"], req.get("secrets"),
-                      req["name"])
+        rc, err = obj(["mkdir", vurl], req.get("secrets"), req["name"])
         if rc:
             raise Fail(exit_codes.get(rc, INTERNAL), "making prefix %s/ of "
                        "volume %s: %s" % (vurl, req["name"], err))
