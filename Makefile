@@ -281,7 +281,7 @@ bench: all
 	$(Q)tools/bench/bench-write.sh
 	$(Q)tools/bench/bench-train.sh
 
-install: $(PROGS) $(FMCKPT_INSTALL)
+install: $(PROGS) $(FMCKPT_INSTALL) $(CSI_PB)
 	install -d $(DESTDIR)$(bindir) $(DESTDIR)$(mandir)/man1 \
 		$(DESTDIR)$(libdir) $(DESTDIR)$(pkgconfigdir) \
 		$(DESTDIR)$(includedir)/fmfs/objstore
