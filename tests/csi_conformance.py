@@ -59,8 +59,9 @@ class Plugin:
     def __init__(self):
         self.p = None
 
-    def start(self):
+    def start(self, **more):
         env = {k: v for k, v in E.items() if not k.startswith("AWS_")}
+        env.update(more)
         env.update(FMFS_CSI_RUNDIR=os.path.join(TEST_DIR, "run"),
                    FMFS_CSI_CACHE_DIR=os.path.join(TEST_DIR, "caches"),
                    FMFS_CSI_NO_SYSTEMD="1", FMFS_CSI_UNSTAGE_TIMEOUT="60",
@@ -387,9 +388,12 @@ def main():
             "dyn/training/ckpt/step-1/shard.bin")
     check(json.loads(p.stdout)["ContentLength"] == 300000,
           "the checkpoint in the bucket: %s" % p.stdout)
-    caches = os.listdir(os.path.join(TEST_DIR, "caches"))
+    caches = [c for c in os.listdir(os.path.join(TEST_DIR, "caches"))
+              if not c.startswith(".")]
     check(len(caches) == 2, "cache dirs kept for a warm restage: %s" %
           caches)
+    check(len(os.listdir(os.path.join(TEST_DIR, "caches", ".released")))
+          == 2, "the clean unstages released no caches")
 
     note("DeleteVolume: delete, again, retain, not ours")
     ok("Controller", "DeleteVolume", volume_id=vid, secrets=KEYS)
@@ -409,6 +413,21 @@ def main():
     ok("Controller", "DeleteVolume", volume_id="static-" + B2,
        secrets=KEYS)
     aws("s3api", "head-object", "--bucket", B2, "--key", "static/data.txt")
+
+    note("the cache rule: released caches go after "
+         "FMFS_CSI_CACHE_KEEP_DAYS unused, a staged one stays")
+    plugin.stop()
+    CHANNEL[0] = None
+    plugin.start(FMFS_CSI_CACHE_KEEP_DAYS="0")
+    ok("Node", "NodeStageVolume", **stage2)
+    left = [c for c in os.listdir(os.path.join(TEST_DIR, "caches"))
+            if not c.startswith(".")]
+    check(len(left) == 1, "after a stage with keep 0: %s" % left)
+    ok("Node", "NodeUnstageVolume", volume_id=stage2["volume_id"],
+       staging_target_path=st2)
+    left = [c for c in os.listdir(os.path.join(TEST_DIR, "caches"))
+            if not c.startswith(".")]
+    check(not left, "after the unstage with keep 0: %s" % left)
 
     plugin.stop()
     log = open(LOG).read()
