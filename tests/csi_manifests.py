@@ -13,7 +13,8 @@ what a cluster would trip on; prints each problem and exits 1 if any.
 - the node plugin: its socket where the registrar looks (CSI_ENDPOINT and
   --csi-address), the registration path the kubelet dials under the
   plugin dir's host path, the registry dir, /var/lib/kubelet with
-  Bidirectional propagation, privileged;
+  Bidirectional propagation, privileged, the host's PIDs and systemd
+  (so the fmfs daemons outlive the plugin's container);
 - the controller: the provisioner on the plugin's socket, with
   --extra-create-metadata (prefixes are NAMESPACE/NAME);
 - every volumeMount has its volume; every serviceAccountName, binding
@@ -188,6 +189,16 @@ def main(d, csi, fmfs):
         if o["kind"] == "DaemonSet":
             if not plug.get("securityContext", {}).get("privileged"):
                 bad("%s: the node plugin is not privileged" % f)
+            # the daemons in host scopes: host PIDs, the host's systemd
+            if env_of(plug, "FMFS_CSI_NO_SYSTEMD") == "1" or \
+                    not spec.get("hostPID") or \
+                    "/run/systemd" not in [host_path(spec, m["name"]) for m
+                                           in plug.get("volumeMounts", [])
+                                           if m["mountPath"] ==
+                                           "/run/systemd"]:
+                bad("%s: the fmfs daemons would die with the plugin's "
+                    "container (hostPID, the host's /run/systemd at "
+                    "/run/systemd, no FMFS_CSI_NO_SYSTEMD)" % f)
             kub = [m for m in plug.get("volumeMounts", [])
                    if m["mountPath"] == "/var/lib/kubelet"]
             if not kub or kub[0].get("mountPropagation") != "Bidirectional":

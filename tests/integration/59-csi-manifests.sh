@@ -31,6 +31,7 @@ broken() {
 broken node.yaml 's|registration-path=/var/lib/kubelet/plugins/s3.fmfs.io/|registration-path=/var/lib/kubelet/plugins/fmfs/|' "kubelet-registration-path"
 broken node.yaml 's|--csi-address=/csi/csi.sock|--csi-address=/csi/plugin.sock|' "dials"
 broken node.yaml 's|mountPropagation: Bidirectional|mountPropagation: HostToContainer|' "Bidirectional"
+broken node.yaml 's|hostPID: true|hostPID: false|' "would die with"
 broken node.yaml 's|image: csi-node-driver-registrar|image: quay.io/x/registrar:v1|' "not a parameter"
 broken controller.yaml 's|            - --extra-create-metadata||' "extra-create-metadata"
 broken controller.yaml 's|serviceAccountName: fmfs-csi-controller|serviceAccountName: fmfs-csi-ctl|' "does not exist"

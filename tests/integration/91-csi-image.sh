@@ -71,7 +71,7 @@ podman export fmfs-csi-check | tar -x -C img
 podman rm -f fmfs-csi-check >/dev/null
 for f in usr/bin/fmfs usr/bin/fmckpt usr/bin/fmtrain usr/bin/fmfs-csi \
 	usr/lib/fmfs/csi/serve.py usr/lib/fmfs/csi/controller.py \
-	usr/lib/fmfs/csi/csi_pb2.py usr/lib/libfmckpt.so; do
+	usr/lib/fmfs/csi/csi_pb2.py usr/lib/libfmckpt.so usr/bin/systemd-run; do
 	[ -e "img/$f" ] || fail "the image has no /$f"
 done
 [ -L img/usr/sbin/mount.fmfs ] || fail "the image has no /usr/sbin/mount.fmfs"
