@@ -10,6 +10,7 @@
 PY=/usr/bin/python3
 $PY -c 'import yaml' 2>/dev/null || { echo "SKIP: python3-yaml missing"; exit 77; }
 SRC=$TOP/docs/kubernetes/csi
+cd "$TEST_DIR"
 check() { $PY "$TOP/tests/csi_manifests.py" "$1" "$TOP/tools/fmfs-csi" "$FMFS"; }
 
 note "as shipped"
