@@ -229,15 +229,17 @@ FMCKPT_PC_SED = -e 's|@prefix@|$(prefix)|' -e 's|@libdir@|$(libdir)|' \
 
 # ---- rules ------------------------------------------------------------------
 
-all: $(PROGS) $(UNIT_TESTS) $(BENCH_PROGS) $(TEST_PROGS) $(FMCKPT_INSTALL) \
-	$(CSI_PB)
-
 # The CSI plugin's messages for fmfs-csi serve (tools/csi/serve.py), made
 # by protoc from our tools/csi/csi.proto.  Without protoc
 # (protobuf-compiler) they are not made, and fmfs-csi serve says so.
+# (Defined before the rules that name them: make expands prerequisites
+# as it reads them.)
 PROTOC ?= $(shell command -v protoc 2>/dev/null)
 CSI_PB = $(if $(PROTOC),tools/csi/csi_pb2.py)
 CSI_LIB = tools/csi/serve.py tools/csi/controller.py
+
+all: $(PROGS) $(UNIT_TESTS) $(BENCH_PROGS) $(TEST_PROGS) $(FMCKPT_INSTALL) \
+	$(CSI_PB)
 tools/csi/csi_pb2.py: tools/csi/csi.proto
 	$(E) "  PROTOC  $@"
 	$(Q)$(PROTOC) -Itools/csi --python_out=tools/csi $<

@@ -234,11 +234,34 @@ def main():
               "async_delay": "3600", "cache_size": "1G",
               "csi.storage.k8s.io/pvc/namespace": "training",
               "csi.storage.k8s.io/pvc/name": "ckpt"}
+    gib = {"required_bytes": str(1 << 30)}
     r1 = ok("Controller", "CreateVolume", name="pvc-0001",
-            volume_capabilities=[cap()], parameters=params, secrets=KEYS)
+            volume_capabilities=[cap()], parameters=params, secrets=KEYS,
+            capacity_range=gib)
     r2 = ok("Controller", "CreateVolume", name="pvc-0001",
-            volume_capabilities=[cap()], parameters=params, secrets=KEYS)
+            volume_capabilities=[cap()], parameters=params, secrets=KEYS,
+            capacity_range=gib)
     vol = r1["volume"]
+    check(vol.get("capacity_bytes") == str(1 << 30),
+          "capacity_bytes %s" % vol.get("capacity_bytes"))
+    refused(grpc.StatusCode.ALREADY_EXISTS, ["capacity_range"],
+            "Controller", "CreateVolume", name="pvc-0001",
+            volume_capabilities=[cap()], parameters=params, secrets=KEYS,
+            capacity_range={"required_bytes": str(2 << 30)})
+    refused(INVALID, ["capacity_range"], "Controller", "CreateVolume",
+            name="pvc-x", volume_capabilities=[cap()], parameters=params,
+            secrets=KEYS, capacity_range={"required_bytes": "10",
+                                          "limit_bytes": "5"})
+    long_name = "n" * 128
+    lp = {k: v for k, v in params.items() if not k.startswith("csi.")}
+    rl = ok("Controller", "CreateVolume", name=long_name,
+            volume_capabilities=[cap()], parameters=lp, secrets=KEYS)
+    check(len(rl["volume"]["volume_id"]) <= 128 and rl == ok(
+        "Controller", "CreateVolume", name=long_name,
+        volume_capabilities=[cap()], parameters=lp, secrets=KEYS),
+        "a 128-byte name: %s" % rl)
+    ok("Controller", "DeleteVolume", volume_id=rl["volume"]["volume_id"],
+       secrets=KEYS)
     check(r1 == r2, "CreateVolume twice differs: %s %s" % (r1, r2))
     check(vol["volume_id"] == "fmfs1:D:s3://%s/dyn/training/ckpt" % B,
           "volume_id %s" % vol["volume_id"])
@@ -257,6 +280,9 @@ def main():
                "mode": "SINGLE_NODE_WRITER"}}], secrets=KEYS)
     check(not r.get("confirmed") and "block" in r.get("message", ""),
           "block confirmed: %s" % r)
+    refused(NOT_FOUND, ["not made by"], "Controller",
+            "ValidateVolumeCapabilities", volume_id="fake-vol-id",
+            volume_capabilities=[cap()], secrets=KEYS)
     refused(NOT_FOUND, ["no prefix"], "Controller",
             "ValidateVolumeCapabilities",
             volume_id="fmfs1:D:s3://%s/dyn/none" % B,
@@ -410,6 +436,15 @@ def main():
        secrets=KEYS)
     aws("s3api", "head-object", "--bucket", B, "--key",
         "dyn/training/kept/")
+    # the claim made again: a new volume name adopts the retained prefix
+    aws("s3", "cp", "--quiet", os.path.join(TEST_DIR, "data.txt"),
+        "s3://%s/dyn/training/kept/old.txt" % B)
+    r2 = ok("Controller", "CreateVolume", name="pvc-0003",
+            volume_capabilities=[cap()], parameters=keep, secrets=KEYS)
+    check(r2["volume"]["volume_id"] == r["volume"]["volume_id"],
+          "the retained prefix not adopted: %s" % r2)
+    aws("s3api", "head-object", "--bucket", B, "--key",
+        "dyn/training/kept/old.txt")
     ok("Controller", "DeleteVolume", volume_id="static-" + B2,
        secrets=KEYS)
     aws("s3api", "head-object", "--bucket", B2, "--key", "static/data.txt")

@@ -16,7 +16,11 @@ from the secrets' keys endpoint and region, else the plugin's
 environment (AWS_ENDPOINT_URL, AWS_REGION).
 
 A volume_id is "fmfs1:D:URL" or "fmfs1:R:URL" (delete or retain), at
-most 128 bytes as the specification wants of it.  DeleteVolume of an id
+most 128 bytes as the specification wants of it (a long name's last
+part is shortened with a hash of it).  The marker records the name and
+the capacity_range asked for: the same name with another range is
+ALREADY_EXISTS; a marker of another name (a retained prefix whose claim
+was made again) is adopted with the objects under it.  DeleteVolume of an id
 that is not of this form (a static volume, whose id is the PV's) deletes
 nothing and answers OK.
 """
@@ -38,13 +42,15 @@ def make_ops(ns):
     the gRPC codes)."""
     Fail = ns["Fail"]
     INVALID_ARGUMENT, NOT_FOUND = ns["INVALID_ARGUMENT"], ns["NOT_FOUND"]
+    ALREADY_EXISTS = ns["ALREADY_EXISTS"]
     INTERNAL, UNAVAILABLE = ns["INTERNAL"], ns["UNAVAILABLE"]
     UNAUTHENTICATED = ns["UNAUTHENTICATED"]
     exit_codes = {2: INVALID_ARGUMENT, 3: UNAUTHENTICATED, 4: NOT_FOUND,
                   5: UNAVAILABLE}
 
     def obj(args, secrets, what):
-        """fmfs obj ARGS with the secrets' credentials; (status, stderr)."""
+        """fmfs obj ARGS with the secrets' credentials; (status, stderr
+        or stdout, stdout)."""
         secrets = secrets or {}
         creds = None
         opts = []
@@ -67,7 +73,8 @@ def make_ops(ns):
                     os.unlink(creds)
                 except OSError:
                     pass
-        return p.returncode, (p.stderr.strip() or p.stdout.strip())[:2000]
+        return (p.returncode, (p.stderr.strip() or p.stdout.strip())[:2000],
+                p.stdout)
 
     def parse_id(vid):
         if not vid.startswith(ID_PREFIX) or vid[len(ID_PREFIX) + 1:][:1] \
@@ -104,21 +111,58 @@ def make_ops(ns):
             if not SEGMENT.match(p):
                 raise Fail(INVALID_ARGUMENT, "name %r cannot be a prefix of "
                            "the bucket (letters, digits, . _ -)" % p)
+        tag = ID_PREFIX + ("D" if policy == "delete" else "R") + ":"
         vurl = url.rstrip("/") + "/" + "/".join(parts)
-        vid = ID_PREFIX + ("D" if policy == "delete" else "R") + ":" + vurl
+        over = len((tag + vurl).encode()) - 128
+        if over > 0:
+            # a long name: its last part shortened, the same way every
+            # time (a hash of the whole), so that the id fits in CSI's
+            # 128 bytes and stays idempotent
+            last = parts[-1]
+            h = hashlib.sha256("/".join(parts).encode()).hexdigest()[:16]
+            keep = len(last) - over - len(h) - 1
+            parts[-1] = (last[:keep] + "-" + h) if keep > 0 else h
+            vurl = url.rstrip("/") + "/" + "/".join(parts)
+        vid = tag + vurl
         if len(vid.encode()) > 128:
             raise Fail(INVALID_ARGUMENT, "the volume id %r would be over "
-                       "the 128 bytes CSI allows: use a shorter url or "
-                       "PVC name" % vid)
+                       "the 128 bytes CSI allows: use a shorter url" % vid)
         ctx = {k: v for k, v in params.items()
                if k not in PARAM_OWN and not k.startswith("csi.storage.k8s.io/")}
         ns["mount_args"](ctx, [], False)     # fmfs mount takes them?
         ctx["url"] = vurl
-        rc, err = obj(["mkdir", vurl], req.get("secrets"), req["name"])
+        cr = req.get("capacity_range") or {}
+        try:
+            want = (int(cr.get("required_bytes") or 0),
+                    int(cr.get("limit_bytes") or 0))
+        except ValueError:
+            want = (-1, -1)
+        if want[0] < 0 or want[1] < 0 or (want[1] and want[0] > want[1]):
+            raise Fail(INVALID_ARGUMENT, "capacity_range %s: required_bytes "
+                       "over limit_bytes" % cr)
+        rc, err, out = obj(["stat", vurl + "/"], req.get("secrets"),
+                           req["name"])
+        meta = dict(l[len("meta: "):].split("=", 1) for l in out.split("\n")
+                    if l.startswith("meta: ") and "=" in l)
+        if rc == 0 and meta.get("csi-name") == req["name"] and \
+                (meta.get("csi-required", "0"), meta.get("csi-limit", "0")) \
+                != (str(want[0]), str(want[1])):
+            raise Fail(ALREADY_EXISTS, "volume %s exists with another "
+                       "capacity_range (required %s, limit %s)" %
+                       (req["name"], meta.get("csi-required", "0"),
+                        meta.get("csi-limit", "0")))
+        if rc == 4 or (rc == 0 and meta.get("csi-name") != req["name"]):
+            # new, or a retained prefix of a claim of the same namespace
+            # and name made again: adopted, its objects kept
+            rc, err, _ = obj(["mkdir", vurl, "-m", "csi-name=" + req["name"],
+                              "-m", "csi-required=%d" % want[0],
+                              "-m", "csi-limit=%d" % want[1]],
+                             req.get("secrets"), req["name"])
         if rc:
             raise Fail(exit_codes.get(rc, INTERNAL), "making prefix %s/ of "
                        "volume %s: %s" % (vurl, req["name"], err))
-        return {"volume": {"volume_id": vid, "capacity_bytes": "0",
+        return {"volume": {"volume_id": vid,
+                           "capacity_bytes": str(want[0] or want[1]),
                            "volume_context": ctx}}
 
     def delete_volume(req):
@@ -129,8 +173,8 @@ def make_ops(ns):
         delete, vurl = parsed
         if not delete:
             return {}                  # on_delete=retain: the data stays
-        rc, err = obj(["rm", vurl + "/", "-r"], req.get("secrets"),
-                      req["volume_id"])
+        rc, err, _ = obj(["rm", vurl + "/", "-r"], req.get("secrets"),
+                         req["volume_id"])
         if rc and rc != 4:             # 4: nothing there any more
             raise Fail(exit_codes.get(rc, INTERNAL), "deleting %s/: %s" %
                        (vurl, err))
@@ -143,14 +187,17 @@ def make_ops(ns):
             raise Fail(INVALID_ARGUMENT, "the request has no "
                        "volume_capabilities")
         parsed = parse_id(req["volume_id"])
-        if parsed is not None:
-            rc, err = obj(["stat", parsed[1] + "/"], req.get("secrets"),
-                          req["volume_id"])
-            if rc == 4:
-                raise Fail(NOT_FOUND, "volume %s: no prefix %s/ in the "
-                           "bucket" % (req["volume_id"], parsed[1]))
-            if rc:
-                raise Fail(exit_codes.get(rc, INTERNAL), err)
+        if parsed is None:
+            raise Fail(NOT_FOUND, "volume %s was not made by this driver's "
+                       "CreateVolume (a static volume is not validated)" %
+                       req["volume_id"])
+        rc, err, _ = obj(["stat", parsed[1] + "/"], req.get("secrets"),
+                         req["volume_id"])
+        if rc == 4:
+            raise Fail(NOT_FOUND, "volume %s: no prefix %s/ in the "
+                       "bucket" % (req["volume_id"], parsed[1]))
+        if rc:
+            raise Fail(exit_codes.get(rc, INTERNAL), err)
         try:
             check_caps(caps)
         except Fail as e:
