@@ -156,7 +156,26 @@ NOT_FOUND = grpc.StatusCode.NOT_FOUND
 PRECOND = grpc.StatusCode.FAILED_PRECONDITION
 
 
+def bad_serve():
+    """fmfs-csi serve with a bad command line: exit 3 and a message."""
+    env = {k: v for k, v in E.items() if k != "CSI_ENDPOINT"}
+    for args, words in (([], "no endpoint"),
+                        (["--endpoint", "tcp://127.0.0.1:9"],
+                         "only unix:///PATH"),
+                        (["--endpoint", "unix:relative.sock"],
+                         "must be absolute"),
+                        (["--bogus"], "unknown argument")):
+        p = subprocess.run([os.path.join(TOP, "tools", "fmfs-csi"),
+                            "serve"] + args, env=env, timeout=30,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True)
+        check(p.returncode == 3 and words in p.stderr,
+              "serve %s: exit %d, %r" % (args, p.returncode, p.stderr))
+
+
 def main():
+    note("fmfs-csi serve: bad command lines")
+    bad_serve()
     plugin = Plugin()
     plugin.start()
 
