@@ -12,6 +12,8 @@
 # and the plugin started in the chroot answers Probe and GetPluginInfo
 # over its socket.  Needs root, podman and debootstrap (.ci/run installs
 # them).
+# exclusive: the image's build takes both cores for minutes, and the
+#   timing-bound tests beside it (46-mount-damage's umounts) then fail
 . "$TOP/tests/lib/common.sh"
 
 for c in podman debootstrap; do
