@@ -48,7 +48,7 @@ def make_ops(ns):
     exit_codes = {2: INVALID_ARGUMENT, 3: UNAUTHENTICATED, 4: NOT_FOUND,
                   5: UNAVAILABLE}
 
-    def obj(args, secrets, what):
+    def obj(args, secrets):
         """fmfs obj ARGS with the secrets' credentials; (status, stderr
         or stdout, stdout)."""
         secrets = secrets or {}
@@ -58,9 +58,9 @@ def make_ops(ns):
             if secrets.get(k):
                 opts += [opt, secrets[k]]
         if secrets.get("access_key_id") or secrets.get("secret_access_key"):
-            key = "ctl-" + hashlib.sha256(
-                what.encode()).hexdigest()[:16]
-            creds = ns["cred_file"](key, secrets)
+            # a file of this call's own: calls run at once (other
+            # volumes, or the commands beside the server)
+            creds = ns["cred_file"]("ctl-" + os.urandom(8).hex(), secrets)
         try:
             p = subprocess.run([ns["fmfs_bin"](), "obj"] + args[:1] + opts +
                                args[1:], env=ns["fmfs_env"](creds),
@@ -140,8 +140,7 @@ def make_ops(ns):
         if want[0] < 0 or want[1] < 0 or (want[1] and want[0] > want[1]):
             raise Fail(INVALID_ARGUMENT, "capacity_range %s: required_bytes "
                        "over limit_bytes" % cr)
-        rc, err, out = obj(["stat", vurl + "/"], req.get("secrets"),
-                           req["name"])
+        rc, err, out = obj(["stat", vurl + "/"], req.get("secrets"))
         meta = dict(l[len("meta: "):].split("=", 1) for l in out.split("\n")
                     if l.startswith("meta: ") and "=" in l)
         if rc == 0 and meta.get("csi-name") == req["name"] and \
@@ -157,7 +156,7 @@ def make_ops(ns):
             rc, err, _ = obj(["mkdir", vurl, "-m", "csi-name=" + req["name"],
                               "-m", "csi-required=%d" % want[0],
                               "-m", "csi-limit=%d" % want[1]],
-                             req.get("secrets"), req["name"])
+                             req.get("secrets"))
         if rc:
             raise Fail(exit_codes.get(rc, INTERNAL), "making prefix %s/ of "
                        "volume %s: %s" % (vurl, req["name"], err))
@@ -173,8 +172,7 @@ def make_ops(ns):
         delete, vurl = parsed
         if not delete:
             return {}                  # on_delete=retain: the data stays
-        rc, err, _ = obj(["rm", vurl + "/", "-r"], req.get("secrets"),
-                         req["volume_id"])
+        rc, err, _ = obj(["rm", vurl + "/", "-r"], req.get("secrets"))
         if rc and rc != 4:             # 4: nothing there any more
             raise Fail(exit_codes.get(rc, INTERNAL), "deleting %s/: %s" %
                        (vurl, err))
@@ -191,8 +189,7 @@ def make_ops(ns):
             raise Fail(NOT_FOUND, "volume %s was not made by this driver's "
                        "CreateVolume (a static volume is not validated)" %
                        req["volume_id"])
-        rc, err, _ = obj(["stat", parsed[1] + "/"], req.get("secrets"),
-                         req["volume_id"])
+        rc, err, _ = obj(["stat", parsed[1] + "/"], req.get("secrets"))
         if rc == 4:
             raise Fail(NOT_FOUND, "volume %s: no prefix %s/ in the "
                        "bucket" % (req["volume_id"], parsed[1]))
