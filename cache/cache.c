@@ -183,6 +183,7 @@ void cache_file_free(struct cache_file *f)
 	pthread_mutex_destroy(&f->lock);
 	free(f->present); /* the one allocation behind every array */
 	free(f->from_peer);
+	free(f->asking);
 	free(f->key);
 	free(f);
 }
@@ -721,13 +722,22 @@ static void ensure_scan_locked(struct cache_file *f, uint32_t b0,
 	s->err = 0;
 	s->ready = 0;
 	for (uint32_t b = b0; b < b1; b++) {
-		uint32_t e;
+		uint32_t e, cut;
 
 		if (bit_test(f->present, b) && bit_test(f->verified, b)) {
 			s->ready++;
 			continue;
 		}
 		if (bit_test(f->busy, b)) {
+			/* A peer's request never waits for a member: two
+			 * members that disagree on the list would wait for
+			 * each other (docs/cluster-cache.md, "No cycles"). */
+			if (f->asking && bit_test(f->asking, b) &&
+			    cache_serving_peer()) {
+				s->err = -EBUSY;
+				release_runs_locked(f, s, 0);
+				return;
+			}
 			s->waiting = true;
 			continue;
 		}
@@ -748,8 +758,8 @@ static void ensure_scan_locked(struct cache_file *f, uint32_t b0,
 			s->waiting = true; /* issued on the next pass */
 			continue;
 		}
-		for (e = b + 1; e < b1 && e - b < run_blocks &&
-		     !cache_group_cut(f->c, e) &&
+		cut = cache_group_cut(f, b);
+		for (e = b + 1; e < b1 && e - b < run_blocks && e < cut &&
 		     !bit_test(f->present, e) && !bit_test(f->busy, e); e++)
 			;
 		for (uint32_t i = b; i < e; i++)
@@ -1137,12 +1147,19 @@ void cache_get_stats(struct cache *c, struct cache_stats *out)
 	out->peer_bytes_out = atomic_load(&c->peer_bytes_out);
 	out->peer_refused = atomic_load(&c->peer_refused);
 	out->peer_dropped = atomic_load(&c->peer_dropped);
+	out->peer_guard_bytes = atomic_load(&c->peer_guard_bytes);
+	out->peer_busy = atomic_load(&c->peer_busy);
 	out->peer_rma_reads = 0;
+	out->peer_timeouts = out->peer_skipped_down = 0;
+	out->peer_members_down = 0;
 	if (c->peers) {
 		struct peer_client_stats ps;
 
 		peer_client_get_stats(c->peers, &ps);
 		out->peer_rma_reads = ps.rma_reads;
+		out->peer_timeouts = ps.silent;
+		out->peer_skipped_down = ps.skipped_down;
+		out->peer_members_down = ps.members_down;
 	}
 }
 
@@ -1454,6 +1471,7 @@ static void cache_free(struct cache *c)
 	pthread_mutex_destroy(&c->dirty_lock);
 	pthread_mutex_destroy(&c->fq_lock);
 	pthread_cond_destroy(&c->fq_cond);
+	pthread_cond_destroy(&c->srv_cond);
 	pthread_mutex_destroy(&c->vlock);
 	pthread_cond_destroy(&c->vcond);
 	pthread_mutex_destroy(&c->wlock);
@@ -1477,6 +1495,7 @@ static struct cache *cache_alloc(void)
 	pthread_mutex_init(&c->dirty_lock, NULL);
 	pthread_mutex_init(&c->fq_lock, NULL);
 	util_cond_init(&c->fq_cond);
+	util_cond_init(&c->srv_cond);
 	pthread_mutex_init(&c->vlock, NULL);
 	pthread_cond_init(&c->vcond, NULL);
 	pthread_mutex_init(&c->wlock, NULL);

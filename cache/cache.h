@@ -237,6 +237,14 @@ struct cache_stats {
 	uint64_t peer_dropped;          /* blocks peers sent, dropped at the
 	                                 * last close (no --peer-keep-local) */
 	uint64_t peer_rma_reads;        /* runs pulled from owners one-sided */
+	uint64_t peer_guard_bytes;      /* bytes fetched from the bucket for a
+	                                 * peer's request although another
+	                                 * member owns them (the loop guard) */
+	uint64_t peer_busy;             /* owners that said "busy": asked of a
+	                                 * member for the same blocks */
+	uint64_t peer_timeouts;         /* members silent past --peer-timeout */
+	uint64_t peer_skipped_down;     /* runs not asked: the owner was down */
+	unsigned peer_members_down;     /* members down now */
 };
 void cache_get_stats(struct cache *c, struct cache_stats *out);
 /* The store answered another request (the fs's): connected again. */

@@ -156,7 +156,6 @@ struct cache_file {
 	                             * (cache_file_surrender); c->lock */
 	_Atomic int64_t atime_ns;   /* last open/read, CLOCK_REALTIME */
 	int64_t saved_atime_ns;     /* as last written (flusher, c->lock) */
-	_Atomic int peer_serving;   /* serving peers: fetch from the bucket */
 	_Atomic bool gone;          /* the bucket's last answer for it was
 	                             * 404: a peer asking is told "not that
 	                             * version", not an error */
@@ -173,6 +172,8 @@ struct cache_file {
 	uint16_t *pins;             /* readers using the block right now */
 	uint32_t pos_block;         /* where the latest read started */
 	uint64_t cached_bytes;      /* bytes of present blocks */
+	uint64_t *asking;           /* blocks a fetch is asking a member for
+	                             * (NULL until the first such fetch) */
 	uint64_t *from_peer;        /* blocks a peer sent (NULL: none), to
 	                             * drop at the last close unless
 	                             * peer_keep_local (evict.c) */
@@ -190,6 +191,8 @@ struct cache_job {
 	struct cache_file *f;       /* holds a reference */
 	uint32_t b0, b1;            /* blocks [b0, b1) */
 	bool prefetch;
+	bool no_group;              /* for a peer's request: the bucket only
+	                             * (group.c, the loop guard) */
 };
 
 struct cache_warm_req {
@@ -238,8 +241,14 @@ struct cache {
 	pthread_cond_t fq_cond;
 	struct cache_job *demand_head, *demand_tail;
 	struct cache_job *pre_head, *pre_tail;
-	pthread_t *workers;
+	/* Runs for peers' requests (no_group), on workers of their own:
+	 * a member whose workers all wait on owners still serves. */
+	pthread_cond_t srv_cond;
+	struct cache_job *srv_head, *srv_tail;
+	pthread_t *workers;         /* nworkers for readers, then as many
+	                             * for peers' requests */
 	unsigned nworkers;
+	unsigned nthreads;          /* workers started, of both kinds */
 	bool fq_stop;
 
 	/* Verification buffers (cache.c). */
@@ -278,7 +287,7 @@ struct cache {
 	struct peer_client *peers;
 	atomic_uint_fast64_t peer_hits, peer_bytes_in, peer_fallbacks;
 	atomic_uint_fast64_t peer_served, peer_bytes_out, peer_refused,
-		peer_dropped;
+		peer_dropped, peer_guard_bytes, peer_busy;
 };
 
 /* cache_file_open, or -ESTALE without replacing it when another version
@@ -292,13 +301,29 @@ int cache_file_open_version(struct cache *c, const char *key,
  * the caller goes to the bucket. */
 int cache_group_fetch(struct cache *c, struct cache_file *f, uint64_t off,
 		      uint64_t len, char *buf);
-/* Whether runs must stop at block b because a group is set: at the
- * boundaries of the group's placement units (PEER_RUN_MAX_BYTES, the
- * same on every member whatever its own run_max_bytes). */
-static inline bool cache_group_cut(const struct cache *c, uint32_t b)
+/* Whether this thread is serving a peer's request (cache_peer_serve):
+ * what it fetches comes from the bucket (the loop guard), and it does
+ * not wait for blocks that a fetch is asking a member for (-EBUSY). */
+bool cache_serving_peer(void);
+/* A fetch from the bucket of f's [off, off + len) for a peer's request
+ * (the guard): counts the bytes when another member owns them. */
+void cache_group_guarded(struct cache *c, const struct cache_file *f,
+			 uint64_t off, uint64_t len);
+/* The block at which runs from block b must stop because a group is
+ * set: the end of the range of units that block b's owner holds in a
+ * row (peer_place, the same on every member), or UINT32_MAX without a
+ * group.  f->key and f->etag do not change while f is open. */
+static inline uint32_t cache_group_cut(const struct cache_file *f,
+				       uint32_t b)
 {
-	return atomic_load_explicit(&c->group, memory_order_relaxed) &&
-	       (uint64_t)b * c->cfg.block_bytes % PEER_RUN_MAX_BYTES == 0;
+	const struct peer_group *g =
+		atomic_load_explicit(&f->c->group, memory_order_relaxed);
+	uint64_t bb = f->c->cfg.block_bytes, end = 0;
+
+	if (!g)
+		return UINT32_MAX;
+	peer_place(g, f->key, f->etag, f->size_bytes, (uint64_t)b * bb, &end);
+	return (uint32_t)((end + bb - 1) / bb);
 }
 
 /* ---- cache.c ---- */

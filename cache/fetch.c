@@ -25,6 +25,12 @@
  * admitted only while the bytes queued and in flight stay under
  * inflight_max_bytes, and only if room can be found without waiting;
  * otherwise it is skipped and tried again at the reader's next read.
+ *
+ * In a cache group, a run may come from its owner instead of the bucket
+ * (group.c), and runs fetched for another member's request (no_group)
+ * have a queue and as many workers of their own: they go to the bucket
+ * only, and never wait behind this member's readers, whose workers may
+ * all be waiting on owners (docs/cluster-cache.md, "No cycles").
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -189,7 +195,9 @@ static int fetch_run(struct cache *c, struct cache_job *j, char *buf,
 	obj_status st;
 
 	*from_peer = false;
-	if (!cache_group_fetch(c, f, off, len, buf)) {
+	if (j->no_group) {
+		cache_group_guarded(c, f, off, len);
+	} else if (!cache_group_fetch(c, f, off, len, buf)) {
 		got = (size_t)len;
 		*from_peer = true;
 		goto have;
@@ -219,37 +227,46 @@ have:
 	return write_run(c, f, buf, len, off);
 }
 
-static struct cache_job *job_pop_locked(struct cache *c)
+static struct cache_job *pop(struct cache_job **head,
+			     struct cache_job **tail)
 {
-	struct cache_job *j;
+	struct cache_job *j = *head;
 
-	if ((j = c->demand_head)) {
-		c->demand_head = j->next;
-		if (!c->demand_head)
-			c->demand_tail = NULL;
-	} else if ((j = c->pre_head)) {
-		c->pre_head = j->next;
-		if (!c->pre_head)
-			c->pre_tail = NULL;
+	if (j) {
+		*head = j->next;
+		if (!*head)
+			*tail = NULL;
 	}
 	return j;
 }
 
-static void *fetch_worker(void *arg)
+/* The next job for a reader's worker (demand, then readahead) or for a
+ * peer's (fq_lock). */
+static struct cache_job *job_pop_locked(struct cache *c, bool for_peers)
 {
-	struct cache *c = arg;
+	struct cache_job *j;
+
+	if (for_peers)
+		return pop(&c->srv_head, &c->srv_tail);
+	if ((j = pop(&c->demand_head, &c->demand_tail)))
+		return j;
+	return pop(&c->pre_head, &c->pre_tail);
+}
+
+static void worker_loop(struct cache *c, bool for_peers)
+{
+	pthread_cond_t *cond = for_peers ? &c->srv_cond : &c->fq_cond;
 	uint32_t crcs[RUN_BLOCKS_MAX];
 	char *buf = NULL;
 
 	for (;;) {
-		struct cache_job *j;
+		struct cache_job *j = NULL;
 		bool peer = false;
 		int rc;
 
 		pthread_mutex_lock(&c->fq_lock);
-		while (!c->fq_stop && !c->demand_head && !c->pre_head)
-			pthread_cond_wait(&c->fq_cond, &c->fq_lock);
-		j = c->fq_stop ? NULL : job_pop_locked(c);
+		while (!c->fq_stop && !(j = job_pop_locked(c, for_peers)))
+			pthread_cond_wait(cond, &c->fq_lock);
 		pthread_mutex_unlock(&c->fq_lock);
 		if (!j)
 			break;
@@ -266,29 +283,43 @@ static void *fetch_worker(void *arg)
 	}
 	if (buf)
 		munmap(buf, c->run_max_bytes);
+}
+
+static void *fetch_worker(void *arg)
+{
+	worker_loop(arg, false);
+	return NULL;
+}
+
+static void *serve_worker(void *arg)
+{
+	worker_loop(arg, true);
 	return NULL;
 }
 
 int cache_fetch_start(struct cache *c)
 {
 	uint64_t by_bytes = c->cfg.inflight_max_bytes / c->run_max_bytes;
-	unsigned n = c->cfg.fetch_parallel;
+	unsigned n = c->cfg.fetch_parallel, started = 0;
 
 	if (by_bytes < 1)
 		by_bytes = 1;
 	if (n > by_bytes)
 		n = (unsigned)by_bytes;
-	c->workers = calloc(n, sizeof(*c->workers));
+	c->workers = calloc(2 * (size_t)n, sizeof(*c->workers));
 	if (!c->workers)
 		return -ENOMEM;
-	for (c->nworkers = 0; c->nworkers < n; c->nworkers++) {
-		int rc = pthread_create(&c->workers[c->nworkers], NULL,
-					fetch_worker, c);
+	c->nworkers = n;
+	for (; started < 2 * n; started++) {
+		int rc = pthread_create(&c->workers[started], NULL,
+					started < n ? fetch_worker :
+					serve_worker, c);
 
 		if (rc) {
 			cache_fetch_stop(c);
 			return -rc;
 		}
+		c->nthreads = started + 1;
 	}
 	return 0;
 }
@@ -300,15 +331,17 @@ void cache_fetch_stop(struct cache *c)
 	pthread_mutex_lock(&c->fq_lock);
 	c->fq_stop = true;
 	pthread_cond_broadcast(&c->fq_cond);
+	pthread_cond_broadcast(&c->srv_cond);
 	pthread_mutex_unlock(&c->fq_lock);
-	for (unsigned i = 0; i < c->nworkers; i++)
+	for (unsigned i = 0; i < c->nthreads; i++)
 		pthread_join(c->workers[i], NULL);
 	free(c->workers);
 	c->workers = NULL;
-	c->nworkers = 0;
+	c->nworkers = c->nthreads = 0;
 	/* What was queued and not started is given back. */
 	pthread_mutex_lock(&c->fq_lock);
-	while ((j = job_pop_locked(c))) {
+	while ((j = job_pop_locked(c, false)) ||
+	       (j = job_pop_locked(c, true))) {
 		pthread_mutex_unlock(&c->fq_lock);
 		run_done(j->f, j->b0, j->b1, -ECANCELED, NULL, false);
 		free(j);
@@ -337,11 +370,22 @@ void cache_fetch_submit(struct cache_file *f, uint32_t b0, uint32_t b1,
 	j->b0 = b0;
 	j->b1 = b1;
 	j->prefetch = prefetch;
+	j->no_group = cache_serving_peer();
 	pthread_mutex_lock(&c->fq_lock);
 	if (c->fq_stop) {
 		pthread_mutex_unlock(&c->fq_lock);
 		run_done(f, b0, b1, -ECANCELED, NULL, false);
 		free(j);
+		return;
+	}
+	if (j->no_group) {
+		if (c->srv_tail)
+			c->srv_tail->next = j;
+		else
+			c->srv_head = j;
+		c->srv_tail = j;
+		pthread_cond_signal(&c->srv_cond);
+		pthread_mutex_unlock(&c->fq_lock);
 		return;
 	}
 	if (prefetch) {
@@ -392,14 +436,14 @@ uint64_t cache_prefetch_range(struct cache_file *f, uint64_t off,
 	pthread_mutex_lock(&f->lock);
 	while (b < be) {
 		uint64_t bytes;
-		uint32_t e;
+		uint32_t e, cut;
 
 		if (bit_test(f->present, b) || bit_test(f->busy, b)) {
 			b++;
 			continue;
 		}
-		for (e = b + 1; e < be && e - b < run_blocks &&
-		     !cache_group_cut(c, e) &&
+		cut = cache_group_cut(f, b);
+		for (e = b + 1; e < be && e - b < run_blocks && e < cut &&
 		     !bit_test(f->present, e) && !bit_test(f->busy, e); e++)
 			;
 		bytes = cache_run_len(f, b, e);

@@ -352,6 +352,11 @@ static void do_status(struct fs *fs, FILE *out, bool json)
 	kv_u64(out, json, &first, "peer_bytes_out", c.peer_bytes_out);
 	kv_u64(out, json, &first, "peer_refused", c.peer_refused);
 	kv_u64(out, json, &first, "peer_dropped", c.peer_dropped);
+	kv_u64(out, json, &first, "peer_guard_bytes", c.peer_guard_bytes);
+	kv_u64(out, json, &first, "peer_busy", c.peer_busy);
+	kv_u64(out, json, &first, "peer_timeouts", c.peer_timeouts);
+	kv_u64(out, json, &first, "peer_skipped_down", c.peer_skipped_down);
+	kv_u64(out, json, &first, "peer_members_down", c.peer_members_down);
 	kv_u64(out, json, &first, "open_files", atomic_load(&fs->open_files));
 	kv(out, json, &first, "passthrough_offered",
 	   atomic_load(&fs->pt_offered) ? "true" : "false", false);

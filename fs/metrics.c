@@ -282,6 +282,21 @@ void fs_metrics_write(struct fs *fs, FILE *out)
 	metrics_counter(out, "fmfs_peer_dropped_blocks_total", "Blocks peers "
 			"sent, dropped at the file's last close (no "
 			"--peer-keep-local)", c.peer_dropped);
+	metrics_counter(out, "fmfs_peer_guard_bytes_total", "Bytes fetched "
+			"from the bucket for a peer's request although "
+			"another member owns them (the loop guard)",
+			c.peer_guard_bytes);
+	metrics_counter(out, "fmfs_peer_busy_total", "Runs an owner "
+			"answered busy (it was asking a member for them)",
+			c.peer_busy);
+	metrics_counter(out, "fmfs_peer_timeouts_total", "Requests given "
+			"up after a member stayed silent for --peer-timeout",
+			c.peer_timeouts);
+	metrics_counter(out, "fmfs_peer_skipped_down_total", "Runs read "
+			"from the bucket without asking their owner, which "
+			"was down", c.peer_skipped_down);
+	metrics_gauge(out, "fmfs_peer_members_down", "Members of the cache "
+		      "group marked down now", (double)c.peer_members_down);
 	metrics_counter(out, "fmfs_peer_rma_reads_total", "Runs pulled from "
 			"owners one-sided (RDMA READ through libfabric)",
 			c.peer_rma_reads);

@@ -2,15 +2,21 @@
 /*
  * member.c - the cache group's member list and placement.
  *
- * The list is static, as the issue asks: "host:port" entries from the
- * --peers option or a file, no consensus service.  Every member computes
- * the owner of a run from the same list, by rendezvous (highest random
- * weight) hashing: the owner of run u of (key, etag) is the member whose
- * weight mix(member hash ^ run hash) is highest.  A member that leaves
- * takes only its own runs with it (each goes to the runner-up); one that
- * joins takes about 1/N of every other member's runs.  Members that
- * briefly disagree on the list cost extra bucket GETs, never wrong bytes
- * (the owner a reader picks fetches what it lacks).
+ * The list comes from the --peers option or a file (re-read while
+ * mounted), "host:port" entries, no consensus service.  Every member
+ * computes the owner of a byte of an object version from the same list
+ * (docs/cluster-cache.md, "Placement"): rendezvous (highest random
+ * weight) hashing of (key, etag, unit) with bounded loads.  The object
+ * is cut into units (1 MiB, larger for large objects, so that a window
+ * of 64 units spans at least 1/64 of it), the units into windows of 64;
+ * each unit goes to its heaviest member that still has room, at most
+ * ceil(1.25 x the window's units / N) units of the window.  So no member
+ * owns over 1.25 x its share of a window (plus one unit), and a member
+ * that joins or leaves moves about its own share and a little more (the
+ * units that found room elsewhere).  Adjacent units with one owner make
+ * one run.  Members that briefly disagree on the list cost extra bucket
+ * GETs, never wrong bytes (the owner a reader picks fetches what it
+ * lacks).
  *
  * The hashes: 64-bit FNV-1a over the bytes, finished with splitmix64's
  * mixer, which spreads FNV's weak low bits over the whole word.  Not
@@ -41,26 +47,100 @@ static uint64_t id_hash(const char *id)
 	return mix64(util_fnv1a64(UTIL_FNV64_BASIS, id, strlen(id)));
 }
 
-unsigned peer_owner(const struct peer_group *g, const char *key,
-		    const char *etag, uint64_t run)
+uint64_t peer_unit_bytes(uint64_t size)
 {
-	/* The terminating NULs keep ("ab", "c") apart from ("a", "bc"). */
-	uint64_t h = util_fnv1a64(UTIL_FNV64_BASIS, key, strlen(key) + 1);
+	uint64_t u = PEER_PLACE_UNIT_MIN;
+
+	while (size / PEER_PLACE_WINDOW > u && u < PEER_PLACE_UNIT_MAX)
+		u *= 2;
+	return u;
+}
+
+/* Unit u's weight at member m: the hash of (key, etag) h, mixed with
+ * the unit's index, then with the member's id hash. */
+static uint64_t weight(const struct peer_group *g, unsigned m, uint64_t h,
+		       uint64_t u)
+{
+	return mix64(g->m[m].id_hash ^ mix64(h ^ mix64(u)));
+}
+
+/* The owner of unit u, given the loads of the units before it in its
+ * window: the heaviest member with room (fewer than cap units of the
+ * window), ties to the lower index. */
+static unsigned pick(const struct peer_group *g, uint64_t h, uint64_t u,
+		     const uint32_t *load, uint32_t cap)
+{
 	uint64_t best_w = 0;
-	unsigned best = 0;
+	unsigned best = UINT32_MAX;
 
-	util_assert(g->n > 0);
-	h = util_fnv1a64(h, etag, strlen(etag) + 1);
-	h = mix64(h ^ mix64(run));
 	for (unsigned i = 0; i < g->n; i++) {
-		uint64_t w = mix64(g->m[i].id_hash ^ h);
+		uint64_t w;
 
-		if (i == 0 || w > best_w) {
+		if (load[i] >= cap)
+			continue;
+		w = weight(g, i, h, u);
+		if (best == UINT32_MAX || w > best_w) {
 			best_w = w;
 			best = i;
 		}
 	}
+	util_assert(best != UINT32_MAX); /* cap * n covers the window */
 	return best;
+}
+
+unsigned peer_place(const struct peer_group *g, const char *key,
+		    const char *etag, uint64_t size, uint64_t off,
+		    uint64_t *end)
+{
+	/* The terminating NULs keep ("ab", "c") apart from ("a", "bc"). */
+	uint64_t h = util_fnv1a64(UTIL_FNV64_BASIS, key, strlen(key) + 1);
+	uint64_t ub = peer_unit_bytes(size);
+	uint64_t units = size ? (size + ub - 1) / ub : 1;
+	uint64_t u = off / ub, w0, w1;
+	uint32_t small[256], *load = small, cap;
+	unsigned owner = 0;
+
+	util_assert(g->n > 0);
+	h = util_fnv1a64(h, etag, strlen(etag) + 1);
+	if (u >= units)
+		u = units - 1;
+	w0 = u / PEER_PLACE_WINDOW * PEER_PLACE_WINDOW;
+	w1 = w0 + PEER_PLACE_WINDOW < units ? w0 + PEER_PLACE_WINDOW : units;
+	/* Bounded loads: at most ceil(1.25 x the fair share) of the
+	 * window's units per member. */
+	cap = (uint32_t)((5 * (w1 - w0) + 4 * (uint64_t)g->n - 1) /
+			 (4 * (uint64_t)g->n));
+	if (g->n > 256 && !(load = calloc(g->n, sizeof(*load)))) {
+		/* Every member computes the same: no shortcut that could
+		 * answer otherwise.  Without memory, no owner. */
+		if (end)
+			*end = off + 1;
+		return UINT32_MAX;
+	}
+	if (load == small)
+		memset(small, 0, sizeof(small));
+	for (uint64_t v = w0; v < w1; v++) {
+		unsigned o = pick(g, h, v, load, cap);
+
+		load[o]++;
+		if (v == u)
+			owner = o;
+		else if (v > u && o != owner)
+			break;
+		if (end)
+			*end = (v + 1) * ub < size ? (v + 1) * ub : size;
+		if (v >= u && !end)
+			break;
+	}
+	if (load != small)
+		free(load);
+	return owner;
+}
+
+unsigned peer_owner(const struct peer_group *g, const char *key,
+		    const char *etag, uint64_t size, uint64_t off)
+{
+	return peer_place(g, key, etag, size, off, NULL);
 }
 
 /* host:port, [v6]:port; host of letters, digits, '-', '.' and '_'. */

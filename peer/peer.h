@@ -1,32 +1,32 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * peer.h - the cache group of issue 21 (docs/cluster-cache.md): the
- * mounts of one job share their caches, each 8 MiB run of each object
- * version owned by one member, so the bucket serves a dataset about once
- * per cluster.
+ * peer.h - the cache group (docs/cluster-cache.md): the mounts of one
+ * job share their caches, each unit of each object version owned by
+ * one member, so the bucket serves a dataset about once per cluster.
+ * cache/group.c is its one caller in the mount: it asks owners for runs
+ * and serves this member's.
  *
- * Built so far (the design's first step; nothing in fs/ or cache/ calls
- * it yet):
  *   - the member list: parsing "host:port,host:port" or a file of them,
  *     validated, duplicates refused, this member found by its listen
  *     address;
- *   - placement: rendezvous (highest random weight) hashing of (key,
- *     etag, run index) over the members, so adding or removing one of N
- *     members moves about 1/N of the runs, and only the runs of the
- *     member added or removed;
- *   - the wire format: frame headers, GET and DATA bodies as the
- *     offset/size tables of docs/cluster-cache.md, and the HELLO/AUTH
- *     exchange (HMAC-SHA256 over both nonces and both ids with the
- *     group's shared secret, libcrypto);
+ *   - placement: rendezvous hashing of (key, etag, unit) with bounded
+ *     loads, so no member owns more than 1.25 x its share of any 64
+ *     units of an object, and a member joining or leaving moves little
+ *     more than its own share;
+ *   - the wire format: frame headers, GET, WORKING and DATA bodies as
+ *     the offset/size tables of docs/cluster-cache.md, and the
+ *     HELLO/AUTH exchange (HMAC-SHA256 over both nonces and both ids
+ *     with the group's shared secret, libcrypto);
  *   - the TCP transport: a server answering GETs through a serve
- *     callback, a client with kept connections, bounded waits and
- *     members marked down with back-off.
+ *     callback and saying it is still working on a slow one, a client
+ *     with kept connections, waits bounded by silence, and members
+ *     marked down with back-off and the reason;
+ *   - the RDMA data plane through libfabric (fabric.c), where built.
  *
- * peer/ depends on util/ and libcrypto only.  Every function here is
- * thread-safe: none keeps state between calls.  Decoders never trust
- * their input: lengths are checked against the bytes given and against
- * the limits below, and a bad frame is -EPROTO (or -EMSGSIZE), never an
- * assertion.
+ * peer/ depends on util/, libcrypto and (optionally) libfabric.  Every
+ * function here is thread-safe.  Decoders never trust their input:
+ * lengths are checked against the bytes given and against the limits
+ * below, and a bad frame is -EPROTO (or -EMSGSIZE), never an assertion.
  */
 #ifndef FMFS_PEER_H
 #define FMFS_PEER_H
@@ -86,11 +86,28 @@ void peer_group_release(struct peer_group *g);
 int peer_split_id(const char *id, char *host, size_t host_len,
 		  char port[8]);
 
-/* The member that owns run `run` (offset / run bytes) of the object
- * version (key, etag): the one with the highest weight, ties to the
- * lower index.  g->n must be at least 1. */
+/* Placement (member.c, docs/cluster-cache.md "Placement"): an object
+ * of S bytes is cut into units of peer_unit_bytes(S) (1 MiB, doubled
+ * while the object has over 64 of them, at most 8 MiB), and its units
+ * into windows of 64.  Unit u goes to the member of highest rendezvous
+ * weight for (key, etag, u) that holds fewer than ceil(1.25 x units in
+ * the window / N) units of the window (bounded loads). */
+#define PEER_PLACE_UNIT_MIN (1u << 20)
+#define PEER_PLACE_UNIT_MAX (8u << 20)
+#define PEER_PLACE_WINDOW 64u
+uint64_t peer_unit_bytes(uint64_t size);
+
+/* The member (an index into g) that owns the byte at off of the object
+ * version (key, etag) of size bytes; *end (may be NULL) receives where
+ * that member's range from off ends (the end of the last unit in a row
+ * of units it owns, within the window).  g->n must be at least 1.  The
+ * same answer whatever the list's order.  UINT32_MAX only when a list
+ * of over 256 members finds no memory (no owner: use the bucket). */
+unsigned peer_place(const struct peer_group *g, const char *key,
+		    const char *etag, uint64_t size, uint64_t off,
+		    uint64_t *end);
 unsigned peer_owner(const struct peer_group *g, const char *key,
-		    const char *etag, uint64_t run);
+		    const char *etag, uint64_t size, uint64_t off);
 
 /* ---- the wire format (proto.c) ----
  *
@@ -116,6 +133,8 @@ enum peer_type {
 	PEER_PREFETCH = 7,
 	PEER_RMA_OFFER = 8,
 	PEER_DATA_RMA = 9,
+	PEER_PROGRESS = 10,
+	PEER_WORKING = 11,
 };
 
 void peer_hdr_encode(unsigned char hdr[PEER_HDR_BYTES], enum peer_type t,
@@ -229,6 +248,21 @@ int peer_rma_offer_encode(const struct peer_rma_offer *o, unsigned char *buf,
 int peer_rma_offer_decode(const unsigned char *body, size_t len,
 			  struct peer_rma_offer *o);
 
+/* PROGRESS body (client, after AUTH, before any RMA_OFFER; the server
+ * answers one too): an interval in milliseconds (u32).  The client asks
+ * for WORKING frames at that interval while a GET is being served; the
+ * server answers the interval it will keep (at least
+ * PEER_PROGRESS_MIN_MS).  A member from before the frame closes the
+ * connection on it; the client then dials again without asking and
+ * waits for that member's answers as before (the whole timeout).
+ *
+ * WORKING body (server, between a GET and its DATA, on a connection that
+ * asked): the GET's request id (u64).  "Still fetching it": the reader's
+ * --peer-timeout measures silence, not the owner's whole fetch. */
+#define PEER_PROGRESS_MIN_MS 50
+#define PEER_PROGRESS_BYTES 4
+#define PEER_WORKING_BYTES 8
+
 /* DATA_RMA body: the DATA head (request id, status, block bytes, block
  * count, the CRC table) for the bytes that stay at the owner, then
  * length (u32), remote address (u64) and key (u64) of its registered
@@ -302,20 +336,27 @@ int peer_fabric_read(struct peer_fabric *f, const unsigned char *addr,
  * time, and a client keeps up to PEER_CONNS_PER_MEMBER idle connections
  * per member for the next requests.
  *
- * Every wait is bounded: connecting, the handshake and each answer by
- * timeout_ms from the request's start.  A member that fails (refuses,
- * times out, fails AUTH, answers a bad frame or bytes that do not match
- * their CRCs, or a status other than 0 and -ENOENT) is down for 5 s,
- * then 10, 20, up to 60 s after each further failure, and peer_client_get
- * answers -EHOSTDOWN for it at once meanwhile; its first good answer
- * makes it up again.  The caller then reads from the bucket. */
+ * Every wait is bounded.  Connecting and the handshake: timeout_ms from
+ * the request's start.  The answer: timeout_ms of silence, where the
+ * member sends WORKING frames while it fetches (PROGRESS), and total_ms
+ * in all; with a member that does not, timeout_ms in all.  A member
+ * that is unreachable (refuses, resets), silent for timeout_ms, fails
+ * AUTH, or answers a bad frame or bytes that do not match their CRCs is
+ * down for 5 s, then 10, 20, up to 60 s after each further failure, and
+ * peer_client_get answers -EHOSTDOWN for it at once meanwhile; its first
+ * good answer makes it up again.  One that answers "not that version"
+ * (-ENOENT), "busy" (-EBUSY), "my fetch failed" (-EREMOTEIO), or is
+ * still working at total_ms (-ETIME) stays up.  The caller then reads
+ * from the bucket. */
 #define PEER_CONNS_PER_MEMBER 4
 
 /* Serves g: writes g->len bytes of (g->key, g->etag, g->size_bytes) at
  * g->off into buf.  0, or -ENOENT (not that version: the owner knows a
- * newer one or the bucket refused it), or another -errno (the server
- * answers -EIO for it).  Called from the connection's thread; several
- * at once. */
+ * newer one or the bucket refused it), -EBUSY (this member is asking
+ * another for those bytes: the reader should not wait), or another
+ * -errno (the server answers -EIO for it).  Called from the
+ * connection's thread, or a thread of its own while that one sends
+ * WORKING; several at once. */
 typedef int (*peer_serve_fn)(void *arg, const struct peer_get *g,
 			     unsigned char *buf);
 /* Whether a client that authenticated as id may be served (a member). */
@@ -348,6 +389,7 @@ unsigned peer_server_port(const struct peer_server *s);
 /* Counters. */
 struct peer_server_stats {
 	uint64_t conns, auth_failures, requests, bytes_served, errors;
+	uint64_t working;            /* WORKING frames sent */
 };
 void peer_server_get_stats(struct peer_server *s,
 			   struct peer_server_stats *out);
@@ -358,7 +400,11 @@ struct peer_client_config {
 	const char *self_id;
 	const unsigned char *secret; /* borrowed until free */
 	size_t secret_len;
-	unsigned timeout_ms;         /* connect + handshake + answer; 0: 2000 */
+	unsigned timeout_ms;         /* connect + handshake; silence in an
+	                              * answer; 0: 2000 */
+	unsigned total_ms;           /* the longest wait for one answer from
+	                              * a member that says WORKING; 0: 4 x
+	                              * timeout_ms */
 	/* Offered to each member after AUTH (borrowed until free), or
 	 * NULL; a member without it answers inline. */
 	struct peer_fabric *fabric;
@@ -378,8 +424,10 @@ int peer_client_get(struct peer_client *pc, const char *member,
 		    struct peer_get *g, void *buf, char *msg, size_t msg_len);
 
 /* One line describing each member of g but this one, for status:
- * "ID up" or "ID down Ns (LAST ERROR)", "; " between them, written into
- * buf (truncated to len).  Members never asked are up. */
+ * "ID up" or "ID down Ns (WHY)", "; " between them, written into buf
+ * (truncated to len).  WHY: "silent for N.N s", "unreachable: ERROR",
+ * "bad frames: ERROR", "authentication failed".  Members never asked
+ * are up. */
 void peer_client_describe(struct peer_client *pc, const struct peer_group *g,
 			  char *buf, size_t len);
 
@@ -389,6 +437,10 @@ const char *peer_client_transport(const struct peer_client *pc);
 struct peer_client_stats {
 	uint64_t requests, bytes_received, errors, skipped_down;
 	uint64_t rma_reads;          /* answers pulled through the fabric */
+	uint64_t silent;             /* members silent for the timeout */
+	uint64_t working;            /* WORKING frames received */
+	uint64_t busy;               /* "busy" answers */
+	unsigned members_down;       /* members down now */
 };
 void peer_client_get_stats(struct peer_client *pc,
 			   struct peer_client_stats *out);

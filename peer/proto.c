@@ -42,7 +42,7 @@ int peer_hdr_decode(const unsigned char hdr[PEER_HDR_BYTES],
 	if (memcmp(hdr, magic, 4) || hdr[5] || hdr[6] || hdr[7] ||
 	    util_get32le(hdr + 12) != util_crc32c(0, hdr, 12))
 		return -EPROTO;
-	if (hdr[4] < PEER_HELLO || hdr[4] > PEER_DATA_RMA)
+	if (hdr[4] < PEER_HELLO || hdr[4] > PEER_WORKING)
 		return -EPROTO;
 	*t = (enum peer_type)hdr[4];
 	*body_len = util_get32le(hdr + 8);

@@ -55,8 +55,10 @@ static int wait_fd(int fd, short ev, uint64_t deadline_ms)
 	}
 }
 
+/* Sends the iovecs by deadline_ms; with quiet_ms, every write that
+ * moves bytes puts the deadline quiet_ms after it. */
 static int send_iov(int fd, struct iovec *iov, int niov,
-		    uint64_t deadline_ms)
+		    uint64_t deadline_ms, unsigned quiet_ms)
 {
 	while (niov) {
 		struct msghdr m = { .msg_iov = iov, .msg_iovlen = (size_t)niov };
@@ -74,6 +76,8 @@ static int send_iov(int fd, struct iovec *iov, int niov,
 				return rc;
 			continue;
 		}
+		if (quiet_ms && w > 0)
+			deadline_ms = util_now_ms() + quiet_ms;
 		while (niov && (size_t)w >= iov->iov_len) {
 			w -= (ssize_t)iov->iov_len;
 			iov++;
@@ -99,7 +103,22 @@ static int send_frame(int fd, enum peer_type t, const void *body,
 	};
 
 	peer_hdr_encode(hdr, t, (uint32_t)(len + tail_len));
-	return send_iov(fd, iov, 3, deadline_ms);
+	return send_iov(fd, iov, 3, deadline_ms, 0);
+}
+
+/* A frame whose sending gives up only after quiet_ms without progress. */
+static int send_quiet(int fd, enum peer_type t, const void *body, size_t len,
+		      const void *tail, size_t tail_len, unsigned quiet_ms)
+{
+	unsigned char hdr[PEER_HDR_BYTES];
+	struct iovec iov[3] = {
+		{ hdr, sizeof(hdr) },
+		{ (void *)(uintptr_t)body, len },
+		{ (void *)(uintptr_t)tail, tail_len },
+	};
+
+	peer_hdr_encode(hdr, t, (uint32_t)(len + tail_len));
+	return send_iov(fd, iov, 3, util_now_ms() + quiet_ms, quiet_ms);
 }
 
 /* Reads one frame of type want into buf (cap bytes); *len its body. */
@@ -118,6 +137,45 @@ static int recv_frame(int fd, enum peer_type want, unsigned char *buf,
 	if (t != want || *len > cap)
 		return t == PEER_BYE ? -ECONNRESET : -EPROTO;
 	return util_sock_io(fd, buf, *len, false, deadline_ms);
+}
+
+/*
+ * len bytes in or out of fd, giving up after quiet_ms without a byte
+ * (-ETIMEDOUT) or at cap, an absolute time (-ETIME): a transfer that
+ * keeps moving is not cut short by a deadline meant for a silent peer.
+ */
+static int quiet_io(int fd, void *buf, size_t len, bool out,
+		    unsigned quiet_ms, uint64_t cap)
+{
+	unsigned char *p = buf;
+
+	while (len) {
+		uint64_t now = util_now_ms(), until = now + quiet_ms;
+		ssize_t n = out ? send(fd, p, len, MSG_NOSIGNAL) :
+				  recv(fd, p, len, 0);
+		int rc;
+
+		if (n > 0) {
+			p += n;
+			len -= (size_t)n;
+			continue;
+		}
+		if (n == 0)
+			return -ECONNRESET;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return -errno;
+		if (now >= cap)
+			return -ETIME;
+		rc = wait_fd(fd, out ? POLLOUT : POLLIN,
+			     until < cap ? until : cap);
+		if (rc == -ETIMEDOUT && util_now_ms() >= cap && until >= cap)
+			return -ETIME;
+		if (rc)
+			return rc;
+	}
+	return 0;
 }
 
 static void nonblock(int fd)
@@ -222,7 +280,7 @@ struct peer_server {
 	unsigned nconns;
 	bool stopping;
 	atomic_uint_fast64_t n_conns, n_auth_fail, n_requests, n_bytes,
-		n_errors;
+		n_errors, n_working;
 };
 
 struct srv_conn {
@@ -314,6 +372,97 @@ static int serve_rma(struct peer_server *s, int fd, const struct peer_get *g,
 	return rc;
 }
 
+/* A GET being served on a thread of its own while the connection's
+ * thread says WORKING (serve_watched). */
+struct watched {
+	const struct peer_server_config *cfg;
+	const struct peer_get *g;
+	unsigned char *buf;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool done;
+	int st;
+};
+
+static void *watched_main(void *arg)
+{
+	struct watched *w = arg;
+	int st = w->cfg->serve(w->cfg->arg, w->g, w->buf);
+
+	pthread_mutex_lock(&w->lock);
+	w->st = st;
+	w->done = true;
+	pthread_cond_signal(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+	return NULL;
+}
+
+/* Serves g into buf, sending WORKING every every_ms until the answer is
+ * ready, so that the reader can tell a slow owner from a silent one.  A
+ * WORKING that cannot be sent stops the next ones (the DATA will fail
+ * the same way); the serve itself always runs to its end, since it
+ * writes into buf. */
+static int serve_watched(struct peer_server *s, int fd,
+			 const struct peer_get *g, unsigned char *buf,
+			 unsigned every_ms)
+{
+	struct watched w = { .cfg = &s->cfg, .g = g, .buf = buf };
+	unsigned char body[PEER_WORKING_BYTES];
+	bool can_send = true;
+	pthread_t t;
+
+	pthread_mutex_init(&w.lock, NULL);
+	util_cond_init(&w.cond);
+	if (pthread_create(&t, NULL, watched_main, &w)) {
+		w.st = s->cfg.serve(s->cfg.arg, g, buf);
+		goto out;
+	}
+	util_put64le(body, g->req_id);
+	pthread_mutex_lock(&w.lock);
+	while (!w.done) {
+		struct timespec ts = util_deadline(every_ms);
+
+		if (pthread_cond_timedwait(&w.cond, &w.lock, &ts) !=
+		    ETIMEDOUT || w.done || !can_send)
+			continue;
+		pthread_mutex_unlock(&w.lock);
+		if (send_frame(fd, PEER_WORKING, body, sizeof(body), NULL, 0,
+			       util_now_ms() + s->cfg.timeout_ms))
+			can_send = false;
+		else
+			atomic_fetch_add(&s->n_working, 1);
+		pthread_mutex_lock(&w.lock);
+	}
+	pthread_mutex_unlock(&w.lock);
+	pthread_join(t, NULL);
+out:
+	pthread_cond_destroy(&w.cond);
+	pthread_mutex_destroy(&w.lock);
+	return w.st;
+}
+
+/* A client's PROGRESS: the interval it asks for, clamped, and answered
+ * with the one this connection keeps. */
+static int answer_progress(struct peer_server *s, int fd,
+			   const unsigned char *body, uint32_t len,
+			   unsigned *every_ms)
+{
+	unsigned char out[PEER_PROGRESS_BYTES];
+	uint32_t ms;
+
+	if (len != PEER_PROGRESS_BYTES)
+		return -EPROTO;
+	ms = util_get32le(body);
+	if (ms < PEER_PROGRESS_MIN_MS)
+		ms = PEER_PROGRESS_MIN_MS;
+	if (ms > 60000)
+		ms = 60000;
+	*every_ms = ms;
+	util_put32le(out, ms);
+	return send_frame(fd, PEER_PROGRESS, out, sizeof(out), NULL, 0,
+			  util_now_ms() + s->cfg.timeout_ms);
+}
+
 static void serve_conn(struct peer_server *s, int fd)
 {
 	const struct peer_server_config *cfg = &s->cfg;
@@ -322,6 +471,7 @@ static void serve_conn(struct peer_server *s, int fd)
 	unsigned char *buf = NULL, head[sizeof(crcs) + 64];
 	unsigned char body[PEER_KEY_MAX + PEER_ETAG_MAX + 64];
 	struct peer_hello other;
+	unsigned every_ms = 0;      /* WORKING interval; 0: not asked */
 	bool rma = false;
 	int rc;
 
@@ -356,13 +506,19 @@ static void serve_conn(struct peer_server *s, int fd)
 		if (util_sock_io(fd, hdr, sizeof(hdr), false,
 				 util_now_ms() + cfg->timeout_ms) ||
 		    peer_hdr_decode(hdr, &t, &len) ||
-		    (t != PEER_GET && t != PEER_RMA_OFFER) ||
+		    (t != PEER_GET && t != PEER_RMA_OFFER &&
+		     t != PEER_PROGRESS) ||
 		    len > sizeof(body) ||
 		    util_sock_io(fd, body, len, false,
 				 util_now_ms() + cfg->timeout_ms))
 			break;
 		if (t == PEER_RMA_OFFER) {
 			if (answer_offer(s, fd, body, len, &rma))
+				break;
+			continue;
+		}
+		if (t == PEER_PROGRESS) {
+			if (answer_progress(s, fd, body, len, &every_ms))
 				break;
 			continue;
 		}
@@ -373,9 +529,13 @@ static void serve_conn(struct peer_server *s, int fd)
 		atomic_fetch_add(&s->n_requests, 1);
 		if (!buf && !(buf = malloc(PEER_RUN_MAX_BYTES)))
 			st = -ENOMEM;
+		else if (every_ms)
+			st = serve_watched(s, fd, &g, buf, every_ms);
 		else
 			st = cfg->serve(cfg->arg, &g, buf);
-		if (st && st != -ENOENT) {
+		/* Busy: this member is asking another for those blocks
+		 * (the reader goes to the bucket, no one is down). */
+		if (st && st != -ENOENT && st != -EBUSY) {
 			atomic_fetch_add(&s->n_errors, 1);
 			st = -EIO;
 		}
@@ -399,10 +559,11 @@ static void serve_conn(struct peer_server *s, int fd)
 				buf = NULL;
 			}
 		}
+		/* The bytes go out as fast as the reader takes them: only
+		 * a reader silent for the timeout is given up on. */
 		if (rc == 1)
-			rc = send_frame(fd, PEER_DATA, head, (size_t)n, buf,
-					st ? 0 : g.len,
-					util_now_ms() + cfg->timeout_ms);
+			rc = send_quiet(fd, PEER_DATA, head, (size_t)n, buf,
+					st ? 0 : g.len, cfg->timeout_ms);
 		if (rc)
 			break;
 		if (!st)
@@ -585,6 +746,7 @@ void peer_server_get_stats(struct peer_server *s,
 	out->requests = atomic_load(&s->n_requests);
 	out->bytes_served = atomic_load(&s->n_bytes);
 	out->errors = atomic_load(&s->n_errors);
+	out->working = atomic_load(&s->n_working);
 }
 
 void peer_server_stop(struct peer_server *s)
@@ -615,6 +777,7 @@ void peer_server_stop(struct peer_server *s)
  * RMA_OFFER said on it (falen 0: answers come inline). */
 struct cli_conn {
 	int fd;
+	bool progress;             /* the member sends WORKING on it */
 	uint16_t falen;
 	unsigned char faddr[PEER_FABRIC_ADDR_MAX];
 };
@@ -626,9 +789,11 @@ struct cli_member {
 	unsigned nidle;
 	bool no_offer;                     /* closed on our RMA_OFFER: a
 					    * build without it */
+	bool no_progress;                  /* closed on our PROGRESS */
 	uint64_t down_until_ms;
 	unsigned down_ms;                  /* the next back-off */
 	int last_err;                      /* of the last failure, -errno */
+	unsigned silent_ms;                /* with -ETIMEDOUT: how long */
 };
 
 struct peer_client {
@@ -637,7 +802,7 @@ struct peer_client {
 	pthread_mutex_t lock;              /* protects members */
 	struct cli_member *members;
 	atomic_uint_fast64_t next_req, n_requests, n_bytes, n_errors, n_down,
-		n_rma;
+		n_rma, n_silent, n_working, n_busy;
 };
 
 int peer_client_new(const struct peer_client_config *cfg,
@@ -654,6 +819,10 @@ int peer_client_new(const struct peer_client_config *cfg,
 	pc->cfg = *cfg;
 	if (!pc->cfg.timeout_ms)
 		pc->cfg.timeout_ms = 2000;
+	if (!pc->cfg.total_ms)
+		pc->cfg.total_ms = 4 * pc->cfg.timeout_ms;
+	if (pc->cfg.total_ms < pc->cfg.timeout_ms)
+		pc->cfg.total_ms = pc->cfg.timeout_ms;
 	pc->self_id = strdup(cfg->self_id);
 	if (!pc->self_id) {
 		free(pc);
@@ -695,6 +864,14 @@ void peer_client_get_stats(struct peer_client *pc,
 	out->errors = atomic_load(&pc->n_errors);
 	out->skipped_down = atomic_load(&pc->n_down);
 	out->rma_reads = atomic_load(&pc->n_rma);
+	out->silent = atomic_load(&pc->n_silent);
+	out->working = atomic_load(&pc->n_working);
+	out->busy = atomic_load(&pc->n_busy);
+	out->members_down = 0;
+	pthread_mutex_lock(&pc->lock);
+	for (struct cli_member *m = pc->members; m; m = m->next)
+		out->members_down += m->down_until_ms > util_now_ms();
+	pthread_mutex_unlock(&pc->lock);
 }
 
 /* The member's entry (pc->lock held), made on first use. */
@@ -749,37 +926,75 @@ static int offer_rma(struct peer_client *pc, struct cli_conn *cn,
 	return 0;
 }
 
-static int dial_once(struct peer_client *pc, const char *id, bool offer,
-		     uint64_t deadline, struct cli_conn *cn, char *msg,
-		     size_t msg_len);
+/* PROGRESS on a new connection: WORKING frames asked for at a quarter
+ * of the timeout, so that three can be lost before the reader gives
+ * up. */
+static int ask_progress(struct peer_client *pc, struct cli_conn *cn,
+			uint64_t deadline)
+{
+	unsigned char b[PEER_PROGRESS_BYTES];
+	unsigned every = pc->cfg.timeout_ms / 4;
+	uint32_t len;
+	int rc;
+
+	util_put32le(b, every < PEER_PROGRESS_MIN_MS ? PEER_PROGRESS_MIN_MS :
+		     every);
+	rc = send_frame(cn->fd, PEER_PROGRESS, b, sizeof(b), NULL, 0,
+			deadline);
+	if (!rc)
+		rc = recv_frame(cn->fd, PEER_PROGRESS, b, sizeof(b), &len,
+				deadline);
+	if (!rc && len != PEER_PROGRESS_BYTES)
+		rc = -EPROTO;
+	/* An interval over the timeout would read as silence. */
+	if (!rc && util_get32le(b) >= pc->cfg.timeout_ms)
+		rc = -EPROTO;
+	cn->progress = !rc;
+	return rc;
+}
+
+enum dial_step { STEP_CONNECT, STEP_PROGRESS, STEP_OFFER };
+
+static int dial_once(struct peer_client *pc, const char *id, bool progress,
+		     bool offer, uint64_t deadline, struct cli_conn *cn,
+		     char *msg, size_t msg_len, enum dial_step *step);
 
 /* A new connection to id in *cn.  A member that closes it on our
- * RMA_OFFER (a build from before the frame) is dialled again without
- * one, and never offered again. */
+ * PROGRESS or RMA_OFFER (a build from before the frame) is dialled again
+ * without it, and never asked again. */
 static int dial(struct peer_client *pc, const char *id, uint64_t deadline,
 		struct cli_conn *cn, char *msg, size_t msg_len)
 {
 	struct cli_member *m;
-	bool offer;
-	int rc;
+	int rc = -EIO;
 
-	pthread_mutex_lock(&pc->lock);
-	m = member_of(pc, id);
-	offer = pc->cfg.fabric && m && !m->no_offer;
-	pthread_mutex_unlock(&pc->lock);
-	rc = dial_once(pc, id, offer, deadline, cn, msg, msg_len);
-	if (offer && (rc == -ECONNRESET || rc == -EPIPE)) {
+	for (int attempt = 0; attempt < 3; attempt++) {
+		enum dial_step step = STEP_CONNECT;
+		bool offer, progress;
+
 		pthread_mutex_lock(&pc->lock);
-		m->no_offer = true;
+		m = member_of(pc, id);
+		offer = pc->cfg.fabric && m && !m->no_offer;
+		progress = m && !m->no_progress;
 		pthread_mutex_unlock(&pc->lock);
-		rc = dial_once(pc, id, false, deadline, cn, msg, msg_len);
+		rc = dial_once(pc, id, progress, offer, deadline, cn, msg,
+			       msg_len, &step);
+		if ((rc != -ECONNRESET && rc != -EPIPE) ||
+		    step == STEP_CONNECT || !m)
+			break;
+		pthread_mutex_lock(&pc->lock);
+		if (step == STEP_PROGRESS)
+			m->no_progress = true;
+		else
+			m->no_offer = true;
+		pthread_mutex_unlock(&pc->lock);
 	}
 	return rc;
 }
 
-static int dial_once(struct peer_client *pc, const char *id, bool offer,
-		     uint64_t deadline, struct cli_conn *cn, char *msg,
-		     size_t msg_len)
+static int dial_once(struct peer_client *pc, const char *id, bool progress,
+		     bool offer, uint64_t deadline, struct cli_conn *cn,
+		     char *msg, size_t msg_len, enum dial_step *step)
 {
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
 				  .ai_flags = AI_NUMERICSERV };
@@ -789,6 +1004,7 @@ static int dial_once(struct peer_client *pc, const char *id, bool offer,
 	int fd, rc, err = 0;
 	socklen_t el = sizeof(err);
 
+	*step = STEP_CONNECT;
 	if (peer_split_id(id, host, sizeof(host), port)) {
 		util_msg(msg, msg_len, "peer %s: not host:port", id);
 		return -EINVAL;
@@ -828,13 +1044,22 @@ static int dial_once(struct peer_client *pc, const char *id, bool offer,
 	}
 	cn->fd = fd;
 	cn->falen = 0;
-	if (!rc && offer)
+	cn->progress = false;
+	if (!rc && progress) {
+		*step = STEP_PROGRESS;
+		rc = ask_progress(pc, cn, deadline);
+	}
+	if (!rc && offer) {
+		*step = STEP_OFFER;
 		rc = offer_rma(pc, cn, deadline);
+	}
 	if (rc) {
 		util_msg(msg, msg_len, "peer %s: %s", id,
 			 rc == -EACCES ? "authentication failed (is the "
 			 "group's secret the same on both?)" :
-			 rc == -EPROTO ? "bad handshake" : strerror(-rc));
+			 rc == -EPROTO ? "bad handshake" :
+			 rc == -ETIMEDOUT ? "no answer to connect or "
+			 "handshake within --peer-timeout" : strerror(-rc));
 		close(fd);
 		cn->fd = -1;
 		return rc;
@@ -881,30 +1106,56 @@ static int exchange_rma(struct peer_client *pc, const struct cli_conn *cn,
 	return rc;
 }
 
-/* Sends g on fd and reads the answer into buf; 0, -ENOENT or -errno. */
+/* Sends g on fd and reads the answer into buf: 0, -ENOENT, -EBUSY (the
+ * owner is asking a member for those blocks itself), -EREMOTEIO (the
+ * owner's fetch failed), -ETIMEDOUT (the member was silent for the
+ * timeout), -ETIME (it kept saying WORKING past total_ms), or another
+ * -errno. */
 static int exchange(struct peer_client *pc, const struct cli_conn *cn,
-		    const struct peer_get *g, unsigned char *buf,
-		    uint64_t deadline, char *msg, size_t msg_len,
-		    const char *id)
+		    const struct peer_get *g, unsigned char *buf, char *msg,
+		    size_t msg_len, const char *id)
 {
 	int fd = cn->fd;
 	unsigned char body[PEER_KEY_MAX + PEER_ETAG_MAX + 64], hdr[PEER_HDR_BYTES];
 	unsigned char fixed[PEER_DATA_FIXED_BYTES], crcs[4 * PEER_BLOCKS_MAX];
+	unsigned char wb[PEER_WORKING_BYTES];
+	unsigned quiet = pc->cfg.timeout_ms;
+	uint64_t start = util_now_ms();
+	/* Without WORKING frames, silence and the whole wait are one. */
+	uint64_t cap = start + (cn->progress ? pc->cfg.total_ms : quiet);
 	struct peer_data d;
-	enum peer_type t;
+	enum peer_type t = PEER_DATA;
 	uint32_t len, bad;
 	int n, rc;
 
 	n = peer_get_encode(g, body, sizeof(body));
 	if (n < 0)
 		return n;
-	rc = send_frame(fd, PEER_GET, body, (size_t)n, NULL, 0, deadline);
-	if (!rc)
-		rc = util_sock_io(fd, hdr, sizeof(hdr), false, deadline);
-	if (!rc)
-		rc = peer_hdr_decode(hdr, &t, &len);
+	rc = send_frame(fd, PEER_GET, body, (size_t)n, NULL, 0,
+			start + quiet);
+	/* WORKING frames until the answer: each one restarts the clock of
+	 * silence, none the whole wait's. */
+	while (!rc) {
+		rc = quiet_io(fd, hdr, sizeof(hdr), false, quiet, cap);
+		if (!rc)
+			rc = peer_hdr_decode(hdr, &t, &len);
+		if (rc || t != PEER_WORKING)
+			break;
+		if (!cn->progress || len != PEER_WORKING_BYTES) {
+			rc = -EPROTO;
+			break;
+		}
+		rc = quiet_io(fd, wb, sizeof(wb), false, quiet, cap);
+		if (!rc && util_get64le(wb) != g->req_id)
+			rc = -EPROTO;
+		if (!rc)
+			atomic_fetch_add(&pc->n_working, 1);
+	}
+	/* The bytes are ready at the owner: the pull gets the timeout. */
 	if (!rc && t == PEER_DATA_RMA)
-		rc = exchange_rma(pc, cn, g, len, buf, deadline, &bad);
+		rc = exchange_rma(pc, cn, g, len, buf,
+				  util_now_ms() + quiet < cap ?
+				  util_now_ms() + quiet : cap, &bad);
 	else if (!rc && t != PEER_DATA)
 		rc = -EPROTO;
 	if (rc || t == PEER_DATA_RMA)
@@ -912,7 +1163,7 @@ static int exchange(struct peer_client *pc, const struct cli_conn *cn,
 	/* The head, then the CRC table, then the bytes straight into buf:
 	 * no frame-sized allocation or copy per request. */
 	rc = len < PEER_DATA_FIXED_BYTES ? -EPROTO :
-	     util_sock_io(fd, fixed, sizeof(fixed), false, deadline);
+	     quiet_io(fd, fixed, sizeof(fixed), false, quiet, cap);
 	if (!rc)
 		rc = peer_data_fixed_decode(fixed, len, &d);
 	if (!rc && d.req_id != g->req_id)
@@ -920,29 +1171,51 @@ static int exchange(struct peer_client *pc, const struct cli_conn *cn,
 	if (!rc && !d.status && d.nbytes != g->len)
 		rc = -EPROTO;
 	if (!rc && d.status)
-		rc = d.status == -ENOENT ? -ENOENT : -EREMOTEIO;
+		rc = d.status == -ENOENT ? -ENOENT :
+		     d.status == -EBUSY ? -EBUSY : -EREMOTEIO;
 	if (!rc)
-		rc = util_sock_io(fd, crcs, (size_t)d.nblocks * 4, false,
-				  deadline);
+		rc = quiet_io(fd, crcs, (size_t)d.nblocks * 4, false, quiet,
+			      cap);
 	if (!rc)
-		rc = util_sock_io(fd, buf, d.nbytes, false, deadline);
+		rc = quiet_io(fd, buf, d.nbytes, false, quiet, cap);
 	if (!rc) {
 		d.crcs = crcs;
 		d.bytes = buf;
 		rc = peer_data_check(&d, &bad);
 	}
 checked:
+	/* Without WORKING frames the whole wait is the silence bound. */
+	if (rc == -ETIME && !cn->progress)
+		rc = -ETIMEDOUT;
 	if (rc == -EBADMSG) {
 		util_msg(msg, msg_len, "peer %s: block %u of %s at %llu does "
 			 "not match its CRC32C", id, bad, g->key,
 			 (unsigned long long)g->off);
 		return rc;
 	}
-	if (rc && rc != -ENOENT)
+	if (rc == -ETIMEDOUT)
+		util_msg(msg, msg_len, "peer %s: silent for %u ms "
+			 "(--peer-timeout)", id, quiet);
+	else if (rc == -ETIME)
+		util_msg(msg, msg_len, "peer %s: still fetching after %llu "
+			 "ms", id, (unsigned long long)(util_now_ms() - start));
+	else if (rc && rc != -ENOENT)
 		util_msg(msg, msg_len, "peer %s: %s", id,
 			 rc == -EREMOTEIO ? "the owner's fetch failed" :
-			 strerror(-rc));
+			 rc == -EBUSY ? "busy (it is asking a member for "
+			 "those blocks itself)" : strerror(-rc));
 	return rc;
+}
+
+/* Whether a failure says the member is down: unreachable, silent, or
+ * speaking wrongly.  An answer that says why it has no bytes (not that
+ * version, busy, its own fetch failed) or a member still working at the
+ * longest wait is not: the reader reads the bucket, the member stays
+ * up. */
+static bool down_after(int rc)
+{
+	return rc && rc != -ENOENT && rc != -EBUSY && rc != -EREMOTEIO &&
+	       rc != -ETIME;
 }
 
 int peer_client_get(struct peer_client *pc, const char *member,
@@ -975,7 +1248,7 @@ int peer_client_get(struct peer_client *pc, const char *member,
 		/* A kept connection the member closed meanwhile (it
 		 * restarted, or stopped a connection idle too long): once
 		 * more on a new one before calling the member down. */
-		rc = exchange(pc, &cn, g, buf, deadline, msg, msg_len, member);
+		rc = exchange(pc, &cn, g, buf, msg, msg_len, member);
 		if (rc == -ECONNRESET || rc == -EPIPE) {
 			close(cn.fd);
 			cn.fd = -1;
@@ -984,14 +1257,14 @@ int peer_client_get(struct peer_client *pc, const char *member,
 	if (cn.fd < 0) {
 		rc = dial(pc, member, deadline, &cn, msg, msg_len);
 		if (!rc)
-			rc = exchange(pc, &cn, g, buf, deadline, msg, msg_len,
-				      member);
+			rc = exchange(pc, &cn, g, buf, msg, msg_len, member);
 	}
 	pthread_mutex_lock(&pc->lock);
-	if (!rc || rc == -ENOENT) {
+	if (!down_after(rc)) {
 		m->down_ms = 0;
 		m->down_until_ms = 0;
-		if (m->nidle < PEER_CONNS_PER_MEMBER) {
+		/* A connection is kept only after a whole answer. */
+		if (rc != -ETIME && m->nidle < PEER_CONNS_PER_MEMBER) {
 			m->idle[m->nidle++] = cn;
 			cn.fd = -1;
 		}
@@ -1001,6 +1274,7 @@ int peer_client_get(struct peer_client *pc, const char *member,
 			m->down_ms = DOWN_MAX_MS;
 		m->down_until_ms = util_now_ms() + m->down_ms;
 		m->last_err = rc;
+		m->silent_ms = pc->cfg.timeout_ms;
 		/* Its other connections are as suspect as this one. */
 		while (m->nidle)
 			close(m->idle[--m->nidle].fd);
@@ -1010,9 +1284,35 @@ int peer_client_get(struct peer_client *pc, const char *member,
 		close(cn.fd);
 	if (!rc)
 		atomic_fetch_add(&pc->n_bytes, g->len);
+	else if (rc == -EBUSY)
+		atomic_fetch_add(&pc->n_busy, 1);
 	else if (rc != -ENOENT)
 		atomic_fetch_add(&pc->n_errors, 1);
+	if (rc == -ETIMEDOUT)
+		atomic_fetch_add(&pc->n_silent, 1);
 	return rc;
+}
+
+/* Why a member is down, in words: unreachable, silent or speaking
+ * wrongly (docs/cluster-cache.md, "What the group shows"). */
+static void down_reason(const struct cli_member *m, char *buf, size_t len)
+{
+	int e = -m->last_err;
+
+	if (e == ETIMEDOUT)
+		snprintf(buf, len, "silent for %u.%u s", m->silent_ms / 1000,
+			 m->silent_ms % 1000 / 100);
+	else if (e == ECONNREFUSED || e == EHOSTUNREACH ||
+		 e == ENETUNREACH || e == ECONNRESET || e == EPIPE ||
+		 e == ECONNABORTED || e == EHOSTDOWN)
+		snprintf(buf, len, "unreachable: %s", strerror(e));
+	else if (e == EPROTO || e == EMSGSIZE || e == EBADMSG ||
+		 e == EPROTONOSUPPORT)
+		snprintf(buf, len, "bad frames: %s", strerror(e));
+	else if (e == EACCES)
+		snprintf(buf, len, "authentication failed");
+	else
+		snprintf(buf, len, "%s", strerror(e));
 }
 
 void peer_client_describe(struct peer_client *pc, const struct peer_group *g,
@@ -1033,13 +1333,16 @@ void peer_client_describe(struct peer_client *pc, const struct peer_group *g,
 		for (m = pc->members; m && strcmp(m->id, g->m[i].id);
 		     m = m->next)
 			;
-		if (m && m->down_until_ms > now)
+		if (m && m->down_until_ms > now) {
+			char why[128];
+
+			down_reason(m, why, sizeof(why));
 			n = snprintf(buf + at, len - at, "%s%s down %llus (%s)",
 				     at ? "; " : "", m->id,
 				     (unsigned long long)
 				     ((m->down_until_ms - now + 999) / 1000),
-				     strerror(-m->last_err));
-		else
+				     why);
+		} else
 			n = snprintf(buf + at, len - at, "%s%s up",
 				     at ? "; " : "", g->m[i].id);
 		if (n < 0)

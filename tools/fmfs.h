@@ -102,7 +102,7 @@ int fmfs_group_check(const char *peers, const char *listen,
 		     char *msg, size_t ml);
 int fmfs_group_start(const char *peers, const char *listen,
 		     const char *secret_file, unsigned timeout_ms,
-		     const char *transport, struct cache *c,
+		     unsigned total_ms, const char *transport, struct cache *c,
 		     struct fmfs_group **out, char *msg, size_t ml);
 void fmfs_group_stop_serving(struct fmfs_group *gr);
 void fmfs_group_free(struct fmfs_group *gr);

@@ -258,7 +258,7 @@ static void *reader_main(void *arg)
 
 int fmfs_group_start(const char *peers, const char *listen,
 		     const char *secret_file, unsigned timeout_ms,
-		     const char *transport, struct cache *c,
+		     unsigned total_ms, const char *transport, struct cache *c,
 		     struct fmfs_group **out, char *msg, size_t ml)
 {
 	struct peer_client_config cc;
@@ -278,7 +278,7 @@ int fmfs_group_start(const char *peers, const char *listen,
 	cc = (struct peer_client_config){
 		.self_id = listen, .secret = gr->secret,
 		.secret_len = gr->secret_len, .timeout_ms = timeout_ms,
-		.fabric = gr->fabric,
+		.total_ms = total_ms, .fabric = gr->fabric,
 	};
 	sc = (struct peer_server_config){
 		.listen = listen, .self_id = listen, .secret = gr->secret,

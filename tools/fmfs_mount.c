@@ -103,7 +103,9 @@ static void mount_usage(FILE *f)
 "  --peer-listen ADDR:PORT  where this member serves the others (as it\n"
 "                        appears in --peers)\n"
 "  --peer-secret-file FILE  the group's shared secret (16-4096 bytes)\n"
-"  --peer-timeout MS     a peer's answer before the bucket is asked instead,\n"
+"  --peer-timeout MS     how long a peer may stay silent before the bucket\n"
+"                        is asked instead (an owner still fetching says\n"
+"                        so and is waited for, up to --timeout minus this),\n"
 "                        100-60000, at most half of --timeout (default\n"
 "                        5000)\n"
 "  --peer-transport T    how runs move between members: auto (RDMA through\n"
@@ -758,7 +760,9 @@ static int serve(struct mount_opts *o, int ready_fd, char *msg, size_t ml)
 		return rc;
 	if (o->peers &&
 	    fmfs_group_start(o->peers, o->peer_listen, o->peer_secret_file,
-			     o->peer_timeout_ms, o->peer_transport, c, &gr,
+			     o->peer_timeout_ms,
+			     o->fetch_timeout_s * 1000 - o->peer_timeout_ms,
+			     o->peer_transport, c, &gr,
 			     msg, ml)) {
 		cache_close(c);
 		obj_close(st);

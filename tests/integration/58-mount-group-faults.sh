@@ -62,7 +62,7 @@ for mode in corrupt stall short garbage; do
 	[ "$ms" -lt 20000 ] || fail "$mode: the read took $ms ms with a $mode member (timeout 1000 ms)"
 	case $mode in
 	corrupt) want="Bad message" ;;
-	stall) want="timed out" ;;
+	stall) want="silent for" ;;
 	*) want="Protocol error" ;;
 	esac
 	stat_of peers | grep ":$PX" | grep -q "$want" ||

@@ -65,8 +65,8 @@ check_served() {
 }
 
 # upload_big_at LOCAL KEY MIB OWNER ID...: uploads a random object of MIB
-# MiB (a multiple of 8; its local copy at LOCAL) to KEY whose last 8 MiB
-# run member OWNER of ID... owns, trying new bytes (a new ETag) until it
+# MiB (its local copy at LOCAL) to KEY whose last MiB (the last unit)
+# member OWNER of ID... owns, trying new bytes (a new ETag) until it
 # does: a test that kills OWNER after the reader's first 16 MiB then
 # knows the reader still has to ask it (readahead reaches 64 MiB ahead
 # at most).
@@ -77,7 +77,7 @@ upload_big_at() {
 		random_file "$local" "$mib"
 		awsx s3 cp --quiet "$local" "s3://$B/$key"
 		[ "$(B=$B python3 "$TOP/tests/lib/placement.py" run "$key" \
-			$((mib / 8 - 1)) "$@")" = "$owner" ] && return 0
+			$(((mib - 1) * 1048576)) "$@")" = "$owner" ] && return 0
 	done
 	fail "no ETag in 30 tries put the last run of $key at member $owner"
 }

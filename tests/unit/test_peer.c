@@ -4,9 +4,10 @@
  * member list, rendezvous placement and wire format.
  *
  * Placement: the same list gives the same owners whatever its order;
- * 3 members each own about a third of 30,000 runs; removing one moves
- * only its runs, adding a fourth moves about a quarter, and only to the
- * new member.  Lists: separators and comments, IPv6, this member found;
+ * ranges have one owner each and end at unit boundaries; no member holds
+ * over its bound of any window (the benchmark's shapes: the busiest at
+ * most 1.25 x the mean); a member joining or leaving moves about its
+ * share and under 10% more; small objects spread about evenly.  Lists: separators and comments, IPv6, this member found;
  * bad entries, duplicates, an empty list and a file that is not text
  * refused with a message naming the entry.  Wire: each frame and body
  * round-trips; a header with a flipped bit, a wrong magic or type, and
@@ -54,8 +55,10 @@ static void test_owner_independent_of_order(void **state)
 	parse_ok(ids3, NULL, &a);
 	parse_ok("10.0.0.3:7000 10.0.0.1:7000\n10.0.0.2:7000", NULL, &b);
 	for (uint64_t u = 0; u < 2000; u++) {
-		unsigned oa = peer_owner(&a, "data/shard-0001", "\"e1\"", u);
-		unsigned ob = peer_owner(&b, "data/shard-0001", "\"e1\"", u);
+		unsigned oa = peer_owner(&a, "data/shard-0001", "\"e1\"",
+					 2000ull * MIB, u * MIB);
+		unsigned ob = peer_owner(&b, "data/shard-0001", "\"e1\"",
+					 2000ull * MIB, u * MIB + 4095);
 
 		assert_string_equal(a.m[oa].id, b.m[ob].id);
 	}
@@ -63,84 +66,196 @@ static void test_owner_independent_of_order(void **state)
 	peer_group_release(&b);
 }
 
-/* Owners of runs 0..n of 300 objects' version "v" in g: their ids (in
- * g, valid while it is). */
-static const char **owners(const struct peer_group *g, unsigned n)
+/* A list of n members "10.1.I.J:7000" (first: the offset of I). */
+static void group_of(unsigned n, unsigned first, struct peer_group *g)
 {
-	const char **o = calloc(n, sizeof(*o));
-	char key[64];
+	char *text = malloc(n * 32 + 1), *p = text;
 
-	assert_non_null(o);
-	for (unsigned i = 0; i < n; i++) {
-		snprintf(key, sizeof(key), "set/obj-%u", i / 100);
-		o[i] = g->m[peer_owner(g, key, "v", i % 100)].id;
-	}
-	return o;
+	assert_non_null(text);
+	for (unsigned i = first; i < first + n; i++)
+		p += sprintf(p, "10.1.%u.%u:7000,", i / 200, i % 200);
+	parse_ok(text, NULL, g);
+	free(text);
 }
 
-static void test_balance_and_movement(void **state)
+/* Adds the bytes each member owns of the object (key, size) to owned[]
+ * (NULL: none), checking the ranges on the way: each range peer_place
+ * gives has one owner to its last byte, ends at a unit boundary (or
+ * the object's end), is followed by another owner or a new window, and
+ * no member holds over ceil(1.25 x the window's units / N) units of a
+ * window. */
+static void add_owned(const struct peer_group *g, const char *key,
+		      uint64_t size, uint64_t *owned)
 {
-	const unsigned n = 30000;
-	struct peer_group g3, g2, g4;
-	const char **o3, **o2, **o4;
-	unsigned count[3] = { 0 }, moved_rm = 0, moved_add = 0;
+	uint64_t ub = peer_unit_bytes(size), off = 0, win = ub * 64;
+	uint32_t *count = calloc(g->n, sizeof(*count));
+	int prev = -1;
+
+	assert_non_null(count);
+	while (off < size) {
+		uint64_t end = 0, units_in_win, cap;
+		unsigned o = peer_place(g, key, "e", size, off, &end);
+
+		assert_true(o < g->n);
+		assert_true(end > off && end <= size);
+		assert_true(end == size || end % ub == 0);
+		assert_int_equal(peer_owner(g, key, "e", size, end - 1), o);
+		assert_int_equal(peer_owner(g, key, "e", size,
+					    off + (end - off) / 2), o);
+		if (off % win)
+			assert_true((int)o != prev);
+		else
+			memset(count, 0, g->n * sizeof(*count));
+		count[o] += (uint32_t)((end - off + ub - 1) / ub);
+		units_in_win = ((off / win + 1) * win < size ?
+				(off / win + 1) * win : size) - off / win * win;
+		units_in_win = (units_in_win + ub - 1) / ub;
+		cap = (5 * units_in_win + 4 * g->n - 1) / (4 * g->n);
+		assert_true(count[o] <= cap);
+		if (owned)
+			owned[o] += end - off;
+		prev = (int)o;
+		off = end;
+	}
+	free(count);
+}
+
+/* The busiest member's bytes over the mean, for objects of size. */
+static double busiest(unsigned n, unsigned objects, uint64_t size)
+{
+	struct peer_group g;
+	uint64_t *owned = calloc(n, sizeof(uint64_t)), hi = 0;
+	char key[64];
+
+	assert_non_null(owned);
+	group_of(n, 0, &g);
+	for (unsigned i = 0; i < objects; i++) {
+		snprintf(key, sizeof(key), "set/shard-%05u", i);
+		add_owned(&g, key, size, owned);
+	}
+	for (unsigned m = 0; m < n; m++)
+		hi = owned[m] > hi ? owned[m] : hi;
+	free(owned);
+	peer_group_release(&g);
+	return (double)hi * n / ((double)objects * size);
+}
+
+static void test_balance_bound(void **state)
+{
+	(void)state;
+	assert_int_equal(peer_unit_bytes(16 * MIB), MIB);
+	assert_int_equal(peer_unit_bytes(64 * MIB), MIB);
+	assert_int_equal(peer_unit_bytes(128 * MIB), 2 * MIB);
+	assert_int_equal(peer_unit_bytes(1ull << 40), 8 * MIB);
+	/* The cluster benchmark's shapes, 16 x 16 MiB and 2 x 128 MiB,
+	 * over 4, 8 and 16 members: the busiest at most 1.25 x the mean
+	 * (the goal is 1.5). */
+	for (unsigned n = 4; n <= 16; n *= 2) {
+		assert_true(busiest(n, 16, 16 * MIB) <= 1.5);
+		assert_true(busiest(n, 2, 128 * MIB) <= 1.5);
+	}
+	/* Large objects, odd sizes and counts, over 256 members (the
+	 * allocated path): every window within its bound (add_owned). */
+	assert_true(busiest(3, 3, 1000 * MIB + 12345) <= 1.25 + 0.02);
+	assert_true(busiest(17, 5, 100 * MIB + 1) < 1.5);
+	(void)busiest(300, 2, 3000 * MIB);
+	(void)busiest(7, 20, 1);
+}
+
+/* The units of objects whose owner differs between lists a and b: into
+ * *own those that move to or from member `who`, into *other the rest. */
+static void moved(const struct peer_group *a, const struct peer_group *b,
+		  unsigned objects, uint64_t size, const char *who,
+		  uint64_t *own, uint64_t *other)
+{
+	uint64_t ub = peer_unit_bytes(size);
+	char key[64];
+
+	*own = *other = 0;
+	for (unsigned i = 0; i < objects; i++) {
+		snprintf(key, sizeof(key), "set/shard-%05u", i);
+		for (uint64_t off = 0; off < size; off += ub) {
+			const char *oa = a->m[peer_owner(a, key, "e", size,
+							 off)].id;
+			const char *ob = b->m[peer_owner(b, key, "e", size,
+							 off)].id;
+
+			if (!strcmp(oa, ob))
+				continue;
+			if (!strcmp(oa, who) || !strcmp(ob, who))
+				(*own)++;
+			else
+				(*other)++;
+		}
+	}
+}
+
+static void test_movement(void **state)
+{
+	struct peer_group g16, g17, g15;
+	uint64_t units = 16 * (256 * MIB / peer_unit_bytes(256 * MIB));
+	uint64_t own, other;
 
 	(void)state;
-	parse_ok(ids3, NULL, &g3);
-	parse_ok("10.0.0.1:7000,10.0.0.3:7000", NULL, &g2);
-	parse_ok("10.0.0.1:7000,10.0.0.2:7000,10.0.0.3:7000,10.0.0.4:7000",
-		 NULL, &g4);
-	o3 = owners(&g3, n);
-	o2 = owners(&g2, n);
-	o4 = owners(&g4, n);
+	group_of(16, 0, &g16);
+	group_of(17, 0, &g17);   /* the 17th joins */
+	group_of(15, 1, &g15);   /* the first leaves */
+	/* 16 objects of 256 MiB, 64 units of 4 MiB each.  A member
+	 * joining takes about 1/17 of the units; others move only where a
+	 * window's bound sends a unit elsewhere: under 10%. */
+	moved(&g16, &g17, 16, 256 * MIB, "10.1.0.16:7000", &own, &other);
+	assert_true(own > units / 17 / 2 && own < units / 17 * 3 / 2);
+	assert_true(other < units / 10);
+	/* One leaving: its own units move, and under 10% more. */
+	moved(&g16, &g15, 16, 256 * MIB, "10.1.0.0:7000", &own, &other);
+	assert_true(own > units / 16 / 2 && own < units / 16 * 3 / 2);
+	assert_true(other < units / 10);
+	peer_group_release(&g16);
+	peer_group_release(&g17);
+	peer_group_release(&g15);
+}
+
+/* Objects smaller than N units: their units go to members picked by
+ * each object's own order, so many of them spread about evenly. */
+static void test_small_objects_spread(void **state)
+{
+	const unsigned n = 30000;
+	struct peer_group g;
+	unsigned count[3] = { 0 };
+	char key[64];
+
+	(void)state;
+	parse_ok(ids3, NULL, &g);
 	for (unsigned i = 0; i < n; i++) {
-		for (unsigned m = 0; m < 3; m++)
-			count[m] += !strcmp(o3[i], g3.m[m].id);
-		if (strcmp(o3[i], o2[i])) {
-			/* Only runs of the member removed move. */
-			assert_string_equal(o3[i], "10.0.0.2:7000");
-			moved_rm++;
-		} else {
-			assert_string_not_equal(o3[i], "10.0.0.2:7000");
-		}
-		if (strcmp(o3[i], o4[i])) {
-			/* Runs move only to the member added. */
-			assert_string_equal(o4[i], "10.0.0.4:7000");
-			moved_add++;
-		}
+		snprintf(key, sizeof(key), "set/obj-%u", i);
+		count[peer_owner(&g, key, "v", 1000, 0)]++;
 	}
 	for (unsigned m = 0; m < 3; m++) {
 		/* A third each, within 5% of n/3 (the spread is ~0.9%). */
 		assert_true(count[m] > n / 3 - n / 60);
 		assert_true(count[m] < n / 3 + n / 60);
 	}
-	assert_int_equal(moved_rm, count[1]);
-	/* About a quarter of the runs go to the fourth member. */
-	assert_true(moved_add > n / 4 - n / 40);
-	assert_true(moved_add < n / 4 + n / 40);
-	free((void *)o3);
-	free((void *)o2);
-	free((void *)o4);
-	peer_group_release(&g3);
-	peer_group_release(&g2);
-	peer_group_release(&g4);
+	peer_group_release(&g);
 }
 
 static void test_owner_depends_on_version_and_key(void **state)
 {
 	struct peer_group g;
 	unsigned diff_etag = 0, diff_split = 0;
+	char k1[64], k2[64];
 
 	(void)state;
 	parse_ok(ids3, NULL, &g);
-	for (uint64_t u = 0; u < 3000; u++) {
-		diff_etag += peer_owner(&g, "k", "v1", u) !=
-			     peer_owner(&g, "k", "v2", u);
+	for (unsigned i = 0; i < 3000; i++) {
+		snprintf(k1, sizeof(k1), "k%uab", i);
+		snprintf(k2, sizeof(k2), "k%ua", i);
+		diff_etag += peer_owner(&g, k1, "v1", MIB, 0) !=
+			     peer_owner(&g, k1, "v2", MIB, 0);
 		/* ("ab", "c") is not ("a", "bc"). */
-		diff_split += peer_owner(&g, "ab", "c", u) !=
-			      peer_owner(&g, "a", "bc", u);
+		diff_split += peer_owner(&g, k1, "c", MIB, 0) !=
+			      peer_owner(&g, k2, "bc", MIB, 0);
 	}
-	/* Independent placements differ for about 2/3 of the runs. */
+	/* Independent placements differ for about 2/3 of the objects. */
 	assert_true(diff_etag > 1500 && diff_etag < 2500);
 	assert_true(diff_split > 1500 && diff_split < 2500);
 	peer_group_release(&g);
@@ -161,7 +276,15 @@ static void test_list_forms(void **state)
 	parse_ok("127.0.0.1:1", "127.0.0.1:2", &g);
 	assert_int_equal(g.self, -1);
 	assert_int_equal(g.n, 1);
-	assert_int_equal(peer_owner(&g, "k", "e", 7), 0);
+	assert_int_equal(peer_owner(&g, "k", "e", 7 * MIB + 100, 7 * MIB),
+			 0);
+	{
+		uint64_t end = 0;
+
+		assert_int_equal(peer_place(&g, "k", "e", 7 * MIB + 100, 5,
+					    &end), 0);
+		assert_int_equal(end, 7 * MIB + 100);
+	}
 	peer_group_release(&g);
 }
 
@@ -239,7 +362,7 @@ static void test_header(void **state)
 		x[bit / 8] ^= (unsigned char)(1u << (bit % 8));
 		assert_int_equal(peer_hdr_decode(x, &t, &len), -EPROTO);
 	}
-	peer_hdr_encode(h, (enum peer_type)(PEER_DATA_RMA + 1), 0);
+	peer_hdr_encode(h, (enum peer_type)(PEER_WORKING + 1), 0);
 	assert_int_equal(peer_hdr_decode(h, &t, &len), -EPROTO);
 	peer_hdr_encode(h, PEER_DATA, PEER_BODY_MAX + 1);
 	assert_int_equal(peer_hdr_decode(h, &t, &len), -EMSGSIZE);
@@ -430,6 +553,7 @@ static unsigned char byte_at(const char *key, uint64_t pos)
 struct srv_state {
 	atomic_int calls;
 	int status;          /* what serve answers */
+	unsigned delay_ms;   /* how long it takes */
 };
 
 static int serve_fn(void *arg, const struct peer_get *g, unsigned char *buf)
@@ -437,6 +561,8 @@ static int serve_fn(void *arg, const struct peer_get *g, unsigned char *buf)
 	struct srv_state *st = arg;
 
 	atomic_fetch_add(&st->calls, 1);
+	if (st->delay_ms)
+		usleep(st->delay_ms * 1000);
 	if (st->status)
 		return st->status;
 	for (uint32_t i = 0; i < g->len; i++)
@@ -526,38 +652,103 @@ static void test_tcp_serve(void **state)
 	st.status = -ENOENT;
 	assert_int_equal(peer_client_get(pc, id, &g, buf, msg, sizeof(msg)),
 			 -ENOENT);
-	/* The owner's fetch failed: an error, the member is down. */
+	/* The owner's fetch failed: an error, but the member answered:
+	 * it stays up, and is asked again. */
 	st.status = -EIO;
 	assert_int_equal(peer_client_get(pc, id, &g, buf, msg, sizeof(msg)),
 			 -EREMOTEIO);
 	assert_contains(msg, "fetch failed");
 	assert_int_equal(peer_client_get(pc, id, &g, buf, msg, sizeof(msg)),
+			 -EREMOTEIO);
+	/* Busy (asking a member for those bytes itself): up as well. */
+	st.status = -EBUSY;
+	assert_int_equal(peer_client_get(pc, id, &g, buf, msg, sizeof(msg)),
+			 -EBUSY);
+	assert_contains(msg, "busy");
+	assert_int_equal(atomic_load(&st.calls), 6);
+	peer_server_get_stats(s, &ss);
+	assert_int_equal(ss.conns, 1);
+	assert_int_equal(ss.requests, 6);
+	assert_int_equal(ss.bytes_served, PEER_RUN_MAX_BYTES + 100000);
+	assert_int_equal(ss.errors, 2);
+	/* Gone: unreachable, down, and said so. */
+	peer_server_stop(s);
+	assert_int_equal(peer_client_get(pc, id, &g, buf, msg, sizeof(msg)),
+			 -ECONNREFUSED);
+	assert_int_equal(peer_client_get(pc, id, &g, buf, msg, sizeof(msg)),
 			 -EHOSTDOWN);
-	assert_int_equal(atomic_load(&st.calls), 4);
 	{
 		struct peer_group grp;
-		char list[256], desc[512], want[128];
+		char list[256], desc[512], want[160];
 
 		snprintf(list, sizeof(list), "127.0.0.1:1,%s,127.0.0.1:9",
 			 id);
 		parse_ok(list, "127.0.0.1:1", &grp);
 		peer_client_describe(pc, &grp, desc, sizeof(desc));
-		snprintf(want, sizeof(want), "%s down 5s (Remote I/O error); "
-			 "127.0.0.1:9 up", id);
+		snprintf(want, sizeof(want), "%s down 5s (unreachable: "
+			 "Connection refused); 127.0.0.1:9 up", id);
 		assert_string_equal(desc, want);
 		peer_group_release(&grp);
 	}
-	peer_server_get_stats(s, &ss);
-	assert_int_equal(ss.conns, 1);
-	assert_int_equal(ss.requests, 4);
-	assert_int_equal(ss.bytes_served, PEER_RUN_MAX_BYTES + 100000);
 	peer_client_get_stats(pc, &cs);
-	assert_int_equal(cs.requests, 4);
+	assert_int_equal(cs.requests, 7);
 	assert_int_equal(cs.bytes_received, PEER_RUN_MAX_BYTES + 100000);
 	assert_int_equal(cs.skipped_down, 1);
+	assert_int_equal(cs.busy, 1);
+	assert_int_equal(cs.members_down, 1);
+	peer_client_free(pc);
+	free(buf);
+}
+
+/* A slow owner says WORKING: the reader waits for it past the timeout
+ * of silence, up to total_ms, and never calls it down. */
+static void test_tcp_slow_owner(void **state)
+{
+	struct srv_state st = { 0 };
+	struct peer_server_stats ss;
+	struct peer_client_stats cs;
+	struct peer_client_config cfg = {
+		.self_id = "127.0.0.1:1", .secret = g_secret,
+		.secret_len = sizeof(g_secret) - 1, .timeout_ms = 400,
+		.total_ms = 2500,
+	};
+	struct peer_server *s;
+	struct peer_client *pc;
+	struct peer_get g;
+	unsigned char buf[8192];
+	char id[64], msg[512];
+	uint64_t t0;
+
+	(void)state;
+	s = server(&st, NULL, id);
+	assert_int_equal(peer_client_new(&cfg, &pc), 0);
+	/* 1.2 s of fetching, three times the timeout: the bytes come. */
+	st.delay_ms = 1200;
+	get_of(&g, "slow", 0, sizeof(buf));
+	assert_ok(peer_client_get(pc, id, &g, buf, msg, sizeof(msg)), msg);
+	for (uint32_t i = 0; i < sizeof(buf); i++)
+		assert_int_equal(buf[i], byte_at("slow", i));
+	peer_client_get_stats(pc, &cs);
+	peer_server_get_stats(s, &ss);
+	/* WORKING every 100 ms (a quarter of the timeout). */
+	assert_true(cs.working >= 5);
+	assert_int_equal(cs.working, ss.working);
+	assert_int_equal(cs.members_down, 0);
+	/* Past the longest wait: given up on (-ETIME), not down. */
+	st.delay_ms = 4000;
+	t0 = util_now_ms();
+	assert_int_equal(peer_client_get(pc, id, &g, buf, msg, sizeof(msg)),
+			 -ETIME);
+	assert_true(util_now_ms() - t0 >= 2400);
+	assert_true(util_now_ms() - t0 < 3500);
+	assert_contains(msg, "still fetching");
+	st.delay_ms = 0;
+	assert_ok(peer_client_get(pc, id, &g, buf, msg, sizeof(msg)), msg);
+	peer_client_get_stats(pc, &cs);
+	assert_int_equal(cs.members_down, 0);
+	assert_int_equal(cs.silent, 0);
 	peer_client_free(pc);
 	peer_server_stop(s);
-	free(buf);
 }
 
 static void test_tcp_auth(void **state)
@@ -736,6 +927,17 @@ static void fake_handshake(struct fake *f, int fd)
 	send_fr(fd, PEER_AUTH, mac, sizeof(mac));
 }
 
+/* A client's PROGRESS (the first frame after AUTH, 4 bytes) answered
+ * as a member of this build would; then the next frame. */
+static uint32_t fake_progress(int fd, unsigned char *b, size_t cap,
+			      uint32_t n)
+{
+	if (n != PEER_PROGRESS_BYTES)
+		return n;
+	send_fr(fd, PEER_PROGRESS, b, n);
+	return recv_fr(fd, b, cap);
+}
+
 static void *fake_main(void *arg)
 {
 	struct fake *f = arg;
@@ -747,6 +949,8 @@ static void *fake_main(void *arg)
 
 	fake_handshake(f, fd);
 	n = recv_fr(fd, b, sizeof(b));
+	if (n != UINT32_MAX)
+		n = fake_progress(fd, b, sizeof(b), n);
 	if (n == UINT32_MAX)   /* the impostor: the client hung up */
 		goto out;
 	if (f->mode == FAKE_OLD) {
@@ -756,7 +960,7 @@ static void *fake_main(void *arg)
 		close(fd);
 		fd = accept(f->lfd, NULL, NULL);
 		fake_handshake(f, fd);
-		n = recv_fr(fd, b, sizeof(b));
+		n = fake_progress(fd, b, sizeof(b), recv_fr(fd, b, sizeof(b)));
 		assert_true(n != UINT32_MAX);
 	}
 	if (f->fab) {          /* the client's RMA_OFFER first */
@@ -840,7 +1044,7 @@ static void test_tcp_faults(void **state)
 		const char *said;
 	} cases[] = {
 		{ FAKE_FLIP, -EBADMSG, "block 1 of k at 4096 does not match" },
-		{ FAKE_STALL, -ETIMEDOUT, "timed out" },
+		{ FAKE_STALL, -ETIMEDOUT, "silent for 500 ms" },
 		{ FAKE_WRONG_ID, -EPROTO, "Protocol error" },
 		{ FAKE_SHORT, -EPROTO, "Protocol error" },
 		{ FAKE_IMPOSTOR, -EPROTO, "answered as '10.9.9.9:1'" },
@@ -1024,7 +1228,7 @@ static void test_fabric_faults(void **state)
 		{ FAKE_RMA_FLIP, -EBADMSG, "block 3 of k at 4096 does not match" },
 		{ FAKE_RMA_BADKEY, 0, "peer 127.0.0.1:" },
 		{ FAKE_RMA_GONE, 0, "peer 127.0.0.1:" },
-		{ FAKE_RMA_STALL, -ETIMEDOUT, "timed out" },
+		{ FAKE_RMA_STALL, -ETIMEDOUT, "silent for 500 ms" },
 	};
 	struct peer_fabric *fc, *fs;
 
@@ -1186,7 +1390,9 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_owner_independent_of_order),
-		cmocka_unit_test(test_balance_and_movement),
+		cmocka_unit_test(test_balance_bound),
+		cmocka_unit_test(test_movement),
+		cmocka_unit_test(test_small_objects_spread),
 		cmocka_unit_test(test_owner_depends_on_version_and_key),
 		cmocka_unit_test(test_list_forms),
 		cmocka_unit_test(test_list_errors),
@@ -1197,6 +1403,7 @@ int main(void)
 		cmocka_unit_test(test_get),
 		cmocka_unit_test(test_data),
 		cmocka_unit_test(test_tcp_serve),
+		cmocka_unit_test(test_tcp_slow_owner),
 		cmocka_unit_test(test_tcp_auth),
 		cmocka_unit_test(test_tcp_faults),
 		cmocka_unit_test(test_rma_frames),
