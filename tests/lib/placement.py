@@ -16,6 +16,9 @@ usage: placement.py OWNER KEY[,KEY...] ID [ID...]
        placement.py moved KEY[,KEY...] NOLD ID [ID...]  (prints the bytes
            whose owner among all the ids is not their owner among the
            first NOLD: what a list that grew makes the bucket serve again)
+       placement.py disagree KEY WHO NOLD ID [ID...]  (prints the bytes
+           of KEY that the first NOLD ids give to member WHO, and of
+           those the bytes that all the ids give to another member)
 """
 import json
 import os
@@ -93,6 +96,20 @@ def main():
         idh = [mix(fnv(B0, i.encode())) for i in ids]
         etag, size = head(key)
         print(owner_of(idh, key, etag, size, off))
+        return
+    if sys.argv[1] == "disagree":
+        key, who, nold, ids = (sys.argv[2], int(sys.argv[3]),
+                               int(sys.argv[4]), sys.argv[5:])
+        idh = [mix(fnv(B0, i.encode())) for i in ids]
+        etag, size = head(key)
+        ub = unit_bytes(size)
+        old = owners(idh[:nold], key, etag, size)
+        new = owners(idh, key, etag, size)
+        asked = sum(min(ub, size - u * ub) for u, o in enumerate(old)
+                    if o == who)
+        other = sum(min(ub, size - u * ub) for u, o in enumerate(old)
+                    if o == who and new[u] != who)
+        print(asked, other)
         return
     if sys.argv[1] == "moved":
         keys, nold, ids = sys.argv[2].split(","), int(sys.argv[3]), sys.argv[4:]
