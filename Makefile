@@ -155,7 +155,8 @@ PROGS = tools/fmfs tools/fmckpt tools/fmtrain
 # Unit tests: one cmocka program per module.
 UNIT_TESTS = tests/unit/test_sigv4 tests/unit/test_objstore \
 	tests/unit/test_cache tests/unit/test_ckpt tests/unit/test_data \
-	tests/unit/test_train tests/unit/test_rendezvous tests/unit/test_peer
+	tests/unit/test_train tests/unit/test_rendezvous tests/unit/test_peer \
+	tests/unit/test_group
 tests/unit/test_sigv4: tests/unit/test_sigv4.o $(OBJSTORE_A)
 tests/unit/test_objstore: tests/unit/test_objstore.o $(OBJSTORE_A)
 tests/unit/test_sigv4 tests/unit/test_objstore: LINK_LIBS = $(OBJSTORE_LIBS) $(CMOCKA_LIBS)
@@ -163,6 +164,8 @@ tests/unit/test_peer: tests/unit/test_peer.o $(PEER_A)
 tests/unit/test_peer: LINK_LIBS = $(PEER_LIBS) $(CMOCKA_LIBS)
 tests/unit/test_cache: tests/unit/test_cache.o $(CACHE_A)
 tests/unit/test_cache: LINK_LIBS = $(CACHE_LIBS) $(CMOCKA_LIBS)
+tests/unit/test_group: tests/unit/test_group.o $(CACHE_A)
+tests/unit/test_group: LINK_LIBS = $(CACHE_LIBS) $(CMOCKA_LIBS)
 tests/unit/test_ckpt: tests/unit/test_ckpt.o $(CKPT_A)
 tests/unit/test_ckpt: LINK_LIBS = $(CKPT_LIBS) $(CMOCKA_LIBS)
 tests/unit/test_data: tests/unit/test_data.o $(TRAIN_A)
