@@ -91,34 +91,28 @@ static int send_iov(int fd, struct iovec *iov, int niov,
 	return 0;
 }
 
+/* A frame sent by deadline_ms; with quiet_ms, only a reader silent for
+ * quiet_ms (taking no bytes) makes it fail, however long it takes. */
+static int send_frame_q(int fd, enum peer_type t, const void *body,
+			size_t len, const void *tail, size_t tail_len,
+			uint64_t deadline_ms, unsigned quiet_ms)
+{
+	unsigned char hdr[PEER_HDR_BYTES];
+	struct iovec iov[3] = {
+		{ hdr, sizeof(hdr) },
+		{ (void *)(uintptr_t)body, len },
+		{ (void *)(uintptr_t)tail, tail_len },
+	};
+
+	peer_hdr_encode(hdr, t, (uint32_t)(len + tail_len));
+	return send_iov(fd, iov, 3, deadline_ms, quiet_ms);
+}
+
 static int send_frame(int fd, enum peer_type t, const void *body,
 		      size_t len, const void *tail, size_t tail_len,
 		      uint64_t deadline_ms)
 {
-	unsigned char hdr[PEER_HDR_BYTES];
-	struct iovec iov[3] = {
-		{ hdr, sizeof(hdr) },
-		{ (void *)(uintptr_t)body, len },
-		{ (void *)(uintptr_t)tail, tail_len },
-	};
-
-	peer_hdr_encode(hdr, t, (uint32_t)(len + tail_len));
-	return send_iov(fd, iov, 3, deadline_ms, 0);
-}
-
-/* A frame whose sending gives up only after quiet_ms without progress. */
-static int send_quiet(int fd, enum peer_type t, const void *body, size_t len,
-		      const void *tail, size_t tail_len, unsigned quiet_ms)
-{
-	unsigned char hdr[PEER_HDR_BYTES];
-	struct iovec iov[3] = {
-		{ hdr, sizeof(hdr) },
-		{ (void *)(uintptr_t)body, len },
-		{ (void *)(uintptr_t)tail, tail_len },
-	};
-
-	peer_hdr_encode(hdr, t, (uint32_t)(len + tail_len));
-	return send_iov(fd, iov, 3, util_now_ms() + quiet_ms, quiet_ms);
+	return send_frame_q(fd, t, body, len, tail, tail_len, deadline_ms, 0);
 }
 
 /* Reads one frame of type want into buf (cap bytes); *len its body. */
@@ -137,45 +131,6 @@ static int recv_frame(int fd, enum peer_type want, unsigned char *buf,
 	if (t != want || *len > cap)
 		return t == PEER_BYE ? -ECONNRESET : -EPROTO;
 	return util_sock_io(fd, buf, *len, false, deadline_ms);
-}
-
-/*
- * len bytes in or out of fd, giving up after quiet_ms without a byte
- * (-ETIMEDOUT) or at cap, an absolute time (-ETIME): a transfer that
- * keeps moving is not cut short by a deadline meant for a silent peer.
- */
-static int quiet_io(int fd, void *buf, size_t len, bool out,
-		    unsigned quiet_ms, uint64_t cap)
-{
-	unsigned char *p = buf;
-
-	while (len) {
-		uint64_t now = util_now_ms(), until = now + quiet_ms;
-		ssize_t n = out ? send(fd, p, len, MSG_NOSIGNAL) :
-				  recv(fd, p, len, 0);
-		int rc;
-
-		if (n > 0) {
-			p += n;
-			len -= (size_t)n;
-			continue;
-		}
-		if (n == 0)
-			return -ECONNRESET;
-		if (errno == EINTR)
-			continue;
-		if (errno != EAGAIN && errno != EWOULDBLOCK)
-			return -errno;
-		if (now >= cap)
-			return -ETIME;
-		rc = wait_fd(fd, out ? POLLOUT : POLLIN,
-			     until < cap ? until : cap);
-		if (rc == -ETIMEDOUT && util_now_ms() >= cap && until >= cap)
-			return -ETIME;
-		if (rc)
-			return rc;
-	}
-	return 0;
 }
 
 static void nonblock(int fd)
@@ -562,8 +517,10 @@ static void serve_conn(struct peer_server *s, int fd)
 		/* The bytes go out as fast as the reader takes them: only
 		 * a reader silent for the timeout is given up on. */
 		if (rc == 1)
-			rc = send_quiet(fd, PEER_DATA, head, (size_t)n, buf,
-					st ? 0 : g.len, cfg->timeout_ms);
+			rc = send_frame_q(fd, PEER_DATA, head, (size_t)n, buf,
+					  st ? 0 : g.len,
+					  util_now_ms() + cfg->timeout_ms,
+					  cfg->timeout_ms);
 		if (rc)
 			break;
 		if (!st)
@@ -1136,7 +1093,7 @@ static int exchange(struct peer_client *pc, const struct cli_conn *cn,
 	/* WORKING frames until the answer: each one restarts the clock of
 	 * silence, none the whole wait's. */
 	while (!rc) {
-		rc = quiet_io(fd, hdr, sizeof(hdr), false, quiet, cap);
+		rc = util_sock_io_quiet(fd, hdr, sizeof(hdr), false, quiet, cap);
 		if (!rc)
 			rc = peer_hdr_decode(hdr, &t, &len);
 		if (rc || t != PEER_WORKING)
@@ -1145,7 +1102,7 @@ static int exchange(struct peer_client *pc, const struct cli_conn *cn,
 			rc = -EPROTO;
 			break;
 		}
-		rc = quiet_io(fd, wb, sizeof(wb), false, quiet, cap);
+		rc = util_sock_io_quiet(fd, wb, sizeof(wb), false, quiet, cap);
 		if (!rc && util_get64le(wb) != g->req_id)
 			rc = -EPROTO;
 		if (!rc)
@@ -1163,7 +1120,7 @@ static int exchange(struct peer_client *pc, const struct cli_conn *cn,
 	/* The head, then the CRC table, then the bytes straight into buf:
 	 * no frame-sized allocation or copy per request. */
 	rc = len < PEER_DATA_FIXED_BYTES ? -EPROTO :
-	     quiet_io(fd, fixed, sizeof(fixed), false, quiet, cap);
+	     util_sock_io_quiet(fd, fixed, sizeof(fixed), false, quiet, cap);
 	if (!rc)
 		rc = peer_data_fixed_decode(fixed, len, &d);
 	if (!rc && d.req_id != g->req_id)
@@ -1174,10 +1131,10 @@ static int exchange(struct peer_client *pc, const struct cli_conn *cn,
 		rc = d.status == -ENOENT ? -ENOENT :
 		     d.status == -EBUSY ? -EBUSY : -EREMOTEIO;
 	if (!rc)
-		rc = quiet_io(fd, crcs, (size_t)d.nblocks * 4, false, quiet,
+		rc = util_sock_io_quiet(fd, crcs, (size_t)d.nblocks * 4, false, quiet,
 			      cap);
 	if (!rc)
-		rc = quiet_io(fd, buf, d.nbytes, false, quiet, cap);
+		rc = util_sock_io_quiet(fd, buf, d.nbytes, false, quiet, cap);
 	if (!rc) {
 		d.crcs = crcs;
 		d.bytes = buf;

@@ -269,13 +269,14 @@ static int poll_ms_until(uint64_t deadline)
 	return deadline - now > INT_MAX ? INT_MAX : (int)(deadline - now);
 }
 
-int util_sock_io(int fd, void *buf, size_t len, bool out,
-		   uint64_t deadline)
+int util_sock_io_quiet(int fd, void *buf, size_t len, bool out,
+			 unsigned quiet_ms, uint64_t cap)
 {
 	unsigned char *p = buf;
 
 	while (len) {
 		struct pollfd pf = { .fd = fd, .events = out ? POLLOUT : POLLIN };
+		uint64_t until;
 		ssize_t n;
 		int pr;
 
@@ -291,11 +292,23 @@ int util_sock_io(int fd, void *buf, size_t len, bool out,
 			continue;
 		if (errno != EAGAIN && errno != EWOULDBLOCK)
 			return -errno;
-		pr = poll(&pf, 1, poll_ms_until(deadline));
+		/* Nothing more to move now: the silence starts here. */
+		until = quiet_ms ? util_now_ms() + quiet_ms : cap;
+		if (until > cap)
+			until = cap;
+		pr = poll(&pf, 1, poll_ms_until(until));
 		if (pr < 0 && errno != EINTR)
 			return -errno;
 		if (pr == 0)
-			return -ETIMEDOUT;
+			return until >= cap ? -ETIME : -ETIMEDOUT;
 	}
 	return 0;
+}
+
+int util_sock_io(int fd, void *buf, size_t len, bool out,
+		 uint64_t deadline)
+{
+	int rc = util_sock_io_quiet(fd, buf, len, out, 0, deadline);
+
+	return rc == -ETIME ? -ETIMEDOUT : rc;
 }

@@ -129,6 +129,12 @@ int util_write_all(int fd, const void *buf, size_t len);
  * or -errno.  out: send (MSG_NOSIGNAL), else recv. */
 int util_sock_io(int fd, void *buf, size_t len, bool out,
 		 uint64_t deadline);
+/* The same, giving up after quiet_ms without a byte moved (-ETIMEDOUT;
+ * 0: no such limit) or at cap, an absolute time (-ETIME): a transfer
+ * that keeps moving is not cut short by a limit meant for a silent
+ * peer. */
+int util_sock_io_quiet(int fd, void *buf, size_t len, bool out,
+		       unsigned quiet_ms, uint64_t cap);
 
 /* len bytes of private anonymous memory for a large buffer that is
  * reused (checkpoint staging, fetch buffers), in huge pages where the

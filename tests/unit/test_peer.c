@@ -553,7 +553,7 @@ static unsigned char byte_at(const char *key, uint64_t pos)
 struct srv_state {
 	atomic_int calls;
 	int status;          /* what serve answers */
-	unsigned delay_ms;   /* how long it takes */
+	atomic_uint delay_ms; /* how long it takes */
 };
 
 static int serve_fn(void *arg, const struct peer_get *g, unsigned char *buf)
@@ -561,8 +561,8 @@ static int serve_fn(void *arg, const struct peer_get *g, unsigned char *buf)
 	struct srv_state *st = arg;
 
 	atomic_fetch_add(&st->calls, 1);
-	if (st->delay_ms)
-		usleep(st->delay_ms * 1000);
+	if (atomic_load(&st->delay_ms))
+		usleep(atomic_load(&st->delay_ms) * 1000);
 	if (st->status)
 		return st->status;
 	for (uint32_t i = 0; i < g->len; i++)
@@ -723,7 +723,7 @@ static void test_tcp_slow_owner(void **state)
 	s = server(&st, NULL, id);
 	assert_int_equal(peer_client_new(&cfg, &pc), 0);
 	/* 1.2 s of fetching, three times the timeout: the bytes come. */
-	st.delay_ms = 1200;
+	atomic_store(&st.delay_ms, 1200);
 	get_of(&g, "slow", 0, sizeof(buf));
 	assert_ok(peer_client_get(pc, id, &g, buf, msg, sizeof(msg)), msg);
 	for (uint32_t i = 0; i < sizeof(buf); i++)
@@ -735,14 +735,14 @@ static void test_tcp_slow_owner(void **state)
 	assert_int_equal(cs.working, ss.working);
 	assert_int_equal(cs.members_down, 0);
 	/* Past the longest wait: given up on (-ETIME), not down. */
-	st.delay_ms = 4000;
+	atomic_store(&st.delay_ms, 4000);
 	t0 = util_now_ms();
 	assert_int_equal(peer_client_get(pc, id, &g, buf, msg, sizeof(msg)),
 			 -ETIME);
 	assert_true(util_now_ms() - t0 >= 2400);
 	assert_true(util_now_ms() - t0 < 3500);
 	assert_contains(msg, "still fetching");
-	st.delay_ms = 0;
+	atomic_store(&st.delay_ms, 0);
 	assert_ok(peer_client_get(pc, id, &g, buf, msg, sizeof(msg)), msg);
 	peer_client_get_stats(pc, &cs);
 	assert_int_equal(cs.members_down, 0);
