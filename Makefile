@@ -53,9 +53,10 @@ METRICS_A = metrics/libmetrics.a $(UTIL_A)
 METRICS_LIBS = $(MHD_LIBS) $(UTIL_LIBS)
 $(METRICS_OBJS): CPPFLAGS += $(MHD_CFLAGS)
 
-# peer/: the cache group (issue 21): member list, rendezvous placement,
+# peer/: the cache group (docs/cluster-cache.md): member list, placement,
 # wire format and its HMAC authentication (libcrypto)
-PEER_OBJS = peer/member.o peer/proto.o peer/tcp.o peer/fabric.o
+PEER_OBJS = peer/member.o peer/proto.o peer/tcp.o peer/tcp_server.o \
+	peer/tcp_client.o peer/fabric.o
 PEER_A = peer/libpeer.a $(UTIL_A)
 PEER_LIBS = $(FABRIC_LIBS) $(CRYPTO_LIBS) $(UTIL_LIBS)
 

@@ -326,7 +326,7 @@ int peer_fabric_read(struct peer_fabric *f, const unsigned char *addr,
 		     size_t addr_len, uint64_t raddr, uint64_t key, void *dst,
 		     size_t len, uint64_t deadline_ms);
 
-/* ---- the TCP transport (tcp.c) ----
+/* ---- the TCP transport (tcp.c, tcp_server.c, tcp_client.c) ----
  *
  * One member serves runs of its cache to the others (peer_server) and
  * asks the others for theirs (peer_client).  Each connection starts with
