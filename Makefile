@@ -75,12 +75,18 @@ CACHE_OBJS = cache/cache.o cache/evict.o cache/index.o cache/fetch.o \
 CACHE_A = cache/libcache.a $(PEER_A) $(OBJSTORE_A)
 CACHE_LIBS = $(SQLITE_LIBS) $(URING_LIBS) $(PEER_LIBS) $(OBJSTORE_LIBS)
 
-# fs/: FUSE low-level operations over cache + objstore
+# ns/: the namespace: names, listings, lookups, metadata encoding,
+# renames by server-side copy (docs/layout.md "ns/")
+NS_OBJS = ns/store.o ns/listing.o ns/lookup.o ns/index.o ns/meta.o \
+	ns/rename.o
+NS_A = ns/libns.a $(CACHE_A)
+NS_LIBS = $(CACHE_LIBS)
+
+# fs/: the FUSE adapter over ns + cache
 FS_OBJS = fs/fs.o fs/inode.o fs/ctl.o fs/write.o fs/link.o fs/passthrough.o fs/uring.o \
-	fs/namespace.o fs/metrics.o \
-	fs/xattr.o
-FS_A = fs/libfs.a $(CACHE_A) $(METRICS_A)
-FS_LIBS = $(FUSE_LIBS) $(CACHE_LIBS) $(METRICS_LIBS)
+	fs/prober.o fs/metrics.o
+FS_A = fs/libfs.a $(NS_A) $(METRICS_A)
+FS_LIBS = $(FUSE_LIBS) $(NS_LIBS) $(METRICS_LIBS)
 $(FS_OBJS): CPPFLAGS += $(FUSE_CFLAGS) $(MHD_CFLAGS)
 
 # ckpt/: libfmckpt, the asynchronous checkpoint writer and reader.  Its
@@ -121,12 +127,13 @@ $(TRAIN_OBJS) tests/unit/test_train.o: CFLAGS += $(OPENMP_CFLAGS)
 
 LIBS_A = util/libutil.a metrics/libmetrics.a peer/libpeer.a \
 	objstore/libobjstore.a \
-	cache/libcache.a fs/libfs.a ckpt/libckpt.a train/libtrain.a
+	cache/libcache.a ns/libns.a fs/libfs.a ckpt/libckpt.a train/libtrain.a
 util/libutil.a: $(UTIL_OBJS)
 metrics/libmetrics.a: $(METRICS_OBJS)
 peer/libpeer.a: $(PEER_OBJS)
 objstore/libobjstore.a: $(OBJSTORE_OBJS)
 cache/libcache.a: $(CACHE_OBJS)
+ns/libns.a: $(NS_OBJS)
 fs/libfs.a: $(FS_OBJS)
 ckpt/libckpt.a: $(CKPT_OBJS)
 train/libtrain.a: $(TRAIN_OBJS)
@@ -157,7 +164,7 @@ PROGS = tools/fmfs tools/fmckpt tools/fmtrain
 UNIT_TESTS = tests/unit/test_sigv4 tests/unit/test_objstore \
 	tests/unit/test_cache tests/unit/test_ckpt tests/unit/test_data \
 	tests/unit/test_train tests/unit/test_rendezvous tests/unit/test_peer \
-	tests/unit/test_group
+	tests/unit/test_group tests/unit/test_ns
 tests/unit/test_sigv4: tests/unit/test_sigv4.o $(OBJSTORE_A)
 tests/unit/test_objstore: tests/unit/test_objstore.o $(OBJSTORE_A)
 tests/unit/test_sigv4 tests/unit/test_objstore: LINK_LIBS = $(OBJSTORE_LIBS) $(CMOCKA_LIBS)
@@ -167,6 +174,10 @@ tests/unit/test_cache: tests/unit/test_cache.o $(CACHE_A)
 tests/unit/test_cache: LINK_LIBS = $(CACHE_LIBS) $(CMOCKA_LIBS)
 tests/unit/test_group: tests/unit/test_group.o $(CACHE_A)
 tests/unit/test_group: LINK_LIBS = $(CACHE_LIBS) $(CMOCKA_LIBS)
+# test_ns wraps the store calls of ns/ to count them and inject faults.
+tests/unit/test_ns: tests/unit/test_ns.o $(NS_A)
+tests/unit/test_ns: LINK_LIBS = $(NS_LIBS) $(CMOCKA_LIBS)
+tests/unit/test_ns: LDFLAGS += -Wl,--wrap=obj_list,--wrap=obj_head,--wrap=obj_copy,--wrap=obj_check_bucket
 tests/unit/test_ckpt: tests/unit/test_ckpt.o $(CKPT_A)
 tests/unit/test_ckpt: LINK_LIBS = $(CKPT_LIBS) $(CMOCKA_LIBS)
 tests/unit/test_data: tests/unit/test_data.o $(TRAIN_A)

@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * listing.c - directory listings kept in the cache index for the fs, so
- * that a remount knows the namespace before it asks the store, and a
+ * listing.c - directory listings kept in the cache index for the
+ * namespace (ns/), so that a remount knows the namespace before it asks the store, and a
  * mount with the store down serves every directory it has seen
  * (docs/semantics.md "The store unreachable").
  *
- * The cache does not read a listing: it is bytes the fs packed
- * (fs/inode.c), with the wall-clock time it was fetched, its number of
+ * The cache does not read a listing: it is bytes the namespace packed
+ * (ns/index.c), with the wall-clock time it was fetched, its number of
  * entries and the time it was last used.  They live in one table of the
  * index (docs/cache-format.md, "listings"):
  *

@@ -66,40 +66,28 @@ static void job_add(struct warm_job *j, const char *key, uint64_t size,
 	j->n++;
 }
 
+struct collect {
+	struct warm_job *j;
+	size_t cap;
+};
+
+static void collect_fn(void *arg, const struct obj_entry *e)
+{
+	struct collect *c = arg;
+	size_t kl = strlen(e->key);
+
+	if (kl && e->key[kl - 1] == '/')
+		return; /* directory marker */
+	job_add(c->j, e->key, e->size_bytes, e->etag, &c->cap);
+}
+
 /* Lists every object under prefix (no delimiter) into the job. */
 static int job_collect(struct warm_job *j, const char *prefix)
 {
-	char *token = NULL;
-	size_t cap = 0;
-	int rc = 0;
+	struct collect c = { .j = j };
 
-	do {
-		struct obj_list_page pg;
-		struct obj_error err;
-		obj_status st = obj_list(j->fs->cfg.st, prefix, NULL, token,
-					 1000, &pg, &err);
-
-		free(token);
-		token = NULL;
-		if (st != OBJ_OK) {
-			obj_error_format(&err, j->first_error,
-					 sizeof(j->first_error));
-			return fs_obj_errno(j->fs, st, &err);
-		}
-		for (size_t i = 0; i < pg.nentries; i++) {
-			size_t kl = strlen(pg.entries[i].key);
-
-			if (kl && pg.entries[i].key[kl - 1] == '/')
-				continue; /* directory marker */
-			job_add(j, pg.entries[i].key, pg.entries[i].size_bytes,
-				pg.entries[i].etag, &cap);
-		}
-		if (pg.next_token && !(token = strdup(pg.next_token)))
-			rc = -ENOMEM;
-		obj_list_page_release(&pg);
-	} while (!rc && token);
-	free(token);
-	return rc;
+	return ns_walk(j->fs->ns, prefix, collect_fn, &c, j->first_error,
+		       sizeof(j->first_error));
 }
 
 static void *job_worker(void *arg)
@@ -177,7 +165,7 @@ static void do_warm(struct fs *fs, FILE *out, const char *path, bool evict,
 		    bool wait)
 {
 	struct warm_job j;
-	struct fs_entry e;
+	struct ns_entry e;
 	char key[OBJ_KEY_MAX + 2];
 	int rc;
 
@@ -195,7 +183,7 @@ static void do_warm(struct fs *fs, FILE *out, const char *path, bool evict,
 		job_free(&j);
 		return;
 	}
-	rc = fs_resolve(fs, path, &e, key, sizeof(key));
+	rc = ns_resolve(fs->ns, path, &e, key, sizeof(key));
 	if (rc) {
 		fprintf(out, "error %s: %s\n", *path ? path : "/",
 			strerror(-rc));
@@ -247,7 +235,7 @@ static void do_flush(struct fs *fs, FILE *out, const char *arg, bool wait)
 	char prefix[OBJ_KEY_MAX + 2], *report, *end;
 	unsigned long t = strtoul(arg, &end, 10);
 	struct cache_wfile *w;
-	struct fs_entry e;
+	struct ns_entry e;
 	int rc;
 
 	if (end == arg || *end != ' ') {
@@ -260,7 +248,7 @@ static void do_flush(struct fs *fs, FILE *out, const char *arg, bool wait)
 	snprintf(prefix, sizeof(prefix), "%s", arg);
 	if (*arg && cache_w_get(fs->cfg.cache, arg, &w) == 0)
 		cache_w_put(w); /* a dirty file */
-	else if (*arg && (fs_resolve(fs, arg, &e, prefix, sizeof(prefix)) ||
+	else if (*arg && (ns_resolve(fs->ns, arg, &e, prefix, sizeof(prefix)) ||
 			  e.is_dir))
 		snprintf(prefix, sizeof(prefix), "%s/", arg);
 	else
@@ -311,15 +299,17 @@ static void do_status(struct fs *fs, FILE *out, bool json)
 	struct cache_stats c;
 	struct cache_wb_stats w;
 	struct obj_stats o;
+	struct ns_stats ns;
 	bool first = true;
 
 	cache_get_stats(fs->cfg.cache, &c);
 	obj_get_stats(fs->cfg.st, &o);
+	ns_get_stats(fs->ns, &ns);
 	kv(out, json, &first, "mountpoint", fs->cfg.mountpoint, true);
 	kv(out, json, &first, "store", fs->cfg.store_url, true);
 	kv(out, json, &first, "mode", fs_mode_name(fs->cfg.mode), true);
 	kv(out, json, &first, "connected",
-	   c.connected && atomic_load(&fs->connected) ? "true" : "false",
+	   c.connected && ns.connected ? "true" : "false",
 	   false);
 	kv_u64(out, json, &first, "uptime_s",
 	       (util_now_ms() - fs->started_ms) / 1000);
@@ -387,7 +377,7 @@ static void do_status(struct fs *fs, FILE *out, bool json)
 	   atomic_load(&fs->pt_killpriv2) ? "true" : "false", false);
 	kv_u64(out, json, &first, "getxattr_requests",
 	       atomic_load(&fs->getxattrs));
-	kv_u64(out, json, &first, "head_requests", atomic_load(&fs->heads));
+	kv_u64(out, json, &first, "head_requests", ns.heads);
 	cache_wb_get_stats(fs->cfg.cache, &w);
 	kv_u64(out, json, &first, "dirty_bytes", w.dirty_bytes);
 	kv_u64(out, json, &first, "dirty_files", w.dirty_files);
@@ -415,7 +405,7 @@ static void do_status(struct fs *fs, FILE *out, bool json)
 		kv(out, json, &first, "last_upload_error", esc, true);
 	}
 	kv_u64(out, json, &first, "lookups", atomic_load(&fs->lookups));
-	kv_u64(out, json, &first, "listings", atomic_load(&fs->listings));
+	kv_u64(out, json, &first, "listings", ns.listings);
 	{
 		uint64_t dirs, entries, mem;
 
@@ -426,21 +416,17 @@ static void do_status(struct fs *fs, FILE *out, bool json)
 		       cache_index_bytes(fs->cfg.cache));
 		kv_u64(out, json, &first, "index_flushes",
 		       cache_index_flushes(fs->cfg.cache));
-		kv_u64(out, json, &first, "listings_loaded",
-		       atomic_load(&fs->ns_loads));
+		kv_u64(out, json, &first, "listings_loaded", ns.index_loads);
 		pthread_mutex_lock(&fs->lock);
-		dirs = fs->ndirs;
-		entries = fs->dir_entries;
 		mem = fs->ninodes;
 		pthread_mutex_unlock(&fs->lock);
-		kv_u64(out, json, &first, "memory_dirs", dirs);
-		kv_u64(out, json, &first, "memory_entries", entries);
+		kv_u64(out, json, &first, "memory_dirs", ns.dirs);
+		kv_u64(out, json, &first, "memory_entries", ns.dir_entries);
 		kv_u64(out, json, &first, "inodes", mem);
 		kv_u64(out, json, &first, "inodes_trimmed",
 		       atomic_load(&fs->trimmed));
 	}
-	kv_u64(out, json, &first, "skipped_names",
-	       atomic_load(&fs->skipped_names));
+	kv_u64(out, json, &first, "skipped_names", ns.skipped_names);
 	kv_u64(out, json, &first, "store_requests", o.requests);
 	kv_u64(out, json, &first, "store_get_requests", o.get_requests);
 	kv_u64(out, json, &first, "store_retries", o.retries);

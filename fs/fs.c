@@ -33,11 +33,6 @@
 
 #include "fs_int.h"
 
-static struct fs *FS(fuse_req_t req)
-{
-	return fuse_req_userdata(req);
-}
-
 static double ttl(const struct fs *fs)
 {
 	return (double)fs->cfg.refresh_s;
@@ -202,15 +197,15 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct fs *fs = FS(req);
 	struct fs_inode *dir = fs_inode_get(fs, parent), *in;
-	struct fs_entry e;
+	struct ns_entry e;
 	int err;
 
 	atomic_fetch_add(&fs->lookups, 1);
 	if (!dir || !dir->is_dir) {
-		fuse_reply_err(req, dir ? ENOTDIR : ENOENT);
+		fs_reply_err(req, dir ? ENOTDIR : ENOENT);
 		return;
 	}
-	err = fs_find(fs, dir, name, &e);
+	err = ns_find(fs->ns, dir->key, name, &e);
 	if (err == -ENOENT) {
 		/* Negative entry: the kernel remembers it for the negative
 		 * bound (at most refresh_s), then asks us again. */
@@ -226,13 +221,13 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 			fprintf(stderr, "fmfs: lookup of '%s' in '%s' "
 				"failed: %s\n", name, dir->key,
 				strerror(-err));
-		fuse_reply_err(req, -err);
+		fs_reply_err(req, -err);
 		return;
 	}
 	e.name = (char *)name;
 	in = fs_inode_lookup(fs, dir, &e);
 	if (!in) {
-		fuse_reply_err(req, ENOMEM);
+		fs_reply_err(req, ENOMEM);
 		return;
 	}
 	if (!in->is_dir && !e.has_attr && lookup_wants_head(fs, req, in))
@@ -275,7 +270,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino,
 
 	(void)fi;
 	if (!in) {
-		fuse_reply_err(req, ENOENT);
+		fs_reply_err(req, ENOENT);
 		return;
 	}
 	fs_refresh_from_w(fs, in);
@@ -290,17 +285,17 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino,
 {
 	struct fs *fs = FS(req);
 	struct fs_inode *in = fs_inode_get(fs, ino);
-	struct fs_listing *l;
+	struct ns_listing *l;
 	int err = 0;
 
 	if (!in || !in->is_dir) {
-		fuse_reply_err(req, in ? ENOTDIR : ENOENT);
+		fs_reply_err(req, in ? ENOTDIR : ENOENT);
 		return;
 	}
 	/* The listing at opendir time: offsets stay stable while read. */
-	l = fs_dir_view(fs, in->key, &err);
+	l = ns_dir_view(fs->ns, in->key, &err);
 	if (!l) {
-		fuse_reply_err(req, -err);
+		fs_reply_err(req, -err);
 		return;
 	}
 	fi->fh = (uintptr_t)l;
@@ -313,26 +308,26 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino,
 	in->rd_fetched_ms = l->fetched_ms;
 	pthread_mutex_unlock(&fs->lock);
 	if (fuse_reply_open(req, fi) == -ENOENT)
-		fs_listing_put(l); /* interrupted */
+		ns_listing_put(l); /* interrupted */
 }
 
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 		       off_t off, struct fuse_file_info *fi, bool plus)
 {
 	struct fs *fs = FS(req);
-	struct fs_listing *l = (struct fs_listing *)(uintptr_t)fi->fh;
+	struct ns_listing *l = (struct ns_listing *)(uintptr_t)fi->fh;
 	struct fs_inode *dir = fs_inode_get(fs, ino);
 	char *buf = malloc(size), *p = buf;
 	size_t left = size;
 
 	if (!buf || !dir) {
 		free(buf);
-		fuse_reply_err(req, buf ? ENOENT : ENOMEM);
+		fs_reply_err(req, buf ? ENOENT : ENOMEM);
 		return;
 	}
 	/* Offsets: 1 ".", 2 "..", then 3 + i for entry i. */
 	for (off_t i = off; (size_t)i < l->n + 2; i++) {
-		const struct fs_entry *e = i >= 2 ? &l->e[i - 2] : NULL;
+		const struct ns_entry *e = i >= 2 ? &l->e[i - 2] : NULL;
 		const char *name = i == 0 ? "." : i == 1 ? ".." : e->name;
 		struct fuse_entry_param ep;
 		size_t n;
@@ -417,8 +412,8 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino,
 			  struct fuse_file_info *fi)
 {
 	(void)ino;
-	fs_listing_put((struct fs_listing *)(uintptr_t)fi->fh);
-	fuse_reply_err(req, 0);
+	ns_listing_put((struct ns_listing *)(uintptr_t)fi->fh);
+	fs_reply_err(req, 0);
 }
 
 /* Confirms a file's version with a HEAD once refresh_s has passed since
@@ -429,25 +424,21 @@ int fs_revalidate(struct fs *fs, struct fs_inode *in)
 	char key[OBJ_KEY_MAX + 2];
 	struct cache_attr a;
 	struct obj_meta m;
-	struct obj_error err;
-	obj_status st;
 	uint64_t age;
+	int rc;
 
 	pthread_mutex_lock(&fs->lock);
 	age = util_now_ms() - in->attr_ms;
 	pthread_mutex_unlock(&fs->lock);
 	if ((in->attr_ms && age < (uint64_t)fs->cfg.refresh_s * 1000) ||
-	    !fs_store_up(fs))
+	    !ns_store_up(fs->ns))
 		return 0;
-	atomic_fetch_add(&fs->heads, 1);
-	st = obj_head(fs->cfg.st, in->key, &m, &err);
-	if (st == OBJ_ERR_NOT_FOUND)
+	rc = ns_head(fs->ns, in->key, &m);
+	if (rc == -ENOENT)
 		return -ENOENT;
-	if (st != OBJ_OK) {
-		fs_obj_errno(fs, st, &err); /* marks the store offline */
-		return 0;
-	}
-	fs_meta_attr(m.user, m.nuser, m.etag, &a);
+	if (rc)
+		return 0; /* a transport failure marked the store offline */
+	ns_meta_attr(m.user, m.nuser, m.etag, &a);
 	pthread_mutex_lock(&fs->lock);
 	/* the same version: a later atime of ours (touch_atime) stands */
 	if (in->has_attr && !strcmp(in->etag, m.etag) &&
@@ -542,12 +533,12 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	int rc, pt;
 
 	if (!in || in->is_dir) {
-		fuse_reply_err(req, in ? EISDIR : ENOENT);
+		fs_reply_err(req, in ? EISDIR : ENOENT);
 		return;
 	}
 	h = calloc(1, sizeof(*h));
 	if (!h) {
-		fuse_reply_err(req, ENOMEM);
+		fs_reply_err(req, ENOMEM);
 		return;
 	}
 	pthread_mutex_init(&h->lock, NULL);
@@ -599,7 +590,7 @@ opened:
 	atomic_fetch_add(&fs->open_files, 1);
 	if (pt < 0) {
 		fs_handle_put(h);
-		fuse_reply_err(req, -pt);
+		fs_reply_err(req, -pt);
 		return;
 	}
 	fs_pt_opened(h);
@@ -613,7 +604,7 @@ opened:
 fail:
 	pthread_mutex_destroy(&h->lock);
 	free(h);
-	fuse_reply_err(req, -rc);
+	fs_reply_err(req, -rc);
 }
 
 /* The dirty file a read through h is served from, or NULL for the clean
@@ -712,7 +703,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	/* Pinned: eviction must not punch a hole under the reply. */
 	rc = cache_file_ensure_pinned(h->cf, (uint64_t)off, size);
 	if (rc) {
-		fuse_reply_err(req, -rc);
+		fs_reply_err(req, -rc);
 		fs_handle_put(h);
 		return;
 	}
@@ -743,7 +734,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino,
 		h->writer = false;
 	}
 	fs_handle_put(h);
-	fuse_reply_err(req, -rc);
+	fs_reply_err(req, -rc);
 }
 
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)
@@ -771,8 +762,7 @@ int fs_load_meta(struct fs *fs, struct fs_inode *in)
 	char key[OBJ_KEY_MAX + 2];
 	struct cache_attr a;
 	struct obj_meta m;
-	struct obj_error err;
-	obj_status st;
+	int rc;
 
 	pthread_mutex_lock(&fs->lock);
 	if (in->meta_ms && util_now_ms() - in->meta_ms <
@@ -781,11 +771,10 @@ int fs_load_meta(struct fs *fs, struct fs_inode *in)
 		return 0;
 	}
 	pthread_mutex_unlock(&fs->lock);
-	atomic_fetch_add(&fs->heads, 1);
-	st = obj_head(fs->cfg.st, in->key, &m, &err);
-	if (st != OBJ_OK)
-		return fs_obj_errno(fs, st, &err);
-	fs_meta_attr(m.user, m.nuser, m.etag, &a);
+	rc = ns_head(fs->ns, in->key, &m);
+	if (rc)
+		return rc;
+	ns_meta_attr(m.user, m.nuser, m.etag, &a);
 	pthread_mutex_lock(&fs->lock);
 	for (size_t i = 0; i < in->nmeta; i++) {
 		free(in->meta[i].name);
@@ -826,24 +815,21 @@ void fs_dir_learn(struct fs *fs, struct fs_inode *in)
 	char key[OBJ_KEY_MAX + 2];
 	struct cache_attr a;
 	struct obj_meta m;
-	struct obj_error err;
-	obj_status st;
 	bool ok;
+	int rc;
 
 	pthread_mutex_lock(&fs->lock);
 	snprintf(key, sizeof(key), "%s", in->key);
 	pthread_mutex_unlock(&fs->lock);
-	if (!*key || !fs_store_up(fs))
+	if (!*key || !ns_store_up(fs->ns))
 		return; /* the root: the mount's own */
-	atomic_fetch_add(&fs->heads, 1);
-	st = obj_head(fs->cfg.st, key, &m, &err);
-	if (st == OBJ_ERR_NOT_FOUND) {
+	rc = ns_head(fs->ns, key, &m);
+	if (rc == -ENOENT) {
 		memset(&a, 0, sizeof(a)); /* known: nothing stored */
-	} else if (st == OBJ_OK) {
-		fs_meta_attr(m.user, m.nuser, m.etag, &a);
+	} else if (!rc) {
+		ns_meta_attr(m.user, m.nuser, m.etag, &a);
 		obj_meta_release(&m);
 	} else {
-		fs_obj_errno(fs, st, &err);
 		return;
 	}
 	/* Only if nothing newer came meanwhile (a chmod, a rename): the
@@ -864,7 +850,7 @@ static void reply_xattr(fuse_req_t req, const char *val, size_t len,
 	if (size == 0)
 		fuse_reply_xattr(req, len);
 	else if (size < len)
-		fuse_reply_err(req, ERANGE);
+		fs_reply_err(req, ERANGE);
 	else
 		fuse_reply_buf(req, val, len);
 }
@@ -921,7 +907,7 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 
 	atomic_fetch_add(&fs->getxattrs, 1);
 	if (!in) {
-		fuse_reply_err(req, ENOENT);
+		fs_reply_err(req, ENOENT);
 		return;
 	}
 	if (ino == FUSE_ROOT_ID && !strcmp(name, FS_CTL_XATTR)) {
@@ -929,22 +915,22 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			    size);
 		return;
 	}
-	if (fs_xattr_meta(name, meta, sizeof(meta))) {
-		fuse_reply_err(req, ENODATA); /* security.capability too */
+	if (ns_xattr_meta(name, meta, sizeof(meta))) {
+		fs_reply_err(req, ENODATA); /* security.capability too */
 		return;
 	}
 	rc = meta_of(fs, in, &m, &n);
 	if (rc) {
-		fuse_reply_err(req, -rc);
+		fs_reply_err(req, -rc);
 		return;
 	}
 	rc = ENODATA;
 	for (size_t i = 0; i < n && rc; i++)
 		if (!strcmp(m[i].name, meta) ||
 		    (!strncmp(name, "user.", 5) && !strcmp(m[i].name, name + 5) &&
-		     !fs_xattr_reserved(name + 5))) { /* another tool's name */
+		     !ns_xattr_reserved(name + 5))) { /* another tool's name */
 			char v[8192]; /* S3 allows 2 KiB of metadata */
-			ssize_t vl = fs_xattr_value_decode(m[i].value, v,
+			ssize_t vl = ns_xattr_value_decode(m[i].value, v,
 							   sizeof(v));
 
 			rc = vl < 0 ? (int)-vl : 0;
@@ -952,7 +938,7 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 				reply_xattr(req, v, (size_t)vl, size);
 		}
 	if (rc)
-		fuse_reply_err(req, rc);
+		fs_reply_err(req, rc);
 	obj_kv_free(m, n);
 }
 
@@ -966,19 +952,19 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	int rc;
 
 	if (!in) {
-		fuse_reply_err(req, ENOENT);
+		fs_reply_err(req, ENOENT);
 		return;
 	}
 	rc = meta_of(fs, in, &m, &n);
 	if (rc) {
-		fuse_reply_err(req, -rc);
+		fs_reply_err(req, -rc);
 		return;
 	}
 	for (size_t i = 0; i < n; i++) {
 		char x[256];
 		size_t k;
 
-		if (!fs_xattr_name(m[i].name, x, sizeof(x)))
+		if (!ns_xattr_name(m[i].name, x, sizeof(x)))
 			continue;
 		k = strlen(x) + 1;
 		if (len + k > sizeof(list))
@@ -1155,11 +1141,24 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t ml)
 	if (!fs->cfg.inode_max)
 		fs->cfg.inode_max = FS_MEM_INODES;
 	fs->started_ms = util_now_ms();
-	atomic_store(&fs->connected, !cfg->disconnected);
-	if (cfg->disconnected) /* the prober asks again in a moment */
-		atomic_store(&fs->offline_until_ms,
-			     fs->started_ms + FS_OFFLINE_MS);
 	fs->mount_time_s = time(NULL);
+	rc = ns_open(&(struct ns_config){
+		.st = cfg->st, .cache = cfg->cache,
+		.refresh_s = fs->cfg.refresh_s,
+		.negative_refresh_s = fs->cfg.negative_refresh_s,
+		.listing_mem_entries = fs->cfg.listing_mem_entries,
+		.local_only = cfg->mode == FS_MODE_LU,
+		/* the prober asks again in a moment */
+		.disconnected = cfg->disconnected,
+		.file_mode = (uint32_t)fs->cfg.file_mode,
+		.dir_mode = (uint32_t)fs->cfg.dir_mode,
+		.uid = (uint32_t)fs->cfg.uid, .gid = (uint32_t)fs->cfg.gid,
+		.dir_mtime_s = fs->mount_time_s }, &fs->ns);
+	if (rc) {
+		snprintf(msg, ml, "out of memory");
+		free(fs);
+		return rc;
+	}
 	fs->ctl_fd = -1;
 	pthread_mutex_init(&fs->lock, NULL);
 	pthread_mutex_init(&fs->link_lock, NULL);
@@ -1301,6 +1300,7 @@ out_session:
 out_inodes:
 	fs_inodes_free(fs);
 out_free:
+	ns_close(fs->ns);
 	pthread_mutex_destroy(&fs->lock);
 	pthread_mutex_destroy(&fs->link_lock);
 	free(fs);

@@ -16,12 +16,14 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 
 #include "cache/wb.h"
 #include "fs.h"
 #include "metrics/metrics.h"
+#include "ns/ns.h"
 #include "util/util.h"
 
 /* The FUSE operations, for their counts and latency (metrics.c). */
@@ -35,73 +37,17 @@ enum fs_op {
 	FSOP_write_buf, FSOP_readdirplus, FSOP_N
 };
 /* fuse_reply_err, counting errors of the operation this thread runs
- * (metrics.c): every reply of the module goes through it. */
+ * (metrics.c): every error reply of the module is made with it. */
 int fs_reply_err(fuse_req_t req, int err);
-#define fuse_reply_err(req, err) fs_reply_err(req, err)
 
-#define FS_LISTING_MAX_ENTRIES 4000000 /* per directory; memory bound */
-#define FS_DIRCACHE_MAX 16384          /* directories whose listing we keep
-                                        * in memory (the index keeps more) */
-#define FS_OFFLINE_MS 5000             /* metadata stays stale this long */
 /* The largest read request: 1 MiB less 16 KiB, so that a reply, its
  * header and libfuse's slack fit a pipe of pipe-max-size (1 MiB) and go
  * to /dev/fuse by splice; at 1 MiB libfuse needs a bigger pipe, which
  * takes CAP_SYS_RESOURCE, and falls back to a copy through a buffer. */
 #define FS_MAX_READ ((1u << 20) - (16u << 10))
-/* HEADs of zero-byte objects of unknown type per LIST of a directory
- * (older s3fs writes directories as such objects, docs/semantics.md
- * "Directories made by other tools"); the rest wait for a later LIST
- * or a lookup of their name. */
-#define FS_PROBE_MAX 64
-/* Names a lookup found missing in the store, remembered for the
- * negative bound so that a lookup and the create after it cost one
- * LIST (a lost slot only costs another). */
-#define FS_NEG_SLOTS 4096
-#define FS_FOLDER_SUFFIX "_$folder$" /* Hadoop S3A/s3n: "a/dir_$folder$" */
 #define FS_LINK_BUCKETS 1024 /* hash of hard links' extra names */
 #define FS_LINK_MAX 1000     /* names of one file (st_nlink, EMLINK) */
 #define FS_TRIM_MAX 65536    /* names the kernel is asked to drop a second */
-
-/* What makes a directory entry of the store's one (fs_entry.markers):
- * rmdir and rename remove each, and a directory is gone once each has a
- * tombstone (their DELETEs end in any order). */
-#define FS_MARK_PLAIN  1u  /* "dir", its x-amz-meta-mode says S_IFDIR */
-#define FS_MARK_FOLDER 2u  /* "dir_$folder$" */
-#define FS_MARK_PREFIX 4u  /* keys under "dir/" (or the marker itself) */
-
-/* One name in a directory, as the last listing saw it. */
-struct fs_entry {
-	char *name;
-	bool is_dir;
-	uint32_t ftype;         /* not a directory: its S_IFMT bits, as far
-	                         * as known (0: a regular file) */
-	bool pending;           /* a dirty file or directory, not the bucket's */
-	bool untyped;           /* zero bytes, type not learned yet (a HEAD
-	                         * may say directory: FS_PROBE_MAX) */
-	unsigned markers;       /* FS_MARK_*: the objects that make a
-	                         * directory (from a listing) */
-	uint64_t size_bytes;
-	int64_t mtime_s;
-	char etag[80];
-	/* Attributes, when known: a dirty file's, or those stored with the
-	 * object (from the cache index, fs_inode_lookup); never in a
-	 * listing fetched from the store. */
-	bool has_attr;
-	uint32_t mode, uid, gid; /* mode: permission bits */
-	int64_t mtime_ns;
-	int64_t ctime_ns, atime_ns; /* 0: as mtime_ns */
-	uint32_t rdev;
-};
-
-/* A directory's listing: immutable once built, shared by reference so a
- * refresh can replace it while readdir still walks the old one. */
-struct fs_listing {
-	atomic_uint refs;
-	uint64_t fetched_ms;
-	uint64_t gen;           /* the directory's generation before the LIST */
-	size_t n;
-	struct fs_entry *e;     /* sorted by name (strcmp) */
-};
 
 struct fs_inode {
 	fuse_ino_t ino;
@@ -120,7 +66,7 @@ struct fs_inode {
 	/* POSIX attributes from object metadata or our own writes; without
 	 * them (has_attr false) the inode shows the configured defaults
 	 * (fs_fill_attr), which are never more than FS_FILE_MODE's */
-	uint32_t ftype;            /* as fs_entry's; set once, never changed
+	uint32_t ftype;            /* as ns_entry's; set once, never changed
 	                            * (the kernel's type of an inode is fixed) */
 	bool has_attr;             /* mode/uid/gid/mtime_ns below are set:
 	                            * the object's as stored, the defaults
@@ -179,19 +125,6 @@ struct fs_link {
 	                            * copied here (0: none); link_lock */
 };
 
-#define FS_DIR_GENS 256
-#define FS_LIST_TRIES 8   /* LISTs of a directory changing meanwhile */
-
-/* A cached listing, by directory key: independent of inode lifetimes, so
- * a listing survives the kernel forgetting a directory (drop_caches) and
- * can still be served stale when the store is unreachable. */
-struct fs_dircache {
-	char *key;
-	struct fs_listing *l;
-	struct fs_dircache *next;
-	struct fs_dircache *lru_prev, *lru_next; /* most recently used first */
-};
-
 struct fs {
 	struct fs_config cfg;
 	struct fuse_session *se;
@@ -200,11 +133,7 @@ struct fs {
 	size_t nbuckets, ninodes;
 	fuse_ino_t next_ino;
 	struct fs_inode *root;
-	struct fs_dircache **dirs; /* hash by key; protected by lock */
-	size_t ndirs;
-	struct fs_dircache *dir_lru, *dir_lru_tail;
-	size_t dir_entries;        /* in the listings of dirs: at most
-	                            * cfg.listing_mem_entries but for one */
+	struct ns *ns;             /* names, listings, metadata (ns/ns.h) */
 	/* hard links by (dir, name), FS_LINK_BUCKETS; protected by lock */
 	struct fs_link **links;
 	atomic_uint links_total;   /* their number */
@@ -214,17 +143,8 @@ struct fs {
 	 * changes only under both. */
 	pthread_mutex_t link_lock;
 	/* counters for `fmfs status` */
-	atomic_uint_fast64_t lookups, listings, list_pages, opens, reads;
-	atomic_uint_fast64_t getxattrs;
-	atomic_uint_fast64_t ns_loads; /* listings read from the index */
-	atomic_uint_fast64_t heads;    /* HEADs for attributes and xattrs */
-	atomic_uint_fast64_t skipped_names, open_files;
-	/* After a transport failure, metadata is served from what we have
-	 * (no retries per lookup) until this time. */
-	atomic_uint_fast64_t offline_until_ms;
-	/* The store answered the last request (false from a transport
-	 * failure until the next answer: namespace.c's prober asks). */
-	atomic_bool connected;
+	atomic_uint_fast64_t lookups, opens, reads;
+	atomic_uint_fast64_t getxattrs, open_files;
 	pthread_mutex_t probe_lock; /* probe_stop; probe_cond wakes it */
 	pthread_cond_t probe_cond;
 	pthread_t probe_thread;
@@ -233,19 +153,6 @@ struct fs {
 	bool trim_pending;         /* trimmed since the last malloc_trim
 	                            * (the prober's) */
 	atomic_uint_fast64_t trimmed; /* names the kernel was asked to drop */
-	/* Bumped by fs_dir_invalidate: a listing fetched across a bump may
-	 * be stale and is not kept. */
-	/* Changes to the bucket under a directory, for a LIST that was out
-	 * meanwhile (fs_dir_listing): dir_gen for renames of whole trees,
-	 * dir_gens[hash of the directory key] for one directory. */
-	atomic_uint_fast64_t dir_gen;
-	atomic_uint_fast64_t dir_gens[FS_DIR_GENS];
-	/* Bumped by each dir_mark_stale (no generation bump there): a
-	 * listing read from the index across one is not kept as fresh. */
-	atomic_uint_fast64_t stale_marks;
-	/* Names found missing by a LIST of that name (fs_find), by hash of
-	 * the key; protected by lock. */
-	struct { uint64_t h, ms; } neg[FS_NEG_SLOTS];
 	/* control socket */
 	int ctl_fd;
 	pthread_t ctl_thread;
@@ -276,6 +183,12 @@ struct fs {
 	struct metrics_http *metrics;        /* --metrics, or NULL */
 };
 
+/* The fs a request is for. */
+static inline struct fs *FS(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
 /* metrics.c */
 /* Replaces each operation of ops with one that times it. */
 void fs_metrics_wrap(struct fuse_lowlevel_ops *ops);
@@ -304,15 +217,12 @@ struct fs_handle {
 	uint64_t size_bytes;
 };
 
-
 /* inode.c */
 /* A 64-bit hash of an ETag, never 0 (FNV-1a). */
 static inline uint64_t fs_etag_hash(const char *etag)
 {
-	uint64_t h = 1469598103934665603ull;
+	uint64_t h = util_fnv1a64(UTIL_FNV64_BASIS, etag, strlen(etag));
 
-	for (; *etag; etag++)
-		h = (h ^ (unsigned char)*etag) * 1099511628211ull;
 	return h ? h : 1;
 }
 int fs_inodes_init(struct fs *fs);
@@ -321,11 +231,11 @@ struct fs_inode *fs_inode_get(struct fs *fs, fuse_ino_t ino);  /* no ref */
 /* Finds or creates the inode for entry e in dir; takes one lookup
  * reference.  Called with fs->lock held. */
 struct fs_inode *fs_inode_ref(struct fs *fs, struct fs_inode *dir,
-			      const struct fs_entry *e);
+			      const struct ns_entry *e);
 /* fs_inode_ref with the attributes the cache index keeps for e's object
  * (its version's), when e has none; takes fs->lock itself. */
 struct fs_inode *fs_inode_lookup(struct fs *fs, struct fs_inode *dir,
-				 const struct fs_entry *e);
+				 const struct ns_entry *e);
 void fs_inode_forget(struct fs *fs, struct fs_inode *in, uint64_t n);
 /* d_ino of dir/name in a plain readdir reply: its inode's number if the
  * kernel knows one, else a stable number that is not an inode's.  Never
@@ -335,23 +245,6 @@ uint64_t fs_dirent_ino(struct fs *fs, const struct fs_inode *dir,
 /* Frees in (and then its parents) if nothing holds it any more: no
  * kernel reference, no child, no hard link.  Lock held. */
 void fs_inode_maybe_free(struct fs *fs, struct fs_inode *in);
-/* The directory's listing, fetched if missing or older than refresh_s.
- * Returns a reference (fs_listing_put) or NULL with *err set (-errno). */
-struct fs_listing *fs_dir_listing(struct fs *fs, const char *dir_key,
-				  int *err);
-void fs_listing_put(struct fs_listing *l);
-const struct fs_entry *fs_listing_find(const struct fs_listing *l,
-				       const char *name);
-/* Resolves a path relative to the mount root ("a/b"); *is_dir and the
- * entry's attributes filled in.  Returns 0 or -errno. */
-int fs_resolve(struct fs *fs, const char *path, struct fs_entry *out,
-	       char *key, size_t key_len);
-/* False while the store is considered unreachable. */
-bool fs_store_up(struct fs *fs);
-/* errno for an objstore failure, logged once per kind; a transport
- * failure marks the store unreachable for FS_OFFLINE_MS. */
-int fs_obj_errno(struct fs *fs, obj_status st, const struct obj_error *e);
-
 /* The inode of key (file "a/b" or directory "a/b/"), if the kernel
  * knows it.  Lock held. */
 struct fs_inode *fs_inode_by_key(struct fs *fs, const char *key);
@@ -361,52 +254,6 @@ int fs_inode_move(struct fs *fs, struct fs_inode *in, struct fs_inode *dir,
 		  const char *name);
 /* Takes in out of the name hash (unlinked, removed).  Lock held. */
 void fs_inode_unhash(struct fs *fs, struct fs_inode *in);
-/* Forgets cached listings of dir_key, or with prefix every listing under
- * it too. */
-void fs_dir_invalidate(struct fs *fs, const char *dir_key, bool prefix);
-/* Names as on a local disk: 0 if name is at most NAME_MAX (255) bytes,
- * else -ENAMETOOLONG.  Longer names in the bucket are not shown. */
-int fs_name_check(const char *name);
-/* 0 if the key (relative to the mount's prefix, "a/b" or "a/b/") fits
- * the store's key limit; else logs that path was refused (what: "create",
- * "rename") and returns -ENAMETOOLONG, before anything is written; a key
- * the store keeps for itself (obj_key_reserved) is refused with -EPERM. */
-int fs_key_check(struct fs *fs, const char *key, const char *what);
-/* Finds name in dir, looking at dirty files and deletions first, then
- * the listing.  Returns 0 (out filled, name not owned) or -errno. */
-int fs_find(struct fs *fs, struct fs_inode *dir, const char *name,
-	    struct fs_entry *out);
-/* A directory's listing with the write-back's dirty files and deletions
- * applied (a new reference). */
-struct fs_listing *fs_dir_view(struct fs *fs, const char *dir_key,
-			       int *err);
-
-/* inode.c: an entry for a dirty file's attributes */
-void fs_entry_from_w(struct fs_entry *e, const struct cache_wattr *a);
-
-/* xattr.c: xattr names as S3 metadata names (the encoding is described
- * there and in docs/semantics.md). */
-/* The metadata names fmfs keeps attributes under (mode, uid, gid, mtime,
- * ctime, atime, rdev): never an xattr. */
-bool fs_xattr_reserved(const char *meta);
-/* security., system., trusted.: names the kernel gives a meaning to,
- * not stored. */
-bool fs_xattr_kernel_ns(const char *name);
-/* The metadata name of xattr name, in meta (len >= 129 bytes).  0,
- * -ENOTSUP for a kernel namespace, -EINVAL for "" or "user.", -ERANGE
- * when the metadata name would pass 128 bytes. */
-int fs_xattr_meta(const char *name, char *meta, size_t len);
-/* The xattr name of metadata name meta, in name (len >= 256 bytes);
- * false when meta is not an xattr (a reserved name). */
-bool fs_xattr_name(const char *meta, char *name, size_t len);
-/* An xattr value as stored in metadata (fs/xattr.c): out gets a NUL-
- * terminated string; its length, or -E2BIG when it does not fit len. */
-ssize_t fs_xattr_value_encode(const char *v, size_t n, char *out,
-			      size_t len);
-/* A stored value back: its bytes in out (len at most), their count, or
- * -ERANGE.  A value fmfs did not encode comes back as it is. */
-ssize_t fs_xattr_value_decode(const char *s, char *out, size_t len);
-
 /* fs.c */
 void fs_fill_attr(const struct fs *fs, const struct fs_inode *in,
 		  struct stat *st);
@@ -432,18 +279,8 @@ void fs_op_readlink(fuse_req_t req, fuse_ino_t ino);
 void fs_on_done(void *arg, const char *key, const char *etag, uint64_t size,
 		bool deleted);
 void fs_handle_put(struct fs_handle *h);
-/* Attributes.  Object metadata "mode"/"uid"/"gid"/"mtime" (a HEAD's) as
- * the cache index keeps them. */
-void fs_meta_attr(const struct obj_kv *m, size_t n, const char *etag,
-		  struct cache_attr *a);
-/* A dirty file's attributes as uploaded, for the index. */
-void fs_wattr_attr(const struct cache_wattr *w, const char *etag,
-		   struct cache_attr *a);
-/* Stored attributes a, with the defaults for what a lacks, into e
- * (has_attr set); mtime_s: the object's Last-Modified. */
-void fs_attr_resolve(const struct fs *fs, bool is_dir, int64_t mtime_s,
-		     const struct cache_attr *a, struct fs_entry *e);
-/* The same into an inode (lock held). */
+/* Stored attributes a, with the defaults for what a lacks (from the
+ * cache index, a HEAD), into an inode (lock held). */
 void fs_attr_apply(const struct fs *fs, struct fs_inode *in,
 		   const struct cache_attr *a);
 
@@ -460,13 +297,6 @@ int fs_copy_meta(struct fs *fs, struct fs_inode *in,
 		 const struct cache_wattr *a, unsigned mask,
 		 const char *xname, const char *xval, size_t xlen,
 		 int xflags);
-/* A server-side copy of the clean object from onto to (whatever was
- * dirty under to goes); the index's attributes follow. */
-int fs_copy_to(struct fs *fs, const char *from, const char *to);
-/* Renames the file from (entry se) to to (its entry de, or NULL). */
-int fs_rename_file(struct fs *fs, const char *from, const char *to,
-		   const struct fs_entry *se, const struct fs_entry *de);
-
 /* link.c: hard links within one mount (docs/posix.md "Hard links").
  * Each extra name is a key of its own in the bucket holding a copy of
  * the file, brought up to date after each change of the file (close,
@@ -487,7 +317,7 @@ int fs_link_sync(struct fs *fs, struct fs_inode *in, bool durable);
  * ctime and returns 0 or -errno; 1 if it is not such a name (the usual
  * path then). */
 int fs_link_unlink(struct fs *fs, struct fs_inode *dir, const char *name,
-		   const char *key, const struct fs_entry *e);
+		   const char *key, const struct ns_entry *e);
 /* Whether any file of the mount has links (op_rename then holds
  * link_lock: fs_link_lock/fs_link_unlock). */
 bool fs_links_any(struct fs *fs);
@@ -517,24 +347,13 @@ void fs_link_rename_post(struct fs *fs, struct fs_inode *promoted,
 /* Frees every link (unmount). */
 void fs_links_free(struct fs *fs);
 
-/* namespace.c: listings kept in the cache index */
-/* l packed for the index (malloc'd; NULL: out of memory).  No lock. */
-void *fs_ns_pack(const struct fs_listing *l, size_t *len);
-/* Hands l, packed, to the index if it is settled (fetched_ms set); lock
- * held, so that a change of ours marks it stale after, not before. */
-void fs_ns_keep(struct fs *fs, const char *dir_key,
-		const struct fs_listing *l, const void *packed, size_t len);
-/* dir_key's listing as the index keeps it (a new listing, fetched_ms as
- * this mount's clock would have it, 0 when stale), or NULL. */
-struct fs_listing *fs_ns_load(struct fs *fs, const char *dir_key);
-/* The store answered a request: connected (logged when it was not). */
-void fs_store_answered(struct fs *fs);
+/* prober.c */
 /* Past cfg.inode_max inodes: asks the kernel to drop names nothing of
  * ours needs (FUSE notify_inval_entry), whose FORGETs free the inodes.
  * Returns how many were asked.  No lock held. */
 size_t fs_inodes_trim(struct fs *fs);
-/* The thread that trims inodes, and asks a store found unreachable until
- * it answers. */
+/* The thread that trims inodes, and asks a store found unreachable
+ * (ns_store_probe) until it answers. */
 int fs_probe_start(struct fs *fs);
 void fs_probe_stop(struct fs *fs);
 

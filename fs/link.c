@@ -14,7 +14,7 @@
  *
  * unlink of another name deletes its key; unlink of the first name makes
  * another name the first (the file's dirty copy, or a server-side copy,
- * moves onto its key: fs_rename_file, then fs_inode_move).  Both move the
+ * moves onto its key: ns_rename_file, then fs_inode_move).  Both move the
  * file's ctime, as a change of its link count does.  An inode with links
  * is not freed when the kernel forgets it, so every name keeps finding
  * the one inode (fs_inode_ref asks fs_link_inode first).
@@ -31,11 +31,6 @@
 #include <unistd.h>
 
 #include "fs_int.h"
-
-static struct fs *FS(fuse_req_t req)
-{
-	return fuse_req_userdata(req);
-}
 
 bool fs_links_any(struct fs *fs)
 {
@@ -307,7 +302,7 @@ static void invalidate_parent(struct fs *fs, const char *key)
 	n = strlen(d);
 	while (n && d[n - 1] != '/')
 		d[--n] = '\0';
-	fs_dir_invalidate(fs, d, false);
+	ns_dir_invalidate(fs->ns, d, false);
 }
 
 /* fs_link_sync with link_lock held: the links cannot change. */
@@ -336,7 +331,7 @@ static int link_sync_locked(struct fs *fs, struct fs_inode *in, bool durable)
 		pthread_mutex_unlock(&fs->lock);
 		if (!rc1)
 			rc1 = w ? clone_w(fs, w, key, durable) :
-				  fs_copy_to(fs, pkey, key);
+				  ns_copy_to(fs->ns, pkey, key);
 		if (!rc1)
 			l->synced = v;
 		else if (!rc)
@@ -403,11 +398,11 @@ static int link_touch(struct fs *fs, struct fs_inode *in)
  * its place, the file's bytes moving onto that key (link_lock held; the
  * caller holds a reference to in). */
 static int link_promote(struct fs *fs, struct fs_inode *in, const char *key,
-			const struct fs_entry *se)
+			const struct ns_entry *se)
 {
 	char to[OBJ_KEY_MAX + 2], from_dir[OBJ_KEY_MAX + 2];
 	struct fs_link *l = in->links;
-	struct fs_entry de;
+	struct ns_entry de;
 	int rc;
 
 	pthread_mutex_lock(&fs->lock);
@@ -416,11 +411,11 @@ static int link_promote(struct fs *fs, struct fs_inode *in, const char *key,
 	pthread_mutex_unlock(&fs->lock);
 	if (rc)
 		return rc;
-	rc = fs_find(fs, l->dir, l->name, &de);
+	rc = ns_find(fs->ns, l->dir->key, l->name, &de);
 	if (rc == -ENOENT)
-		rc = fs_rename_file(fs, key, to, se, NULL);
+		rc = ns_rename_file(fs->ns, key, to, se, NULL);
 	else if (!rc)
-		rc = fs_rename_file(fs, key, to, se, &de);
+		rc = ns_rename_file(fs->ns, key, to, se, &de);
 	if (rc)
 		return rc;
 	pthread_mutex_lock(&fs->lock);
@@ -429,13 +424,13 @@ static int link_promote(struct fs *fs, struct fs_inode *in, const char *key,
 	if (!rc)
 		link_drop(fs, l);
 	pthread_mutex_unlock(&fs->lock);
-	fs_dir_invalidate(fs, from_dir, false);
+	ns_dir_invalidate(fs->ns, from_dir, false);
 	invalidate_parent(fs, to);
 	return rc;
 }
 
 int fs_link_unlink(struct fs *fs, struct fs_inode *dir, const char *name,
-		   const char *key, const struct fs_entry *e)
+		   const char *key, const struct ns_entry *e)
 {
 	struct fs_inode *in;
 	struct fs_link *l;
@@ -462,7 +457,7 @@ int fs_link_unlink(struct fs *fs, struct fs_inode *dir, const char *name,
 		pthread_mutex_unlock(&fs->lock);
 		if (!rc)
 			cache_evict_key(fs->cfg.cache, key);
-		fs_dir_invalidate(fs, dir->key, false);
+		ns_dir_invalidate(fs->ns, dir->key, false);
 	} else {
 		rc = link_promote(fs, in, key, e);
 	}
@@ -480,7 +475,7 @@ int fs_link_rename_pre(struct fs *fs, struct fs_inode *sdir,
 {
 	char from[OBJ_KEY_MAX + 2], to[OBJ_KEY_MAX + 2];
 	struct fs_inode *x, *y;
-	struct fs_entry de;
+	struct ns_entry de;
 	int rc;
 
 	*same = false;
@@ -506,7 +501,7 @@ int fs_link_rename_pre(struct fs *fs, struct fs_inode *sdir,
 	y->nlookup++;
 	pthread_mutex_unlock(&fs->lock);
 	/* y's first name: another takes its place first */
-	rc = fs_find(fs, ddir, newname, &de);
+	rc = ns_find(fs->ns, ddir->key, newname, &de);
 	if (!rc)
 		rc = link_promote(fs, y, to, &de);
 	if (rc)
@@ -584,27 +579,27 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 	struct cache_wfile *w = NULL;
 	char key[OBJ_KEY_MAX + 2], pkey[OBJ_KEY_MAX + 2];
 	struct fs_link *l;
-	struct fs_entry e;
+	struct ns_entry e;
 	bool pinned;
 	int err, rc;
 
 	if (!in) {
-		fuse_reply_err(req, ENOENT);
+		fs_reply_err(req, ENOENT);
 		return;
 	}
 	if (in->is_dir) {
-		fuse_reply_err(req, EPERM); /* as every Linux file system */
+		fs_reply_err(req, EPERM); /* as every Linux file system */
 		return;
 	}
 	dir = fs_dir_of(fs, newparent, &err);
 	if (!dir) {
-		fuse_reply_err(req, err);
+		fs_reply_err(req, err);
 		return;
 	}
 	pthread_mutex_lock(&fs->link_lock);
 	rc = fs_child_key(fs, dir, newname, false, key, sizeof(key), "link");
 	if (!rc) {
-		rc = fs_find(fs, dir, newname, &e);
+		rc = ns_find(fs->ns, dir->key, newname, &e);
 		rc = !rc ? -EEXIST : rc == -ENOENT ? 0 : rc;
 	}
 	pthread_mutex_lock(&fs->lock);
@@ -646,11 +641,11 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 	if (rc) {
 		if (pinned)
 			fs_inode_forget(fs, in, 1);
-		fuse_reply_err(req, -rc);
+		fs_reply_err(req, -rc);
 		return;
 	}
 	fs_dir_touch(fs, dir);
-	fs_dir_invalidate(fs, dir->key, false);
+	ns_dir_invalidate(fs->ns, dir->key, false);
 	fs_reply_entry(req, fs, in);
 }
 

@@ -120,7 +120,7 @@ int fs_reply_err(fuse_req_t req, int err)
 
 		atomic_fetch_add(&fs->op_errs[cur_op], 1);
 	}
-	return (fuse_reply_err)(req, err);
+	return fuse_reply_err(req, err);
 }
 
 /* ---- the text ---- */
@@ -236,7 +236,7 @@ void fs_metrics_write(struct fs *fs, FILE *out)
 	metrics_u64(out, "fmfs_build_info", l, 1);
 	metrics_gauge(out, "fmfs_connected", "1 while the object store "
 		      "answers, 0 while the mount serves disconnected",
-		      c.connected && atomic_load(&fs->connected));
+		      c.connected && ns_connected(fs->ns));
 	metrics_gauge(out, "fmfs_uptime_seconds", "Seconds since the mount "
 		      "started", (double)(util_now_ms() - fs->started_ms) /
 		      1000);

@@ -32,14 +32,6 @@
 #define RENAME_EXCHANGE (1 << 1)
 #endif
 
-/* S3 allows 2 KiB of user metadata per object. */
-#define FS_XATTR_MAX 2048
-
-static struct fs *FS(fuse_req_t req)
-{
-	return fuse_req_userdata(req);
-}
-
 void fs_handle_put(struct fs_handle *h)
 {
 	struct fs *fs = h->fs;
@@ -99,90 +91,13 @@ void fs_handle_put(struct fs_handle *h)
 	free(h);
 }
 
-void fs_meta_attr(const struct obj_kv *m, size_t n, const char *etag,
-		  struct cache_attr *a)
-{
-	memset(a, 0, sizeof(*a));
-	snprintf(a->etag, sizeof(a->etag), "%s", etag ? etag : "");
-	for (size_t i = 0; i < n; i++) {
-		const char *v = m[i].value;
-		char *end;
-
-		if (!strcmp(m[i].name, "mode")) {
-			a->mode = (uint32_t)strtoul(v, &end, 10);
-			if (*v && !*end)
-				a->has |= CACHE_ATTR_MODE;
-		} else if (!strcmp(m[i].name, "uid")) {
-			a->uid = (uint32_t)strtoul(v, &end, 10);
-			if (*v && !*end)
-				a->has |= CACHE_ATTR_UID;
-		} else if (!strcmp(m[i].name, "gid")) {
-			a->gid = (uint32_t)strtoul(v, &end, 10);
-			if (*v && !*end)
-				a->has |= CACHE_ATTR_GID;
-		} else if (!strcmp(m[i].name, "mtime")) {
-			if (!util_time_parse(v, &a->mtime_ns))
-				a->has |= CACHE_ATTR_MTIME;
-		} else if (!strcmp(m[i].name, "ctime")) {
-			if (!util_time_parse(v, &a->ctime_ns))
-				a->has |= CACHE_ATTR_CTIME;
-		} else if (!strcmp(m[i].name, "atime")) {
-			if (!util_time_parse(v, &a->atime_ns))
-				a->has |= CACHE_ATTR_ATIME;
-		} else if (!strcmp(m[i].name, "rdev")) {
-			a->rdev = (uint32_t)strtoul(v, &end, 10);
-			if (*v && !*end)
-				a->has |= CACHE_ATTR_RDEV;
-		}
-	}
-}
-
-void fs_wattr_attr(const struct cache_wattr *w, const char *etag,
-		   struct cache_attr *a)
-{
-	memset(a, 0, sizeof(*a));
-	snprintf(a->etag, sizeof(a->etag), "%s", etag ? etag : "");
-	a->has = CACHE_ATTR_MODE | CACHE_ATTR_UID | CACHE_ATTR_GID |
-		 CACHE_ATTR_MTIME | CACHE_ATTR_RDEV;
-	a->mode = (w->mode & 07777) | cache_wkind_type(w->kind);
-	a->uid = w->uid;
-	a->gid = w->gid;
-	a->mtime_ns = w->mtime_ns;
-	a->ctime_ns = w->ctime_ns;
-	a->atime_ns = w->atime_ns;
-	a->has |= (w->ctime_ns ? CACHE_ATTR_CTIME : 0) |
-		  (w->atime_ns ? CACHE_ATTR_ATIME : 0);
-	a->rdev = w->rdev;
-}
-
-/* What the object stores is shown as it is; the defaults (the fs's
- * configuration) stand in only for what it does not store. */
-void fs_attr_resolve(const struct fs *fs, bool is_dir, int64_t mtime_s,
-		     const struct cache_attr *a, struct fs_entry *e)
-{
-	e->has_attr = true;
-	e->mode = (a->has & CACHE_ATTR_MODE) ? a->mode & 07777 :
-		  (uint32_t)(is_dir ? fs->cfg.dir_mode : fs->cfg.file_mode);
-	e->uid = (a->has & CACHE_ATTR_UID) ? a->uid : (uint32_t)fs->cfg.uid;
-	e->gid = (a->has & CACHE_ATTR_GID) ? a->gid : (uint32_t)fs->cfg.gid;
-	e->mtime_ns = (a->has & CACHE_ATTR_MTIME) ? a->mtime_ns :
-		      (is_dir ? (int64_t)fs->mount_time_s : mtime_s) *
-		      1000000000;
-	e->ctime_ns = (a->has & CACHE_ATTR_CTIME) ? a->ctime_ns : 0;
-	e->atime_ns = (a->has & CACHE_ATTR_ATIME) ? a->atime_ns : 0;
-	e->rdev = (a->has & CACHE_ATTR_RDEV) ? a->rdev : 0;
-	if (!is_dir && (a->has & CACHE_ATTR_MODE) && !S_ISREG(a->mode) &&
-	    !S_ISDIR(a->mode) && cache_wkind_of(a->mode) > 0)
-		e->ftype = a->mode & S_IFMT;
-}
-
 void fs_attr_apply(const struct fs *fs, struct fs_inode *in,
 		   const struct cache_attr *a)
 {
-	struct fs_entry e;
+	struct ns_entry e;
 
 	memset(&e, 0, sizeof(e));
-	fs_attr_resolve(fs, in->is_dir, in->mtime_s, a, &e);
+	ns_attr_resolve(fs->ns, in->is_dir, in->mtime_s, a, &e);
 	in->has_attr = true;
 	in->mode = e.mode;
 	in->uid = e.uid;
@@ -418,15 +333,15 @@ int fs_child_key(struct fs *fs, const struct fs_inode *dir,
 		 const char *name, bool is_dir, char *key, size_t len,
 		 const char *what)
 {
-	if (fs_name_check(name))
+	if (ns_name_check(name))
 		return -ENAMETOOLONG;
 	if ((size_t)snprintf(key, len, "%s%s%s", dir->key, name,
 			     is_dir ? "/" : "") >= len) {
 		snprintf(key, len, "%s%s", dir->key, name); /* for the log */
-		fs_key_check(fs, key, what);
+		ns_key_check(fs->ns, key, what);
 		return -ENAMETOOLONG;
 	}
-	return fs_key_check(fs, key, what);
+	return ns_key_check(fs->ns, key, what);
 }
 
 struct fs_inode *fs_dir_of(struct fs *fs, fuse_ino_t ino, int *err)
@@ -474,11 +389,11 @@ static struct fs_inode *new_entry(struct fs *fs, struct fs_inode *dir,
 				  const char *name,
 				  const struct cache_wattr *a)
 {
-	struct fs_entry e;
+	struct ns_entry e;
 	struct fs_inode *in;
 
 	memset(&e, 0, sizeof(e));
-	fs_entry_from_w(&e, a);
+	ns_entry_from_w(&e, a);
 	e.name = (char *)name;
 	pthread_mutex_lock(&fs->lock);
 	in = fs_inode_ref(fs, dir, &e);
@@ -512,18 +427,18 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct cache_wfile *w = NULL;
 	struct cache_wattr a;
 	struct fs_handle *h;
-	struct fs_entry e;
+	struct ns_entry e;
 	bool created = false, kept;
 	int err, rc, pt;
 
 	dir = fs_dir_of(fs, parent, &err);
 	if (!dir) {
-		fuse_reply_err(req, err);
+		fs_reply_err(req, err);
 		return;
 	}
 	rc = fs_child_key(fs, dir, name, false, key, sizeof(key), "create");
 	if (!rc)
-		rc = fs_find(fs, dir, name, &e);
+		rc = ns_find(fs->ns, dir->key, name, &e);
 	if (rc == 0 && e.is_dir)
 		rc = -EISDIR;
 	else if (rc == 0 && (fi->flags & O_EXCL))
@@ -533,7 +448,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	else if (rc == -ENOENT)
 		e.pending = created = true, rc = 0; /* new: not in the bucket */
 	if (rc) {
-		fuse_reply_err(req, -rc);
+		fs_reply_err(req, -rc);
 		return;
 	}
 	ctx_attr(req, CACHE_WK_FILE, mode, &a);
@@ -548,7 +463,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 		if (w)
 			cache_w_writer(w, false);
 		cache_w_put(w);
-		fuse_reply_err(req, rc ? -rc : ENOMEM);
+		fs_reply_err(req, rc ? -rc : ENOMEM);
 		return;
 	}
 	pthread_mutex_init(&h->lock, NULL);
@@ -560,7 +475,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	if (!in) {
 		atomic_fetch_add(&fs->open_files, 1); /* fs_handle_put's */
 		fs_handle_put(h);
-		fuse_reply_err(req, ENOMEM);
+		fs_reply_err(req, ENOMEM);
 		return;
 	}
 	atomic_fetch_add(&in->wgen, 1); /* readers: a new copy */
@@ -572,7 +487,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	if (pt < 0) {
 		atomic_fetch_add(&fs->open_files, 1);
 		fs_handle_put(h);
-		fuse_reply_err(req, -pt);
+		fs_reply_err(req, -pt);
 		return;
 	}
 	pthread_mutex_lock(&fs->lock);
@@ -637,12 +552,12 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino,
 
 	(void)ino;
 	if (!h->writer) {
-		fuse_reply_err(req, EBADF);
+		fs_reply_err(req, EBADF);
 		return;
 	}
 	n = cache_w_write_with(h->w, (uint64_t)off, size, write_bufv, bufv);
 	if (n < 0) {
-		fuse_reply_err(req, (int)-n);
+		fs_reply_err(req, (int)-n);
 		return;
 	}
 	if (h->in) { /* the inode stays current without a GETATTR */
@@ -674,7 +589,7 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino,
 	 * and tried again with the next change, the file is committed */
 	if (!rc && h->writer && h->in)
 		fs_link_sync(h->fs, h->in, false);
-	fuse_reply_err(req, -rc);
+	fs_reply_err(req, -rc);
 }
 
 static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
@@ -690,7 +605,7 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 
 	if (!rc && h->w && h->in)
 		rc = fs_link_sync(h->fs, h->in, true);
-	fuse_reply_err(req, -rc);
+	fs_reply_err(req, -rc);
 }
 
 /* Rewrites a clean object's metadata in place (server-side copy onto
@@ -702,14 +617,12 @@ int fs_copy_meta(struct fs *fs, struct fs_inode *in,
 		 int xflags)
 {
 	struct obj_kv kv[64 + CACHE_WATTR_META + 1];
-	char vals[CACHE_WATTR_META][32], etag[80], xv[FS_XATTR_MAX + 1];
+	char vals[CACHE_WATTR_META][32], etag[80], xv[NS_XATTR_MAX + 1];
 	char kbuf[OBJ_KEY_MAX + 2];
 	struct cache_attr ca;
-	struct obj_error err;
 	struct cache_wattr na;
 	size_t n = 0;
 	bool found = false;
-	obj_status st;
 	int rc;
 
 	pthread_mutex_lock(&fs->lock);
@@ -737,7 +650,7 @@ int fs_copy_meta(struct fs *fs, struct fs_inode *in,
 	}
 	pthread_mutex_lock(&fs->lock);
 	for (size_t i = 0; i < in->nmeta && n < 64; i++) {
-		if (fs_xattr_reserved(in->meta[i].name))
+		if (ns_xattr_reserved(in->meta[i].name))
 			continue;
 		if (xname && !strcmp(in->meta[i].name, xname)) {
 			found = true;
@@ -765,8 +678,7 @@ int fs_copy_meta(struct fs *fs, struct fs_inode *in,
 		if (!kv[i].name || !kv[i].value)
 			rc = -ENOMEM;
 	if (!rc) {
-		st = obj_copy(fs->cfg.st, in->key, in->key, kv, n, etag, &err);
-		rc = fs_obj_errno(fs, st, &err);
+		rc = ns_set_meta(fs->ns, in->key, kv, n, etag);
 	}
 	for (size_t i = 0; i < n; i++) {
 		free(kv[i].name);
@@ -787,7 +699,7 @@ int fs_copy_meta(struct fs *fs, struct fs_inode *in,
 	in->attr_ms = 0;
 	snprintf(kbuf, sizeof(kbuf), "%s", in->key);
 	pthread_mutex_unlock(&fs->lock);
-	fs_wattr_attr(&na, etag, &ca);
+	ns_wattr_attr(&na, etag, &ca);
 	cache_attr_set(fs->cfg.cache, kbuf, &ca);
 	return 0;
 }
@@ -805,7 +717,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 	int rc = 0;
 
 	if (!in) {
-		fuse_reply_err(req, ENOENT);
+		fs_reply_err(req, ENOENT);
 		return;
 	}
 	if (!w && !cache_w_hold(fs->cfg.cache, in->key, &own))
@@ -899,7 +811,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		 * directory: its marker goes up again with them (made if the
 		 * directory was a prefix only), so that a mount on another
 		 * cache dir shows them too (fs_dir_learn). */
-		fs_wattr_attr(&da, "", &ca);
+		ns_wattr_attr(&da, "", &ca);
 		cache_attr_set(fs->cfg.cache, kbuf, &ca);
 		if (*kbuf && fs->cfg.mode != FS_MODE_RO &&
 		    !cache_w_create(fs->cfg.cache, kbuf, &da, true, NULL,
@@ -920,7 +832,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		cache_w_writer(own, false);
 	cache_w_put(own);
 	if (rc) {
-		fuse_reply_err(req, -rc);
+		fs_reply_err(req, -rc);
 		return;
 	}
 	fs_refresh_from_w(fs, in);
@@ -943,19 +855,19 @@ static void make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct cache_wfile *w;
 	struct cache_wattr a;
 	struct fs_inode *dir, *in;
-	struct fs_entry e;
+	struct ns_entry e;
 	size_t len = data ? strlen(data) : 0;
 	int err, rc;
 
 	dir = fs_dir_of(fs, parent, &err);
 	if (!dir) {
-		fuse_reply_err(req, err);
+		fs_reply_err(req, err);
 		return;
 	}
 	rc = fs_child_key(fs, dir, name, kind == CACHE_WK_DIR, key,
 		       sizeof(key), kind == CACHE_WK_DIR ? "mkdir" : "create");
 	if (!rc) {
-		rc = fs_find(fs, dir, name, &e);
+		rc = ns_find(fs->ns, dir->key, name, &e);
 		rc = rc == 0 ? -EEXIST : rc == -ENOENT ? 0 : rc;
 	}
 	ctx_attr(req, kind, mode, &a);
@@ -971,7 +883,7 @@ static void make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 		cache_w_put(w);
 	}
 	if (rc) {
-		fuse_reply_err(req, -rc);
+		fs_reply_err(req, -rc);
 		return;
 	}
 	a.size = len;
@@ -980,7 +892,7 @@ static void make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 	if (in)
 		fs_reply_entry(req, fs, in);
 	else
-		fuse_reply_err(req, ENOMEM);
+		fs_reply_err(req, ENOMEM);
 }
 
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
@@ -999,7 +911,7 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
 	int kind = (mode & S_IFMT) ? cache_wkind_of(mode) : CACHE_WK_FILE;
 
 	if (kind < 0 || kind == CACHE_WK_DIR || kind == CACHE_WK_SYMLINK) {
-		fuse_reply_err(req, EINVAL);
+		fs_reply_err(req, EINVAL);
 		return;
 	}
 	make_node(req, parent, name, (enum cache_wkind)kind, mode, NULL,
@@ -1017,13 +929,12 @@ void fs_op_readlink(fuse_req_t req, fuse_ino_t ino)
 	struct fs *fs = FS(req);
 	struct fs_inode *in = fs_inode_get(fs, ino);
 	struct cache_wfile *w;
-	struct obj_error err;
 	char buf[4097];
 	size_t got = 0;
 	int rc = 0;
 
 	if (!in || in->ftype != S_IFLNK) {
-		fuse_reply_err(req, in ? EINVAL : ENOENT);
+		fs_reply_err(req, in ? EINVAL : ENOENT);
 		return;
 	}
 	if (!cache_w_get(fs->cfg.cache, in->key, &w)) {
@@ -1033,35 +944,15 @@ void fs_op_readlink(fuse_req_t req, fuse_ino_t ino)
 		got = n < 0 ? 0 : (size_t)n;
 		cache_w_put(w);
 	} else {
-		obj_status st = obj_get(fs->cfg.st, in->key, 0,
-					sizeof(buf) - 1, buf, &got, &err);
-
-		rc = fs_obj_errno(fs, st, &err);
+		rc = ns_read_small(fs->ns, in->key, buf, sizeof(buf) - 1,
+				   &got);
 	}
 	if (rc) {
-		fuse_reply_err(req, -rc);
+		fs_reply_err(req, -rc);
 		return;
 	}
 	buf[got] = '\0';
 	fuse_reply_readlink(req, buf);
-}
-
-/* A dirty file seen as never uploaded (pending) may have been uploaded
- * and left the table since: pinned, it cannot; gone, it is in the bucket
- * now.  Returns whether the bucket may have key. */
-static bool pin_pending(struct fs *fs, const char *key, bool pending,
-			struct cache_wfile **pin)
-{
-	*pin = NULL;
-	return !pending || cache_w_hold(fs->cfg.cache, key, pin);
-}
-
-static void unpin(struct cache_wfile *pin)
-{
-	if (pin) {
-		cache_w_writer(pin, false);
-		cache_w_put(pin);
-	}
 }
 
 /* An open inode about to leave the namespace keeps its dirty file for
@@ -1072,24 +963,6 @@ static void keep_dead(struct fs *fs, struct fs_inode *in, const char *key)
 		cache_w_get(fs->cfg.cache, key, &in->w_dead);
 }
 
-/* The objects of other tools that make directory key ("a/dir/") one
- * (FS_MARK_*) go with it, in the background as the marker does. */
-static void remove_markers(struct fs *fs, const char *key, unsigned markers)
-{
-	char k[OBJ_KEY_MAX + 16];
-	size_t kl = strlen(key) - 1;
-
-	if (markers & FS_MARK_PLAIN) {
-		snprintf(k, sizeof(k), "%.*s", (int)kl, key);
-		cache_w_tombstone(fs->cfg.cache, k, false);
-	}
-	if (markers & FS_MARK_FOLDER) {
-		snprintf(k, sizeof(k), "%.*s%s", (int)kl, key,
-			 FS_FOLDER_SUFFIX);
-		cache_w_tombstone(fs->cfg.cache, k, false);
-	}
-}
-
 /* Removes name (a file: dir_entry false) and replies. */
 static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 			bool dir_entry)
@@ -1098,38 +971,38 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct cache *c = fs->cfg.cache;
 	char key[OBJ_KEY_MAX + 2];
 	struct fs_inode *dir, *in;
-	struct fs_entry e;
+	struct ns_entry e;
 	struct cache_wfile *pin = NULL;
 	bool held = false, in_bucket;
 	int err, rc;
 
 	dir = fs_dir_of(fs, parent, &err);
 	if (!dir) {
-		fuse_reply_err(req, err);
+		fs_reply_err(req, err);
 		return;
 	}
-	rc = fs_find(fs, dir, name, &e);
+	rc = ns_find(fs->ns, dir->key, name, &e);
 	if (!rc && e.is_dir != dir_entry)
 		rc = dir_entry ? -ENOTDIR : -EISDIR;
 	if (!rc)
 		rc = fs_child_key(fs, dir, name, dir_entry, key, sizeof(key),
 			       "remove");
 	if (!rc && dir_entry) {
-		struct fs_listing *l = fs_dir_view(fs, key, &rc);
+		struct ns_listing *l = ns_dir_view(fs->ns, key, &rc);
 
 		if (l && l->n)
 			rc = -ENOTEMPTY;
-		fs_listing_put(l);
+		ns_listing_put(l);
 	}
 	if (rc) {
-		fuse_reply_err(req, -rc);
+		fs_reply_err(req, -rc);
 		return;
 	}
 	/* A name of a file with hard links: the other names stay. */
 	if (!dir_entry && (rc = fs_link_unlink(fs, dir, name, key, &e)) <= 0) {
 		if (!rc)
 			fs_dir_touch(fs, dir);
-		fuse_reply_err(req, -rc);
+		fs_reply_err(req, -rc);
 		return;
 	}
 	pthread_mutex_lock(&fs->lock);
@@ -1145,17 +1018,17 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 	pthread_mutex_unlock(&fs->lock);
 	/* A directory's marker may exist even if the listing does not say;
 	 * deleting a missing key is harmless. */
-	in_bucket = dir_entry || pin_pending(fs, key, e.pending, &pin);
+	in_bucket = dir_entry || ns_pin_pending(fs->ns, key, e.pending, &pin);
 	cache_w_unlink(c, key, in_bucket, held);
-	unpin(pin);
+	ns_unpin(pin);
 	if (dir_entry)
-		remove_markers(fs, key, e.markers);
+		ns_remove_markers(fs->ns, key, e.markers);
 	if (dir_entry)
-		fs_dir_invalidate(fs, key, true);
+		ns_dir_invalidate(fs->ns, key, true);
 	else
 		cache_evict_key(c, key);
 	fs_dir_touch(fs, dir);
-	fuse_reply_err(req, 0);
+	fs_reply_err(req, 0);
 }
 
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -1168,222 +1041,6 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 	remove_name(req, parent, name, true);
 }
 
-int fs_copy_to(struct fs *fs, const char *from, const char *to)
-{
-	struct obj_error err;
-	struct cache_attr ca;
-	char etag[80];
-	obj_status st;
-
-	/* The copy replaces whatever was dirty under the new name; an
-	 * upload or a DELETE of it still out must not land after it. */
-	cache_w_key_begin(fs->cfg.cache, to);
-	st = obj_copy(fs->cfg.st, from, to, NULL, 0, etag, &err);
-	cache_w_key_end(fs->cfg.cache, to, st == OBJ_OK);
-	if (st != OBJ_OK)
-		return fs_obj_errno(fs, st, &err);
-	/* The copy keeps the metadata: the attributes known for from are
-	 * to's, if they were for the version copied (same ETag) or a
-	 * directory's marker. */
-	if (!cache_attr_get(fs->cfg.cache, from, &ca) &&
-	    (!strcmp(ca.etag, etag) || from[strlen(from) - 1] == '/')) {
-		snprintf(ca.etag, sizeof(ca.etag), "%s", etag);
-		cache_attr_set(fs->cfg.cache, to, &ca);
-	} else {
-		cache_attr_set(fs->cfg.cache, to, NULL);
-	}
-	cache_evict_key(fs->cfg.cache, to);
-	return 0;
-}
-
-/* A clean object from -> to: server-side copy, then the old key goes. */
-static int copy_object(struct fs *fs, const char *from, const char *to)
-{
-	int rc;
-
-	if (fs->cfg.mode == FS_MODE_LU)
-		return -EXDEV; /* never in the bucket: mv copies instead */
-	rc = fs_copy_to(fs, from, to);
-	return rc ? rc : cache_w_tombstone(fs->cfg.cache, from, false);
-}
-
-int fs_rename_file(struct fs *fs, const char *from, const char *to,
-		       const struct fs_entry *se, const struct fs_entry *de)
-{
-	struct cache_wfile *pf, *pt = NULL;
-	bool from_in = pin_pending(fs, from, se->pending, &pf);
-	bool to_in = de && pin_pending(fs, to, de->pending, &pt);
-	int rc = cache_w_rename(fs->cfg.cache, from, to, from_in, to_in);
-
-	unpin(pf);
-	unpin(pt);
-	if (rc != -ENOENT) {
-		if (!rc)
-			cache_evict_key(fs->cfg.cache, to);
-		return rc;
-	}
-	return copy_object(fs, from, to);
-}
-
-struct keys {
-	char **k;
-	size_t n, cap;
-	int err;
-};
-
-static void keys_add(struct keys *ks, const char *key)
-{
-	char **k;
-
-	if (ks->err)
-		return;
-	if (ks->n == ks->cap) {
-		size_t nc = ks->cap ? ks->cap * 2 : 64;
-
-		k = realloc(ks->k, nc * sizeof(*k));
-		if (!k) {
-			ks->err = -ENOMEM;
-			return;
-		}
-		ks->k = k;
-		ks->cap = nc;
-	}
-	if (!(ks->k[ks->n] = strdup(key)))
-		ks->err = -ENOMEM;
-	else
-		ks->n++;
-}
-
-static void keys_free(struct keys *ks)
-{
-	for (size_t i = 0; i < ks->n; i++)
-		free(ks->k[i]);
-	free(ks->k);
-}
-
-static void dirty_key(void *arg, const char *key, const struct cache_wattr *a)
-{
-	if (a)
-		keys_add(arg, key);
-}
-
-/* -ENAMETOOLONG (logged) if the longest key under the old prefix (of
- * length fl) would not fit the store under to. */
-static int rename_dir_fits(struct fs *fs, const struct keys *bucket,
-			   const struct keys *dirty, size_t fl, const char *to)
-{
-	const char *longest = NULL;
-	size_t max = 0;
-	char nk[2 * OBJ_KEY_MAX + 2];
-
-	for (size_t i = 0; i < bucket->n + dirty->n; i++) {
-		const char *k = i < bucket->n ? bucket->k[i] :
-						dirty->k[i - bucket->n];
-
-		if (strlen(k) > max)
-			max = strlen(k), longest = k;
-	}
-	if (!longest)
-		return 0;
-	snprintf(nk, sizeof(nk), "%s%s", to, longest + fl);
-	return fs_key_check(fs, nk, "rename");
-}
-
-/* A directory that another tool's object makes one (FS_MARK_*, not
- * under the prefix from) stays one under its new name, empty or not:
- * that object is copied to the marker "to" and goes. */
-static int move_markers(struct fs *fs, const char *from, const char *to,
-			unsigned markers)
-{
-	char k[OBJ_KEY_MAX + 16];
-	int fl = (int)strlen(from) - 1;
-	int rc = 0;
-
-	if (markers & FS_MARK_PLAIN) {
-		snprintf(k, sizeof(k), "%.*s", fl, from);
-		rc = copy_object(fs, k, to);
-	}
-	if (!rc && (markers & FS_MARK_FOLDER)) {
-		snprintf(k, sizeof(k), "%.*s%s", fl, from, FS_FOLDER_SUFFIX);
-		rc = copy_object(fs, k, to);
-	}
-	return rc;
-}
-
-/* Every key under the prefix from, in the bucket (not deleted, not
- * dirty) and dirty, moves under to; so do the markers of other tools. */
-static int rename_dir(struct fs *fs, const char *from, const char *to,
-		      unsigned markers)
-{
-	struct cache *c = fs->cfg.cache;
-	struct keys bucket = { 0 }, dirty = { 0 };
-	size_t fl = strlen(from);
-	char *token = NULL, nk[OBJ_KEY_MAX + 2];
-	int rc = 0;
-
-	do { /* the bucket's keys, all pages */
-		struct obj_list_page pg;
-		struct obj_error err;
-		obj_status st = obj_list(fs->cfg.st, from, NULL, token, 1000,
-					 &pg, &err);
-
-		free(token);
-		token = NULL;
-		if (st != OBJ_OK) {
-			rc = fs_obj_errno(fs, st, &err);
-			break;
-		}
-		for (size_t i = 0; i < pg.nentries; i++)
-			keys_add(&bucket, pg.entries[i].key);
-		if (pg.next_token && !(token = strdup(pg.next_token)))
-			rc = -ENOMEM;
-		obj_list_page_release(&pg);
-	} while (!rc && token);
-	free(token);
-	cache_w_list(c, from, dirty_key, &dirty);
-	rc = rc ? rc : bucket.err ? bucket.err : dirty.err;
-	if (!rc) /* all or nothing: no key moves if one would not fit */
-		rc = rename_dir_fits(fs, &bucket, &dirty, fl, to);
-	for (size_t i = 0; !rc && i < bucket.n; i++) {
-		struct cache_wfile *w;
-		const char *k = bucket.k[i];
-
-		if (!cache_w_get(c, k, &w)) {
-			cache_w_put(w); /* dirty: moved below */
-			continue;
-		}
-		if (cache_w_tombstoned(c, k))
-			continue;
-		if ((size_t)snprintf(nk, sizeof(nk), "%s%s", to, k + fl) >=
-		    sizeof(nk))
-			rc = -ENAMETOOLONG;
-		else
-			rc = copy_object(fs, k, nk);
-	}
-	for (size_t i = 0; !rc && i < dirty.n; i++) {
-		if ((size_t)snprintf(nk, sizeof(nk), "%s%s", to,
-				     dirty.k[i] + fl) >= sizeof(nk))
-			rc = -ENAMETOOLONG;
-		else
-			rc = cache_w_rename(c, dirty.k[i], nk, false, false);
-		if (rc == -ENOENT) /* uploaded meanwhile: copy it */
-			rc = copy_object(fs, dirty.k[i], nk);
-	}
-	if (!rc)
-		rc = move_markers(fs, from, to, markers);
-	if (!rc) { /* what the index knows of the directory goes along */
-		struct cache_attr ca, cur;
-
-		if (!cache_attr_get(c, from, &ca) && cache_attr_get(c, to, &cur))
-			cache_attr_set(c, to, &ca);
-	}
-	if (!rc)
-		rc = cache_w_tombstone(c, from, false); /* the marker */
-	keys_free(&bucket);
-	keys_free(&dirty);
-	return rc;
-}
-
 /* rename(2) of sdir/name to ddir/newname; 0 or -errno. */
 static int do_rename(struct fs *fs, struct fs_inode *sdir, const char *name,
 		     struct fs_inode *ddir, const char *newname,
@@ -1391,13 +1048,13 @@ static int do_rename(struct fs *fs, struct fs_inode *sdir, const char *name,
 {
 	char from[OBJ_KEY_MAX + 2], to[OBJ_KEY_MAX + 2];
 	struct fs_inode *in, *promoted = NULL, *taken = NULL;
-	struct fs_entry se, de;
+	struct ns_entry se, de;
 	bool exists = false, same = false;
 	int rc;
 
-	rc = fs_find(fs, sdir, name, &se);
+	rc = ns_find(fs->ns, sdir->key, name, &se);
 	if (!rc) {
-		rc = fs_find(fs, ddir, newname, &de);
+		rc = ns_find(fs->ns, ddir->key, newname, &de);
 		exists = rc == 0;
 		rc = rc == -ENOENT ? 0 : rc;
 	}
@@ -1414,11 +1071,11 @@ static int do_rename(struct fs *fs, struct fs_inode *sdir, const char *name,
 	if (!rc && se.is_dir && !strncmp(to, from, strlen(from)))
 		rc = -EINVAL; /* into itself */
 	if (!rc && exists && de.is_dir) {
-		struct fs_listing *l = fs_dir_view(fs, to, &rc);
+		struct ns_listing *l = ns_dir_view(fs->ns, to, &rc);
 
 		if (l && l->n)
 			rc = -ENOTEMPTY;
-		fs_listing_put(l);
+		ns_listing_put(l);
 	}
 	if (!rc && !se.is_dir)
 		rc = fs_link_rename_pre(fs, sdir, name, ddir, newname, exists,
@@ -1431,8 +1088,8 @@ static int do_rename(struct fs *fs, struct fs_inode *sdir, const char *name,
 		pthread_mutex_unlock(&fs->lock);
 	}
 	if (strcmp(from, to))
-		rc = se.is_dir ? rename_dir(fs, from, to, se.markers) :
-		     fs_rename_file(fs, from, to, &se, exists ? &de : NULL);
+		rc = se.is_dir ? ns_rename_dir(fs->ns, from, to, se.markers) :
+		     ns_rename_file(fs->ns, from, to, &se, exists ? &de : NULL);
 	if (rc) {
 		fs_link_rename_post(fs, promoted, NULL, ddir, newname, rc);
 		return rc;
@@ -1447,14 +1104,14 @@ static int do_rename(struct fs *fs, struct fs_inode *sdir, const char *name,
 		taken = fs_link_renamed(fs, sdir, name, ddir, newname);
 	pthread_mutex_unlock(&fs->lock);
 	fs_link_rename_post(fs, promoted, taken, ddir, newname, 0);
-	fs_dir_invalidate(fs, sdir->key, false);
-	fs_dir_invalidate(fs, ddir->key, false);
+	ns_dir_invalidate(fs->ns, sdir->key, false);
+	ns_dir_invalidate(fs->ns, ddir->key, false);
 	fs_dir_touch(fs, sdir);
 	if (ddir != sdir)
 		fs_dir_touch(fs, ddir);
 	if (se.is_dir) {
-		fs_dir_invalidate(fs, from, true);
-		fs_dir_invalidate(fs, to, true);
+		ns_dir_invalidate(fs->ns, from, true);
+		ns_dir_invalidate(fs->ns, to, true);
 	}
 	return rc;
 }
@@ -1471,11 +1128,11 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	sdir = fs_dir_of(fs, parent, &err);
 	ddir = sdir ? fs_dir_of(fs, newparent, &err) : NULL;
 	if (!ddir) {
-		fuse_reply_err(req, err);
+		fs_reply_err(req, err);
 		return;
 	}
 	if (flags & RENAME_EXCHANGE) {
-		fuse_reply_err(req, EINVAL);
+		fs_reply_err(req, EINVAL);
 		return;
 	}
 	/* With hard links in the mount, names and keys may not move while
@@ -1486,18 +1143,18 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	rc = do_rename(fs, sdir, name, ddir, newname, flags);
 	if (links)
 		fs_link_unlock(fs);
-	fuse_reply_err(req, -rc);
+	fs_reply_err(req, -rc);
 }
 
-/* The metadata name of xattr name (fs/xattr.c), checked for storing. */
+/* The metadata name of xattr name (ns/meta.c), checked for storing. */
 static int xattr_check(const char *name, size_t len, char *meta,
 		       size_t meta_len)
 {
-	int rc = fs_xattr_meta(name, meta, meta_len);
+	int rc = ns_xattr_meta(name, meta, meta_len);
 
 	if (rc)
 		return rc;
-	if (len > FS_XATTR_MAX)
+	if (len > NS_XATTR_MAX)
 		return -E2BIG;
 	return 0;
 }
@@ -1510,12 +1167,12 @@ static void change_xattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	struct fs *fs = FS(req);
 	struct fs_inode *in = fs_inode_get(fs, ino);
 	struct cache_wfile *w = NULL;
-	char meta[256], enc[FS_XATTR_MAX + 1];
+	char meta[256], enc[NS_XATTR_MAX + 1];
 	int rc = in ? xattr_check(name, size, meta, sizeof(meta)) : -ENOENT;
 	ssize_t el;
 
-	if (!rc && value) { /* S3 metadata is header text (fs/xattr.c) */
-		el = fs_xattr_value_encode(value, size, enc, sizeof(enc));
+	if (!rc && value) { /* S3 metadata is header text (ns/meta.c) */
+		el = ns_xattr_value_encode(value, size, enc, sizeof(enc));
 		rc = el < 0 ? (int)el : 0;
 		value = enc;
 		size = (size_t)el;
@@ -1538,7 +1195,7 @@ static void change_xattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	cache_w_put(w);
 	if (!rc)
 		fs_link_sync(fs, in, false); /* the other names follow */
-	fuse_reply_err(req, -rc);
+	fs_reply_err(req, -rc);
 }
 
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
@@ -1572,7 +1229,7 @@ void fs_on_done(void *arg, const char *key, const char *etag, uint64_t size,
 	} else if (!cache_w_get(fs->cfg.cache, key, &w)) {
 		cache_w_stat(w, &wa);
 		cache_w_put(w);
-		fs_wattr_attr(&wa, etag, &ca);
+		ns_wattr_attr(&wa, etag, &ca);
 		cache_attr_set(fs->cfg.cache, key, &ca);
 	}
 	/* The parent's listing no longer matches the bucket, and neither
@@ -1586,7 +1243,7 @@ void fs_on_done(void *arg, const char *key, const char *etag, uint64_t size,
 			dkey[--n] = '\0';
 		while (n && dkey[n - 1] != '/')
 			dkey[--n] = '\0';
-		fs_dir_invalidate(fs, dkey, false);
+		ns_dir_invalidate(fs->ns, dkey, false);
 	} while (n);
 	if (deleted)
 		return;
