@@ -1,8 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * wb.c - write-back: dirty files, tombstones and the persistent upload
- * queue (the API and its contract are in wb.h; the uploader threads
- * that drain the queue are in wb_upload.c).
+ * wb.c - write-back: the table of dirty files, the cap's charges and the
+ * dirty files themselves (the API and its contract are in wb.h).  The
+ * other parts: tombstones, unlink, rename and listing in wb_names.c, the
+ * SQLite mirror and cache_wb_save (a commit's .meta and row, the one way
+ * a commit is made durable) in wb_db.c, replay at open in wb_replay.c,
+ * block checksums and DIR/dirty/ID.meta in wb_meta.c, the uploader
+ * threads that drain the queue in wb_upload.c.
  *
  * State: a table of dirty files by key and a set of tombstones (keys to
  * DELETE), in memory under wb->lock, mirrored in DIR/writeback.sqlite:
@@ -41,15 +45,6 @@
 
 #include "wb_int.h"
 
-static uint32_t wb_hash(const char *key)
-{
-	uint32_t h = 2166136261u;
-
-	for (; *key; key++)
-		h = (h ^ (unsigned char)*key) * 16777619u;
-	return h % CACHE_WB_HASH;
-}
-
 /* Logs and remembers the latest error (wb->lock held). */
 void cache_wb_log_err(struct cache_wb *wb, const char *fmt, ...)
 {
@@ -66,15 +61,15 @@ void cache_wb_log_err(struct cache_wb *wb, const char *fmt, ...)
 struct cache_wfile *cache_wb_find(struct cache_wb *wb, const char *key)
 {
 	util_debug_assert_locked(&wb->lock);
-	for (struct cache_wfile *w = wb->tab[wb_hash(key)]; w; w = w->hnext)
+	for (struct cache_wfile *w = wb->tab[cache_wb_hash(key)]; w; w = w->hnext)
 		if (!strcmp(w->key, key))
 			return w;
 	return NULL;
 }
 
-static void insert(struct cache_wb *wb, struct cache_wfile *w)
+void cache_wb_insert(struct cache_wb *wb, struct cache_wfile *w)
 {
-	uint32_t h = wb_hash(w->key);
+	uint32_t h = cache_wb_hash(w->key);
 
 	w->hnext = wb->tab[h];
 	wb->tab[h] = w;
@@ -85,7 +80,7 @@ static void insert(struct cache_wb *wb, struct cache_wfile *w)
 void cache_wb_take_out(struct cache_wb *wb, struct cache_wfile *w)
 {
 	util_debug_assert_locked(&wb->lock);
-	for (struct cache_wfile **pp = &wb->tab[wb_hash(w->key)]; *pp;
+	for (struct cache_wfile **pp = &wb->tab[cache_wb_hash(w->key)]; *pp;
 	     pp = &(*pp)->hnext)
 		if (*pp == w) {
 			*pp = w->hnext;
@@ -99,13 +94,13 @@ void cache_wb_take_out(struct cache_wb *wb, struct cache_wfile *w)
 struct cache_wb_tomb *cache_wb_tomb_find(struct cache_wb *wb, const char *key)
 {
 	util_debug_assert_locked(&wb->lock);
-	for (struct cache_wb_tomb *t = wb->tombs[wb_hash(key)]; t; t = t->next)
+	for (struct cache_wb_tomb *t = wb->tombs[cache_wb_hash(key)]; t; t = t->next)
 		if (!strcmp(t->key, key))
 			return t;
 	return NULL;
 }
 
-static void wfile_free(struct cache_wfile *w)
+void cache_wb_wfile_free(struct cache_wfile *w)
 {
 	if (w->fd >= 0)
 		close(w->fd);
@@ -203,858 +198,6 @@ void cache_wb_uncharge(struct cache *c, uint64_t n)
 	pthread_mutex_unlock(&c->lock);
 }
 
-/* ---- the SQLite mirror ---- */
-
-static int db_step(struct cache_wb *wb, sqlite3_stmt *st, const char *what)
-{
-	int rc = sqlite3_step(st);
-
-	sqlite3_reset(st);
-	sqlite3_clear_bindings(st);
-	if (rc == SQLITE_DONE)
-		return 0;
-	cache_wb_log_err(wb, "write-back store: %s failed: %s", what,
-		   sqlite3_errmsg(wb->db));
-	return -EIO;
-}
-
-/* Writes w's row (wb->lock held). */
-int cache_wb_db_put(struct cache_wb *wb, const struct cache_wfile *w,
-		  bool queued)
-{
-	sqlite3_stmt *s = wb->upsert;
-	size_t ml = 0;
-	char *mb = cache_wb_pack(w, &ml);
-	int rc;
-
-	util_debug_assert_locked(&wb->lock);
-	if (!mb)
-		return -ENOMEM;
-	sqlite3_bind_int64(s, 1, (sqlite3_int64)w->id);
-	sqlite3_bind_text(s, 2, w->key, -1, SQLITE_STATIC);
-	sqlite3_bind_int(s, 3, (int)w->a.kind);
-	sqlite3_bind_int64(s, 4, w->a.mode);
-	sqlite3_bind_int64(s, 5, w->a.uid);
-	sqlite3_bind_int64(s, 6, w->a.gid);
-	sqlite3_bind_int64(s, 7, w->a.mtime_ns);
-	sqlite3_bind_int64(s, 8, (sqlite3_int64)w->a.size);
-	sqlite3_bind_int(s, 9, w->in_bucket);
-	sqlite3_bind_text(s, 10, w->base_etag, -1, SQLITE_STATIC);
-	sqlite3_bind_int(s, 11, queued);
-	sqlite3_bind_blob(s, 12, mb, (int)ml, SQLITE_STATIC);
-	sqlite3_bind_int64(s, 13, (sqlite3_int64)w->seq);
-	sqlite3_bind_int(s, 14, w->changing);
-	/* A damaged file's row names no boot: held at every mount until
-	 * it is written again or removed. */
-	sqlite3_bind_text(s, 15, w->damaged[0] ? "" : wb->boot, -1,
-			  SQLITE_STATIC);
-	rc = db_step(wb, s, "saving a dirty file");
-	free(mb);
-	return rc;
-}
-
-int cache_wb_db_mark_uploaded(struct cache_wb *wb, uint64_t id,
-			      const char *etag)
-{
-	util_debug_assert_locked(&wb->lock);
-	sqlite3_bind_text(wb->mark, 1, etag && *etag ? etag : "-", -1,
-			  SQLITE_STATIC);
-	sqlite3_bind_int64(wb->mark, 2, (sqlite3_int64)id);
-	return db_step(wb, wb->mark, "marking a file uploaded");
-}
-
-int cache_wb_db_del(struct cache_wb *wb, uint64_t id)
-{
-	util_debug_assert_locked(&wb->lock);
-	sqlite3_bind_int64(wb->del, 1, (sqlite3_int64)id);
-	return db_step(wb, wb->del, "removing a dirty file");
-}
-
-static int db_tomb(struct cache_wb *wb, const char *key, bool add)
-{
-	sqlite3_stmt *s = add ? wb->tomb_add : wb->tomb_del;
-
-	sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
-	if (!add)
-		wb->tomb_unsynced = true;
-	return db_step(wb, s, add ? "saving a deletion" :
-		       "removing a deletion");
-}
-
-/* A synced commit: for fsync (power-loss safe); -EIO when the WAL could
- * not be written back, so that fsync does not say durable. */
-static int db_sync(struct cache_wb *wb)
-{
-	if (sqlite3_exec(wb->db, "PRAGMA wal_checkpoint(PASSIVE)", NULL,
-			 NULL, NULL) == SQLITE_OK) {
-		wb->tomb_unsynced = false;
-		return 0;
-	}
-	cache_wb_log_err(wb, "write-back store: a synced commit failed: %s",
-			 sqlite3_errmsg(wb->db));
-	return -EIO;
-}
-
-static const char WB_SCHEMA[] =
-	"CREATE TABLE IF NOT EXISTS files(id INTEGER PRIMARY KEY, "
-	"key TEXT NOT NULL, kind INTEGER, mode INTEGER, uid INTEGER, "
-	"gid INTEGER, mtime_ns INTEGER, size INTEGER, in_bucket INTEGER, "
-	"base_etag TEXT, queued INTEGER, meta BLOB, seq INTEGER DEFAULT 0, "
-	"changing INTEGER DEFAULT 0, boot TEXT, uploaded TEXT DEFAULT '');"
-	"CREATE TABLE IF NOT EXISTS deletes(key TEXT PRIMARY KEY);";
-
-/* user_version 2: every committed row has its DIR/dirty/ID.meta (a
- * committed row without one is damage, not an older fmfs). */
-#define WB_DB_VERSION 2
-
-/* Columns added since version 0 (ignored when already there). */
-static void db_upgrade(struct cache_wb *wb)
-{
-	sqlite3_stmt *s;
-
-	sqlite3_exec(wb->db, "ALTER TABLE files ADD COLUMN seq INTEGER "
-		     "DEFAULT 0", NULL, NULL, NULL);
-	sqlite3_exec(wb->db, "ALTER TABLE files ADD COLUMN changing INTEGER "
-		     "DEFAULT 0", NULL, NULL, NULL);
-	sqlite3_exec(wb->db, "ALTER TABLE files ADD COLUMN boot TEXT", NULL,
-		     NULL, NULL);
-	sqlite3_exec(wb->db, "ALTER TABLE files ADD COLUMN uploaded TEXT "
-		     "DEFAULT ''", NULL, NULL, NULL);
-	wb->db_version = 0;
-	if (sqlite3_prepare_v2(wb->db, "PRAGMA user_version", -1, &s,
-			       NULL) == SQLITE_OK) {
-		if (sqlite3_step(s) == SQLITE_ROW)
-			wb->db_version = sqlite3_column_int(s, 0);
-		sqlite3_finalize(s);
-	}
-}
-
-/* PRAGMA quick_check: a page damaged on the disk would otherwise be
- * read as rows that are not there (the queue is small: cheap). */
-static int db_quick_check(struct cache_wb *wb, char *why, size_t wl)
-{
-	sqlite3_stmt *s;
-	int rc = sqlite3_prepare_v2(wb->db, "PRAGMA quick_check", -1, &s,
-				    NULL);
-
-	if (rc != SQLITE_OK)
-		return rc;
-	rc = sqlite3_step(s);
-	if (rc == SQLITE_ROW) {
-		const char *t = (const char *)sqlite3_column_text(s, 0);
-
-		rc = t && !strcmp(t, "ok") ? SQLITE_OK : SQLITE_CORRUPT;
-		if (rc) {
-			snprintf(why, wl, "damaged: PRAGMA quick_check says "
-				 "%.160s", t ? t : "?");
-			for (char *p = why; *p; p++)
-				if (*p == '\n')
-					*p = ' ';
-		}
-	}
-	sqlite3_finalize(s);
-	return rc;
-}
-
-static int db_open(struct cache_wb *wb, char *msg, size_t ml)
-{
-	const char *dir = wb->c->cfg.dir;
-	char path[4096], why[300] = "";
-	int rc;
-
-	snprintf(path, sizeof(path), "%s/writeback.sqlite", dir);
-	rc = sqlite3_open_v2(path, &wb->db, SQLITE_OPEN_READWRITE |
-			     SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL);
-	if (rc == SQLITE_OK) {
-		sqlite3_busy_timeout(wb->db, 5000);
-		rc = sqlite3_exec(wb->db, "PRAGMA journal_mode=WAL;"
-				  "PRAGMA synchronous=NORMAL;", NULL, NULL,
-				  NULL);
-	}
-	if (rc == SQLITE_OK)
-		rc = db_quick_check(wb, why, sizeof(why));
-	if (rc == SQLITE_OK)
-		rc = sqlite3_exec(wb->db, WB_SCHEMA, NULL, NULL, NULL);
-	if (rc == SQLITE_OK)
-		db_upgrade(wb);
-	if (rc == SQLITE_OK)
-		rc = sqlite3_prepare_v2(wb->db, "INSERT OR REPLACE INTO files "
-					"(id, key, kind, mode, uid, gid, "
-					"mtime_ns, size, in_bucket, base_etag, "
-					"queued, meta, seq, changing, boot) "
-					"VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-					-1,
-					&wb->upsert, NULL);
-	if (rc == SQLITE_OK)
-		rc = sqlite3_prepare_v2(wb->db, "DELETE FROM files WHERE "
-					"id=?", -1, &wb->del, NULL);
-	if (rc == SQLITE_OK)
-		rc = sqlite3_prepare_v2(wb->db, "UPDATE files SET uploaded=? "
-					"WHERE id=?", -1, &wb->mark, NULL);
-	if (rc == SQLITE_OK)
-		rc = sqlite3_prepare_v2(wb->db, "INSERT OR IGNORE INTO "
-					"deletes VALUES(?)", -1,
-					&wb->tomb_add, NULL);
-	if (rc == SQLITE_OK)
-		rc = sqlite3_prepare_v2(wb->db, "DELETE FROM deletes WHERE "
-					"key=?", -1, &wb->tomb_del, NULL);
-	if (rc != SQLITE_OK) {
-		/* Never move this file aside: it is the list of data not
-		 * yet in the bucket. */
-		snprintf(msg, ml, "write-back store %s is unusable (%s); it "
-			 "lists files not yet uploaded. Move it aside (mv %s "
-			 "%s.bad; and its -wal file) and mount again: the "
-			 "queue is rebuilt from %s/dirty/*.meta (deletions "
-			 "not yet sent are lost)", path, why[0] ? why : wb->db ?
-			 sqlite3_errmsg(wb->db) : "out of memory", path, path,
-			 dir);
-		return -EIO;
-	}
-	return 0;
-}
-
-/* ---- replay at open ---- */
-
-/* Keeps "what: why" for flush and umount to report (wb->lock not needed:
- * only at open). */
-static void lost_add_row(struct cache_wb *wb, uint64_t row,
-			 const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static void lost_add_row(struct cache_wb *wb, uint64_t row,
-			 const char *fmt, ...)
-{
-	char line[1400], **l;
-	uint64_t *rows;
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	cache_log("%s", line);
-	l = realloc(wb->lost, (wb->nlost + 1) * sizeof(*l));
-	if (!l)
-		return;
-	wb->lost = l;
-	rows = realloc(wb->lost_row, (wb->nlost + 1) * sizeof(*rows));
-	if (!rows)
-		return;
-	wb->lost_row = rows;
-	rows[wb->nlost] = row;
-	if ((l[wb->nlost] = strdup(line)))
-		wb->nlost++;
-}
-#define lost_add(wb, ...) lost_add_row(wb, 0, __VA_ARGS__)
-
-/* key's committed version, made from the bucket's version etag, is lost:
- * that older version must not be read as if nothing happened. */
-static void lost_version(struct cache_wb *wb, const char *key,
-			 const char *etag)
-{
-	struct cache_wb_lostver *v;
-
-	if (!etag || !*etag)
-		return; /* a new file: nothing older to serve in its place */
-	v = realloc(wb->lostv, (wb->nlostv + 1) * sizeof(*v));
-	if (!v)
-		return;
-	wb->lostv = v;
-	v[wb->nlostv].key = strdup(key);
-	v[wb->nlostv].etag = strdup(etag);
-	if (v[wb->nlostv].key && v[wb->nlostv].etag)
-		wb->nlostv++;
-	else
-		free(v[wb->nlostv].key), free(v[wb->nlostv].etag);
-}
-
-bool cache_w_lost_version(struct cache *c, const char *key,
-			  const char *etag)
-{
-	struct cache_wb *wb = c->wb;
-	bool r = false;
-
-	/* At every open of a clean file: no lock while the list is empty
-	 * (it only grows at open, before any thread runs). */
-	if (!wb || !__atomic_load_n(&wb->nlostv, __ATOMIC_RELAXED))
-		return false;
-	pthread_mutex_lock(&wb->lock);
-	for (size_t i = 0; !r && i < wb->nlostv; i++)
-		r = !strcmp(wb->lostv[i].key, key) &&
-		    !strcmp(wb->lostv[i].etag, etag);
-	pthread_mutex_unlock(&wb->lock);
-	return r;
-}
-
-/* key was written again, removed or renamed over: what the bucket has
- * there is no longer the version a lost one replaced (wb->lock). */
-static void lost_version_forget(struct cache_wb *wb, const char *key)
-{
-	util_debug_assert_locked(&wb->lock);
-	for (size_t i = 0; i < wb->nlostv; i++)
-		if (!strcmp(wb->lostv[i].key, key)) {
-			free(wb->lostv[i].key);
-			free(wb->lostv[i].etag);
-			wb->lostv[i] = wb->lostv[--wb->nlostv];
-			i--;
-		}
-}
-
-/* Moves DIR/dirty/ID[suffix] to DIR/lost+found/ID-KEY[suffix]; the name
- * it got in to (or "" if it could not). */
-static void move_aside(struct cache_wb *wb, uint64_t id, const char *key,
-		       const char *suffix, char *to, size_t tl)
-{
-	char from[80];
-	size_t i;
-
-	if (!mkdirat(wb->c->dirfd, "lost+found", 0700))
-		util_fsync_at(wb->c->dirfd, ".");
-	snprintf(from, sizeof(from), "dirty/%016" PRIx64 "%s", id, suffix);
-	i = (size_t)snprintf(to, tl, "lost+found/%016" PRIx64 "-", id);
-	for (size_t k = 0; key[k] && i + 1 < tl - strlen(suffix); i++, k++)
-		to[i] = key[k] == '/' ? '%' : key[k];
-	snprintf(to + i, tl - i, "%s", suffix);
-	if (renameat(wb->c->dirfd, from, wb->c->dirfd, to)) {
-		to[0] = '\0';
-		return;
-	}
-	/* The new name first: a power cut may then leave both, never
-	 * neither. */
-	util_fsync_at(wb->c->dirfd, "lost+found");
-	util_fsync_at(wb->c->dirfd, "dirty");
-}
-
-/* A dirty file never committed (the writer had not closed it). */
-static void lost_found(struct cache_wb *wb, uint64_t id, const char *key)
-{
-	char to[1300];
-
-	move_aside(wb, id, key, "", to, sizeof(to));
-	if (to[0]) {
-		cache_log("%s had not been closed when fmfs stopped; its "
-			  "bytes were not uploaded and are in %s/%s",
-			  key, wb->c->cfg.dir, to);
-		wb->lost_found++;
-	}
-}
-
-/* The row of a dirty file, as a wfile (NULL: out of memory). */
-static struct cache_wfile *row_wfile(struct cache_wb *wb, sqlite3_stmt *s,
-				     uint64_t id)
-{
-	struct cache_wfile *w = calloc(1, sizeof(*w));
-	const char *key = (const char *)sqlite3_column_text(s, 1);
-	const char *etag = (const char *)sqlite3_column_text(s, 9), *boot;
-
-	if (!w)
-		return NULL;
-	w->c = wb->c;
-	w->fd = -1;
-	w->id = id;
-	w->key = strdup(key ? key : "?");
-	w->a.kind = (enum cache_wkind)sqlite3_column_int(s, 2);
-	w->a.mode = (uint32_t)sqlite3_column_int64(s, 3);
-	w->a.uid = (uint32_t)sqlite3_column_int64(s, 4);
-	w->a.gid = (uint32_t)sqlite3_column_int64(s, 5);
-	w->a.mtime_ns = sqlite3_column_int64(s, 6);
-	w->a.size = (uint64_t)sqlite3_column_int64(s, 7);
-	w->in_bucket = sqlite3_column_int(s, 8);
-	snprintf(w->base_etag, sizeof(w->base_etag), "%s", etag ? etag : "");
-	if (sqlite3_column_bytes(s, 11) > 0)
-		cache_wb_unpack(w, sqlite3_column_blob(s, 11),
-				(size_t)sqlite3_column_bytes(s, 11));
-	w->seq = (uint64_t)sqlite3_column_int64(s, 12);
-	w->changing = sqlite3_column_int(s, 13);
-	boot = (const char *)sqlite3_column_text(s, 14);
-	w->other_boot = !boot || !wb->boot[0] || strcmp(boot, wb->boot);
-	w->row_uploaded = sqlite3_column_bytes(s, 15) > 0;
-	if (!w->key) {
-		wfile_free(w);
-		return NULL;
-	}
-	return w;
-}
-
-/* Removes old, a dirty file replayed for by's key but committed before
- * it (not uploaded: by is the later version). */
-static void superseded(struct cache_wb *wb, struct cache_wfile *old,
-		       const struct cache_wfile *by)
-{
-	char path[64];
-
-	cache_log("write-back: %s: dirty/%016" PRIx64 " was committed before "
-		  "dirty/%016" PRIx64 ", the file now at that name (a rename "
-		  "or upload that fmfs's stop left half done); the older one "
-		  "is removed", by->key, old->id, by->id);
-	cache_wb_dirty_path(old->id, path, sizeof(path));
-	unlinkat(wb->c->dirfd, path, 0);
-	cache_wb_meta_remove(wb, old->id);
-	cache_wb_db_del(wb, old->id);
-}
-
-/*
- * Replays dirty file id from its row r (NULL if it has none; queued: the
- * row says committed) and its DIR/dirty/ID.meta; takes r.  A committed
- * file goes back in the table: to be uploaded as it stands (it was being
- * changed at the stop), to be checked against its sums first, or as
- * damaged (never uploaded, reported).  One never committed goes to
- * lost+found; one whose bytes are gone is reported.
- */
-static void replay_one(struct cache_wb *wb, uint64_t id,
-		       struct cache_wfile *r, bool queued, uint64_t *charge)
-{
-	struct cache *c = wb->c;
-	struct cache_wfile *s = calloc(1, sizeof(*s)), *w;
-	char path[64], why[600] = "", to[1300];
-	bool had_row = r != NULL, committed, have_s, from_s;
-	const char *key;
-	struct stat sb;
-	int src, fd;
-
-	if (!s) {
-		if (r)
-			wfile_free(r);
-		return;
-	}
-	s->c = c;
-	s->fd = -1;
-	src = cache_wb_meta_read(wb, id, s, why, sizeof(why));
-	have_s = src == 0;
-	from_s = have_s && (!r || s->seq >= r->seq);
-	key = from_s ? s->key : r ? r->key : "?";
-	cache_wb_dirty_path(id, path, sizeof(path));
-	fd = openat(c->dirfd, path, O_RDWR | O_CLOEXEC);
-	if (r && r->row_uploaded && (!have_s || s->seq <= r->seq)) {
-		/* Uploaded as it stands; the stop came while it moved into
-		 * the read cache (try_clean): the bucket has it, so nothing
-		 * was lost, and what is left of it here just goes. */
-		if (fd >= 0)
-			unlinkat(c->dirfd, path, 0);
-		cache_wb_meta_remove(wb, id);
-		cache_wb_db_del(wb, id);
-		cache_log("write-back: %s had been uploaded when fmfs stopped "
-			  "(it was moving into the read cache): nothing to "
-			  "do", key);
-		goto out;
-	}
-	/* A .meta is written only by a commit: one that is damaged, under
-	 * a row that says "never closed" (a row rolled back by damage to
-	 * the WAL), is a committed file held as damaged, not lost+found
-	 * (46-mount-damage, seed 1074074272 f214). */
-	committed = (r && queued) || have_s || (r && src == -EBADMSG);
-	if (!committed) {
-		if (fd >= 0 && !r && src == -ENOENT && !fstat(fd, &sb) &&
-		    !sb.st_size) {
-			unlinkat(c->dirfd, path, 0); /* made just before a crash */
-		} else if (fd >= 0 && r) {
-			lost_found(wb, id, key);
-		} else if (fd >= 0 && src == -ENOENT) {
-			/* Neither row nor .meta: closed or not, nobody knows,
-			 * nor its name (both lost, or a power cut before the
-			 * row was written).  It stays and is named. */
-			lost_add(wb, "%s/%s: a dirty file not yet uploaded "
-				 "whose name is unknown (no row in "
-				 "writeback.sqlite and no .meta); it is not "
-				 "uploaded: copy its bytes out, then remove it",
-				 c->cfg.dir, path);
-			goto out;
-		} else if (fd >= 0) {
-			/* No row and a damaged .meta: committed or not, nobody
-			 * knows, nor its name.  Both stay where they are, and
-			 * every mount says so, until someone acts. */
-			lost_add(wb, "%s/%s: a dirty file not yet uploaded "
-				 "whose name is unknown (no row in "
-				 "writeback.sqlite, and %s); it is not "
-				 "uploaded: copy its bytes out, then remove it "
-				 "and its .meta", c->cfg.dir, path, why);
-			goto out;
-		}
-		if (src == -EBADMSG && fd < 0 && !r) {
-			/* A .meta is written only by a commit: a file was
-			 * acknowledged here, and its bytes, its row and its
-			 * name are gone.  The .meta stays, so that every mount
-			 * (the mount's own check opens the cache first) says
-			 * so until someone removes it (46-mount-damage, seed
-			 * 1338817807 f195). */
-			lost_add(wb, "%s/%s: a dirty file not yet uploaded is "
-				 "gone, with its row in writeback.sqlite, and "
-				 "its .meta is damaged (%s): what was written to "
-				 "it through the mount was lost before it was "
-				 "uploaded, under a name nobody knows (remove "
-				 "%s/%s%s to stop this message)", c->cfg.dir,
-				 path, why, c->cfg.dir, path,
-				 CACHE_WB_META_SUFFIX);
-			goto out;
-		}
-		if (src == -EBADMSG)
-			move_aside(wb, id, key, CACHE_WB_META_SUFFIX, to,
-				   sizeof(to));
-		if (r)
-			cache_wb_db_del(wb, id);
-		goto out;
-	}
-	if (fd < 0) {
-		lost_version(wb, key, from_s ? s->base_etag : r->base_etag);
-		/* The .meta stays, and while it is damaged so does the row:
-		 * every mount says so until the .meta is removed. */
-		if (src == -ENOENT)
-			/* Its row is all that is left: kept (every mount
-			 * says so) until a flush --wait or umount has named
-			 * it (cache_w_flush), not dropped here: the mount's
-			 * own check opens the cache before the daemon does
-			 * (46-mount-damage, seed 977836433 f145). */
-			lost_add_row(wb, r && !have_s ? id : 0,
-				     "%s: its dirty file %s/%s is gone (%s): "
-				     "what was written to it through the "
-				     "mount was lost before it was uploaded",
-				     key, c->cfg.dir, path, strerror(errno));
-		else
-			lost_add(wb, "%s: its dirty file %s/%s is gone (%s): "
-				 "what was written to it through the mount "
-				 "was lost before it was uploaded (remove "
-				 "%s/%s%s to stop this message)", key,
-				 c->cfg.dir, path, strerror(errno), c->cfg.dir,
-				 path, CACHE_WB_META_SUFFIX);
-		if (r && have_s)
-			cache_wb_db_del(wb, id);
-		goto out;
-	}
-	if (from_s) {
-		s->changing = r && r->changing && r->seq == s->seq;
-		w = s, s = NULL;
-	} else {
-		w = r, r = NULL;
-	}
-	w->fd = fd;
-	fd = -1;
-	w->gen = w->queued_gen = 1;
-	w->queued_ms = util_now_ms(); /* or earlier: not known */
-	w->committed = true;
-	if (fstat(w->fd, &sb))
-		sb.st_size = 0;
-	if ((w->changing || (from_s && !w->sums_ok)) &&
-	    (r ? r->other_boot : !had_row || w->other_boot)) {
-		/* Being changed at the stop, and the system has booted since
-		 * (or nobody knows): a power cut may have torn what the page
-		 * cache had not written, and nothing can tell. */
-		cache_wb_damaged(wb, w, "was open for writing when fmfs "
-				 "stopped, and the system has restarted "
-				 "since: a power cut may have left it torn");
-	} else if (w->changing || (from_s && !w->sums_ok) ||
-		   (!have_s && wb->db_version < WB_DB_VERSION)) {
-		/* Being changed at the stop, or left by an older fmfs: as it
-		 * stands (docs/semantics.md), unchecked. */
-		w->changing = true;
-	} else if (!from_s && !w->a.size && !sb.st_size) {
-		/* Empty, as its row says: nothing to check (a directory
-		 * marker, a file created empty).  A torn .meta is rewritten. */
-		w->sums_ok = true;
-		if (!have_s)
-			cache_wb_meta_write(wb, w, false);
-	} else if (!from_s) {
-		if (have_s)
-			cache_wb_damaged(wb, w, "has checksums in %016" PRIx64
-					 ".meta older than its last close", id);
-		else
-			cache_wb_damaged(wb, w, "has no usable checksums (%s)",
-					 why);
-	} else if ((uint64_t)sb.st_size != w->a.size) {
-		cache_wb_damaged(wb, w, "is %lld bytes where its last close "
-				 "left %" PRIu64, (long long)sb.st_size,
-				 w->a.size);
-	} else {
-		w->sums_gen = 1; /* checked before it is read or uploaded */
-	}
-	if (!w->sums_gen) {
-		/* Nothing to check against: the next commit sums it all. */
-		w->a.size = (uint64_t)sb.st_size;
-		w->checked = true;
-		w->ext_seen = true;
-		cache_wb_sums_resize(w, w->a.size);
-	}
-	w->charged = (uint64_t)sb.st_size;
-	if (w->seq > wb->seq_top)
-		wb->seq_top = w->seq;
-	for (struct cache_wfile *o = wb->tab[wb_hash(w->key)]; o; o = o->hnext) {
-		if (strcmp(o->key, w->key))
-			continue;
-		/* Two dirty files for one key: a rename over a dirty file,
-		 * or a removal after an upload, that the stop left half
-		 * done.  The later commit wins. */
-		if (o->seq > w->seq) {
-			superseded(wb, w, o);
-			wfile_free(w);
-			goto out;
-		}
-		cache_wb_take_out(wb, o);
-		*charge -= o->charged;
-		superseded(wb, o, w);
-		wfile_free(o);
-		break;
-	}
-	*charge += w->charged;
-	insert(wb, w);
-	if (from_s && (!had_row || !queued)) {
-		wb->rebuilt++;
-		cache_log("write-back: %s re-queued from %s/dirty/%016" PRIx64
-			  ".meta (writeback.sqlite had %s)", w->key,
-			  c->cfg.dir, id, had_row ? "an older row" :
-			  "no row for it");
-	}
-	if (from_s)
-		cache_wb_db_put(wb, w, true);
-out:
-	if (fd >= 0)
-		close(fd);
-	if (s)
-		wfile_free(s);
-	if (r)
-		wfile_free(r);
-}
-
-static int id_cmp(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-/* Files in dirty/ that have no row: .meta files of committed files whose
- * row is gone (writeback.sqlite lost, or its -wal), files created just
- * before a crash, debris of a .meta being written. */
-static void replay_dir(struct cache_wb *wb, uint64_t *done, size_t ndone,
-		       uint64_t *charge)
-{
-	int fd = openat(wb->c->dirfd, "dirty", O_RDONLY | O_DIRECTORY |
-			O_CLOEXEC);
-	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-	struct dirent *de;
-
-	if (!d) {
-		if (fd >= 0)
-			close(fd);
-		return;
-	}
-	if (ndone)
-		qsort(done, ndone, sizeof(*done), id_cmp);
-	while ((de = readdir(d))) {
-		char *end, data[64];
-		uint64_t id = strtoull(de->d_name, &end, 16);
-
-		if (de->d_name[0] == '.' || end == de->d_name)
-			continue;
-		if (!strcmp(end, CACHE_WB_META_SUFFIX ".tmp")) {
-			unlinkat(fd, de->d_name, 0);
-			continue;
-		}
-		if (*end && strcmp(end, CACHE_WB_META_SUFFIX))
-			continue;
-		snprintf(data, sizeof(data), "%016" PRIx64, id);
-		/* a .meta with its data file: handled with the file */
-		if (*end && !faccessat(fd, data, F_OK, 0))
-			continue;
-		if (ndone && bsearch(&id, done, ndone, sizeof(*done), id_cmp))
-			continue;
-		if (id >= wb->next_id)
-			wb->next_id = id + 1;
-		replay_one(wb, id, NULL, false, charge);
-	}
-	closedir(d);
-}
-
-static int load_rows(struct cache_wb *wb)
-{
-	struct cache *c = wb->c;
-	sqlite3_stmt *s;
-	uint64_t charge_total = 0, *done = NULL;
-	size_t ndone = 0, cap = 0;
-	int rc;
-
-	rc = sqlite3_prepare_v2(wb->db, "SELECT id, key, kind, mode, uid, "
-				"gid, mtime_ns, size, in_bucket, base_etag, "
-				"queued, meta, seq, changing, boot, uploaded "
-				"FROM files "
-				"ORDER BY id", -1, &s, NULL);
-	if (rc != SQLITE_OK)
-		return -EIO;
-	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-		uint64_t id = (uint64_t)sqlite3_column_int64(s, 0);
-		struct cache_wfile *r = row_wfile(wb, s, id);
-
-		if (id >= wb->next_id)
-			wb->next_id = id + 1;
-		if (ndone == cap) {
-			uint64_t *d = realloc(done, (cap ? cap * 2 : 64) *
-					      sizeof(*d));
-
-			if (!d) {
-				rc = SQLITE_NOMEM;
-				if (r)
-					wfile_free(r);
-				break;
-			}
-			done = d;
-			cap = cap ? cap * 2 : 64;
-		}
-		done[ndone++] = id;
-		if (r)
-			replay_one(wb, id, r, sqlite3_column_int(s, 10),
-				   &charge_total);
-	}
-	sqlite3_finalize(s);
-	if (rc != SQLITE_DONE) {
-		free(done);
-		return -EIO;
-	}
-	replay_dir(wb, done, ndone, &charge_total);
-	free(done);
-	rc = sqlite3_prepare_v2(wb->db, "SELECT key FROM deletes", -1, &s,
-				NULL);
-	if (rc != SQLITE_OK)
-		return -EIO;
-	while (sqlite3_step(s) == SQLITE_ROW) {
-		const char *key = (const char *)sqlite3_column_text(s, 0);
-		struct cache_wb_tomb *t;
-		uint32_t h;
-
-		if (!key || !(t = calloc(1, sizeof(*t) + strlen(key) + 1)))
-			continue;
-		strcpy(t->key, key);
-		h = wb_hash(key);
-		t->next = wb->tombs[h];
-		wb->tombs[h] = t;
-		wb->ntombs++;
-	}
-	sqlite3_finalize(s);
-	/* Already on the disk: charged even above the cap. */
-	pthread_mutex_lock(&c->lock);
-	c->used_bytes += charge_total;
-	atomic_fetch_add(&c->dirty_bytes, charge_total);
-	pthread_mutex_unlock(&c->lock);
-	if (wb->nfiles || wb->ntombs)
-		cache_log("write-back: %" PRIu64 " files and %" PRIu64
-			  " deletions from before are queued", wb->nfiles,
-			  wb->ntombs);
-	if (wb->rebuilt)
-		cache_log("write-back: %" PRIu64 " files were missing from "
-			  "%s/writeback.sqlite (lost or rolled back) and were "
-			  "re-queued from their .meta files in dirty/; "
-			  "deletions it held, if any, are not known any more",
-			  wb->rebuilt, c->cfg.dir);
-	return 0;
-}
-
-/* This boot's id: the kernel's random boot_id, or FMFS_BOOT_ID (tests
- * that simulate a power cut set it to stand for a reboot); "" if none. */
-static void boot_id(char *out, size_t len)
-{
-	const char *env = getenv("FMFS_BOOT_ID");
-	ssize_t n = 0;
-	int fd;
-
-	out[0] = '\0';
-	if (env && *env) {
-		snprintf(out, len, "%s", env);
-		return;
-	}
-	fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
-	if (fd >= 0) {
-		n = util_read_all(fd, out, len - 1);
-		close(fd);
-	}
-	out[n > 0 ? n : 0] = '\0';
-	out[strcspn(out, "\n")] = '\0';
-}
-
-int cache_wb_open(struct cache *c, char *msg, size_t ml)
-{
-	struct cache_wb *wb = calloc(1, sizeof(*wb));
-	int rc = 0;
-
-	if (!wb) {
-		snprintf(msg, ml, "cache: out of memory");
-		return -ENOMEM;
-	}
-	wb->c = c;
-	wb->next_id = 1;
-	pthread_mutex_init(&wb->lock, NULL);
-	util_cond_init(&wb->cond);
-	c->wb = wb;
-	if (!mkdirat(c->dirfd, "dirty", 0700))
-		rc = util_fsync_at(c->dirfd, ".");
-	else if (errno != EEXIST)
-		rc = -errno;
-	if (rc) {
-		snprintf(msg, ml, "cannot create %s/dirty: %s", c->cfg.dir,
-			 strerror(-rc));
-		return rc;
-	}
-	wb->dirty_fd = openat(c->dirfd, "dirty", O_RDONLY | O_DIRECTORY |
-			      O_CLOEXEC);
-	boot_id(wb->boot, sizeof(wb->boot));
-	rc = db_open(wb, msg, ml);
-	if (!rc && (rc = load_rows(wb)))
-		snprintf(msg, ml, "write-back store %s/writeback.sqlite "
-			 "cannot be read: %s", c->cfg.dir,
-			 sqlite3_errmsg(wb->db));
-	if (!rc && wb->db_version < WB_DB_VERSION &&
-	    sqlite3_exec(wb->db, "PRAGMA user_version=2", NULL, NULL,
-			 NULL) == SQLITE_OK)
-		wb->db_version = WB_DB_VERSION;
-	return rc;
-}
-
-/* ---- tombstones ---- */
-
-void cache_wb_tomb_put(struct cache_wb *wb, const char *key, bool held)
-{
-	struct cache_wb_tomb *t = cache_wb_tomb_find(wb, key);
-	uint32_t h;
-
-	util_debug_assert_locked(&wb->lock);
-	if (t) {
-		t->held += held;
-		return;
-	}
-	t = calloc(1, sizeof(*t) + strlen(key) + 1);
-	if (!t) {
-		cache_wb_log_err(wb, "out of memory: %s will not be deleted in the "
-			   "bucket", key);
-		return;
-	}
-	strcpy(t->key, key);
-	t->held = held;
-	h = wb_hash(key);
-	t->next = wb->tombs[h];
-	wb->tombs[h] = t;
-	wb->ntombs++;
-	db_tomb(wb, key, true);
-	pthread_cond_broadcast(&wb->cond);
-}
-
-bool cache_wb_tomb_shadowed(struct cache_wb *wb,
-			    const struct cache_wb_tomb *t)
-{
-	return wb->nfiles && cache_wb_find(wb, t->key);
-}
-
-void cache_wb_tomb_drop(struct cache_wb *wb, const char *key)
-{
-	util_debug_assert_locked(&wb->lock);
-	for (struct cache_wb_tomb **pp = &wb->tombs[wb_hash(key)]; *pp;
-	     pp = &(*pp)->next)
-		if (!strcmp((*pp)->key, key)) {
-			struct cache_wb_tomb *t = *pp;
-
-			if (t->running)
-				return; /* the DELETE is out: let it land */
-			*pp = t->next;
-			wb->ntombs--;
-			db_tomb(wb, key, false); /* key may be t->key */
-			free(t);
-			return;
-		}
-}
-
 /* ---- close ---- */
 
 void cache_wb_close(struct cache *c)
@@ -1070,7 +213,7 @@ void cache_wb_close(struct cache *c)
 			if (w->refs)
 				cache_log("dirty file %s still open at close",
 					  w->key);
-			wfile_free(w);
+			cache_wb_wfile_free(w);
 		}
 		for (struct cache_wb_tomb *t = wb->tombs[h], *n; t; t = n) {
 			n = t->next;
@@ -1166,7 +309,7 @@ static int publish(struct cache_wb *wb, struct cache_wfile *w)
 {
 	int rc;
 
-	insert(wb, w);
+	cache_wb_insert(wb, w);
 	/* The upload will overwrite the old object; until then the
 	 * bucket has it, so an unlink or rename must delete it.  A pending
 	 * DELETE of the name stays, shadowed by w, until w's upload lands
@@ -1175,7 +318,7 @@ static int publish(struct cache_wb *wb, struct cache_wfile *w)
 	if (wb->ntombs && cache_wb_tomb_find(wb, w->key))
 		w->in_bucket = true;
 	if (wb->nlostv)
-		lost_version_forget(wb, w->key);
+		cache_wb_lost_version_forget(wb, w->key);
 	rc = cache_wb_db_put(wb, w, false);
 	if (rc)
 		cache_wb_take_out(wb, w);
@@ -1201,7 +344,7 @@ int cache_w_create(struct cache *c, const char *key,
 	if (cache_wb_find(wb, key)) {
 		pthread_mutex_unlock(&wb->lock);
 		w->fd = -1;
-		wfile_free(w);
+		cache_wb_wfile_free(w);
 		return -EEXIST;
 	}
 	w->id = wb->next_id++;
@@ -1216,7 +359,7 @@ int cache_w_create(struct cache *c, const char *key,
 		rc = cache_dir_errno(c, -e);
 		cache_log_ratelimited("cannot create %s/%s: %s", c->cfg.dir,
 				      path, strerror(e));
-		wfile_free(w);
+		cache_wb_wfile_free(w);
 		return rc;
 	}
 	rc = charge(c, a->size);
@@ -1240,7 +383,7 @@ int cache_w_create(struct cache *c, const char *key,
 	if (rc) {
 		unlinkat(c->dirfd, path, 0);
 		cache_wb_uncharge(c, w->charged);
-		wfile_free(w);
+		cache_wb_wfile_free(w);
 		return rc;
 	}
 	*out = w;
@@ -1284,7 +427,7 @@ int cache_w_adopt(struct cache *c, const char *key,
 	 * as any file open for writing does), never a nameless file. */
 	rc = cache_wb_db_put(wb, w, false);
 	if (!rc)
-		rc = db_sync(wb);
+		rc = cache_wb_db_sync(wb);
 	if (!rc)
 		rc = cache_file_surrender(src, expect_refs, path, &bytes);
 	if (rc) {
@@ -1306,7 +449,7 @@ int cache_w_adopt(struct cache *c, const char *key,
 out_unlock:
 	pthread_mutex_unlock(&wb->lock);
 	if (rc) {
-		wfile_free(w);
+		cache_wb_wfile_free(w);
 		return rc;
 	}
 	*out = w;
@@ -1382,7 +525,7 @@ void cache_w_put(struct cache_wfile *w)
 	if (!last)
 		return;
 	cache_wb_uncharge(w->c, w->charged); /* deleted: its bytes are gone now */
-	wfile_free(w);
+	cache_wb_wfile_free(w);
 }
 
 void cache_w_writer(struct cache_wfile *w, bool add)
@@ -1813,9 +956,7 @@ int cache_w_commit(struct cache_wfile *w, bool durable)
 			w->checked = true;
 			w->damaged[0] = '\0';
 		}
-		rc = cache_wb_meta_write(wb, w, durable);
-		if (!rc)
-			rc = cache_wb_db_put(wb, w, true);
+		rc = cache_wb_save(wb, w, durable);
 		if (!rc) {
 			w->committed = true;
 			pthread_cond_broadcast(&wb->cond);
@@ -1833,9 +974,7 @@ int cache_w_commit(struct cache_wfile *w, bool durable)
 		w->sums_gen = w->gen;
 		w->changing = false;
 		w->checked = true;
-		rc = cache_wb_meta_write(wb, w, durable);
-		if (!rc)
-			rc = cache_wb_db_put(wb, w, true);
+		rc = cache_wb_save(wb, w, durable);
 	} else if (durable && w->in_table && w->committed &&
 		   !w->meta_durable) {
 		/* Committed by a close, unchanged since: an fsync must still
@@ -1845,231 +984,8 @@ int cache_w_commit(struct cache_wfile *w, bool durable)
 		rc = cache_wb_meta_write(wb, w, true);
 	}
 	if (!rc && durable)
-		rc = db_sync(wb);
+		rc = cache_wb_db_sync(wb);
 	pthread_mutex_unlock(&wb->lock);
 	return rc;
 }
 
-int cache_wb_db_sync(struct cache_wb *wb)
-{
-	util_debug_assert_locked(&wb->lock);
-	return db_sync(wb);
-}
-
-/* ---- namespace ---- */
-
-/* Drops w from the table (wb->lock held): its file goes, open handles
- * keep the descriptor.  Returns w when nothing references it any more:
- * the caller frees it once the lock is dropped. */
-static struct cache_wfile *drop_locked(struct cache_wb *wb,
-				       struct cache_wfile *w)
-{
-	char path[64];
-
-	cache_wb_take_out(wb, w);
-	w->deleted = true;
-	cache_wb_db_del(wb, w->id);
-	cache_wb_dirty_path(w->id, path, sizeof(path));
-	unlinkat(wb->c->dirfd, path, 0);
-	cache_wb_meta_remove(wb, w->id);
-	pthread_cond_broadcast(&wb->cond);
-	return w->refs ? NULL : w;
-}
-
-int cache_w_unlink(struct cache *c, const char *key, bool in_bucket,
-		   bool held)
-{
-	struct cache_wb *wb = c->wb;
-	struct cache_wfile *w, *free_me = NULL;
-	int rc = -ENOENT;
-
-	pthread_mutex_lock(&wb->lock);
-	w = cache_wb_find(wb, key);
-	if (w) {
-		in_bucket |= w->in_bucket;
-		free_me = drop_locked(wb, w);
-		rc = 0;
-	}
-	if (in_bucket) {
-		cache_wb_tomb_put(wb, key, held);
-		rc = 0;
-	}
-	if (wb->nlostv)
-		lost_version_forget(wb, key);
-	pthread_mutex_unlock(&wb->lock);
-	if (free_me) {
-		cache_wb_uncharge(c, free_me->charged);
-		wfile_free(free_me);
-	}
-	return rc;
-}
-
-/* Drops key's dirty file without a DELETE: the bucket has what replaces
- * it (wb->lock not held). */
-void cache_wb_forget(struct cache *c, const char *key)
-{
-	struct cache_wb *wb = c->wb;
-	struct cache_wfile *w, *free_me = NULL;
-
-	pthread_mutex_lock(&wb->lock);
-	w = cache_wb_find(wb, key);
-	if (w)
-		free_me = drop_locked(wb, w);
-	pthread_mutex_unlock(&wb->lock);
-	if (w) /* durably: a power cut must not bring the old bytes back */
-		fsync(wb->dirty_fd);
-	if (free_me) {
-		cache_wb_uncharge(c, free_me->charged);
-		wfile_free(free_me);
-	}
-}
-
-int cache_w_rename(struct cache *c, const char *from, const char *to,
-		   bool from_in_bucket, bool to_in_bucket)
-{
-	struct cache_wb *wb = c->wb;
-	struct cache_wfile *w, *old, *free_me = NULL;
-	char *nk = strdup(to);
-	int rc = 0;
-
-	if (!nk)
-		return -ENOMEM;
-	pthread_mutex_lock(&wb->lock);
-	w = cache_wb_find(wb, from);
-	if (!w) {
-		rc = -ENOENT;
-		goto out;
-	}
-	old = cache_wb_find(wb, to);
-	if (old == w)
-		old = NULL;
-	if (old)
-		to_in_bucket |= old->in_bucket;
-	cache_wb_take_out(wb, w);
-	if (w->in_bucket || from_in_bucket)
-		cache_wb_tomb_put(wb, from, false);
-	free(w->key);
-	w->key = nk;
-	nk = NULL;
-	w->in_bucket = to_in_bucket; /* an unlink must delete that one */
-	w->base_etag[0] = '\0';
-	insert(wb, w);
-	if (wb->nlostv)
-		lost_version_forget(wb, to);
-	/* A pending DELETE of to stays, shadowed by w, until w's upload
-	 * lands (cache_wb_tomb_shadowed). */
-	w->gen++;
-	w->a.ctime_ns = util_wall_ns(); /* as a local disk does */
-	if (w->committed) { /* queued: restart the delay under the name */
-		if (!w->queued_ms)
-			w->queued_ms = util_now_ms();
-		w->queued_gen = w->gen;
-		w->not_before_ms = (int64_t)util_now_ms() + wb->cfg.async_delay_ms;
-	}
-	if (w->committed || (old && old->committed)) {
-		/* Replacing a file whose bytes may be acknowledged: w's bytes
-		 * and .meta reach the disk before the old file goes, so a
-		 * power cut leaves one or the other (as ext4 does for a
-		 * rename over a file).  Also when w is still being written:
-		 * its .meta then says so (no complete sums), and the replay
-		 * holds or uploads it as it stands; without it a power cut
-		 * left the old file gone and w under its old name
-		 * (68-mount-powerloss, seed 134699372 trial 1). */
-		bool replace = old && old->committed;
-
-		w->seq = ++wb->seq_top;
-		if (replace && w->fd >= 0 && fdatasync(w->fd))
-			rc = -errno;
-		if (!rc)
-			rc = cache_wb_meta_write(wb, w, replace);
-	}
-	if (!rc)
-		rc = cache_wb_db_put(wb, w, w->committed);
-	/* And the row that names w to, synced: w's .meta is rewritten, not
-	 * synced, at its next commit, and a power cut can leave that one
-	 * empty; the row must not name w's old key then, with the old file
-	 * at to gone (68-mount-powerloss, seed 134699372 trial 1). */
-	if (!rc && old && old->committed)
-		rc = db_sync(wb);
-	/* The old file at to goes after w's .meta names to: a power cut in
-	 * between leaves both, and the replay keeps the later commit. */
-	if (old)
-		free_me = drop_locked(wb, old);
-	pthread_cond_broadcast(&wb->cond);
-out:
-	pthread_mutex_unlock(&wb->lock);
-	free(nk);
-	if (free_me) {
-		cache_wb_uncharge(c, free_me->charged);
-		wfile_free(free_me);
-	}
-	return rc;
-}
-
-int cache_w_tombstone(struct cache *c, const char *key, bool held)
-{
-	struct cache_wb *wb = c->wb;
-
-	pthread_mutex_lock(&wb->lock);
-	cache_wb_tomb_put(wb, key, held);
-	if (wb->nlostv)
-		lost_version_forget(wb, key);
-	pthread_mutex_unlock(&wb->lock);
-	return 0;
-}
-
-void cache_w_release(struct cache *c, const char *key)
-{
-	struct cache_wb *wb = c->wb;
-	struct cache_wb_tomb *t;
-
-	pthread_mutex_lock(&wb->lock);
-	t = cache_wb_tomb_find(wb, key);
-	if (t && t->held) {
-		t->held--;
-		pthread_cond_broadcast(&wb->cond);
-	}
-	pthread_mutex_unlock(&wb->lock);
-}
-
-bool cache_w_tombstoned(struct cache *c, const char *key)
-{
-	struct cache_wb *wb = c->wb;
-	bool r;
-
-	pthread_mutex_lock(&wb->lock);
-	r = wb->ntombs && cache_wb_tomb_find(wb, key) &&
-	    !cache_wb_find(wb, key);
-	pthread_mutex_unlock(&wb->lock);
-	return r;
-}
-
-size_t cache_w_list(struct cache *c, const char *prefix,
-		    void (*fn)(void *arg, const char *key,
-			       const struct cache_wattr *a),
-		    void *arg)
-{
-	struct cache_wb *wb = c->wb;
-	size_t pl = strlen(prefix), n = 0;
-
-	pthread_mutex_lock(&wb->lock);
-	for (size_t h = 0; (wb->nfiles || wb->ntombs) && h < CACHE_WB_HASH; h++) {
-		for (struct cache_wfile *w = wb->tab[h]; w; w = w->hnext)
-			if (!strncmp(w->key, prefix, pl)) {
-				/* a listing's sizes reach the kernel too */
-				cache_wb_sync_external(w, false);
-				if (fn)
-					fn(arg, w->key, &w->a);
-				n++;
-			}
-		for (struct cache_wb_tomb *t = wb->tombs[h]; t; t = t->next)
-			if (!strncmp(t->key, prefix, pl) &&
-			    !cache_wb_tomb_shadowed(wb, t)) {
-				if (fn)
-					fn(arg, t->key, NULL);
-				n++;
-			}
-	}
-	pthread_mutex_unlock(&wb->lock);
-	return n;
-}

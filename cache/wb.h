@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * wb.h - write-back, the half of the cache module that holds files
- * written through the mount until they are in the bucket (wb.c: dirty
- * files, tombstones, the persistent queue and its replay; wb_upload.c:
- * the uploader threads, flush and statistics).  It is part of the cache
+ * written through the mount until they are in the bucket (wb.c: the
+ * table and the dirty files; wb_names.c: tombstones, unlink, rename,
+ * listing; wb_db.c: the persistent queue in SQLite; wb_meta.c: block
+ * checksums and each file's .meta; wb_replay.c: the replay at open;
+ * wb_upload.c: the uploader threads, flush and statistics).  It is part of the cache
  * module (it charges the same cap, and a clean file moves into the read
  * cache), with a header of its own because its contract (references,
  * writers, the upload protocol) is a different thing to learn from the

@@ -1,20 +1,27 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * wb_int.h - what the two halves of the write-back share: wb.c (dirty
- * files, tombstones, the SQLite mirror, replay) and wb_upload.c (the
- * uploader threads, flush and statistics).  Inside the cache module only.
+ * wb_int.h - what the files of the write-back share: wb.c (the table,
+ * the cap, dirty files), wb_names.c (tombstones, unlink, rename,
+ * listing), wb_db.c (the SQLite mirror), wb_replay.c (replay at open),
+ * wb_meta.c (block checksums and DIR/dirty/ID.meta) and wb_upload.c
+ * (the uploader threads, flush and statistics).  Inside the cache module only.
  * The design and lock order are described at the top of wb.c.
  */
 #ifndef FMFS_CACHE_WB_INT_H
 #define FMFS_CACHE_WB_INT_H
 
 #include <sqlite3.h>
+#include <string.h>
 
 #include "cache_int.h"
 
 #define CACHE_WB_HASH 4096u             /* buckets; chains grow past that */
 #define CACHE_WB_BACKOFF_MAX_MS 30000
 #define CACHE_WB_DELETE_BATCH 1000
+/* user_version 2 of writeback.sqlite: every committed row has its
+ * DIR/dirty/ID.meta (a committed row without one is damage, not an
+ * older fmfs). */
+#define CACHE_WB_DB_VERSION 2
 
 struct cache_wfile {
 	struct cache *c;
@@ -128,20 +135,46 @@ struct cache_wb {
 	char last_error[256];
 };
 
-/* wb.c, shared with wb_upload.c; wb->lock held unless said otherwise. */
+/* wb.c (the table, the cap, dirty files), shared with the other wb_
+ * files; wb->lock held unless said otherwise. */
+static inline uint32_t cache_wb_hash(const char *key)
+{
+	return (uint32_t)(util_fnv1a64(UTIL_FNV64_BASIS, key, strlen(key)) %
+			  CACHE_WB_HASH);
+}
 void cache_wb_log_err(struct cache_wb *wb, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 struct cache_wfile *cache_wb_find(struct cache_wb *wb, const char *key);
+/* Puts w in the table (w->key set, not there yet). */
+void cache_wb_insert(struct cache_wb *wb, struct cache_wfile *w);
 void cache_wb_take_out(struct cache_wb *wb, struct cache_wfile *w);
-void cache_wb_tomb_put(struct cache_wb *wb, const char *key, bool held);
-void cache_wb_tomb_drop(struct cache_wb *wb, const char *key);
-bool cache_wb_tomb_shadowed(struct cache_wb *wb,
-			    const struct cache_wb_tomb *t);
+/* Frees a wfile that no one refers to (not in the table). */
+void cache_wb_wfile_free(struct cache_wfile *w);
 struct cache_wb_tomb *cache_wb_tomb_find(struct cache_wb *wb,
 					 const char *key);
 void cache_wb_dirty_path(uint64_t id, char *buf, size_t len);
 /* Gives n dirty bytes back to the cap (c->lock; not wb->lock). */
 void cache_wb_uncharge(struct cache *c, uint64_t n);
+
+/* wb_names.c: tombstones. */
+void cache_wb_tomb_put(struct cache_wb *wb, const char *key, bool held);
+void cache_wb_tomb_drop(struct cache_wb *wb, const char *key);
+bool cache_wb_tomb_shadowed(struct cache_wb *wb,
+			    const struct cache_wb_tomb *t);
+
+/* wb_replay.c */
+/* Forgets that key's newer version was lost (it was written again or
+ * removed). */
+void cache_wb_lost_version_forget(struct cache_wb *wb, const char *key);
+
+/* wb_db.c: the SQLite mirror; wb->lock held. */
+/* Opens (creates, upgrades) DIR/writeback.sqlite; at open, no lock. */
+int cache_wb_db_open(struct cache_wb *wb, char *msg, size_t ml);
+/* A commit made durable, the one way: w's .meta (its sums), then its
+ * row with queued 1.  A crash in between leaves a .meta newer than the
+ * row, which the replay prefers; durable: the .meta synced. */
+int cache_wb_save(struct cache_wb *wb, struct cache_wfile *w, bool durable);
+/* w's row as it stands (queued: committed). */
 int cache_wb_db_put(struct cache_wb *wb, const struct cache_wfile *w,
 		    bool queued);
 /* Marks row id "uploaded as it stands" (etag: the bucket's version):
@@ -149,9 +182,11 @@ int cache_wb_db_put(struct cache_wb *wb, const struct cache_wfile *w,
  * the middle of that is not taken for a lost file. */
 int cache_wb_db_mark_uploaded(struct cache_wb *wb, uint64_t id,
 			      const char *etag);
-/* A synced commit of the queue (wb->lock held): 0 or -EIO. */
+/* A synced commit of the queue: 0 or -EIO (fsync then says so). */
 int cache_wb_db_sync(struct cache_wb *wb);
 int cache_wb_db_del(struct cache_wb *wb, uint64_t id);
+/* A tombstone's row added or removed. */
+int cache_wb_db_tomb(struct cache_wb *wb, const char *key, bool add);
 /* A file the kernel writes behind our back (cache_w_external): its size
  * from the file; look: also count it changed if it was (wb->lock). */
 void cache_wb_sync_external(struct cache_wfile *w, bool look);
@@ -175,6 +210,9 @@ bool cache_wb_sums_fresh(const struct cache_wfile *w);
  * it; durable: synced, and the rename too). */
 int cache_wb_meta_write(struct cache_wb *wb, struct cache_wfile *w,
 			bool durable);
+/* The same with w's metadata already packed (cache_wb_pack). */
+int cache_wb_meta_write_packed(struct cache_wb *wb, struct cache_wfile *w,
+			       bool durable, const char *mb, size_t ml);
 /* Reads and checks DIR/dirty/ID.meta into w (key, attributes, metadata,
  * sums, seq); 0, -ENOENT, or -EBADMSG with why in msg. */
 int cache_wb_meta_read(struct cache_wb *wb, uint64_t id,

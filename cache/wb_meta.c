@@ -379,23 +379,32 @@ static void meta_path(uint64_t id, const char *suffix, char *buf,
 int cache_wb_meta_write(struct cache_wb *wb, struct cache_wfile *w,
 			bool durable)
 {
-	struct cache *c = wb->c;
-	size_t kl = strlen(w->key), el = strlen(w->base_etag), ml = 0, len, o;
+	size_t ml = 0;
 	char *mb = cache_wb_pack(w, &ml);
+	int rc;
+
+	if (!mb)
+		return -ENOMEM;
+	rc = cache_wb_meta_write_packed(wb, w, durable, mb, ml);
+	free(mb);
+	return rc;
+}
+
+int cache_wb_meta_write_packed(struct cache_wb *wb, struct cache_wfile *w,
+			       bool durable, const char *mb, size_t ml)
+{
+	struct cache *c = wb->c;
+	size_t kl = strlen(w->key), el = strlen(w->base_etag), len, o;
 	unsigned char *b;
 	char tmp[80], path[80];
 	uint64_t nb = w->nsums;
 	int fd, rc = 0;
 
 	util_debug_assert_locked(&wb->lock);
-	if (!mb)
-		return -ENOMEM;
 	len = META_HEAD + kl + el + ml + nb * 4 + 4;
 	b = malloc(len);
-	if (!b) {
-		free(mb);
+	if (!b)
 		return -ENOMEM;
-	}
 	memcpy(b, META_MAGIC, 8);
 	o = 8;
 	util_put64le(b + o, w->id), o += 8;
@@ -419,7 +428,6 @@ int cache_wb_meta_write(struct cache_wb *wb, struct cache_wfile *w,
 	for (uint64_t i = 0; i < nb; i++)
 		util_put32le(b + o, w->sums[i]), o += 4;
 	util_put32le(b + o, util_crc32c(0, b, o)), o += 4;
-	free(mb);
 
 	meta_path(w->id, ".tmp", tmp, sizeof(tmp));
 	meta_path(w->id, "", path, sizeof(path));
