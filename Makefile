@@ -69,7 +69,7 @@ OBJSTORE_LIBS = $(CURL_LIBS) $(CRYPTO_LIBS) $(EXPAT_LIBS) $(UTIL_LIBS)
 
 # cache/: the persistent NVMe cache (blocks, SQLite index, io_uring,
 # write-back)
-CACHE_OBJS = cache/cache.o cache/evict.o cache/index.o cache/fetch.o \
+CACHE_OBJS = cache/cache.o cache/ensure.o cache/open.o cache/evict.o cache/index.o cache/fetch.o \
 	cache/uring.o cache/wb.o cache/wb_db.o cache/wb_replay.o cache/wb_names.o \
 	cache/wb_upload.o cache/wb_meta.o \
 	cache/listing.o cache/group.o cache/dir.o
@@ -84,7 +84,8 @@ NS_A = ns/libns.a $(CACHE_A)
 NS_LIBS = $(CACHE_LIBS)
 
 # fs/: the FUSE adapter over ns + cache
-FS_OBJS = fs/fs.o fs/inode.o fs/ctl.o fs/write.o fs/link.o fs/passthrough.o fs/uring.o \
+FS_OBJS = fs/fs.o fs/inode.o fs/attr.o fs/mount.o fs/ctl.o fs/write.o fs/link.o \
+	fs/passthrough.o fs/uring.o \
 	fs/prober.o fs/metrics.o
 FS_A = fs/libfs.a $(NS_A) $(METRICS_A)
 FS_LIBS = $(FUSE_LIBS) $(NS_LIBS) $(METRICS_LIBS)

@@ -2,10 +2,11 @@
 /*
  * cache_int.h - what the files of the cache module share and nobody else
  * sees: struct cache and struct cache_file, and the functions that cache.c
- * (open/close, files, ensure/read), evict.c (space and eviction), index.c
- * (the SQLite index and its flusher), fetch.c (fetch workers and
- * readahead), uring.c (the io_uring engine) and the write-back (wb.c,
- * wb_upload.c, with their own wb_int.h) offer one another.
+ * (the table, files, warming), open.c (open/close), ensure.c
+ * (ensure/read), evict.c (space and eviction), index.c (the SQLite index
+ * and its flusher), fetch.c (fetch workers and readahead), uring.c (the
+ * io_uring engine) and the write-back (wb*.c, with their own wb_int.h)
+ * offer one another.
  *
  * Locks, outermost first; no thread takes an outer lock while it holds an
  * inner one:
@@ -251,7 +252,7 @@ struct cache {
 	unsigned nthreads;          /* workers started, of both kinds */
 	bool fq_stop;
 
-	/* Verification buffers (cache.c). */
+	/* Verification buffers (ensure.c). */
 	pthread_mutex_t vlock;
 	pthread_cond_t vcond;
 	void *vbufs[CACHE_VERIFY_BUFS];
@@ -346,7 +347,8 @@ void cache_drop_object_locked(struct cache *c, struct cache_file *f);
 /* Drops one reference (cache_file_close); _locked with c->lock held. */
 void cache_file_put(struct cache_file *f);
 void cache_file_put_locked(struct cache_file *f);
-/* Ensures blocks [b0, b1) of f and leaves them pinned on success. */
+/* ensure.c: ensures blocks [b0, b1) of f and leaves them pinned on
+ * success. */
 int cache_ensure_blocks(struct cache_file *f, uint32_t b0, uint32_t b1);
 void cache_unpin_blocks(struct cache_file *f, uint32_t b0, uint32_t b1);
 
@@ -358,8 +360,9 @@ int cache_adopt(struct cache *c, const char *key, const char *etag,
 		uint64_t size, const char *path, const uint32_t *crcs,
 		uint64_t charged);
 
-/* ---- wb.c ---- */
-/* Opens DIR/writeback.sqlite and replays its rows (cache_open). */
+/* ---- the write-back ---- */
+/* Opens DIR/writeback.sqlite and replays its rows (cache_open;
+ * wb_replay.c). */
 int cache_wb_open(struct cache *c, char *msg, size_t msg_len);
 /* Stops the uploaders (an upload under way finishes) and frees. */
 void cache_wb_close(struct cache *c);
@@ -450,5 +453,10 @@ int cache_uring_pwrite(struct cache_uring *u, int fd, const void *buf,
 		       size_t len, uint64_t off);
 int cache_uring_pread(struct cache_uring *u, int fd, void *buf, size_t len,
 		      uint64_t off);
+
+/* cache.c: the thread that warms what cache_warm queues (open.c starts
+ * and stops it). */
+int cache_warm_start(struct cache *c);
+void cache_warm_stop(struct cache *c);
 
 #endif /* FMFS_CACHE_INT_H */

@@ -2,7 +2,7 @@
 /*
  * dir.c - which names a cache dir holds.  A mount given a directory of
  * someone else's files would mix its own with them, tighten their modes
- * (cache.c, dir_tighten) and, when the directory is the file:// store's,
+ * (open.c, dir_tighten) and, when the directory is the file:// store's,
  * show its index and log as objects: cache_dir_foreign() lets the mount
  * refuse such a directory before it writes anything there.
  */

@@ -2,7 +2,7 @@
 /*
  * fetch.c - filling missing blocks from the object store, and readahead.
  *
- * A reader that finds blocks missing (cache.c) marks each run of them
+ * A reader that finds blocks missing (ensure.c) marks each run of them
  * busy, reserves room for it under the cap, and queues it here; a run is
  * at most run_max_bytes (8 MiB by default), so a long range becomes
  * several ranged GETs that the workers fetch in parallel.  Each of the

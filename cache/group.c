@@ -54,7 +54,7 @@ bool cache_serving_peer(void)
 
 /* Marks (or clears) f's blocks of [off, off + len) as asked of a member:
  * a peer's request that needs one of them answers -EBUSY rather than
- * wait (cache.c, ensure_scan_locked). */
+ * wait (ensure.c, ensure_scan_locked). */
 static bool mark_asking(struct cache_file *f, uint64_t off, uint64_t len,
 			bool on)
 {

@@ -43,7 +43,7 @@
  *
  * Crash safety needs no ordering between index and data: a block the
  * index lists is checked against its CRC32C before it is first served
- * (cache.c), and a block written but not yet listed is fetched again.
+ * (ensure.c), and a block written but not yet listed is fetched again.
  */
 #include <errno.h>
 #include <limits.h>
@@ -309,7 +309,7 @@ static int check_identity(struct cache *c, struct cache_index *x,
 		return rc == SQLITE_NOTFOUND ? damaged(e, "no block size") :
 		       db_fail(x, rc, "reading the block size", e);
 	/* Block sizes fmfs writes are multiples of 4 KiB up to 64 MiB
-	 * (config_apply in cache.c); anything else is a damaged value, not a
+	 * (config_apply in open.c); anything else is a damaged value, not a
 	 * cache dir of another configuration. */
 	bb = strtoull(v, &end, 10);
 	if (end == v || *end || bb == 0 || bb % 4096 || bb > (64u << 20))

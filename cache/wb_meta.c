@@ -15,7 +15,7 @@
  * from before the mount.
  *
  * DIR/dirty/ID.meta is the second copy of the queue: writeback.sqlite
- * lost or rolled back, the replay (wb.c) re-queues each committed file
+ * lost or rolled back, the replay (wb_replay.c) re-queues each committed file
  * from it.  Its layout (little-endian) is in docs/cache-format.md:
  *
  *   "FMFSWBM1"  u64 id  u64 seq  u64 size  u32 kind  u32 mode  u32 uid

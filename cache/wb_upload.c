@@ -303,6 +303,83 @@ static bool shrunk(int fd, uint64_t size)
 }
 
 /* Uploads w; called and returns with wb->lock held (dropped meanwhile). */
+/* Before a replayed file goes up, its bytes against its last commit's
+ * sums (wb->lock not held; taken and dropped).  false: it is damaged,
+ * and the upload is off (counted as a failure, w no longer uploading);
+ * *crcs gets the file's block sums either way (or NULL). */
+static bool upload_check(struct cache_wb *wb, struct cache_wfile *w,
+			 const char *key, uint64_t g, uint64_t size,
+			 uint32_t **crcs)
+{
+	bool ok = true;
+
+	*crcs = cache_wb_file_crcs(wb->c, w->fd, size);
+	pthread_mutex_lock(&wb->lock);
+	/* Only a file nobody changed meanwhile: a write on its way has
+	 * marked its blocks, and one done has moved gen. */
+	if (w->gen == g && cache_wb_sums_fresh(w) && !*crcs)
+		cache_wb_damaged(wb, w, "cannot be read back whole (%" PRIu64
+				 " bytes expected)", size);
+	else if (*crcs && w->gen == g && cache_wb_sums_fresh(w) &&
+		 cache_wb_sums_match(wb, w, *crcs, size))
+		w->checked = true;
+	if (w->damaged[0]) {
+		w->uploading = false;
+		wb->inflight--;
+		busy_del(wb, key);
+		wb->failures++;
+		w->failed_ms = (int64_t)util_now_ms();
+		pthread_cond_broadcast(&wb->cond);
+		ok = false;
+	}
+	pthread_mutex_unlock(&wb->lock);
+	return ok;
+}
+
+/* A failed upload of key: counted, logged, retried after a back-off
+ * (wb->lock held). */
+static void upload_failed(struct cache_wb *wb, struct cache_wfile *w,
+			  const char *key, const struct obj_error *err)
+{
+	char line[512];
+
+	obj_error_format(err, line, sizeof(line));
+	w->attempts++;
+	w->failed_ms = (int64_t)util_now_ms();
+	w->not_before_ms = w->failed_ms + backoff_ms(w->attempts);
+	snprintf(w->last_err, sizeof(w->last_err), "%s", line);
+	wb->failures++;
+	cache_wb_log_err(wb, "upload of %s failed (attempt %u, retried in "
+			 "%lld ms): %s", key, w->attempts,
+			 (long long)backoff_ms(w->attempts), line);
+}
+
+/* key's generation g is in the bucket as version etag (bytes: what went
+ * up, 0 when nothing did): w clean if nothing changed since (wb->lock
+ * held; takes crcs). */
+static void upload_done(struct cache_wb *wb, struct cache_wfile *w,
+			const char *key, const char *etag, uint64_t g,
+			uint64_t bytes, bool skip_put, uint32_t *crcs)
+{
+	w->attempts = 0;
+	w->last_err[0] = '\0';
+	w->uploaded_gen = g;
+	if (g >= w->queued_gen)
+		w->queued_ms = 0;
+	snprintf(w->base_etag, sizeof(w->base_etag), "%s", etag);
+	if (!skip_put) {
+		wb->uploaded_files++;
+		wb->uploaded_bytes += bytes;
+	}
+	if (strcmp(w->key, key))
+		cache_wb_tomb_put(wb, key, false); /* renamed while it went up */
+	else if (w->in_table && !w->deleted && wb->ntombs)
+		/* The old object is overwritten: a DELETE of the name that
+		 * w shadowed is not due any more (cache_wb_tomb_shadowed). */
+		cache_wb_tomb_drop(wb, key);
+	try_clean(wb, w, key, etag, g, crcs); /* takes crcs */
+}
+
 static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
 {
 	struct obj_kv kv[CACHE_WATTR_META + 64];
@@ -346,33 +423,13 @@ static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
 	}
 	pthread_mutex_unlock(&wb->lock);
 
-	if (check && size) {
-		crcs = cache_wb_file_crcs(wb->c, w->fd, size);
+	if (check && size && !upload_check(wb, w, key, g, size, &crcs)) {
+		obj_kv_free(mcopy, nkv);
+		free(crcs);
+		cache_w_put(w);
+		free(key);
 		pthread_mutex_lock(&wb->lock);
-		/* Only a file nobody changed meanwhile: a write on its way
-		 * has marked its blocks, and one done has moved gen. */
-		if (w->gen == g && cache_wb_sums_fresh(w) && !crcs)
-			cache_wb_damaged(wb, w, "cannot be read back whole "
-					 "(%" PRIu64 " bytes expected)", size);
-		else if (crcs && w->gen == g && cache_wb_sums_fresh(w) &&
-			 cache_wb_sums_match(wb, w, crcs, size))
-			w->checked = true;
-		if (w->damaged[0]) {
-			w->uploading = false;
-			wb->inflight--;
-			busy_del(wb, key);
-			wb->failures++;
-			w->failed_ms = (int64_t)util_now_ms();
-			pthread_cond_broadcast(&wb->cond);
-			pthread_mutex_unlock(&wb->lock);
-			obj_kv_free(mcopy, nkv);
-			free(crcs);
-			cache_w_put(w);
-			free(key);
-			pthread_mutex_lock(&wb->lock);
-			return;
-		}
-		pthread_mutex_unlock(&wb->lock);
+		return;
 	}
 	if (skip_put)
 		st = OBJ_OK, snprintf(etag, sizeof(etag), "%s", base);
@@ -408,42 +465,12 @@ static void upload_one(struct cache_wb *wb, struct cache_wfile *w)
 		return;
 	}
 	if (st != OBJ_OK) {
-		char line[512];
-
-		obj_error_format(&err, line, sizeof(line));
-		w->attempts++;
-		w->failed_ms = (int64_t)util_now_ms();
-		w->not_before_ms = w->failed_ms + backoff_ms(w->attempts);
-		snprintf(w->last_err, sizeof(w->last_err), "%s", line);
-		wb->failures++;
-		cache_wb_log_err(wb, "upload of %s failed (attempt %u, retried in "
-			   "%lld ms): %s", key, w->attempts,
-			   (long long)backoff_ms(w->attempts), line);
-		pthread_cond_broadcast(&wb->cond);
-		pthread_mutex_unlock(&wb->lock);
-		cache_w_put(w);
-		free(key);
+		upload_failed(wb, w, key, &err);
 		free(crcs);
-		pthread_mutex_lock(&wb->lock);
-		return;
+	} else {
+		upload_done(wb, w, key, etag, g, skip_put ? 0 : size, skip_put,
+			    crcs); /* takes crcs */
 	}
-	w->attempts = 0;
-	w->last_err[0] = '\0';
-	w->uploaded_gen = g;
-	if (g >= w->queued_gen)
-		w->queued_ms = 0;
-	snprintf(w->base_etag, sizeof(w->base_etag), "%s", etag);
-	if (!skip_put) {
-		wb->uploaded_files++;
-		wb->uploaded_bytes += size;
-	}
-	if (strcmp(w->key, key))
-		cache_wb_tomb_put(wb, key, false); /* renamed while it went up */
-	else if (w->in_table && !w->deleted && wb->ntombs)
-		/* The old object is overwritten: a DELETE of the name that
-		 * w shadowed is not due any more (cache_wb_tomb_shadowed). */
-		cache_wb_tomb_drop(wb, key);
-	try_clean(wb, w, key, etag, g, crcs); /* takes crcs */
 	pthread_cond_broadcast(&wb->cond);
 	pthread_mutex_unlock(&wb->lock);
 	cache_w_put(w);

@@ -294,67 +294,58 @@ static void kv_u64(FILE *out, bool json, bool *first, const char *name,
 	kv(out, json, first, name, buf, false);
 }
 
-static void do_status(struct fs *fs, FILE *out, bool json)
+/* The read cache and the cache group. */
+static void status_cache(struct fs *fs, FILE *out, bool json, bool *first,
+			 const struct cache_stats *c)
 {
-	struct cache_stats c;
-	struct cache_wb_stats w;
-	struct obj_stats o;
-	struct ns_stats ns;
-	bool first = true;
-
-	cache_get_stats(fs->cfg.cache, &c);
-	obj_get_stats(fs->cfg.st, &o);
-	ns_get_stats(fs->ns, &ns);
-	kv(out, json, &first, "mountpoint", fs->cfg.mountpoint, true);
-	kv(out, json, &first, "store", fs->cfg.store_url, true);
-	kv(out, json, &first, "mode", fs_mode_name(fs->cfg.mode), true);
-	kv(out, json, &first, "connected",
-	   c.connected && ns.connected ? "true" : "false",
-	   false);
-	kv_u64(out, json, &first, "uptime_s",
-	       (util_now_ms() - fs->started_ms) / 1000);
-	kv_u64(out, json, &first, "cache_cap_bytes", c.cap_bytes);
-	kv_u64(out, json, &first, "cache_used_bytes", c.used_bytes);
-	kv_u64(out, json, &first, "cache_objects", c.objects);
-	kv_u64(out, json, &first, "cache_blocks", c.blocks);
-	kv_u64(out, json, &first, "hits", c.hits);
-	kv_u64(out, json, &first, "misses", c.misses);
-	kv_u64(out, json, &first, "bytes_fetched", c.bytes_fetched);
-	kv_u64(out, json, &first, "readahead_inflight_bytes", c.inflight_bytes);
-	kv_u64(out, json, &first, "evictions", c.evictions);
-	kv_u64(out, json, &first, "crc_failures", c.crc_failures);
-	kv_u64(out, json, &first, "fetch_errors", c.fetch_errors);
+	kv_u64(out, json, first, "cache_cap_bytes", c->cap_bytes);
+	kv_u64(out, json, first, "cache_used_bytes", c->used_bytes);
+	kv_u64(out, json, first, "cache_objects", c->objects);
+	kv_u64(out, json, first, "cache_blocks", c->blocks);
+	kv_u64(out, json, first, "hits", c->hits);
+	kv_u64(out, json, first, "misses", c->misses);
+	kv_u64(out, json, first, "bytes_fetched", c->bytes_fetched);
+	kv_u64(out, json, first, "readahead_inflight_bytes", c->inflight_bytes);
+	kv_u64(out, json, first, "evictions", c->evictions);
+	kv_u64(out, json, first, "crc_failures", c->crc_failures);
+	kv_u64(out, json, first, "fetch_errors", c->fetch_errors);
 	{
 		char peers[2048];
 		unsigned n = cache_group_describe(fs->cfg.cache, peers,
 						  sizeof(peers));
 
-		kv_u64(out, json, &first, "group_members", n);
-		kv(out, json, &first, "peers", peers, true);
-		kv(out, json, &first, "peer_transport",
+		kv_u64(out, json, first, "group_members", n);
+		kv(out, json, first, "peers", peers, true);
+		kv(out, json, first, "peer_transport",
 		   cache_group_transport(fs->cfg.cache), true);
 	}
-	kv_u64(out, json, &first, "peer_rma_reads", c.peer_rma_reads);
-	kv_u64(out, json, &first, "peer_hits", c.peer_hits);
-	kv_u64(out, json, &first, "peer_bytes_in", c.peer_bytes_in);
-	kv_u64(out, json, &first, "peer_fallbacks", c.peer_fallbacks);
-	kv_u64(out, json, &first, "peer_served", c.peer_served);
-	kv_u64(out, json, &first, "peer_bytes_out", c.peer_bytes_out);
-	kv_u64(out, json, &first, "peer_refused", c.peer_refused);
-	kv_u64(out, json, &first, "peer_dropped", c.peer_dropped);
-	kv_u64(out, json, &first, "peer_guard_bytes", c.peer_guard_bytes);
-	kv_u64(out, json, &first, "peer_busy", c.peer_busy);
-	kv_u64(out, json, &first, "peer_timeouts", c.peer_timeouts);
-	kv_u64(out, json, &first, "peer_skipped_down", c.peer_skipped_down);
-	kv_u64(out, json, &first, "peer_members_down", c.peer_members_down);
-	kv_u64(out, json, &first, "open_files", atomic_load(&fs->open_files));
-	kv(out, json, &first, "passthrough_offered",
+	kv_u64(out, json, first, "peer_rma_reads", c->peer_rma_reads);
+	kv_u64(out, json, first, "peer_hits", c->peer_hits);
+	kv_u64(out, json, first, "peer_bytes_in", c->peer_bytes_in);
+	kv_u64(out, json, first, "peer_fallbacks", c->peer_fallbacks);
+	kv_u64(out, json, first, "peer_served", c->peer_served);
+	kv_u64(out, json, first, "peer_bytes_out", c->peer_bytes_out);
+	kv_u64(out, json, first, "peer_refused", c->peer_refused);
+	kv_u64(out, json, first, "peer_dropped", c->peer_dropped);
+	kv_u64(out, json, first, "peer_guard_bytes", c->peer_guard_bytes);
+	kv_u64(out, json, first, "peer_busy", c->peer_busy);
+	kv_u64(out, json, first, "peer_timeouts", c->peer_timeouts);
+	kv_u64(out, json, first, "peer_skipped_down", c->peer_skipped_down);
+	kv_u64(out, json, first, "peer_members_down", c->peer_members_down);
+}
+
+/* The FUSE side: open files, passthrough, the transport. */
+static void status_fuse(struct fs *fs, FILE *out, bool json, bool *first,
+			const struct ns_stats *ns)
+{
+	kv_u64(out, json, first, "open_files", atomic_load(&fs->open_files));
+	kv(out, json, first, "passthrough_offered",
 	   atomic_load(&fs->pt_offered) ? "true" : "false", false);
-	kv(out, json, &first, "passthrough",
+	kv(out, json, first, "passthrough",
 	   atomic_load(&fs->pt_on) ? "true" : "false", false);
-	kv_u64(out, json, &first, "passthrough_opens",
+	kv_u64(out, json, first, "passthrough_opens",
 	       atomic_load(&fs->pt_opens));
-	kv_u64(out, json, &first, "passthrough_adopts",
+	kv_u64(out, json, first, "passthrough_adopts",
 	       atomic_load(&fs->pt_adopts));
 	{
 		struct fs_uring_stats us;
@@ -363,34 +354,41 @@ static void do_status(struct fs *fs, FILE *out, bool json)
 		fs_uring_get_stats(fs, &us);
 		if (atomic_load(&fs->ur_on) && !us.failed)
 			t = "io_uring";
-		kv(out, json, &first, "transport", t, true);
-		kv(out, json, &first, "uring_offered",
+		kv(out, json, first, "transport", t, true);
+		kv(out, json, first, "uring_offered",
 		   atomic_load(&fs->ur_offered) ? "true" : "false", false);
-		kv_u64(out, json, &first, "uring_queues", us.queues);
-		kv_u64(out, json, &first, "uring_rings", us.rings);
-		kv_u64(out, json, &first, "uring_requests", us.requests);
+		kv_u64(out, json, first, "uring_queues", us.queues);
+		kv_u64(out, json, first, "uring_rings", us.rings);
+		kv_u64(out, json, first, "uring_requests", us.requests);
 		if (us.failed || fs->ur_why[0])
-			kv(out, json, &first, "uring_error",
+			kv(out, json, first, "uring_error",
 			   us.failed ? us.why : fs->ur_why, true);
 	}
-	kv(out, json, &first, "killpriv_v2",
+	kv(out, json, first, "killpriv_v2",
 	   atomic_load(&fs->pt_killpriv2) ? "true" : "false", false);
-	kv_u64(out, json, &first, "getxattr_requests",
+	kv_u64(out, json, first, "getxattr_requests",
 	       atomic_load(&fs->getxattrs));
-	kv_u64(out, json, &first, "head_requests", ns.heads);
+	kv_u64(out, json, first, "head_requests", ns->heads);
+}
+
+/* The write-back. */
+static void status_wb(struct fs *fs, FILE *out, bool json, bool *first)
+{
+	struct cache_wb_stats w;
+
 	cache_wb_get_stats(fs->cfg.cache, &w);
-	kv_u64(out, json, &first, "dirty_bytes", w.dirty_bytes);
-	kv_u64(out, json, &first, "dirty_files", w.dirty_files);
-	kv_u64(out, json, &first, "upload_queue", w.queued);
-	kv_u64(out, json, &first, "uploads_inflight", w.uploads_inflight);
-	kv_u64(out, json, &first, "upload_failures", w.upload_failures);
-	kv_u64(out, json, &first, "uploaded_files", w.uploaded_files);
-	kv_u64(out, json, &first, "uploaded_bytes", w.uploaded_bytes);
-	kv_u64(out, json, &first, "deleted_keys", w.deleted_keys);
-	kv_u64(out, json, &first, "conflicts", w.conflicts);
-	kv_u64(out, json, &first, "lost_found", w.lost_found);
-	kv_u64(out, json, &first, "damaged_files", w.damaged_files);
-	kv_u64(out, json, &first, "lost_files", w.lost_files);
+	kv_u64(out, json, first, "dirty_bytes", w.dirty_bytes);
+	kv_u64(out, json, first, "dirty_files", w.dirty_files);
+	kv_u64(out, json, first, "upload_queue", w.queued);
+	kv_u64(out, json, first, "uploads_inflight", w.uploads_inflight);
+	kv_u64(out, json, first, "upload_failures", w.upload_failures);
+	kv_u64(out, json, first, "uploaded_files", w.uploaded_files);
+	kv_u64(out, json, first, "uploaded_bytes", w.uploaded_bytes);
+	kv_u64(out, json, first, "deleted_keys", w.deleted_keys);
+	kv_u64(out, json, first, "conflicts", w.conflicts);
+	kv_u64(out, json, first, "lost_found", w.lost_found);
+	kv_u64(out, json, first, "damaged_files", w.damaged_files);
+	kv_u64(out, json, first, "lost_files", w.lost_files);
 	if (json || w.last_error[0]) {
 		char esc[600];
 		size_t at = 0;
@@ -402,35 +400,49 @@ static void do_status(struct fs *fs, FILE *out, bool json)
 			esc[at++] = (*p < 0x20) ? ' ' : *p;
 		}
 		esc[at] = '\0';
-		kv(out, json, &first, "last_upload_error", esc, true);
+		kv(out, json, first, "last_upload_error", esc, true);
 	}
-	kv_u64(out, json, &first, "lookups", atomic_load(&fs->lookups));
-	kv_u64(out, json, &first, "listings", ns.listings);
+}
+
+/* Names: lookups, listings in memory and in the index, inodes. */
+static void status_names(struct fs *fs, FILE *out, bool json, bool *first,
+			 const struct ns_stats *ns)
+{
+	kv_u64(out, json, first, "lookups", atomic_load(&fs->lookups));
+	kv_u64(out, json, first, "listings", ns->listings);
 	{
 		uint64_t dirs, entries, mem;
 
 		cache_listing_stats(fs->cfg.cache, &dirs, &entries);
-		kv_u64(out, json, &first, "namespace_dirs", dirs);
-		kv_u64(out, json, &first, "namespace_entries", entries);
-		kv_u64(out, json, &first, "index_bytes",
+		kv_u64(out, json, first, "namespace_dirs", dirs);
+		kv_u64(out, json, first, "namespace_entries", entries);
+		kv_u64(out, json, first, "index_bytes",
 		       cache_index_bytes(fs->cfg.cache));
-		kv_u64(out, json, &first, "index_flushes",
+		kv_u64(out, json, first, "index_flushes",
 		       cache_index_flushes(fs->cfg.cache));
-		kv_u64(out, json, &first, "listings_loaded", ns.index_loads);
+		kv_u64(out, json, first, "listings_loaded", ns->index_loads);
 		pthread_mutex_lock(&fs->lock);
 		mem = fs->ninodes;
 		pthread_mutex_unlock(&fs->lock);
-		kv_u64(out, json, &first, "memory_dirs", ns.dirs);
-		kv_u64(out, json, &first, "memory_entries", ns.dir_entries);
-		kv_u64(out, json, &first, "inodes", mem);
-		kv_u64(out, json, &first, "inodes_trimmed",
+		kv_u64(out, json, first, "memory_dirs", ns->dirs);
+		kv_u64(out, json, first, "memory_entries", ns->dir_entries);
+		kv_u64(out, json, first, "inodes", mem);
+		kv_u64(out, json, first, "inodes_trimmed",
 		       atomic_load(&fs->trimmed));
 	}
-	kv_u64(out, json, &first, "skipped_names", ns.skipped_names);
-	kv_u64(out, json, &first, "store_requests", o.requests);
-	kv_u64(out, json, &first, "store_get_requests", o.get_requests);
-	kv_u64(out, json, &first, "store_retries", o.retries);
-	kv_u64(out, json, &first, "store_errors", o.errors);
+	kv_u64(out, json, first, "skipped_names", ns->skipped_names);
+}
+
+/* The object store's requests and errors. */
+static void status_store(struct fs *fs, FILE *out, bool json, bool *first)
+{
+	struct obj_stats o;
+
+	obj_get_stats(fs->cfg.st, &o);
+	kv_u64(out, json, first, "store_requests", o.requests);
+	kv_u64(out, json, first, "store_get_requests", o.get_requests);
+	kv_u64(out, json, first, "store_retries", o.retries);
+	kv_u64(out, json, first, "store_errors", o.errors);
 	for (int i = 1; i <= OBJ_ERR_OTHER; i++) {
 		char name[64];
 
@@ -441,8 +453,31 @@ static void do_status(struct fs *fs, FILE *out, bool json)
 				*p = '_';
 		/* Text shows the kinds that happened; JSON has them all. */
 		if (json || o.errors_by_status[i])
-			kv_u64(out, json, &first, name, o.errors_by_status[i]);
+			kv_u64(out, json, first, name, o.errors_by_status[i]);
 	}
+}
+
+static void do_status(struct fs *fs, FILE *out, bool json)
+{
+	struct cache_stats c;
+	struct ns_stats ns;
+	bool first = true;
+
+	cache_get_stats(fs->cfg.cache, &c);
+	ns_get_stats(fs->ns, &ns);
+	kv(out, json, &first, "mountpoint", fs->cfg.mountpoint, true);
+	kv(out, json, &first, "store", fs->cfg.store_url, true);
+	kv(out, json, &first, "mode", fs_mode_name(fs->cfg.mode), true);
+	kv(out, json, &first, "connected",
+	   c.connected && ns.connected ? "true" : "false",
+	   false);
+	kv_u64(out, json, &first, "uptime_s",
+	       (util_now_ms() - fs->started_ms) / 1000);
+	status_cache(fs, out, json, &first, &c);
+	status_fuse(fs, out, json, &first, &ns);
+	status_wb(fs, out, json, &first);
+	status_names(fs, out, json, &first, &ns);
+	status_store(fs, out, json, &first);
 	if (json)
 		fputs("}\n", out);
 }

@@ -254,7 +254,8 @@ int fs_inode_move(struct fs *fs, struct fs_inode *in, struct fs_inode *dir,
 		  const char *name);
 /* Takes in out of the name hash (unlinked, removed).  Lock held. */
 void fs_inode_unhash(struct fs *fs, struct fs_inode *in);
-/* fs.c */
+/* fs.c: the operations of every mount (lookup, readdir, open, read) */
+void fs_read_ops(struct fuse_lowlevel_ops *ops);
 void fs_fill_attr(const struct fs *fs, const struct fs_inode *in,
 		  struct stat *st);
 void fs_refresh_from_w(struct fs *fs, struct fs_inode *in);
@@ -279,10 +280,6 @@ void fs_op_readlink(fuse_req_t req, fuse_ino_t ino);
 void fs_on_done(void *arg, const char *key, const char *etag, uint64_t size,
 		bool deleted);
 void fs_handle_put(struct fs_handle *h);
-/* Stored attributes a, with the defaults for what a lacks (from the
- * cache index, a HEAD), into an inode (lock held). */
-void fs_attr_apply(const struct fs *fs, struct fs_inode *in,
-		   const struct cache_attr *a);
 
 /* write.c, for link.c */
 int fs_child_key(struct fs *fs, const struct fs_inode *dir,
@@ -292,11 +289,33 @@ struct fs_inode *fs_dir_of(struct fs *fs, fuse_ino_t ino, int *err);
 void fs_dir_touch(struct fs *fs, struct fs_inode *dir);
 int fs_materialize(struct fs *fs, struct fs_inode *in, bool truncate,
 		   struct cache_wfile **out);
+
+/* attr.c: setattr and the xattr operations */
+/* getxattr and listxattr; with writable setattr, setxattr, removexattr. */
+void fs_attr_ops(struct fuse_lowlevel_ops *ops, bool writable);
+/* Stored attributes a, with the defaults for what a lacks (from the
+ * cache index, a HEAD), into an inode (lock held). */
+void fs_attr_apply(const struct fs *fs, struct fs_inode *in,
+		   const struct cache_attr *a);
+/* A clean file's attributes: from its metadata, else the defaults; and
+ * its version (etag, may be NULL) as of the same moment. */
+void fs_attr_of(struct fs *fs, struct fs_inode *in, struct cache_wattr *a,
+		char etag[80]);
 /* Rewrites a clean object's metadata (attributes per mask; ctime now). */
 int fs_copy_meta(struct fs *fs, struct fs_inode *in,
 		 const struct cache_wattr *a, unsigned mask,
 		 const char *xname, const char *xval, size_t xlen,
 		 int xflags);
+/* The set-id bits a write or a chown by someone without CAP_FSETID
+ * drops, as a local disk does: set-user-ID always, set-group-ID when
+ * group execution is on (otherwise it marks mandatory locking). */
+static inline uint32_t fs_suid_bits(uint32_t mode)
+{
+	return (mode & S_ISUID) |
+	       ((mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP) ?
+		S_ISGID : 0);
+}
+
 /* link.c: hard links within one mount (docs/posix.md "Hard links").
  * Each extra name is a key of its own in the bucket holding a copy of
  * the file, brought up to date after each change of the file (close,

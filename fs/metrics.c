@@ -221,10 +221,82 @@ static void store_part(struct fs *fs, FILE *out)
 		   "by method", true);
 }
 
+/* The cache group's counters. */
+static void peer_part(const struct cache_stats *c, FILE *out)
+{
+	metrics_counter(out, "fmfs_peer_hits_total", "Runs the cache group's "
+			"owner served us", c->peer_hits);
+	metrics_counter(out, "fmfs_peer_fallbacks_total", "Runs asked of a "
+			"peer that came from the bucket instead",
+			c->peer_fallbacks);
+	metrics_counter(out, "fmfs_peer_served_total", "Runs served to other "
+			"members", c->peer_served);
+	metrics_counter(out, "fmfs_peer_served_bytes_total", "Bytes served "
+			"to other members", c->peer_bytes_out);
+	metrics_counter(out, "fmfs_peer_refused_total", "Peer requests for "
+			"a version this member does not hold", c->peer_refused);
+	metrics_counter(out, "fmfs_peer_dropped_blocks_total", "Blocks peers "
+			"sent, dropped at the file's last close (no "
+			"--peer-keep-local)", c->peer_dropped);
+	metrics_counter(out, "fmfs_peer_guard_bytes_total", "Bytes fetched "
+			"from the bucket for a peer's request although "
+			"another member owns them (the loop guard)",
+			c->peer_guard_bytes);
+	metrics_counter(out, "fmfs_peer_busy_total", "Runs an owner "
+			"answered busy (it was asking a member for them)",
+			c->peer_busy);
+	metrics_counter(out, "fmfs_peer_timeouts_total", "Requests given "
+			"up after a member stayed silent for --peer-timeout",
+			c->peer_timeouts);
+	metrics_counter(out, "fmfs_peer_skipped_down_total", "Runs read "
+			"from the bucket without asking their owner, which "
+			"was down", c->peer_skipped_down);
+	metrics_gauge(out, "fmfs_peer_members_down", "Members of the cache "
+		      "group marked down now", (double)c->peer_members_down);
+	metrics_counter(out, "fmfs_peer_rma_reads_total", "Runs pulled from "
+			"owners one-sided (RDMA READ through libfabric)",
+			c->peer_rma_reads);
+}
+
+/* The write-back's. */
+static void wb_part(struct fs *fs, FILE *out)
+{
+	struct cache_wb_stats w;
+
+	cache_wb_get_stats(fs->cfg.cache, &w);
+	metrics_gauge(out, "fmfs_writeback_dirty_bytes", "Bytes of files "
+		      "written through the mount and not yet uploaded",
+		      (double)w.dirty_bytes);
+	metrics_gauge(out, "fmfs_writeback_dirty_files", "Dirty files",
+		      (double)w.dirty_files);
+	metrics_gauge(out, "fmfs_writeback_queue_length", "Files and "
+		      "deletions waiting for upload", (double)w.queued);
+	metrics_gauge(out, "fmfs_writeback_oldest_dirty_age_seconds",
+		      "Age of the oldest change queued (close, fsync) and "
+		      "not yet uploaded; 0 when none",
+		      (double)w.oldest_queued_ms / 1000);
+	metrics_gauge(out, "fmfs_writeback_uploads_inflight", "Uploads "
+		      "under way", (double)w.uploads_inflight);
+	metrics_counter(out, "fmfs_writeback_uploads_total", "Files "
+			"uploaded", w.uploaded_files);
+	metrics_counter(out, "fmfs_writeback_uploaded_bytes_total", "Bytes "
+			"of files uploaded", w.uploaded_bytes);
+	metrics_counter(out, "fmfs_writeback_upload_failures_total",
+			"Failed upload attempts (each is retried)",
+			w.upload_failures);
+	metrics_counter(out, "fmfs_writeback_deletes_total", "Keys deleted",
+			w.deleted_keys);
+	metrics_gauge(out, "fmfs_writeback_damaged_files", "Dirty files "
+		      "held: they no longer match their checksums",
+		      (double)w.damaged_files);
+	metrics_gauge(out, "fmfs_writeback_lost_files", "Files whose bytes "
+		      "were gone from the cache disk at mount",
+		      (double)w.lost_files);
+}
+
 void fs_metrics_write(struct fs *fs, FILE *out)
 {
 	struct cache_stats c;
-	struct cache_wb_stats w;
 	uint64_t dirs, entries, inodes;
 	char l[160];
 
@@ -268,38 +340,7 @@ void fs_metrics_write(struct fs *fs, FILE *out)
 			"served)", c.crc_failures);
 	metrics_counter(out, "fmfs_cache_fetch_errors_total", "Fetches of "
 			"blocks that failed", c.fetch_errors);
-	metrics_counter(out, "fmfs_peer_hits_total", "Runs the cache group's "
-			"owner served us", c.peer_hits);
-	metrics_counter(out, "fmfs_peer_fallbacks_total", "Runs asked of a "
-			"peer that came from the bucket instead",
-			c.peer_fallbacks);
-	metrics_counter(out, "fmfs_peer_served_total", "Runs served to other "
-			"members", c.peer_served);
-	metrics_counter(out, "fmfs_peer_served_bytes_total", "Bytes served "
-			"to other members", c.peer_bytes_out);
-	metrics_counter(out, "fmfs_peer_refused_total", "Peer requests for "
-			"a version this member does not hold", c.peer_refused);
-	metrics_counter(out, "fmfs_peer_dropped_blocks_total", "Blocks peers "
-			"sent, dropped at the file's last close (no "
-			"--peer-keep-local)", c.peer_dropped);
-	metrics_counter(out, "fmfs_peer_guard_bytes_total", "Bytes fetched "
-			"from the bucket for a peer's request although "
-			"another member owns them (the loop guard)",
-			c.peer_guard_bytes);
-	metrics_counter(out, "fmfs_peer_busy_total", "Runs an owner "
-			"answered busy (it was asking a member for them)",
-			c.peer_busy);
-	metrics_counter(out, "fmfs_peer_timeouts_total", "Requests given "
-			"up after a member stayed silent for --peer-timeout",
-			c.peer_timeouts);
-	metrics_counter(out, "fmfs_peer_skipped_down_total", "Runs read "
-			"from the bucket without asking their owner, which "
-			"was down", c.peer_skipped_down);
-	metrics_gauge(out, "fmfs_peer_members_down", "Members of the cache "
-		      "group marked down now", (double)c.peer_members_down);
-	metrics_counter(out, "fmfs_peer_rma_reads_total", "Runs pulled from "
-			"owners one-sided (RDMA READ through libfabric)",
-			c.peer_rma_reads);
+	peer_part(&c, out);
 	metrics_counter(out, "fmfs_readahead_bytes_total", "Bytes fetched "
 			"ahead of readers: readahead windows and fmfs "
 			"prefetch", c.ahead_bytes);
@@ -309,35 +350,7 @@ void fs_metrics_write(struct fs *fs, FILE *out)
 			"warmed by fmfs prefetch (cached already or fetched)",
 			atomic_load(&fs->prefetch_bytes));
 	store_part(fs, out);
-	cache_wb_get_stats(fs->cfg.cache, &w);
-	metrics_gauge(out, "fmfs_writeback_dirty_bytes", "Bytes of files "
-		      "written through the mount and not yet uploaded",
-		      (double)w.dirty_bytes);
-	metrics_gauge(out, "fmfs_writeback_dirty_files", "Dirty files",
-		      (double)w.dirty_files);
-	metrics_gauge(out, "fmfs_writeback_queue_length", "Files and "
-		      "deletions waiting for upload", (double)w.queued);
-	metrics_gauge(out, "fmfs_writeback_oldest_dirty_age_seconds",
-		      "Age of the oldest change queued (close, fsync) and "
-		      "not yet uploaded; 0 when none",
-		      (double)w.oldest_queued_ms / 1000);
-	metrics_gauge(out, "fmfs_writeback_uploads_inflight", "Uploads "
-		      "under way", (double)w.uploads_inflight);
-	metrics_counter(out, "fmfs_writeback_uploads_total", "Files "
-			"uploaded", w.uploaded_files);
-	metrics_counter(out, "fmfs_writeback_uploaded_bytes_total", "Bytes "
-			"of files uploaded", w.uploaded_bytes);
-	metrics_counter(out, "fmfs_writeback_upload_failures_total",
-			"Failed upload attempts (each is retried)",
-			w.upload_failures);
-	metrics_counter(out, "fmfs_writeback_deletes_total", "Keys deleted",
-			w.deleted_keys);
-	metrics_gauge(out, "fmfs_writeback_damaged_files", "Dirty files "
-		      "held: they no longer match their checksums",
-		      (double)w.damaged_files);
-	metrics_gauge(out, "fmfs_writeback_lost_files", "Files whose bytes "
-		      "were gone from the cache disk at mount",
-		      (double)w.lost_files);
+	wb_part(fs, out);
 	cache_listing_stats(fs->cfg.cache, &dirs, &entries);
 	metrics_gauge(out, "fmfs_namespace_entries", "Directory entries "
 		      "kept in the cache index", (double)entries);

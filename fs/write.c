@@ -91,52 +91,7 @@ void fs_handle_put(struct fs_handle *h)
 	free(h);
 }
 
-void fs_attr_apply(const struct fs *fs, struct fs_inode *in,
-		   const struct cache_attr *a)
-{
-	struct ns_entry e;
-
-	memset(&e, 0, sizeof(e));
-	ns_attr_resolve(fs->ns, in->is_dir, in->mtime_s, a, &e);
-	in->has_attr = true;
-	in->mode = e.mode;
-	in->uid = e.uid;
-	in->gid = e.gid;
-	in->mtime_ns = e.mtime_ns;
-	in->ctime_ns = e.ctime_ns;
-	in->atime_ns = e.atime_ns;
-	in->rdev = e.rdev;
-	if (!in->ftype)
-		in->ftype = e.ftype;
-}
-
 /* ---- dirty copies ---- */
-
-/* A clean file's attributes: from its metadata, else the defaults; and
- * its version (etag, may be NULL) as of the same moment. */
-static void attr_of(struct fs *fs, struct fs_inode *in, struct cache_wattr *a,
-		    char etag[80])
-{
-	memset(a, 0, sizeof(*a));
-	a->kind = CACHE_WK_FILE;
-	pthread_mutex_lock(&fs->lock);
-	a->mode = in->has_attr ? in->mode : (uint32_t)fs->cfg.file_mode;
-	a->uid = in->has_attr ? in->uid : (uint32_t)fs->cfg.uid;
-	a->gid = in->has_attr ? in->gid : (uint32_t)fs->cfg.gid;
-	a->mtime_ns = in->has_attr ? in->mtime_ns :
-		      in->mtime_s * 1000000000;
-	if (in->has_attr) {
-		a->ctime_ns = in->ctime_ns;
-		a->atime_ns = in->atime_ns;
-		a->rdev = in->rdev;
-	}
-	if (in->ftype && cache_wkind_of(in->ftype) > 0)
-		a->kind = (enum cache_wkind)cache_wkind_of(in->ftype);
-	a->size = in->size_bytes;
-	if (etag)
-		memcpy(etag, in->etag, 80);
-	pthread_mutex_unlock(&fs->lock);
-}
 
 /* The inode's clean passthrough backing pf (of pf_size bytes; held)
  * becomes its dirty file *out, with a's attributes and cf's bytes (the
@@ -224,7 +179,7 @@ int fs_materialize(struct fs *fs, struct fs_inode *in, bool truncate,
 	pthread_mutex_unlock(&fs->lock);
 	if (!rc)
 		fs_load_meta(fs, in);
-	attr_of(fs, in, &a, etag);
+	fs_attr_of(fs, in, &a, etag);
 	if (truncate) /* O_TRUNC or truncate(2): a change of the data */
 		a.size = 0, a.mtime_ns = a.ctime_ns = util_wall_ns();
 	else if ((rc = fs_lost_check(fs, in->key, etag)))
@@ -520,16 +475,6 @@ static ssize_t write_bufv(void *arg, int fd, uint64_t off, size_t len)
 	return fuse_buf_copy(&dst, arg, 0);
 }
 
-/* The set-id bits a write or a chown by someone without CAP_FSETID
- * drops, as a local disk does: set-user-ID always, set-group-ID when
- * group execution is on (otherwise it marks mandatory locking). */
-static uint32_t suid_bits(uint32_t mode)
-{
-	return (mode & S_ISUID) |
-	       ((mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP) ?
-		S_ISGID : 0);
-}
-
 static void drop_suid(struct fs *fs, struct fs_inode *in,
 		      struct cache_wfile *w, uint32_t kill)
 {
@@ -568,7 +513,7 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino,
 		if ((uint64_t)off + (uint64_t)n > h->in->size_bytes)
 			h->in->size_bytes = (uint64_t)off + (uint64_t)n;
 		if (h->in->has_attr && fuse_req_ctx(req)->uid != 0)
-			kill = suid_bits(h->in->mode);
+			kill = fs_suid_bits(h->in->mode);
 		pthread_mutex_unlock(&fs->lock);
 		if (kill)
 			drop_suid(fs, h->in, h->w, kill);
@@ -606,240 +551,6 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 	if (!rc && h->w && h->in)
 		rc = fs_link_sync(h->fs, h->in, true);
 	fs_reply_err(req, -rc);
-}
-
-/* Rewrites a clean object's metadata in place (server-side copy onto
- * itself): attributes per mask, and the xattr xname set to xval (or
- * removed when xval is NULL). */
-int fs_copy_meta(struct fs *fs, struct fs_inode *in,
-		 const struct cache_wattr *a, unsigned mask,
-		 const char *xname, const char *xval, size_t xlen,
-		 int xflags)
-{
-	struct obj_kv kv[64 + CACHE_WATTR_META + 1];
-	char vals[CACHE_WATTR_META][32], etag[80], xv[NS_XATTR_MAX + 1];
-	char kbuf[OBJ_KEY_MAX + 2];
-	struct cache_attr ca;
-	struct cache_wattr na;
-	size_t n = 0;
-	bool found = false;
-	int rc;
-
-	pthread_mutex_lock(&fs->lock);
-	in->meta_ms = 0; /* read it fresh */
-	pthread_mutex_unlock(&fs->lock);
-	rc = fs_load_meta(fs, in);
-	if (rc)
-		return rc;
-	attr_of(fs, in, &na, NULL);
-	if (mask & CACHE_WA_MODE)
-		na.mode = a->mode & 07777;
-	if (mask & CACHE_WA_UID)
-		na.uid = a->uid;
-	if (mask & CACHE_WA_GID)
-		na.gid = a->gid;
-	if (mask & CACHE_WA_MTIME)
-		na.mtime_ns = a->mtime_ns;
-	if (mask & CACHE_WA_ATIME)
-		na.atime_ns = a->atime_ns;
-	na.ctime_ns = util_wall_ns(); /* any change of metadata */
-	n = cache_wattr_meta(&na, kv, vals);
-	if (xname) {
-		memcpy(xv, xval ? xval : "", xval ? xlen : 0);
-		xv[xval ? xlen : 0] = '\0';
-	}
-	pthread_mutex_lock(&fs->lock);
-	for (size_t i = 0; i < in->nmeta && n < 64; i++) {
-		if (ns_xattr_reserved(in->meta[i].name))
-			continue;
-		if (xname && !strcmp(in->meta[i].name, xname)) {
-			found = true;
-			if (!xval)
-				continue;
-			kv[n++] = (struct obj_kv){ in->meta[i].name, xv };
-			continue;
-		}
-		kv[n++] = in->meta[i];
-	}
-	if (xname && xval && !found)
-		kv[n++] = (struct obj_kv){ (char *)xname, xv };
-	/* Copies: in->meta may be replaced once the lock is dropped. */
-	for (size_t i = 0; i < n; i++) {
-		kv[i].name = strdup(kv[i].name);
-		kv[i].value = strdup(kv[i].value);
-	}
-	pthread_mutex_unlock(&fs->lock);
-	rc = 0;
-	if (xname && found && xval && (xflags & XATTR_CREATE))
-		rc = -EEXIST;
-	else if (xname && !found && (!xval || (xflags & XATTR_REPLACE)))
-		rc = -ENODATA;
-	for (size_t i = 0; i < n; i++)
-		if (!kv[i].name || !kv[i].value)
-			rc = -ENOMEM;
-	if (!rc) {
-		rc = ns_set_meta(fs->ns, in->key, kv, n, etag);
-	}
-	for (size_t i = 0; i < n; i++) {
-		free(kv[i].name);
-		free(kv[i].value);
-	}
-	if (rc)
-		return rc;
-	pthread_mutex_lock(&fs->lock);
-	in->has_attr = true;
-	in->mode = na.mode;
-	in->uid = na.uid;
-	in->gid = na.gid;
-	in->mtime_ns = na.mtime_ns;
-	in->ctime_ns = na.ctime_ns;
-	in->atime_ns = na.atime_ns;
-	in->rdev = na.rdev;
-	in->meta_ms = 0; /* the xattrs changed: HEAD again when asked */
-	in->attr_ms = 0;
-	snprintf(kbuf, sizeof(kbuf), "%s", in->key);
-	pthread_mutex_unlock(&fs->lock);
-	ns_wattr_attr(&na, etag, &ca);
-	cache_attr_set(fs->cfg.cache, kbuf, &ca);
-	return 0;
-}
-
-static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
-		       int to_set, struct fuse_file_info *fi)
-{
-	struct fs *fs = FS(req);
-	struct fs_inode *in = fs_inode_get(fs, ino);
-	struct fs_handle *h = fi ? (struct fs_handle *)(uintptr_t)fi->fh : NULL;
-	struct cache_wfile *w = h ? h->w : NULL, *own = NULL;
-	struct cache_wattr a;
-	unsigned mask = 0;
-	struct stat st;
-	int rc = 0;
-
-	if (!in) {
-		fs_reply_err(req, ENOENT);
-		return;
-	}
-	if (!w && !cache_w_hold(fs->cfg.cache, in->key, &own))
-		w = own;
-	memset(&a, 0, sizeof(a));
-	if (to_set & FUSE_SET_ATTR_MODE)
-		mask |= CACHE_WA_MODE, a.mode = attr->st_mode;
-	if (to_set & FUSE_SET_ATTR_UID)
-		mask |= CACHE_WA_UID, a.uid = attr->st_uid;
-	if (to_set & FUSE_SET_ATTR_GID)
-		mask |= CACHE_WA_GID, a.gid = attr->st_gid;
-	if (to_set & FUSE_SET_ATTR_MTIME_NOW)
-		mask |= CACHE_WA_MTIME, a.mtime_ns = util_wall_ns();
-	else if (to_set & FUSE_SET_ATTR_MTIME)
-		mask |= CACHE_WA_MTIME,
-		a.mtime_ns = (int64_t)attr->st_mtim.tv_sec * 1000000000 +
-			     attr->st_mtim.tv_nsec;
-	if ((to_set & (FUSE_SET_ATTR_KILL_SUID | FUSE_SET_ATTR_KILL_SGID)) &&
-	    !(mask & CACHE_WA_MODE) && !in->is_dir) {
-		/* chown or truncate, the kernel leaving set-id bits to us
-		 * (FUSE_HANDLE_KILLPRIV_V2) */
-		pthread_mutex_lock(&fs->lock);
-		if (in->has_attr && suid_bits(in->mode))
-			mask |= CACHE_WA_MODE,
-			a.mode = in->mode & ~suid_bits(in->mode);
-		pthread_mutex_unlock(&fs->lock);
-	}
-	if (to_set & FUSE_SET_ATTR_ATIME_NOW)
-		mask |= CACHE_WA_ATIME, a.atime_ns = util_wall_ns();
-	else if (to_set & FUSE_SET_ATTR_ATIME)
-		mask |= CACHE_WA_ATIME,
-		a.atime_ns = (int64_t)attr->st_atim.tv_sec * 1000000000 +
-			     attr->st_atim.tv_nsec;
-	if ((to_set & FUSE_SET_ATTR_SIZE) && in->is_dir)
-		rc = -EISDIR;
-	if ((to_set & FUSE_SET_ATTR_SIZE) && !rc) {
-		uint64_t cap;
-
-		/* A file bigger than the cache cannot be held (or uploaded
-		 * from it): the largest file size here. */
-		cache_w_room(fs->cfg.cache, &cap);
-		if ((uint64_t)attr->st_size > cap)
-			rc = -EFBIG;
-	}
-	if (!rc && !in->is_dir && !w &&
-	    ((to_set & FUSE_SET_ATTR_SIZE) ||
-	     (mask && fs->cfg.mode == FS_MODE_LU))) {
-		/* lu never touches the bucket: attributes need a copy. */
-		rc = fs_materialize(fs, in, (to_set & FUSE_SET_ATTR_SIZE) &&
-				 attr->st_size == 0, &own);
-		w = own;
-	}
-	if (!rc && (to_set & FUSE_SET_ATTR_SIZE))
-		rc = cache_w_truncate(w, (uint64_t)attr->st_size);
-	if (!rc && mask && w)
-		cache_w_setattr(w, &a, mask);
-	else if (!rc && mask && !in->is_dir)
-		rc = fs_copy_meta(fs, in, &a, mask, NULL, NULL, 0, 0);
-	else if (!rc && mask) { /* a clean directory: its marker again */
-		struct cache_wattr da = { .kind = CACHE_WK_DIR };
-		struct cache_attr ca;
-		char kbuf[OBJ_KEY_MAX + 2];
-
-		pthread_mutex_lock(&fs->lock);
-		if (!in->has_attr)
-			in->has_attr = true,
-			in->mode = (uint32_t)fs->cfg.dir_mode,
-			in->uid = (uint32_t)fs->cfg.uid,
-			in->gid = (uint32_t)fs->cfg.gid,
-			in->mtime_ns = (int64_t)fs->mount_time_s * 1000000000;
-		if (mask & CACHE_WA_MODE)
-			in->mode = a.mode & 07777;
-		if (mask & CACHE_WA_UID)
-			in->uid = a.uid;
-		if (mask & CACHE_WA_GID)
-			in->gid = a.gid;
-		if (mask & CACHE_WA_MTIME)
-			in->mtime_ns = a.mtime_ns;
-		if (mask & CACHE_WA_ATIME)
-			in->atime_ns = a.atime_ns;
-		in->ctime_ns = util_wall_ns();
-		da.ctime_ns = in->ctime_ns;
-		da.atime_ns = in->atime_ns;
-		da.mode = in->mode;
-		da.uid = in->uid;
-		da.gid = in->gid;
-		da.mtime_ns = in->mtime_ns;
-		snprintf(kbuf, sizeof(kbuf), "%s", in->key);
-		pthread_mutex_unlock(&fs->lock);
-		/* Kept in the cache index at once, and stored with the
-		 * directory: its marker goes up again with them (made if the
-		 * directory was a prefix only), so that a mount on another
-		 * cache dir shows them too (fs_dir_learn). */
-		ns_wattr_attr(&da, "", &ca);
-		cache_attr_set(fs->cfg.cache, kbuf, &ca);
-		if (*kbuf && fs->cfg.mode != FS_MODE_RO &&
-		    !cache_w_create(fs->cfg.cache, kbuf, &da, true, NULL,
-				    NULL, &own)) {
-			rc = cache_w_commit(own, false);
-			cache_w_put(own);
-			own = NULL;
-		}
-	}
-	/* Not through an open writer: nothing else will commit it. */
-	if (!rc && w && !(h && h->writer))
-		rc = cache_w_commit(w, false);
-	/* the other names follow (through an open writer: at its close,
-	 * whose bytes they would otherwise get before they are committed) */
-	if (!rc && !in->is_dir && !(h && h->writer))
-		fs_link_sync(fs, in, false);
-	if (own)
-		cache_w_writer(own, false);
-	cache_w_put(own);
-	if (rc) {
-		fs_reply_err(req, -rc);
-		return;
-	}
-	fs_refresh_from_w(fs, in);
-	pthread_mutex_lock(&fs->lock);
-	fs_fill_attr(fs, in, &st);
-	pthread_mutex_unlock(&fs->lock);
-	fuse_reply_attr(req, &st, fs->cfg.refresh_s);
 }
 
 /* mkdir, symlink and mknod: a new directory marker, link object or
@@ -1146,71 +857,6 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	fs_reply_err(req, -rc);
 }
 
-/* The metadata name of xattr name (ns/meta.c), checked for storing. */
-static int xattr_check(const char *name, size_t len, char *meta,
-		       size_t meta_len)
-{
-	int rc = ns_xattr_meta(name, meta, meta_len);
-
-	if (rc)
-		return rc;
-	if (len > NS_XATTR_MAX)
-		return -E2BIG;
-	return 0;
-}
-
-/* Sets (value) or removes (value NULL) an xattr and replies.  Only
- * ctime may move: mtime is written back as it was (copy_meta mask 0). */
-static void change_xattr(fuse_req_t req, fuse_ino_t ino, const char *name,
-			 const char *value, size_t size, int flags)
-{
-	struct fs *fs = FS(req);
-	struct fs_inode *in = fs_inode_get(fs, ino);
-	struct cache_wfile *w = NULL;
-	char meta[256], enc[NS_XATTR_MAX + 1];
-	int rc = in ? xattr_check(name, size, meta, sizeof(meta)) : -ENOENT;
-	ssize_t el;
-
-	if (!rc && value) { /* S3 metadata is header text (ns/meta.c) */
-		el = ns_xattr_value_encode(value, size, enc, sizeof(enc));
-		rc = el < 0 ? (int)el : 0;
-		value = enc;
-		size = (size_t)el;
-	}
-	if (!rc && in->is_dir)
-		rc = -ENOTSUP;
-	if (!rc && cache_w_hold(fs->cfg.cache, in->key, &w) &&
-	    fs->cfg.mode == FS_MODE_LU)
-		rc = fs_materialize(fs, in, false, &w);
-	if (!rc && w) {
-		rc = value ? cache_w_xattr_set(w, meta, value, size, flags) :
-			     cache_w_xattr_remove(w, meta);
-		if (!rc)
-			rc = cache_w_commit(w, false);
-	} else if (!rc) {
-		rc = fs_copy_meta(fs, in, NULL, 0, meta, value, size, flags);
-	}
-	if (w)
-		cache_w_writer(w, false);
-	cache_w_put(w);
-	if (!rc)
-		fs_link_sync(fs, in, false); /* the other names follow */
-	fs_reply_err(req, -rc);
-}
-
-static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
-			const char *value, size_t size, int flags)
-{
-	if (!value)
-		value = "";
-	change_xattr(req, ino, name, value, size, flags);
-}
-
-static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
-{
-	change_xattr(req, ino, name, NULL, 0, 0);
-}
-
 void fs_on_done(void *arg, const char *key, const char *etag, uint64_t size,
 		bool deleted)
 {
@@ -1263,14 +909,11 @@ void fs_write_ops(struct fuse_lowlevel_ops *ops)
 	ops->write_buf = op_write_buf;
 	ops->flush = op_flush;
 	ops->fsync = op_fsync;
-	ops->setattr = op_setattr;
 	ops->mkdir = op_mkdir;
 	ops->mknod = op_mknod;
 	ops->symlink = op_symlink;
 	ops->unlink = op_unlink;
 	ops->rmdir = op_rmdir;
 	ops->rename = op_rename;
-	ops->setxattr = op_setxattr;
-	ops->removexattr = op_removexattr;
 	fs_link_op(ops);
 }
