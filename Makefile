@@ -94,7 +94,8 @@ $(FS_OBJS): CPPFLAGS += $(FUSE_CFLAGS) $(MHD_CFLAGS)
 # ckpt/: libfmckpt, the asynchronous checkpoint writer and reader.  Its
 # objects and those below it are position-independent: they also make
 # the shared libfmckpt.so that `make install` ships.
-CKPT_OBJS = ckpt/ckpt.o ckpt/writer.o ckpt/drain.o ckpt/format.o \
+CKPT_OBJS = ckpt/ckpt.o ckpt/open.o ckpt/wait.o ckpt/writer.o ckpt/drain.o \
+	ckpt/format.o ckpt/list.o \
 	ckpt/store.o ckpt/load.o ckpt/cuda.o
 CKPT_A = ckpt/libckpt.a $(OBJSTORE_A)
 CKPT_LIBS = $(URING_LIBS) $(OBJSTORE_LIBS)

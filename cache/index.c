@@ -797,11 +797,8 @@ uint64_t cache_index_bytes(struct cache *c)
 
 static size_t attr_hash(const char *key)
 {
-	uint64_t h = 1469598103934665603ull;
-
-	for (; *key; key++)
-		h = (h ^ (unsigned char)*key) * 1099511628211ull;
-	return (size_t)(h % ATTR_BUCKETS);
+	return (size_t)(util_fnv1a64(UTIL_FNV64_BASIS, key, strlen(key)) %
+			ATTR_BUCKETS);
 }
 
 /* x->alock held. */

@@ -72,11 +72,8 @@ struct cache_names {
 
 static size_t names_hash(const char *dir)
 {
-	uint64_t h = 1469598103934665603ull;
-
-	for (; *dir; dir++)
-		h = (h ^ (unsigned char)*dir) * 1099511628211ull;
-	return (size_t)(h % NAMES_BUCKETS);
+	return (size_t)(util_fnv1a64(UTIL_FNV64_BASIS, dir, strlen(dir)) %
+			NAMES_BUCKETS);
 }
 
 static struct names_pend **pend_find(struct cache_names *n, const char *dir)

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ckpt.c - the checkpoint handle: open and close, staging memory, the
- * save sequence (begin, add, commit), waiting for durability, stats and
- * the status file `fmckpt status` reads.
+ * ckpt.c - the save sequence of a checkpoint handle: begin, add, commit.
+ * Opening and closing the handle and its staging memory are in open.c;
+ * waiting for durability, stats and the status file in wait.c.
  *
  * Staging is one region of staging_bytes cut into chunks of chunk_bytes,
  * allocated at the first ckpt_begin (pinned when CUDA is there) and
@@ -111,389 +111,9 @@ void ckpt_status_dir(const char *dir, const char *remote, char *out,
 		 (unsigned)getuid(), safe);
 }
 
-/* ---- configuration ---- */
-
-void ckpt_config_init(struct ckpt_config *cfg)
-{
-	memset(cfg, 0, sizeof(*cfg));
-	obj_config_init(&cfg->obj);
-	cfg->rank = -1;
-	cfg->world_size = -1;
-}
-
-static int env_int(const char *name, int dflt, int *out, char *msg,
-		   size_t msg_len)
-{
-	const char *v = getenv(name);
-	char *end;
-	long n;
-
-	if (!v || !*v) {
-		*out = dflt;
-		return 0;
-	}
-	errno = 0;
-	n = strtol(v, &end, 10);
-	if (errno || *end || n < 0 || n > CKPT_WORLD_MAX) {
-		util_msg(msg, msg_len, "%s='%s' is not a number from 0 to %d",
-			 name, v, CKPT_WORLD_MAX);
-		return -EINVAL;
-	}
-	*out = (int)n;
-	return 0;
-}
-
-static int config_apply(struct ckpt *c, const struct ckpt_config *in,
-			char *msg, size_t msg_len)
-{
-	struct ckpt_config *cfg = &c->cfg;
-	const char *rid = in->run_id ? in->run_id : getenv("FMCKPT_RUN_ID");
-	int rank = in->rank, world = in->world_size, rc;
-
-	*cfg = *in;
-	if (rank < 0 && (rc = env_int("RANK", 0, &rank, msg, msg_len)))
-		return rc;
-	if (world < 0 && (rc = env_int("WORLD_SIZE", 1, &world, msg,
-				       msg_len)))
-		return rc;
-	if (world < 1 || world > CKPT_WORLD_MAX || rank >= world) {
-		util_msg(msg, msg_len, "rank %d with world size %d: give 0 <= "
-			 "RANK < WORLD_SIZE <= %d", rank, world,
-			 CKPT_WORLD_MAX);
-		return -EINVAL;
-	}
-	c->rank = (uint32_t)rank;
-	c->world = (uint32_t)world;
-	if (rid && strlen(rid) > CKPT_RUN_ID_MAX) {
-		util_msg(msg, msg_len, "run id '%s' is longer than %d bytes",
-			 rid, CKPT_RUN_ID_MAX);
-		return -EINVAL;
-	}
-	snprintf(c->run_id, sizeof(c->run_id), "%s", rid ? rid : "");
-	if (!cfg->chunk_bytes)
-		cfg->chunk_bytes = 8 * MIB;
-	if (in->remote && cfg->chunk_bytes < 5 * MIB)
-		cfg->chunk_bytes = 5 * MIB; /* S3's smallest part */
-	if (cfg->chunk_bytes > 1024 * MIB) {
-		util_msg(msg, msg_len, "chunk size %llu is over 1 GiB",
-			 (unsigned long long)cfg->chunk_bytes);
-		return -EINVAL;
-	}
-	cfg->chunk_bytes = (cfg->chunk_bytes + 4095) & ~4095ull;
-	if (!cfg->staging_bytes)
-		cfg->staging_bytes = 256 * MIB;
-	if (cfg->staging_bytes < cfg->chunk_bytes)
-		cfg->staging_bytes = cfg->chunk_bytes;
-	cfg->staging_bytes -= cfg->staging_bytes % cfg->chunk_bytes;
-	if (!cfg->io_depth)
-		cfg->io_depth = 8;
-	if (cfg->io_depth > 64)
-		cfg->io_depth = 64;
-	if (!cfg->upload_parallel)
-		cfg->upload_parallel = 16;
-	if (cfg->upload_parallel > 64)
-		cfg->upload_parallel = 64;
-	if (!cfg->barrier_timeout_ms)
-		cfg->barrier_timeout_ms = 600000;
-	if (!cfg->max_pending_steps)
-		cfg->max_pending_steps = 4;
-	cfg->dir = NULL;
-	cfg->remote = NULL;
-	cfg->run_id = NULL;
-	return 0;
-}
-
-static int open_dir(struct ckpt *c, const char *dir, char *msg,
-		    size_t msg_len)
-{
-	struct stat sb;
-	size_t n = strlen(dir);
-
-	if (!n || n > PATH_MAX - 128) {
-		util_msg(msg, msg_len, "checkpoint directory '%s': give a path "
-			 "of 1 to %d bytes", dir, PATH_MAX - 128);
-		return -EINVAL;
-	}
-	c->dir = strdup(dir);
-	if (!c->dir)
-		return -ENOMEM;
-	while (n > 1 && c->dir[n - 1] == '/')
-		c->dir[--n] = '\0';
-	if (!c->cfg.read_only)
-		return ckpt_mkdir_p(c->dir, msg, msg_len);
-	if (stat(c->dir, &sb)) {
-		int e = errno;
-
-		if (e == ENOENT && c->cfg_remote) {
-			/* A new node, a lost disk: read from the store. */
-			free(c->dir);
-			c->dir = NULL;
-			return 0;
-		}
-		util_msg(msg, msg_len, "%s: %s (wrong path? give the directory "
-			 "the checkpoints were saved in)", c->dir, strerror(e));
-		return -e;
-	}
-	if (!S_ISDIR(sb.st_mode)) {
-		util_msg(msg, msg_len, "%s is not a directory (give the "
-			 "directory the checkpoints were saved in)", c->dir);
-		return -ENOTDIR;
-	}
-	return 0;
-}
-
-static int open_remote(struct ckpt *c, const char *url, char *msg,
-		       size_t msg_len)
-{
-	struct obj_config oc = c->cfg.obj;
-	struct obj_error err;
-	obj_status os;
-
-	c->remote = strdup(url);
-	if (!c->remote)
-		return -ENOMEM;
-	oc.url = c->remote;
-	if (oc.max_parallel < c->cfg.upload_parallel)
-		oc.max_parallel = c->cfg.upload_parallel;
-	os = obj_open(&oc, &c->st, &err);
-	if (os != OBJ_OK)
-		return ckpt_obj_fail(&err, os, url, msg, msg_len);
-	return 0;
-}
-
-static int start_threads(struct ckpt *c, char *msg, size_t msg_len)
-{
-	int rc;
-
-	rc = ckpt_io_init(c, c->cfg.io_depth);
-	if (rc) {
-		util_msg(msg, msg_len, "cannot set up the writer: %s",
-			 strerror(-rc));
-		return rc;
-	}
-	c->stats.uring = ckpt_io_uring(c->io);
-	c->uploaders = calloc(c->cfg.upload_parallel, sizeof(pthread_t));
-	if (!c->uploaders)
-		return -ENOMEM;
-	if ((rc = pthread_create(&c->writer, NULL, ckpt_writer_main, c)))
-		goto out_fail;
-	if ((rc = pthread_create(&c->committer, NULL, ckpt_committer_main,
-				 c))) {
-		c->stopping = true;
-		pthread_cond_broadcast(&c->writer_cond);
-		pthread_join(c->writer, NULL);
-		goto out_fail;
-	}
-	c->threads_started = true;
-	for (unsigned i = 0; c->st && i < c->cfg.upload_parallel; i++) {
-		if (pthread_create(&c->uploaders[i], NULL, ckpt_upload_main,
-				   c))
-			break;
-		c->nuploaders++;
-	}
-	if (c->st && !c->nuploaders) {
-		util_msg(msg, msg_len, "cannot start upload threads");
-		return -EAGAIN;
-	}
-	return 0;
-out_fail:
-	util_msg(msg, msg_len, "cannot start threads: %s", strerror(rc));
-	return -rc;
-}
-
-static void handle_free(struct ckpt *c);
-
-int ckpt_open(const struct ckpt_config *cfg, struct ckpt **out, char *msg,
-	      size_t msg_len)
-{
-	struct ckpt *c;
-	int rc;
-
-	*out = NULL;
-	util_msg(msg, msg_len, "%s", "");
-	if (!cfg->dir && !cfg->remote) {
-		util_msg(msg, msg_len, "no checkpoint location: give a "
-			 "directory, an s3://BUCKET/PREFIX or a file:///DIR URL");
-		return -EINVAL;
-	}
-	if (cfg->remote && strncmp(cfg->remote, "s3://", 5) &&
-	    strncmp(cfg->remote, "file://", 7)) {
-		util_msg(msg, msg_len, "remote '%s': give s3://BUCKET[/PREFIX] "
-			 "or file:///DIR", cfg->remote);
-		return -EINVAL;
-	}
-	c = calloc(1, sizeof(*c));
-	if (!c)
-		return -ENOMEM;
-	pthread_mutex_init(&c->lock, NULL);
-	pthread_mutex_init(&c->status_lock, NULL);
-	util_cond_init(&c->chunk_cond);
-	util_cond_init(&c->writer_cond);
-	util_cond_init(&c->upload_cond);
-	util_cond_init(&c->commit_cond);
-	util_cond_init(&c->step_cond);
-	c->stats.last_local_step = CKPT_STEP_NONE;
-	c->stats.last_remote_step = CKPT_STEP_NONE;
-	rc = config_apply(c, cfg, msg, msg_len);
-	c->cfg_remote = cfg->remote != NULL;
-	if (!rc && cfg->dir)
-		rc = open_dir(c, cfg->dir, msg, msg_len);
-	if (!rc && cfg->remote)
-		rc = open_remote(c, cfg->remote, msg, msg_len);
-	if (rc)
-		goto out_free;
-	c->stats.staging_bytes = c->cfg.staging_bytes;
-	c->stats.chunk_bytes = c->cfg.chunk_bytes;
-	ckpt_status_dir(c->dir, c->remote, c->status_dir,
-			sizeof(c->status_dir));
-	if (c->cfg.read_only) {
-		*out = c;
-		return 0;
-	}
-	if (c->rank == 0 && c->dir)
-		ckpt_retain_local(c->dir, 0, true, false, NULL, NULL, 0);
-	rc = ckpt_cuda_init(c, msg, msg_len);
-	if (rc && rc != -ENOTSUP)
-		goto out_free;
-	rc = start_threads(c, msg, msg_len);
-	if (rc)
-		goto out_free;
-	*out = c;
-	return 0;
-out_free:
-	handle_free(c);
-	return rc;
-}
-
-static void step_free(struct ckpt_step *s)
-{
-	if (!s)
-		return;
-	for (size_t i = 0; i < s->nt; i++)
-		free(s->t[i].name);
-	free(s->t);
-	free(s->hash);
-	free(s->jobs);
-	free(s->parts);
-	free(s->marker);
-	if (s->fd >= 0)
-		close(s->fd);
-	free(s);
-}
-
-static void handle_free(struct ckpt *c)
-{
-	struct ckpt_step *s, *next;
-
-	if (c->threads_started) {
-		pthread_mutex_lock(&c->lock);
-		c->stopping = true;
-		pthread_cond_broadcast(&c->writer_cond);
-		pthread_cond_broadcast(&c->upload_cond);
-		pthread_cond_broadcast(&c->commit_cond);
-		pthread_mutex_unlock(&c->lock);
-		pthread_join(c->writer, NULL);
-		pthread_join(c->committer, NULL);
-		for (unsigned i = 0; i < c->nuploaders; i++)
-			pthread_join(c->uploaders[i], NULL);
-	}
-	free(c->uploaders);
-	ckpt_io_free(c->io);
-	step_free(c->building);
-	for (s = c->done; s; s = next) {
-		next = s->next;
-		step_free(s);
-	}
-	if (c->staging) {
-		if (c->staging_pinned)
-			ckpt_cuda_host_free(c, c->staging);
-		else
-			munmap(c->staging, c->staging_len);
-	}
-	ckpt_cuda_free(c);
-	free(c->chunks);
-	if (c->st)
-		obj_close(c->st);
-	free(c->dir);
-	free(c->remote);
-	pthread_cond_destroy(&c->chunk_cond);
-	pthread_cond_destroy(&c->writer_cond);
-	pthread_cond_destroy(&c->upload_cond);
-	pthread_cond_destroy(&c->commit_cond);
-	pthread_cond_destroy(&c->step_cond);
-	pthread_mutex_destroy(&c->status_lock);
-	pthread_mutex_destroy(&c->lock);
-	free(c);
-}
-
-int ckpt_close(struct ckpt *c, char *msg, size_t msg_len)
-{
-	struct ckpt_step *s;
-	int rc = 0;
-
-	if (!c)
-		return 0;
-	util_msg(msg, msg_len, "%s", "");
-	pthread_mutex_lock(&c->lock);
-	step_free(c->building);
-	c->building = NULL;
-	while (c->threads_started && c->steps)
-		pthread_cond_wait(&c->step_cond, &c->lock);
-	for (s = c->done; s; s = s->next) {
-		if ((s->local_rc || s->remote_rc) && !s->reported) {
-			rc = s->local_rc ? s->local_rc : s->remote_rc;
-			util_msg(msg, msg_len, "%s", s->local_rc ?
-				 s->local_err : s->remote_err);
-			break;
-		}
-	}
-	pthread_mutex_unlock(&c->lock);
-	if (c->threads_started)
-		ckpt_status_write(c);
-	handle_free(c);
-	return rc;
-}
-
-/* ---- staging ---- */
-
-static int staging_alloc(struct ckpt *c, char *msg, size_t msg_len)
-{
-	size_t len = c->cfg.staging_bytes;
-	unsigned n = (unsigned)(len / c->cfg.chunk_bytes);
-
-	c->chunks = calloc(n, sizeof(*c->chunks));
-	if (!c->chunks)
-		return -ENOMEM;
-	c->staging = ckpt_cuda_host_alloc(c, len);
-	if (c->staging) {
-		c->staging_pinned = true;
-	} else {
-		c->staging = util_map_huge(len, true);
-		if (!c->staging) {
-			int e = errno;
-
-			free(c->chunks);
-			c->chunks = NULL;
-			util_msg(msg, msg_len, "cannot allocate %zu bytes of "
-				 "staging memory: %s (lower staging_bytes)",
-				 len, strerror(e));
-			return -e;
-		}
-	}
-	c->staging_len = len;
-	c->nchunks = n;
-	for (unsigned i = n; i-- > 0; ) {
-		c->chunks[i].buf = c->staging + (size_t)i * c->cfg.chunk_bytes;
-		c->chunks[i].next = c->free_chunks;
-		c->free_chunks = &c->chunks[i];
-	}
-	c->nfree = n;
-	return 0;
-}
-
 /* ---- saving ---- */
 
-static struct ckpt_step *find_step(struct ckpt *c, uint64_t step)
+struct ckpt_step *ckpt_find_step(struct ckpt *c, uint64_t step)
 {
 	for (struct ckpt_step *s = c->steps; s; s = s->next)
 		if (s->step == step)
@@ -524,7 +144,7 @@ static uint64_t newest_step_dir(const char *dir)
 /* A stat of step's manifest: on an fmfs mount that is a FUSE lookup or
  * two in the caller's blocking time, so steps above every step known to
  * be there (the usual case: each save a newer step) skip it. */
-static bool committed_locally(struct ckpt *c, uint64_t step)
+bool ckpt_committed_locally(struct ckpt *c, uint64_t step)
 {
 	char name[64], path[PATH_MAX];
 	struct stat sb;
@@ -552,7 +172,7 @@ static bool complete_locally(struct ckpt *c, uint64_t step)
 {
 	struct ckpt_reader *r;
 
-	if (!committed_locally(c, step))
+	if (!ckpt_committed_locally(c, step))
 		return false;
 	if (ckpt_reader_open_from(c, step, CKPT_FROM_LOCAL, &r, NULL, 0))
 		return false;
@@ -607,13 +227,13 @@ int ckpt_begin(struct ckpt *c, uint64_t step, char *msg, size_t msg_len)
 			 "(commit or abort it first)",
 			 (unsigned long long)c->building->step);
 		rc = -EBUSY;
-	} else if ((old = find_step(c, step)) && !drop_failed(c, old)) {
+	} else if ((old = ckpt_find_step(c, step)) && !drop_failed(c, old)) {
 		util_msg(msg, msg_len, "step %llu was already saved through "
 			 "this handle", (unsigned long long)step);
 		rc = -EEXIST;
 	}
 	if (!rc && !c->staging)
-		rc = staging_alloc(c, msg, msg_len);
+		rc = ckpt_staging_alloc(c, msg, msg_len);
 	if (!rc && c->in_flight >= c->cfg.max_pending_steps) {
 		c->stats.pending_waits++;
 		while (c->in_flight >= c->cfg.max_pending_steps)
@@ -637,7 +257,7 @@ int ckpt_prepare(struct ckpt *c, char *msg, size_t msg_len)
 	}
 	pthread_mutex_lock(&c->lock);
 	if (!c->staging)
-		rc = staging_alloc(c, msg, msg_len);
+		rc = ckpt_staging_alloc(c, msg, msg_len);
 	pthread_mutex_unlock(&c->lock);
 	return rc;
 }
@@ -645,18 +265,14 @@ int ckpt_prepare(struct ckpt *c, char *msg, size_t msg_len)
 void ckpt_abort(struct ckpt *c)
 {
 	pthread_mutex_lock(&c->lock);
-	step_free(c->building);
+	ckpt_step_free(c->building);
 	c->building = NULL;
 	pthread_mutex_unlock(&c->lock);
 }
 
 static uint32_t name_hash(const char *name)
 {
-	uint32_t h = 2166136261u;  /* FNV-1a */
-
-	for (; *name; name++)
-		h = (h ^ (unsigned char)*name) * 16777619u;
-	return h;
+	return (uint32_t)util_fnv1a64(UTIL_FNV64_BASIS, name, strlen(name));
 }
 
 /* Names of a step in an open-addressing table of tensor index + 1, kept
@@ -1061,203 +677,4 @@ int ckpt_marker_encode(struct ckpt *c, struct ckpt_step *s)
 	rc = ckpt_mf_encode(&m, &s->marker, &s->marker_len);
 	free(m.tensors);
 	return rc;
-}
-
-/* ---- waiting ---- */
-
-static bool level_done(const struct ckpt_step *s, bool local, bool remote)
-{
-	return (!local || s->local_handled) && (!remote || s->remote_handled);
-}
-
-/* Other ranks: poll until rank 0's manifest is there. */
-static int wait_manifest(struct ckpt *c, uint64_t step, bool remote,
-			 uint64_t deadline, char *msg, size_t msg_len)
-{
-	char name[64], key[96];
-	unsigned sleep_ms = 5;
-
-	ckpt_step_name(step, name, sizeof(name));
-	snprintf(key, sizeof(key), "%s/" CKPT_MANIFEST_NAME, name);
-	for (;;) {
-		if (!remote && committed_locally(c, step))
-			return 0;
-		if (remote) {
-			struct obj_error err;
-			struct obj_meta m;
-			obj_status os = obj_head(c->st, key, &m, &err);
-
-			if (os == OBJ_OK) {
-				obj_meta_release(&m);
-				return 0;
-			}
-			if (os != OBJ_ERR_NOT_FOUND)
-				return ckpt_obj_fail(&err, os, key, msg,
-						     msg_len);
-		}
-		if (deadline && util_now_ns() >= deadline) {
-			util_msg(msg, msg_len, "step %llu: this rank's shard is "
-				 "durable but rank 0 has not committed the "
-				 "checkpoint %s yet", (unsigned long long)step,
-				 remote ? "remotely" : "locally");
-			return -ETIMEDOUT;
-		}
-		usleep(sleep_ms * 1000);
-		if (sleep_ms < 200)
-			sleep_ms *= 2;
-	}
-}
-
-static int timed_wait(pthread_cond_t *cv, pthread_mutex_t *m,
-		      uint64_t deadline)
-{
-	struct timespec ts;
-
-	if (!deadline)
-		return pthread_cond_wait(cv, m);
-	ts.tv_sec = (time_t)(deadline / 1000000000ull);
-	ts.tv_nsec = (long)(deadline % 1000000000ull);
-	return pthread_cond_timedwait(cv, m, &ts);
-}
-
-int ckpt_wait(struct ckpt *c, uint64_t step, enum ckpt_level level,
-	      unsigned timeout_ms, char *msg, size_t msg_len)
-{
-	uint64_t deadline = timeout_ms ? util_now_ns() +
-			    timeout_ms * 1000000ull : 0;
-	bool local = false, remote = false;
-	struct ckpt_step *s;
-	int rc = 0;
-
-	util_msg(msg, msg_len, "%s", "");
-	if (level == CKPT_DURABLE)
-		level = c->st ? CKPT_REMOTE : CKPT_LOCAL;
-	local = level == CKPT_LOCAL;
-	remote = level == CKPT_REMOTE;
-	if ((local && !c->dir) || (remote && !c->st) || (!local && !remote)) {
-		util_msg(msg, msg_len, "no %s store configured to wait for",
-			 local ? "local" : "remote");
-		return -EINVAL;
-	}
-	pthread_mutex_lock(&c->lock);
-	s = find_step(c, step);
-	while (s && !level_done(s, local, remote) && !rc) {
-		if (timed_wait(&c->step_cond, &c->lock, deadline) == ETIMEDOUT)
-			rc = -ETIMEDOUT;
-		s = find_step(c, step);
-	}
-	if (!s) {
-		pthread_mutex_unlock(&c->lock);
-		if (local && committed_locally(c, step))
-			return 0;
-		util_msg(msg, msg_len, "step %llu was not saved through this "
-			 "handle", (unsigned long long)step);
-		return -ENOENT;
-	}
-	if (rc) {
-		util_msg(msg, msg_len, "step %llu is not yet committed %s after "
-			 "%u ms", (unsigned long long)step,
-			 local ? "locally" : "remotely", timeout_ms);
-	} else if (local ? s->local_rc : s->remote_rc) {
-		rc = local ? s->local_rc : s->remote_rc;
-		util_msg(msg, msg_len, "%s", local ? s->local_err :
-			 s->remote_err);
-		s->reported = true;
-	}
-	pthread_mutex_unlock(&c->lock);
-	if (!rc && c->rank != 0)
-		rc = wait_manifest(c, step, remote, deadline ? deadline :
-				   util_now_ns() + 2000000ull *
-				   c->cfg.barrier_timeout_ms, msg, msg_len);
-	return rc;
-}
-
-void ckpt_get_stats(struct ckpt *c, struct ckpt_stats *out)
-{
-	pthread_mutex_lock(&c->lock);
-	*out = c->stats;
-	out->steps_in_flight = c->in_flight;
-	pthread_mutex_unlock(&c->lock);
-}
-
-/* ---- status file ---- */
-
-static const char *step_state(const struct ckpt *c, const struct ckpt_step *s)
-{
-	if (!s->committed)
-		return "staging";
-	if (c->dir && !s->local_handled)
-		return s->local_ready ? "committing" : "writing";
-	if (c->st && !s->remote_handled)
-		return "draining";
-	return s->local_rc || s->remote_rc ? "failed" : "done";
-}
-
-/* One "key value" per line; `fmckpt status` parses it.  Values are the
- * rest of the line (newlines in error messages become spaces). */
-void ckpt_status_write(struct ckpt *c)
-{
-	char path[PATH_MAX + 64], tmp[PATH_MAX + 80], err[512];
-	struct ckpt_stats st;
-	FILE *f;
-
-	if (!c->status_dir[0])
-		return;
-	pthread_mutex_lock(&c->status_lock);
-	snprintf(path, sizeof(path), "%s/status-rank-%05u", c->status_dir,
-		 c->rank);
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	f = fopen(tmp, "w");
-	if (!f && !ckpt_mkdir_p(c->status_dir, NULL, 0))
-		f = fopen(tmp, "w");
-	if (!f) {
-		pthread_mutex_unlock(&c->status_lock);
-		return;
-	}
-	pthread_mutex_lock(&c->lock);
-	st = c->stats;
-	fprintf(f, "pid %d\nrank %u\nworld_size %u\nupdated_unix_s %lld\n"
-		"dir %s\nremote %s\nstaging_bytes %llu\n"
-		"staging_used_bytes %llu\nstaging_peak_bytes %llu\n"
-		"chunk_bytes %llu\ncommits %llu\ncommit_last_ns %llu\n"
-		"staging_waits %llu\npending_waits %llu\n"
-		"bytes_written %llu\nbytes_uploaded %llu\nsteps_failed %llu\n"
-		"uring %d\n", (int)getpid(), c->rank, c->world,
-		(long long)time(NULL), c->dir ? c->dir : "-",
-		c->remote ? c->remote : "-",
-		(unsigned long long)st.staging_bytes,
-		(unsigned long long)st.staging_used_bytes,
-		(unsigned long long)st.staging_peak_bytes,
-		(unsigned long long)st.chunk_bytes,
-		(unsigned long long)st.commits,
-		(unsigned long long)st.commit_last_ns,
-		(unsigned long long)st.staging_waits,
-		(unsigned long long)st.pending_waits,
-		(unsigned long long)st.bytes_written,
-		(unsigned long long)st.bytes_uploaded,
-		(unsigned long long)st.steps_failed, st.uring);
-	if (st.last_local_step != CKPT_STEP_NONE)
-		fprintf(f, "last_local_step %llu\n",
-			(unsigned long long)st.last_local_step);
-	if (st.last_remote_step != CKPT_STEP_NONE)
-		fprintf(f, "last_remote_step %llu\n",
-			(unsigned long long)st.last_remote_step);
-	for (struct ckpt_step *s = c->steps; s; s = s->next)
-		fprintf(f, "step %llu %s %llu %llu %llu\n",
-			(unsigned long long)s->step, step_state(c, s),
-			(unsigned long long)s->file_bytes,
-			(unsigned long long)s->bytes_written,
-			(unsigned long long)s->bytes_uploaded);
-	snprintf(err, sizeof(err), "%s", st.last_error);
-	pthread_mutex_unlock(&c->lock);
-	for (char *p = err; *p; p++)
-		if (*p == '\n' || *p == '\r')
-			*p = ' ';
-	if (err[0])
-		fprintf(f, "last_error %s\n", err);
-	if (fclose(f) == 0)
-		rename(tmp, path);
-	else
-		unlink(tmp);
-	pthread_mutex_unlock(&c->status_lock);
 }

@@ -344,6 +344,41 @@ static inline bool ckpt_writer_wanted(const struct ckpt *c)
 	       (!c->copy_fits && c->nfree <= ckpt_low_water(c));
 }
 
+/* open.c: frees what a step holds but the step itself (its tensor list,
+ * hash, jobs, parts, marker; closes its shard file), for a step freed
+ * and for one retired to the done list (drain.c). */
+void ckpt_step_release(struct ckpt_step *s);
+/* ckpt.c: the step in flight or done with that number, or NULL
+ * (c->lock). */
+struct ckpt_step *ckpt_find_step(struct ckpt *c, uint64_t step);
+/* Whether step has a manifest in the local directory (a stat; none
+ * for a step past the newest one there). */
+bool ckpt_committed_locally(struct ckpt *c, uint64_t step);
+/* ckpt_step_release, then the step (NULL: nothing). */
+void ckpt_step_free(struct ckpt_step *s);
+/* open.c: the staging region, at the first ckpt_begin (pinned when
+ * CUDA is there, prefaulted). */
+int ckpt_staging_alloc(struct ckpt *c, char *msg, size_t msg_len);
+
+/* load.c: a step opened for reading (list.c reads its manifest too) */
+struct ckpt_reader {
+	struct ckpt *c;
+	bool remote;
+	uint64_t step;
+	char where[PATH_MAX + 128];   /* for messages: DIR/step-N or URL */
+	char base[PATH_MAX];          /* local: DIR/step-N */
+	char prefix[96];              /* remote: step-N/ */
+	struct ckpt_manifest m;
+	int *fds;                     /* per shard; -1 until opened */
+	bool *hdr_ok;                 /* per shard: header checked */
+};
+/* The steps in the directory (if any) and in the store (if any), each
+ * list newest first (ckpt_local_scan, ckpt_remote_scan); both freed on
+ * failure. */
+int ckpt_scan_both(struct ckpt *c, struct ckpt_found **lv, size_t *ln,
+		   struct ckpt_found **rv, size_t *rn, char *msg,
+		   size_t msg_len);
+
 /* writer.c */
 int ckpt_io_init(struct ckpt *c, unsigned depth);
 void ckpt_io_free(struct ckpt_io *io);

@@ -644,22 +644,7 @@ static void retire(struct ckpt *c, struct ckpt_step *s)
 	for (pp = &c->steps; *pp != s; pp = &(*pp)->next)
 		;
 	*pp = s->next;
-	for (size_t i = 0; i < s->nt; i++)
-		free(s->t[i].name);
-	free(s->t);
-	free(s->hash);
-	free(s->jobs);
-	free(s->parts);
-	free(s->marker);
-	s->t = NULL;
-	s->hash = NULL;
-	s->jobs = NULL;
-	s->parts = NULL;
-	s->marker = NULL;
-	s->nt = 0;
-	if (s->fd >= 0)
-		close(s->fd);
-	s->fd = -1;
+	ckpt_step_release(s);
 	if (s->local_rc || s->remote_rc)
 		c->stats.steps_failed++;
 	s->next = c->done;

@@ -26,10 +26,9 @@ static size_t hash_ino(const struct fs *fs, fuse_ino_t ino)
 static size_t hash_name(const struct fs *fs, fuse_ino_t parent,
 			const char *name)
 {
-	uint64_t h = 1469598103934665603ull ^ parent;
+	uint64_t h = util_fnv1a64(UTIL_FNV64_BASIS ^ parent, name,
+				  strlen(name));
 
-	for (; *name; name++)
-		h = (h ^ (unsigned char)*name) * 1099511628211ull;
 	return (size_t)h & (fs->nbuckets - 1);
 }
 
@@ -262,15 +261,14 @@ uint64_t fs_dirent_ino(struct fs *fs, const struct fs_inode *dir,
 		       const char *name)
 {
 	struct fs_inode *in;
-	uint64_t h = 1469598103934665603ull ^ dir->ino;
 
 	for (in = fs->by_name[hash_name(fs, dir->ino, name)]; in;
 	     in = in->next_name)
 		if (in->parent == dir && !strcmp(in->name, name))
 			return in->ino;
-	for (const char *p = name; *p; p++)
-		h = (h ^ (unsigned char)*p) * 1099511628211ull;
-	return h | (1ull << 63); /* never one of ours, never 0 */
+	/* never one of ours, never 0 */
+	return util_fnv1a64(UTIL_FNV64_BASIS ^ dir->ino, name, strlen(name)) |
+	       (1ull << 63);
 }
 
 struct fs_inode *fs_inode_lookup(struct fs *fs, struct fs_inode *dir,

@@ -51,11 +51,8 @@ void fs_link_unlock(struct fs *fs)
 
 static size_t link_hash(const struct fs_inode *dir, const char *name)
 {
-	uint64_t h = 1469598103934665603ull ^ dir->ino;
-
-	for (; *name; name++)
-		h = (h ^ (unsigned char)*name) * 1099511628211ull;
-	return (size_t)(h % FS_LINK_BUCKETS);
+	return (size_t)(util_fnv1a64(UTIL_FNV64_BASIS ^ dir->ino, name,
+				     strlen(name)) % FS_LINK_BUCKETS);
 }
 
 static struct fs_link *link_find(struct fs *fs, const struct fs_inode *dir,
