@@ -69,7 +69,8 @@ OBJSTORE_LIBS = $(CURL_LIBS) $(CRYPTO_LIBS) $(EXPAT_LIBS) $(UTIL_LIBS)
 
 # cache/: the persistent NVMe cache (blocks, SQLite index, io_uring,
 # write-back)
-CACHE_OBJS = cache/cache.o cache/ensure.o cache/open.o cache/evict.o cache/index.o cache/fetch.o \
+CACHE_OBJS = cache/cache.o cache/ensure.o cache/open.o cache/evict.o \
+	cache/index.o cache/attr.o cache/flush.o cache/fetch.o \
 	cache/uring.o cache/wb.o cache/wb_db.o cache/wb_replay.o cache/wb_names.o \
 	cache/wb_upload.o cache/wb_meta.o \
 	cache/listing.o cache/group.o cache/dir.o

@@ -3,8 +3,9 @@
  * cache_int.h - what the files of the cache module share and nobody else
  * sees: struct cache and struct cache_file, and the functions that cache.c
  * (the table, files, warming), open.c (open/close), ensure.c
- * (ensure/read), evict.c (space and eviction), index.c (the SQLite index
- * and its flusher), fetch.c (fetch workers and readahead), uring.c (the
+ * (ensure/read), evict.c (space and eviction), index.c, attr.c and
+ * flush.c (the SQLite index, object attributes, the flusher; their own
+ * index_int.h), fetch.c (fetch workers and readahead), uring.c (the
  * io_uring engine) and the write-back (wb*.c, with their own wb_int.h)
  * offer one another.
  *
@@ -233,7 +234,8 @@ struct cache {
 	size_t ndead, dead_cap;
 	bool flush_all;             /* the last flush failed: rewrite all */
 
-	/* The index (index.c) and the listings kept in it (listing.c). */
+	/* The index (index.c, attr.c, flush.c) and the listings kept in it
+	 * (listing.c). */
 	struct cache_index *idx;
 	struct cache_names *names;
 

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * index.c - the cache's persistent index: DIR/index.sqlite in WAL mode,
+ * opened, checked and loaded here; object attributes in attr.c; the
+ * dirty list, flushes and the flusher thread in flush.c.  The index is
  * loaded into memory when the cache opens and written back by a flusher
  * thread, about once a second and at close, one transaction each time.
  * Hot paths never see SQL: they mark an object dirty (a list under a
@@ -53,38 +55,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cache_int.h"
-
-/* An attribute change not yet in the index. */
-struct attr_pend {
-	struct attr_pend *next;
-	uint64_t seq;               /* a flush removes it only if unchanged */
-	bool del;                   /* forget the row */
-	struct cache_attr a;
-	char key[];
-};
-
-#define ATTR_BUCKETS 4096u
-
-struct cache_index {
-	sqlite3 *db;
-	char path[PATH_MAX];
-	sqlite3_stmt *upsert_obj, *del_obj, *del_blocks;
-	sqlite3_stmt *put_chunk, *del_chunk, *set_atime;
-	sqlite3_stmt *get_attr, *put_attr, *del_attr;
-	pthread_mutex_t alock;      /* protects apend, napend, aseq and the
-	                             * get_attr statement (a leaf) */
-	struct attr_pend *apend[ATTR_BUCKETS];
-	size_t napend;
-	uint64_t aseq;
-	pthread_mutex_t flush_lock; /* one flush at a time */
-	pthread_mutex_t lock;       /* protects stop; cond wakes the flusher */
-	pthread_cond_t cond;
-	bool stop, started;
-	pthread_t thread;
-	bool failing;               /* the last write failed (flush_lock) */
-	_Atomic uint64_t flushes;   /* flushes ended without an error */
-};
+#include "index_int.h"
 
 /* The BLOBs (up to megabytes) in a table of their own, keyed by the
  * listings row's rowid: a stale mark or a touch rewrites a small row,
@@ -113,6 +84,8 @@ static const char *const schema_sql =
 	" DEFAULT 0, rdev INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;"
 	LISTINGS_SQL;
 
+/* The upgrades, upgrade_sql[n] from format n to n + 1, each one
+ * transaction. */
 /* Format 1 to 2: the attrs table (nothing else changed). */
 static const char *const upgrade1_sql =
 	"BEGIN;"
@@ -138,6 +111,10 @@ static const char *const upgrade3_sql =
 	LISTINGS_SQL
 	"UPDATE meta SET value='4' WHERE name='format';"
 	"COMMIT;";
+
+static const char *const upgrade_sql[CACHE_FORMAT_VERSION] = {
+	[1] = upgrade1_sql, [2] = upgrade2_sql, [3] = upgrade3_sql,
+};
 
 /* ---- errors: damaged (-EBADMSG, start over) or fatal (message) ---- */
 
@@ -255,32 +232,20 @@ static int check_identity(struct cache *c, struct cache_index *x,
 			 CACHE_FORMAT_VERSION);
 		return -EPROTO;
 	}
-	if (fmt == 1) {
-		rc = sqlite3_exec(x->db, upgrade1_sql, NULL, NULL, NULL);
+	for (long from = fmt; fmt >= 1 && fmt < CACHE_FORMAT_VERSION; fmt++) {
+		char what[64];
+
+		rc = sqlite3_exec(x->db, upgrade_sql[fmt], NULL, NULL, NULL);
 		if (rc != SQLITE_OK) {
 			sqlite3_exec(x->db, "ROLLBACK", NULL, NULL, NULL);
-			return db_fail(x, rc, "upgrading from format 1", e);
+			snprintf(what, sizeof(what), "upgrading from format %ld",
+				 fmt);
+			return db_fail(x, rc, what, e);
 		}
-		fmt = 2;
-	}
-	if (fmt == 2) {
-		rc = sqlite3_exec(x->db, upgrade2_sql, NULL, NULL, NULL);
-		if (rc != SQLITE_OK) {
-			sqlite3_exec(x->db, "ROLLBACK", NULL, NULL, NULL);
-			return db_fail(x, rc, "upgrading from format 2", e);
-		}
-		fmt = 3;
-	}
-	if (fmt == 3) {
-		rc = sqlite3_exec(x->db, upgrade3_sql, NULL, NULL, NULL);
-		if (rc != SQLITE_OK) {
-			sqlite3_exec(x->db, "ROLLBACK", NULL, NULL, NULL);
-			return db_fail(x, rc, "upgrading from format 3", e);
-		}
-		cache_log("index %s upgraded from format %s to %d (object "
-			  "attributes, listings)", x->path, v,
-			  CACHE_FORMAT_VERSION);
-		fmt = CACHE_FORMAT_VERSION;
+		if (fmt + 1 == CACHE_FORMAT_VERSION)
+			cache_log("index %s upgraded from format %ld to %d "
+				  "(object attributes, listings)", x->path,
+				  from, CACHE_FORMAT_VERSION);
 	}
 	if (fmt < CACHE_FORMAT_VERSION)
 		return damaged(e, "an older index format");
@@ -328,33 +293,6 @@ static int check_identity(struct cache *c, struct cache_index *x,
 }
 
 /* ---- loading ---- */
-
-static uint64_t le32_get(const unsigned char *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-	       (uint32_t)p[3] << 24;
-}
-
-static void le32_put(unsigned char *p, uint32_t v)
-{
-	p[0] = v & 0xff;
-	p[1] = (v >> 8) & 0xff;
-	p[2] = (v >> 16) & 0xff;
-	p[3] = v >> 24;
-}
-
-static uint32_t chunk_nblocks(const struct cache_file *f, uint32_t k)
-{
-	uint32_t first = k * CACHE_CHUNK_BLOCKS;
-	uint32_t n = f->nblocks - first;
-
-	return n < CACHE_CHUNK_BLOCKS ? n : CACHE_CHUNK_BLOCKS;
-}
-
-static uint32_t nchunks_of(const struct cache_file *f)
-{
-	return (f->nblocks + CACHE_CHUNK_BLOCKS - 1) / CACHE_CHUNK_BLOCKS;
-}
 
 struct loaded {
 	struct cache_file **v;      /* sorted by id */
@@ -430,9 +368,9 @@ static bool load_chunk(struct cache_file *f, uint32_t k,
 {
 	uint32_t nb;
 
-	if (k >= nchunks_of(f))
+	if (k >= cache_nchunks(f))
 		return false;
-	nb = chunk_nblocks(f, k);
+	nb = cache_chunk_nblocks(f, k);
 	if (!pres || !crc || plen != (int)((nb + 7) / 8) ||
 	    clen != (int)(4 * nb)) {
 		bit_set(f->dirty_chunks, k); /* rewrite it (as empty) */
@@ -444,7 +382,7 @@ static bool load_chunk(struct cache_file *f, uint32_t k,
 		if (!((pres[i / 8] >> (i % 8)) & 1))
 			continue;
 		bit_set(f->present, b);
-		f->crc[b] = (uint32_t)le32_get(crc + 4 * i);
+		f->crc[b] = (uint32_t)util_get32le(crc + 4 * i);
 	}
 	return true;
 }
@@ -502,7 +440,7 @@ static void load_finish(struct cache *c, struct loaded *l)
 		}
 		c->used_bytes += f->cached_bytes;
 		atomic_fetch_add(&c->blocks_present, nb);
-		for (uint32_t k = 0; k < nchunks_of(f); k++)
+		for (uint32_t k = 0; k < cache_nchunks(f); k++)
 			if (bit_test(f->dirty_chunks, k)) {
 				cache_mark_dirty(f);
 				break;
@@ -747,7 +685,7 @@ int cache_index_open(struct cache *c, char *msg, size_t ml)
 	return rc;
 }
 
-static void attr_pend_free_all(struct cache_index *x)
+void cache_attr_pend_free_all(struct cache_index *x)
 {
 	for (size_t b = 0; b < ATTR_BUCKETS; b++)
 		for (struct attr_pend *p = x->apend[b], *n; p; p = n) {
@@ -768,7 +706,7 @@ void cache_index_close(struct cache *c)
 		cache_names_clean(c);
 	db_close(c, x);
 	cache_names_free(c);
-	attr_pend_free_all(x);
+	cache_attr_pend_free_all(x);
 	pthread_mutex_destroy(&x->flush_lock);
 	pthread_mutex_destroy(&x->lock);
 	pthread_mutex_destroy(&x->alock);
@@ -791,669 +729,4 @@ uint64_t cache_index_bytes(struct cache *c)
 			n += (uint64_t)st.st_size;
 	}
 	return n;
-}
-
-/* ---- object attributes ---- */
-
-static size_t attr_hash(const char *key)
-{
-	return (size_t)(util_fnv1a64(UTIL_FNV64_BASIS, key, strlen(key)) %
-			ATTR_BUCKETS);
-}
-
-/* x->alock held. */
-static struct attr_pend **attr_pend_find(struct cache_index *x,
-					 const char *key)
-{
-	struct attr_pend **pp = &x->apend[attr_hash(key)];
-
-	while (*pp && strcmp((*pp)->key, key))
-		pp = &(*pp)->next;
-	return pp;
-}
-
-static int attr_db_get(struct cache_index *x, const char *key,
-		       struct cache_attr *out);
-
-static bool attr_same(const struct cache_attr *a, const struct cache_attr *b)
-{
-	return !strcmp(a->etag, b->etag) && a->has == b->has &&
-	       a->mode == b->mode && a->uid == b->uid && a->gid == b->gid &&
-	       a->mtime_ns == b->mtime_ns && a->ctime_ns == b->ctime_ns &&
-	       a->atime_ns == b->atime_ns && a->rdev == b->rdev;
-}
-
-int cache_attr_get(struct cache *c, const char *key, struct cache_attr *out)
-{
-	struct cache_index *x = c->idx;
-	struct attr_pend *p;
-	int rc = -ENOENT;
-
-	memset(out, 0, sizeof(*out));
-	if (!x)
-		return -ENOENT;
-	pthread_mutex_lock(&x->alock);
-	p = *attr_pend_find(x, key);
-	if (p) {
-		if (!p->del) {
-			*out = p->a;
-			rc = 0;
-		}
-		pthread_mutex_unlock(&x->alock);
-		return rc;
-	}
-	rc = attr_db_get(x, key, out);
-	pthread_mutex_unlock(&x->alock);
-	return rc;
-}
-
-/* key's row in the index (x->alock held): 0 or -ENOENT. */
-static int attr_db_get(struct cache_index *x, const char *key,
-		       struct cache_attr *out)
-{
-	sqlite3_stmt *st = x->get_attr;
-	int rc = -ENOENT;
-
-	if (st && sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC) ==
-	    SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
-		const char *etag = (const char *)sqlite3_column_text(st, 0);
-		int64_t has = sqlite3_column_int64(st, 1);
-
-		/* A row that does not fit is no row: the defaults. */
-		if (etag && strlen(etag) < sizeof(out->etag) && has >= 0 &&
-		    has <= CACHE_ATTR_ALL) {
-			snprintf(out->etag, sizeof(out->etag), "%s", etag);
-			out->has = (unsigned)has;
-			out->mode = (uint32_t)sqlite3_column_int64(st, 2);
-			out->uid = (uint32_t)sqlite3_column_int64(st, 3);
-			out->gid = (uint32_t)sqlite3_column_int64(st, 4);
-			out->mtime_ns = sqlite3_column_int64(st, 5);
-			out->ctime_ns = sqlite3_column_int64(st, 6);
-			out->atime_ns = sqlite3_column_int64(st, 7);
-			out->rdev = (uint32_t)sqlite3_column_int64(st, 8);
-			rc = 0;
-		}
-	}
-	if (st) {
-		sqlite3_reset(st);
-		sqlite3_clear_bindings(st);
-	}
-	return rc;
-}
-
-void cache_attr_set(struct cache *c, const char *key,
-		    const struct cache_attr *a)
-{
-	struct cache_index *x = c->idx;
-	size_t kl = strlen(key);
-	struct attr_pend **pp, *p;
-	bool full;
-
-	if (!x)
-		return;
-	pthread_mutex_lock(&x->alock);
-	full = x->napend >= CACHE_ATTR_PENDING_MAX;
-	pthread_mutex_unlock(&x->alock);
-	if (full) /* rare: more than the flusher writes in a second */
-		cache_index_flush(c, false);
-	pthread_mutex_lock(&x->alock);
-	pp = attr_pend_find(x, key);
-	p = *pp;
-	if (!p) {
-		struct cache_attr cur;
-		int rc = attr_db_get(x, key, &cur);
-
-		/* The index says so already (a HEAD at every open after
-		 * --refresh mostly learns nothing new): no write. */
-		if ((!a && rc) || (a && !rc && attr_same(a, &cur))) {
-			pthread_mutex_unlock(&x->alock);
-			return;
-		}
-		p = calloc(1, sizeof(*p) + kl + 1);
-		if (!p) {
-			pthread_mutex_unlock(&x->alock);
-			cache_log_ratelimited("out of memory: attributes of "
-					      "%s not kept", key);
-			return;
-		}
-		memcpy(p->key, key, kl + 1);
-		*pp = p;
-		x->napend++;
-	}
-	p->seq = ++x->aseq;
-	p->del = !a;
-	if (a)
-		p->a = *a;
-	pthread_mutex_unlock(&x->alock);
-}
-
-/* The pending changes, copied for a flush. */
-struct attr_snap {
-	struct attr_pend **v;
-	size_t n;
-};
-
-static int attr_snap_take(struct cache_index *x, struct attr_snap *as)
-{
-	size_t n = 0;
-
-	as->v = NULL;
-	as->n = 0;
-	pthread_mutex_lock(&x->alock);
-	if (x->napend)
-		as->v = malloc(x->napend * sizeof(*as->v));
-	for (size_t b = 0; as->v && b < ATTR_BUCKETS; b++)
-		for (struct attr_pend *p = x->apend[b]; p; p = p->next) {
-			size_t sz = sizeof(*p) + strlen(p->key) + 1;
-			struct attr_pend *q = malloc(sz);
-
-			if (!q)
-				continue; /* stays pending for the next flush */
-			memcpy(q, p, sz);
-			as->v[n++] = q;
-		}
-	pthread_mutex_unlock(&x->alock);
-	as->n = n;
-	return x->napend && !as->v ? -ENOMEM : 0;
-}
-
-/* After a commit: what it wrote is in the index now, unless changed
- * since. */
-static void attr_snap_done(struct cache_index *x, struct attr_snap *as,
-			   bool written)
-{
-	pthread_mutex_lock(&x->alock);
-	for (size_t i = 0; written && i < as->n; i++) {
-		struct attr_pend **pp = attr_pend_find(x, as->v[i]->key), *p;
-
-		p = *pp;
-		if (p && p->seq == as->v[i]->seq) {
-			*pp = p->next;
-			free(p);
-			x->napend--;
-		}
-	}
-	pthread_mutex_unlock(&x->alock);
-	for (size_t i = 0; i < as->n; i++)
-		free(as->v[i]);
-	free(as->v);
-}
-
-static int step_reset(sqlite3_stmt *st);
-
-static int attr_write(struct cache_index *x, const struct attr_pend *p)
-{
-	if (p->del) {
-		sqlite3_bind_text(x->del_attr, 1, p->key, -1, SQLITE_STATIC);
-		return step_reset(x->del_attr);
-	}
-	sqlite3_bind_text(x->put_attr, 1, p->key, -1, SQLITE_STATIC);
-	sqlite3_bind_text(x->put_attr, 2, p->a.etag, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(x->put_attr, 3, p->a.has);
-	sqlite3_bind_int64(x->put_attr, 4, p->a.mode);
-	sqlite3_bind_int64(x->put_attr, 5, p->a.uid);
-	sqlite3_bind_int64(x->put_attr, 6, p->a.gid);
-	sqlite3_bind_int64(x->put_attr, 7, p->a.mtime_ns);
-	sqlite3_bind_int64(x->put_attr, 8, p->a.ctime_ns);
-	sqlite3_bind_int64(x->put_attr, 9, p->a.atime_ns);
-	sqlite3_bind_int64(x->put_attr, 10, p->a.rdev);
-	return step_reset(x->put_attr);
-}
-
-/* ---- the dirty list ---- */
-
-void cache_mark_dirty(struct cache_file *f)
-{
-	struct cache *c = f->c;
-
-	pthread_mutex_lock(&c->dirty_lock);
-	if (!f->detached && !f->on_dirty) {
-		f->dprev = NULL;
-		f->dnext = c->dirty_head;
-		if (c->dirty_head)
-			c->dirty_head->dprev = f;
-		c->dirty_head = f;
-		f->on_dirty = true;
-	}
-	pthread_mutex_unlock(&c->dirty_lock);
-}
-
-void cache_index_detach(struct cache_file *f)
-{
-	struct cache *c = f->c;
-
-	pthread_mutex_lock(&c->dirty_lock);
-	if (f->on_dirty) {
-		if (f->dprev)
-			f->dprev->dnext = f->dnext;
-		else
-			c->dirty_head = f->dnext;
-		if (f->dnext)
-			f->dnext->dprev = f->dprev;
-		f->dnext = f->dprev = NULL;
-		f->on_dirty = false;
-	}
-	f->detached = true;
-	pthread_mutex_unlock(&c->dirty_lock);
-}
-
-static bool dead_push_locked(struct cache *c, const uint64_t *ids, size_t n)
-{
-	if (c->ndead + n > c->dead_cap) {
-		size_t cap = (c->ndead + n) * 2 + 64;
-		uint64_t *v = realloc(c->dead_ids, cap * sizeof(*v));
-
-		if (!v)
-			return false;
-		c->dead_ids = v;
-		c->dead_cap = cap;
-	}
-	if (n)
-		memcpy(c->dead_ids + c->ndead, ids, n * sizeof(*ids));
-	c->ndead += n;
-	return true;
-}
-
-void cache_index_forget(struct cache *c, uint64_t id)
-{
-	bool ok;
-
-	pthread_mutex_lock(&c->dirty_lock);
-	ok = dead_push_locked(c, &id, 1);
-	pthread_mutex_unlock(&c->dirty_lock);
-	if (!ok) /* the row stays; its missing file is noticed at open */
-		cache_log_ratelimited("out of memory: index row %llu kept",
-				      (unsigned long long)id);
-}
-
-/* ---- flushing: copy out under the locks, write with none held ---- */
-
-struct snap_chunk {
-	uint32_t chunk, nb;
-	bool empty;
-	unsigned char *present;     /* (nb + 7) / 8 bytes */
-	unsigned char *crc;         /* 4 * nb bytes, little-endian */
-};
-
-struct snap_obj {
-	struct snap_obj *next;
-	uint64_t id, size_bytes, cached_bytes;
-	int64_t atime_ns;
-	char etag[CACHE_ETAG_MAX];
-	char *key;
-	unsigned nchunks;
-	struct snap_chunk chunks[];
-};
-
-struct snap_atime {
-	uint64_t id;
-	int64_t atime_ns;
-};
-
-struct snap {
-	struct snap_obj *objs;
-	uint64_t *dead;
-	size_t ndead;
-	struct snap_atime *atimes;
-	size_t natimes;
-};
-
-static void snap_chunk_fill(const struct cache_file *f, uint32_t k,
-			    struct snap_chunk *sc, unsigned char *mem)
-{
-	uint32_t nb = chunk_nblocks(f, k);
-
-	sc->chunk = k;
-	sc->nb = nb;
-	sc->empty = true;
-	sc->present = mem;
-	sc->crc = mem + (nb + 7) / 8;
-	memset(sc->present, 0, (nb + 7) / 8);
-	for (uint32_t i = 0; i < nb; i++) {
-		uint32_t b = k * CACHE_CHUNK_BLOCKS + i;
-		bool p = bit_test(f->present, b);
-
-		if (p) {
-			sc->present[i / 8] |= (unsigned char)(1u << (i % 8));
-			sc->empty = false;
-		}
-		le32_put(sc->crc + 4 * i, p ? f->crc[b] : 0);
-	}
-}
-
-/* Copies f's dirty state (f->lock held); NULL if none or no memory. */
-static struct snap_obj *snap_obj(struct cache_file *f, bool *nomem)
-{
-	uint32_t nch = nchunks_of(f), nd = 0;
-	size_t kl = strlen(f->key), size;
-	struct snap_obj *so;
-	unsigned char *mem;
-
-	for (uint32_t k = 0; k < nch; k++)
-		nd += bit_test(f->dirty_chunks, k);
-	if (!nd && !f->row_dirty)
-		return NULL;
-	size = sizeof(*so) + nd * sizeof(so->chunks[0]) + kl + 1;
-	for (uint32_t k = 0; k < nch; k++)
-		if (bit_test(f->dirty_chunks, k))
-			size += (chunk_nblocks(f, k) + 7) / 8 +
-				4 * (size_t)chunk_nblocks(f, k);
-	so = malloc(size);
-	if (!so) {
-		*nomem = true;
-		return NULL;
-	}
-	so->next = NULL;
-	so->id = f->id;
-	so->size_bytes = f->size_bytes;
-	so->cached_bytes = f->cached_bytes;
-	so->atime_ns = atomic_load(&f->atime_ns);
-	memcpy(so->etag, f->etag, sizeof(so->etag));
-	so->nchunks = 0;
-	mem = (unsigned char *)&so->chunks[nd];
-	so->key = (char *)mem;
-	memcpy(so->key, f->key, kl + 1);
-	mem += kl + 1;
-	for (uint32_t k = 0; k < nch; k++) {
-		struct snap_chunk *sc = &so->chunks[so->nchunks];
-
-		if (!bit_test(f->dirty_chunks, k))
-			continue;
-		snap_chunk_fill(f, k, sc, mem);
-		mem += (sc->nb + 7) / 8 + 4 * (size_t)sc->nb;
-		so->nchunks++;
-		bit_clear(f->dirty_chunks, k);
-	}
-	f->row_dirty = false;
-	return so;
-}
-
-static void mark_all_dirty_locked(struct cache *c)
-{
-	for (size_t i = 0; i < c->table_size; i++)
-		for (struct cache_file *f = c->table[i]; f; f = f->hnext) {
-			pthread_mutex_lock(&f->lock);
-			memset(f->dirty_chunks, 0xff,
-			       bitmap_words(nchunks_of(f)) * 8);
-			f->row_dirty = true;
-			pthread_mutex_unlock(&f->lock);
-			cache_mark_dirty(f);
-		}
-}
-
-/* The dirty list as an array: the list links may change once
- * dirty_lock is dropped. */
-static struct cache_file **take_dirty(struct cache *c, size_t *n,
-				      struct snap *s)
-{
-	struct cache_file **v, *f;
-	size_t cnt = 0;
-
-	pthread_mutex_lock(&c->dirty_lock);
-	for (f = c->dirty_head; f; f = f->dnext)
-		cnt++;
-	v = malloc((cnt + 1) * sizeof(*v));
-	if (v) {
-		cnt = 0;
-		for (f = c->dirty_head; f; f = f->dnext) {
-			v[cnt++] = f;
-			f->on_dirty = false;
-		}
-		for (size_t i = 0; i < cnt; i++)
-			v[i]->dnext = v[i]->dprev = NULL;
-		c->dirty_head = NULL;
-		s->dead = c->dead_ids;
-		s->ndead = c->ndead;
-		c->dead_ids = NULL;
-		c->ndead = c->dead_cap = 0;
-	}
-	pthread_mutex_unlock(&c->dirty_lock);
-	*n = cnt;
-	return v;
-}
-
-static void snap_atimes_locked(struct cache *c, struct snap *s)
-{
-	size_t n = 0;
-
-	s->atimes = malloc((c->nobjects + 1) * sizeof(*s->atimes));
-	if (!s->atimes)
-		return;
-	for (size_t i = 0; i < c->table_size; i++)
-		for (struct cache_file *f = c->table[i]; f; f = f->hnext) {
-			int64_t a = atomic_load(&f->atime_ns);
-
-			if (a == f->saved_atime_ns)
-				continue;
-			s->atimes[n].id = f->id;
-			s->atimes[n++].atime_ns = a;
-			f->saved_atime_ns = a;
-		}
-	s->natimes = n;
-}
-
-static int snap_take(struct cache *c, struct snap *s, bool all_atimes)
-{
-	struct cache_file **v;
-	struct snap_obj **tail = &s->objs;
-	bool flush_all, nomem = false;
-	size_t n;
-
-	pthread_mutex_lock(&c->lock);
-	pthread_mutex_lock(&c->dirty_lock);
-	flush_all = c->flush_all;
-	c->flush_all = false;
-	pthread_mutex_unlock(&c->dirty_lock);
-	if (flush_all)
-		mark_all_dirty_locked(c);
-	v = take_dirty(c, &n, s);
-	for (size_t i = 0; v && i < n; i++) {
-		struct cache_file *f = v[i];
-		struct snap_obj *so;
-
-		pthread_mutex_lock(&f->lock);
-		so = snap_obj(f, &nomem);
-		pthread_mutex_unlock(&f->lock);
-		if (so) {
-			f->saved_atime_ns = so->atime_ns;
-			*tail = so;
-			tail = &so->next;
-		} else if (nomem) {
-			cache_mark_dirty(f); /* its bits are still set */
-		}
-	}
-	if (all_atimes)
-		snap_atimes_locked(c, s);
-	pthread_mutex_unlock(&c->lock);
-	free(v);
-	return v && !nomem ? 0 : -ENOMEM;
-}
-
-static void snap_free(struct snap *s)
-{
-	struct snap_obj *so, *next;
-
-	for (so = s->objs; so; so = next) {
-		next = so->next;
-		free(so);
-	}
-	free(s->dead);
-	free(s->atimes);
-}
-
-static int step_reset(sqlite3_stmt *st)
-{
-	int rc = sqlite3_step(st);
-
-	sqlite3_reset(st);
-	sqlite3_clear_bindings(st);
-	return rc == SQLITE_DONE ? SQLITE_OK : rc;
-}
-
-static int write_obj(struct cache_index *x, const struct snap_obj *so)
-{
-	int rc;
-
-	sqlite3_bind_int64(x->upsert_obj, 1, (int64_t)so->id);
-	sqlite3_bind_text(x->upsert_obj, 2, so->key, -1, SQLITE_STATIC);
-	sqlite3_bind_text(x->upsert_obj, 3, so->etag, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(x->upsert_obj, 4, (int64_t)so->size_bytes);
-	sqlite3_bind_int64(x->upsert_obj, 5, so->atime_ns);
-	sqlite3_bind_int64(x->upsert_obj, 6, (int64_t)so->cached_bytes);
-	rc = step_reset(x->upsert_obj);
-	for (unsigned i = 0; rc == SQLITE_OK && i < so->nchunks; i++) {
-		const struct snap_chunk *sc = &so->chunks[i];
-
-		if (sc->empty) {
-			sqlite3_bind_int64(x->del_chunk, 1, (int64_t)so->id);
-			sqlite3_bind_int64(x->del_chunk, 2, sc->chunk);
-			rc = step_reset(x->del_chunk);
-			continue;
-		}
-		sqlite3_bind_int64(x->put_chunk, 1, (int64_t)so->id);
-		sqlite3_bind_int64(x->put_chunk, 2, sc->chunk);
-		sqlite3_bind_blob(x->put_chunk, 3, sc->present,
-				  (int)((sc->nb + 7) / 8), SQLITE_STATIC);
-		sqlite3_bind_blob(x->put_chunk, 4, sc->crc, (int)(4 * sc->nb),
-				  SQLITE_STATIC);
-		rc = step_reset(x->put_chunk);
-	}
-	return rc;
-}
-
-static int snap_write(struct cache *c, struct cache_index *x,
-		      const struct snap *s, const struct attr_snap *as,
-		      struct cache_names_snap *ns)
-{
-	int rc = sqlite3_exec(x->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
-
-	for (size_t i = 0; rc == SQLITE_OK && i < s->ndead; i++) {
-		sqlite3_bind_int64(x->del_blocks, 1, (int64_t)s->dead[i]);
-		rc = step_reset(x->del_blocks);
-		if (rc == SQLITE_OK) {
-			sqlite3_bind_int64(x->del_obj, 1, (int64_t)s->dead[i]);
-			rc = step_reset(x->del_obj);
-		}
-	}
-	for (const struct snap_obj *so = s->objs; rc == SQLITE_OK && so;
-	     so = so->next)
-		rc = write_obj(x, so);
-	for (size_t i = 0; rc == SQLITE_OK && i < s->natimes; i++) {
-		sqlite3_bind_int64(x->set_atime, 1, s->atimes[i].atime_ns);
-		sqlite3_bind_int64(x->set_atime, 2, (int64_t)s->atimes[i].id);
-		rc = step_reset(x->set_atime);
-	}
-	for (size_t i = 0; rc == SQLITE_OK && i < as->n; i++)
-		rc = attr_write(x, as->v[i]);
-	if (rc == SQLITE_OK)
-		rc = cache_names_write(c, ns);
-	if (rc == SQLITE_OK)
-		rc = sqlite3_exec(x->db, "COMMIT", NULL, NULL, NULL);
-	if (rc != SQLITE_OK) {
-		if (!x->failing)
-			cache_log("cannot write the index %s: %s; retrying "
-				  "every second", x->path,
-				  sqlite3_errmsg(x->db));
-		x->failing = true;
-		sqlite3_exec(x->db, "ROLLBACK", NULL, NULL, NULL);
-		return -EIO;
-	}
-	if (x->failing)
-		cache_log("index %s written again", x->path);
-	x->failing = false;
-	return 0;
-}
-
-int cache_index_flush(struct cache *c, bool all_atimes)
-{
-	struct cache_index *x = c->idx;
-	struct snap s = { 0 };
-	struct cache_names_snap *ns = NULL;
-	struct attr_snap as;
-	int rc;
-
-	if (!x || !x->db)
-		return 0;
-	pthread_mutex_lock(&x->flush_lock);
-	rc = snap_take(c, &s, all_atimes);
-	if (!rc)
-		rc = attr_snap_take(x, &as);
-	else
-		as.v = NULL, as.n = 0;
-	if (!rc)
-		rc = cache_names_snap_take(c, &ns);
-	if (!rc && (s.objs || s.ndead || s.natimes || as.n || ns ||
-		    cache_names_over(c)))
-		rc = snap_write(c, x, &s, &as, ns);
-	attr_snap_done(x, &as, rc == 0);
-	cache_names_snap_done(c, ns, rc == 0);
-	if (rc) {
-		/* Everything again next time; the deletions too. */
-		pthread_mutex_lock(&c->dirty_lock);
-		if (s.ndead && !dead_push_locked(c, s.dead, s.ndead))
-			cache_log_ratelimited("out of memory: %zu index rows "
-					      "kept", s.ndead);
-		c->flush_all = true;
-		pthread_mutex_unlock(&c->dirty_lock);
-	}
-	snap_free(&s);
-	if (!rc)
-		atomic_fetch_add(&x->flushes, 1);
-	pthread_mutex_unlock(&x->flush_lock);
-	return rc;
-}
-
-uint64_t cache_index_flushes(struct cache *c)
-{
-	return c->idx ? atomic_load(&c->idx->flushes) : 0;
-}
-
-/* ---- the flusher thread ---- */
-
-static void *flusher(void *arg)
-{
-	struct cache *c = arg;
-	struct cache_index *x = c->idx;
-	unsigned n = 0;
-
-	pthread_mutex_lock(&x->lock);
-	while (!x->stop) {
-		struct timespec t = util_deadline(CACHE_FLUSH_INTERVAL_MS);
-
-		while (!x->stop && pthread_cond_timedwait(&x->cond, &x->lock,
-							  &t) != ETIMEDOUT)
-			;
-		if (x->stop)
-			break;
-		pthread_mutex_unlock(&x->lock);
-		cache_index_flush(c, ++n % CACHE_ATIME_FLUSH_EVERY == 0);
-		pthread_mutex_lock(&x->lock);
-	}
-	pthread_mutex_unlock(&x->lock);
-	return NULL;
-}
-
-int cache_index_start(struct cache *c)
-{
-	struct cache_index *x = c->idx;
-	int rc = pthread_create(&x->thread, NULL, flusher, c);
-
-	if (rc)
-		return -rc;
-	x->started = true;
-	return 0;
-}
-
-void cache_index_stop(struct cache *c)
-{
-	struct cache_index *x = c->idx;
-
-	if (!x || !x->started)
-		return;
-	pthread_mutex_lock(&x->lock);
-	x->stop = true;
-	pthread_cond_signal(&x->cond);
-	pthread_mutex_unlock(&x->lock);
-	pthread_join(x->thread, NULL);
-	x->started = false;
 }

@@ -16,7 +16,7 @@
  * Nothing here is on a hot path's critical section: a put copies the
  * bytes into a small table in memory (seen by a get at once) and the
  * flusher writes them in its transaction, with the attributes and the
- * blocks (index.c).  The table is bounded (cfg.listing_max_bytes): past
+ * blocks (flush.c).  The table is bounded (cfg.listing_max_bytes): past
  * the bound, each flush deletes the listings used longest ago.  A
  * listing evicted, or never written, only costs a LIST.
  *
@@ -421,7 +421,7 @@ void cache_listing_stats(struct cache *c, uint64_t *dirs, uint64_t *entries)
 	pthread_mutex_unlock(&n->lock);
 }
 
-/* ---- flushing (index.c's transaction) ---- */
+/* ---- flushing (flush.c's transaction) ---- */
 
 struct cache_names_snap {
 	struct names_pend **v;
