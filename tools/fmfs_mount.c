@@ -73,6 +73,9 @@ static void mount_usage(FILE *f)
 "                        most the cache disk's size (default: half of\n"
 "                        the free space of the cache directory's disk)\n"
 "  --endpoint URL --region R --profile P --path-style  (as fmfs obj)\n"
+"  --credentials FILE    the AWS shared credentials file to take the keys\n"
+"                        from (AWS_SHARED_CREDENTIALS_FILE; --profile\n"
+"                        picks its section)\n"
 "  --mode MODE           sw (default: this cache is the only writer), iw\n"
 "                        (independent writers: revalidate, last close\n"
 "                        wins), lu (local updates, never uploaded), ro\n"
@@ -206,11 +209,12 @@ enum { OPT_CACHE_DIR = 256, OPT_CACHE_SIZE, OPT_MODE, OPT_REFRESH,
        OPT_UPAR, OPT_NO_PT, OPT_NO_URING, OPT_FMODE, OPT_DMODE, OPT_UID, OPT_GID,
        OPT_NO_AO, OPT_NEG, OPT_MEM, OPT_NS, OPT_INO, OPT_METRICS,
        OPT_PEERS, OPT_PEER_LISTEN, OPT_PEER_SECRET, OPT_PEER_TIMEOUT,
-       OPT_PEER_TRANSPORT, OPT_PEER_KEEP_LOCAL };
+       OPT_PEER_TRANSPORT, OPT_PEER_KEEP_LOCAL, OPT_CREDENTIALS };
 static const struct option mount_lo[] = {
 	{ "cache-dir", required_argument, NULL, OPT_CACHE_DIR },
 	{ "cache-size", required_argument, NULL, OPT_CACHE_SIZE },
 	TOOLS_OBJ_OPTIONS,
+	{ "credentials", required_argument, NULL, OPT_CREDENTIALS },
 	{ "mode", required_argument, NULL, OPT_MODE },
 	{ "refresh", required_argument, NULL, OPT_REFRESH },
 	{ "negative-refresh", required_argument, NULL, OPT_NEG },
@@ -286,8 +290,53 @@ static int mount_cache_opt(int c, const char *arg, struct mount_opts *o)
 	}
 }
 
-/* How the mount talks to the store: the mode, uploads, how long
- * listings are trusted and reads wait. */
+/* --credentials FILE: the AWS shared credentials file, read as
+ * AWS_SHARED_CREDENTIALS_FILE is (mount.fmfs's credentials=FILE is this
+ * option).  Checked here, so that a mistake gets a message naming the
+ * file rather than "no credentials found", and made absolute: the daemon
+ * runs in /.  Keys in the environment still come first, as for every AWS
+ * tool: said once, since the file would then go unread. */
+static int mount_credentials_opt(const char *arg)
+{
+	char real[PATH_MAX];
+	struct stat st;
+	int fd = -1, e = 0;
+
+	if (!realpath(arg, real))
+		e = errno;
+	else if ((fd = open(real, O_RDONLY | O_CLOEXEC)) < 0)
+		e = errno;
+	else if (fstat(fd, &st))
+		e = errno;
+	else if (!S_ISREG(st.st_mode))
+		e = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
+	if (fd >= 0)
+		close(fd);
+	if (e) {
+		fprintf(stderr, "fmfs mount: --credentials '%s': %s: give the "
+			"AWS shared credentials file to take the keys from, "
+			"readable by this user (an INI file: [default], "
+			"aws_access_key_id = ..., aws_secret_access_key = "
+			"...)\n", arg, e == EINVAL ? "not a regular file" :
+			strerror(e));
+		return -1;
+	}
+	if (setenv("AWS_SHARED_CREDENTIALS_FILE", real, 1)) {
+		perror("fmfs mount: setenv");
+		return -1;
+	}
+	if (getenv("AWS_ACCESS_KEY_ID") && *getenv("AWS_ACCESS_KEY_ID") &&
+	    getenv("AWS_SECRET_ACCESS_KEY") &&
+	    *getenv("AWS_SECRET_ACCESS_KEY"))
+		fprintf(stderr, "fmfs mount: note: AWS_ACCESS_KEY_ID and "
+			"AWS_SECRET_ACCESS_KEY are set, and keys in the "
+			"environment come before --credentials %s: unset them "
+			"to use the file\n", real);
+	return 0;
+}
+
+/* How the mount talks to the store: the mode, credentials, uploads, how
+ * long listings are trusted and reads wait. */
 static int mount_store_opt(int c, const char *arg, struct mount_opts *o)
 {
 	uint64_t v;
@@ -323,6 +372,8 @@ static int mount_store_opt(int c, const char *arg, struct mount_opts *o)
 	case OPT_UPAR:
 		return mount_uint_opt("--upload-parallel", arg, 1, 64,
 				      "requests", &o->obj.max_parallel);
+	case OPT_CREDENTIALS:
+		return mount_credentials_opt(arg);
 	default:
 		return 1;
 	}
