@@ -302,6 +302,8 @@ bench: all
 	$(Q)tools/bench/bench-write.sh
 	$(Q)tools/bench/bench-train.sh
 
+MAN_PAGES = docs/fmfs.1 docs/fmckpt.1 docs/fmtrain.1 docs/fmfs-csi.1
+
 install: $(PROGS) $(FMCKPT_INSTALL) $(CSI_PB)
 	install -d $(DESTDIR)$(bindir) $(DESTDIR)$(mandir)/man1 \
 		$(DESTDIR)$(libdir) $(DESTDIR)$(pkgconfigdir) \
@@ -311,8 +313,7 @@ install: $(PROGS) $(FMCKPT_INSTALL) $(CSI_PB)
 	install -m 644 $(CSI_LIB) $(CSI_PB) $(DESTDIR)$(libdir)/fmfs/csi/
 	install -d $(DESTDIR)$(mounthelperdir)
 	ln -sf $(bindir)/fmfs $(DESTDIR)$(mounthelperdir)/mount.fmfs
-	install -m 644 docs/fmfs.1 docs/fmckpt.1 docs/fmtrain.1 \
-		$(DESTDIR)$(mandir)/man1/
+	install -m 644 $(MAN_PAGES) $(DESTDIR)$(mandir)/man1/
 	install -m 644 ckpt/libfmckpt.a $(DESTDIR)$(libdir)/
 	install -m 755 $(FMCKPT_SO) $(DESTDIR)$(libdir)/
 	ln -sf libfmckpt.so.$(FMCKPT_SO_VERSION) $(DESTDIR)$(libdir)/libfmckpt.so
@@ -323,7 +324,7 @@ install: $(PROGS) $(FMCKPT_INSTALL) $(CSI_PB)
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(bindir)/,$(notdir $(PROGS)) fmfs-csi) \
 		$(DESTDIR)$(mounthelperdir)/mount.fmfs \
-		$(addprefix $(DESTDIR)$(mandir)/man1/,fmfs.1 fmckpt.1 fmtrain.1) \
+		$(addprefix $(DESTDIR)$(mandir)/man1/,$(notdir $(MAN_PAGES))) \
 		$(DESTDIR)$(libdir)/libfmckpt.a $(DESTDIR)$(libdir)/libfmckpt.so \
 		$(DESTDIR)$(libdir)/libfmckpt.so.$(FMCKPT_SO_VERSION) \
 		$(DESTDIR)$(pkgconfigdir)/fmckpt.pc

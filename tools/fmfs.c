@@ -24,7 +24,8 @@ static void usage(FILE *f)
 "  fmfs metrics MOUNTPOINT                    Prometheus text (docs/metrics.md)\n"
 "  fmfs prefetch MOUNTPOINT (PATH... | --list FILE) [--wait]\n"
 "  fmfs evict MOUNTPOINT (PATH... | --list FILE)\n"
-"  fmfs obj ls|stat|get|put|rm|cp|check ...   object-store client\n"
+"  fmfs obj ls|stat|get|put|rm|mkdir|cp|check ...\n"
+"                                             object-store client\n"
 "  fmfs --version\n"
 "\n"
 "Run 'fmfs obj --help' for the object commands.  See fmfs(1).\n");

@@ -10,9 +10,10 @@
  * path_style); `ro` means --mode ro; the kernel's and FUSE's own options
  * (nosuid, nodev, noatime, allow_other, ...) go to -o; what only mount(8)
  * and systemd read (_netdev, nofail, noauto, x-systemd.*, comment=,
- * user, defaults, ...) is accepted and left to them; `credentials=FILE`
- * names the AWS shared credentials file, so that no key needs to be on
- * the line.  Anything else is refused (exit 2) unless -s.  Then fmfs
+ * user, defaults, ...) is accepted and left to them.  `credentials=FILE`
+ * (fmfs mount --credentials, which checks the file) names the AWS shared
+ * credentials file, so that no key needs to be on the line.  Anything
+ * else is refused (exit 2) unless -s.  Then fmfs
  * mount runs in this process: it returns once the mount is live, with
  * its own exit codes (docs/mount-helper.md).
  */
@@ -110,12 +111,6 @@ static int one_opt(struct helper *h, char *opt)
 	if (!strcmp(name, "ro") && !val) {
 		h->ro = true;
 		return 0;
-	}
-	if (!strcmp(name, "credentials")) {
-		if (!val || !*val)
-			return bad(opt, "needs a file: credentials=FILE (the "
-				   "AWS shared credentials file)");
-		return setenv("AWS_SHARED_CREDENTIALS_FILE", val, 1);
 	}
 	if (kernel_opt(name, val)) {
 		size_t l = strlen(h->fuse);

@@ -73,6 +73,9 @@ static void mount_usage(FILE *f)
 "                        most the cache disk's size (default: half of\n"
 "                        the free space of the cache directory's disk)\n"
 "  --endpoint URL --region R --profile P --path-style  (as fmfs obj)\n"
+"  --credentials FILE    the AWS shared credentials file to take the keys\n"
+"                        from (AWS_SHARED_CREDENTIALS_FILE; --profile\n"
+"                        picks its section)\n"
 "  --mode MODE           sw (default: this cache is the only writer), iw\n"
 "                        (independent writers: revalidate, last close\n"
 "                        wins), lu (local updates, never uploaded), ro\n"
@@ -206,11 +209,12 @@ enum { OPT_CACHE_DIR = 256, OPT_CACHE_SIZE, OPT_MODE, OPT_REFRESH,
        OPT_UPAR, OPT_NO_PT, OPT_NO_URING, OPT_FMODE, OPT_DMODE, OPT_UID, OPT_GID,
        OPT_NO_AO, OPT_NEG, OPT_MEM, OPT_NS, OPT_INO, OPT_METRICS,
        OPT_PEERS, OPT_PEER_LISTEN, OPT_PEER_SECRET, OPT_PEER_TIMEOUT,
-       OPT_PEER_TRANSPORT, OPT_PEER_KEEP_LOCAL };
+       OPT_PEER_TRANSPORT, OPT_PEER_KEEP_LOCAL, OPT_CREDENTIALS };
 static const struct option mount_lo[] = {
 	{ "cache-dir", required_argument, NULL, OPT_CACHE_DIR },
 	{ "cache-size", required_argument, NULL, OPT_CACHE_SIZE },
 	TOOLS_OBJ_OPTIONS,
+	{ "credentials", required_argument, NULL, OPT_CREDENTIALS },
 	{ "mode", required_argument, NULL, OPT_MODE },
 	{ "refresh", required_argument, NULL, OPT_REFRESH },
 	{ "negative-refresh", required_argument, NULL, OPT_NEG },
@@ -247,9 +251,233 @@ const struct option *fmfs_mount_options(void)
 	return mount_lo;
 }
 
+/* The options, one family at a time: each mount_*_opt() takes option c
+ * with its argument, and returns 0 when done, -1 after a message on
+ * stderr, or 1 when c is not of its family. */
+
+/* Where bytes are kept: the cache directory, its size, the namespace on
+ * disk and the listings and inodes in memory. */
+static int mount_cache_opt(int c, const char *arg, struct mount_opts *o)
+{
+	switch (c) {
+	case OPT_CACHE_DIR: o->cache_dir = arg; return 0;
+	case OPT_CACHE_SIZE:
+		if (mount_cache_size_opt(arg, &o->cache_size))
+			return -1;
+		o->cache_size_arg = arg;
+		return 0;
+	case OPT_MEM:
+		if (tools_parse_u64(arg, 1000, 100000000, &o->mem_entries))
+			return tools_bad_opt("fmfs mount", "--memory-entries",
+					     arg, "a whole number of entries "
+					     "from 1000 to 100000000");
+		return 0;
+	case OPT_INO:
+		if (tools_parse_u64(arg, 1000, 100000000, &o->mem_inodes))
+			return tools_bad_opt("fmfs mount", "--memory-inodes",
+					     arg, "a whole number of inodes "
+					     "from 1000 to 100000000");
+		return 0;
+	case OPT_NS:
+		if (tools_parse_size(arg, &o->namespace_bytes) ||
+		    o->namespace_bytes < (64u << 10) ||
+		    o->namespace_bytes > (1ull << 40))
+			return tools_bad_opt("fmfs mount", "--namespace-size",
+					     arg, "a size from 64K to 1T");
+		return 0;
+	default:
+		return 1;
+	}
+}
+
+/* --credentials FILE: the AWS shared credentials file, read as
+ * AWS_SHARED_CREDENTIALS_FILE is (mount.fmfs's credentials=FILE is this
+ * option).  Checked here, so that a mistake gets a message naming the
+ * file rather than "no credentials found", and made absolute: the daemon
+ * runs in /.  Keys in the environment still come first, as for every AWS
+ * tool: said once, since the file would then go unread. */
+static int mount_credentials_opt(const char *arg)
+{
+	char real[PATH_MAX];
+	struct stat st;
+	int fd = -1, e = 0;
+
+	if (!realpath(arg, real))
+		e = errno;
+	else if ((fd = open(real, O_RDONLY | O_CLOEXEC)) < 0)
+		e = errno;
+	else if (fstat(fd, &st))
+		e = errno;
+	else if (!S_ISREG(st.st_mode))
+		e = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
+	if (fd >= 0)
+		close(fd);
+	if (e) {
+		fprintf(stderr, "fmfs mount: --credentials '%s': %s: give the "
+			"AWS shared credentials file to take the keys from, "
+			"readable by this user (an INI file: [default], "
+			"aws_access_key_id = ..., aws_secret_access_key = "
+			"...)\n", arg, e == EINVAL ? "not a regular file" :
+			strerror(e));
+		return -1;
+	}
+	if (setenv("AWS_SHARED_CREDENTIALS_FILE", real, 1)) {
+		perror("fmfs mount: setenv");
+		return -1;
+	}
+	if (getenv("AWS_ACCESS_KEY_ID") && *getenv("AWS_ACCESS_KEY_ID") &&
+	    getenv("AWS_SECRET_ACCESS_KEY") &&
+	    *getenv("AWS_SECRET_ACCESS_KEY"))
+		fprintf(stderr, "fmfs mount: note: AWS_ACCESS_KEY_ID and "
+			"AWS_SECRET_ACCESS_KEY are set, and keys in the "
+			"environment come before --credentials %s: unset them "
+			"to use the file\n", real);
+	return 0;
+}
+
+/* How the mount talks to the store: the mode, credentials, uploads, how
+ * long listings are trusted and reads wait. */
+static int mount_store_opt(int c, const char *arg, struct mount_opts *o)
+{
+	uint64_t v;
+
+	switch (c) {
+	case OPT_MODE:
+		o->mode = fs_mode_parse(arg);
+		if (o->mode < 0)
+			return tools_bad_opt("fmfs mount", "--mode", arg,
+					     "ro, sw, iw or lu");
+		return 0;
+	case OPT_PART:
+		if (tools_parse_size(arg, &v) || v < (5u << 20) ||
+		    v > (5ull << 30))
+			return tools_bad_opt("fmfs mount", "--part-size", arg,
+					     "a size from 5M to 5G (S3's "
+					     "limits)");
+		o->obj.part_size_bytes = (size_t)v;
+		o->obj.multipart_threshold_bytes = (size_t)v * 2;
+		return 0;
+	case OPT_REFRESH:
+		return mount_uint_opt("--refresh", arg, 0, 86400, "seconds",
+				      &o->refresh_s);
+	case OPT_NEG:
+		return mount_uint_opt("--negative-refresh", arg, 0, 86400,
+				      "seconds", &o->negative_refresh_s);
+	case OPT_TIMEOUT:
+		return mount_uint_opt("--timeout", arg, 1, 86400, "seconds",
+				      &o->fetch_timeout_s);
+	case OPT_DELAY:
+		return mount_uint_opt("--async-delay", arg, 0, 86400,
+				      "seconds", &o->async_delay_s);
+	case OPT_UPAR:
+		return mount_uint_opt("--upload-parallel", arg, 1, 64,
+				      "requests", &o->obj.max_parallel);
+	case OPT_CREDENTIALS:
+		return mount_credentials_opt(arg);
+	default:
+		return 1;
+	}
+}
+
+/* What the kernel and the users see: FUSE, the daemon, attributes of
+ * objects without their own, metrics. */
+static int mount_fuse_opt(int c, const char *arg, struct mount_opts *o)
+{
+	char why[300];
+
+	switch (c) {
+	case OPT_THREADS:
+		return mount_uint_opt("--threads", arg, 1, 64, "threads",
+				      &o->threads);
+	case 'f':
+	case OPT_FG: o->foreground = true; return 0;
+	case OPT_DEBUG: o->debug = o->foreground = true; return 0;
+	case OPT_NO_PT: o->no_passthrough = true; return 0;
+	case OPT_NO_URING: o->no_uring = true; return 0;
+	case OPT_NO_AO: o->no_allow_other = true; return 0;
+	case 'o': o->fuse_opts = arg; return 0;
+	case OPT_FMODE:
+		return attr_opt("--file-mode", arg, o);
+	case OPT_DMODE:
+		return attr_opt("--dir-mode", arg, o);
+	case OPT_UID:
+		return attr_opt("--uid", arg, o);
+	case OPT_GID:
+		return attr_opt("--gid", arg, o);
+	case OPT_METRICS:
+		if (metrics_addr_check(arg, why, sizeof(why)))
+			return tools_bad_opt("fmfs mount", "--metrics", arg,
+					     "ADDRESS:PORT, like 127.0.0.1:9100,"
+					     " [::1]:9100 or :9100");
+		o->metrics_addr = arg;
+		return 0;
+	default:
+		return 1;
+	}
+}
+
+/* The cache group (docs/cluster-cache.md). */
+static int mount_group_opt(int c, const char *arg, struct mount_opts *o)
+{
+	switch (c) {
+	case OPT_PEERS: o->peers = arg; return 0;
+	case OPT_PEER_LISTEN: o->peer_listen = arg; return 0;
+	case OPT_PEER_SECRET: o->peer_secret_file = arg; return 0;
+	case OPT_PEER_TRANSPORT: o->peer_transport = arg; return 0;
+	case OPT_PEER_KEEP_LOCAL: o->peer_keep_local = true; return 0;
+	case OPT_PEER_TIMEOUT:
+		return mount_uint_opt("--peer-timeout", arg, 100, 60000,
+				      "milliseconds", &o->peer_timeout_ms);
+	default:
+		return 1;
+	}
+}
+
+/* The group's options once all are read: all three or none, the peer
+ * timeout against --timeout (and its default), absolute paths for the
+ * daemon, which runs in /.  0, or -1 after a message. */
+static int mount_group_check(struct mount_opts *o)
+{
+	/* A peer's answer must come well before a reader gives up
+	 * (--timeout), so that the bucket still has time. */
+	unsigned half = o->fetch_timeout_s * 500;
+
+	if ((o->peers || o->peer_listen || o->peer_secret_file ||
+	     o->peer_timeout_ms || o->peer_transport || o->peer_keep_local) &&
+	    (!o->peers || !o->peer_listen || !o->peer_secret_file)) {
+		fprintf(stderr, "fmfs mount: a cache group needs --peers, "
+			"--peer-listen and --peer-secret-file together (an "
+			"unauthenticated peer port would serve the bucket's "
+			"data to anyone who reaches it)\n");
+		return -1;
+	}
+	if (!o->peers)
+		return 0;
+	if (o->peer_timeout_ms > half) {
+		fprintf(stderr, "fmfs mount: --peer-timeout %u is more than "
+			"half of --timeout (%u s): a reader would fail before "
+			"the bucket is asked\n", o->peer_timeout_ms,
+			o->fetch_timeout_s);
+		return -1;
+	}
+	if (!o->peer_timeout_ms)
+		o->peer_timeout_ms = 5000 < half * 2 / 3 ? 5000 : half * 2 / 3;
+	if (realpath(o->peers, o->peers_real))
+		o->peers = o->peers_real;
+	if (o->peer_secret_file &&
+	    realpath(o->peer_secret_file, o->secret_real))
+		o->peer_secret_file = o->secret_real;
+	return 0;
+}
+
 static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 {
-	int c;
+	static int (*const family[])(int c, const char *arg,
+				     struct mount_opts *o) = {
+		mount_cache_opt, mount_store_opt, mount_fuse_opt,
+		mount_group_opt,
+	};
+	int c, rc;
 
 	obj_config_init(&o->obj);
 	o->file_mode = o->dir_mode = -1;
@@ -261,127 +489,16 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 	o->async_delay_s = 1;
 	optind = 1;
 	while ((c = tools_getopt(argc, argv, "o:fh", mount_lo, &o->obj)) != -1) {
-		switch (c) {
-		case OPT_CACHE_DIR: o->cache_dir = optarg; break;
-		case OPT_CACHE_SIZE:
-			if (mount_cache_size_opt(optarg, &o->cache_size))
-				return -1;
-			o->cache_size_arg = optarg;
-			break;
-		case OPT_MODE:
-			o->mode = fs_mode_parse(optarg);
-			if (o->mode < 0)
-				return tools_bad_opt("fmfs mount", "--mode",
-					optarg, "ro, sw, iw or lu");
-			break;
-		case OPT_PART: {
-			uint64_t v;
-
-			if (tools_parse_size(optarg, &v) || v < (5u << 20) ||
-			    v > (5ull << 30)) {
-				return tools_bad_opt("fmfs mount",
-					"--part-size", optarg, "a size from 5M "
-					"to 5G (S3's limits)");
-			}
-			o->obj.part_size_bytes = (size_t)v;
-			o->obj.multipart_threshold_bytes = (size_t)v * 2;
-			break;
+		if (c == 'h') {
+			mount_usage(stdout);
+			exit(EXIT_OK);
 		}
-		case OPT_REFRESH:
-			if (mount_uint_opt("--refresh", optarg, 0, 86400,
-					   "seconds", &o->refresh_s))
-				return -1;
-			break;
-		case OPT_NEG:
-			if (mount_uint_opt("--negative-refresh", optarg, 0,
-					   86400, "seconds",
-					   &o->negative_refresh_s))
-				return -1;
-			break;
-		case OPT_TIMEOUT:
-			if (mount_uint_opt("--timeout", optarg, 1, 86400,
-					   "seconds", &o->fetch_timeout_s))
-				return -1;
-			break;
-		case OPT_DELAY:
-			if (mount_uint_opt("--async-delay", optarg, 0, 86400,
-					   "seconds", &o->async_delay_s))
-				return -1;
-			break;
-		case OPT_THREADS:
-			if (mount_uint_opt("--threads", optarg, 1, 64,
-					   "threads", &o->threads))
-				return -1;
-			break;
-		case OPT_UPAR:
-			if (mount_uint_opt("--upload-parallel", optarg, 1, 64,
-					   "requests", &o->obj.max_parallel))
-				return -1;
-			break;
-		case 'f':
-		case OPT_FG: o->foreground = true; break;
-		case OPT_DEBUG: o->debug = o->foreground = true; break;
-		case OPT_NO_PT: o->no_passthrough = true; break;
-		case OPT_NO_URING: o->no_uring = true; break;
-		case OPT_FMODE:
-		case OPT_DMODE:
-		case OPT_UID:
-		case OPT_GID:
-			if (attr_opt(c == OPT_FMODE ? "--file-mode" :
-				     c == OPT_DMODE ? "--dir-mode" :
-				     c == OPT_UID ? "--uid" : "--gid", optarg, o))
-				return -1;
-			break;
-		case OPT_NO_AO: o->no_allow_other = true; break;
-		case OPT_MEM:
-			if (tools_parse_u64(optarg, 1000, 100000000,
-					    &o->mem_entries))
-				return tools_bad_opt("fmfs mount",
-					"--memory-entries", optarg, "a whole "
-					"number of entries from 1000 to "
-					"100000000");
-			break;
-		case OPT_INO:
-			if (tools_parse_u64(optarg, 1000, 100000000,
-					    &o->mem_inodes))
-				return tools_bad_opt("fmfs mount",
-					"--memory-inodes", optarg, "a whole "
-					"number of inodes from 1000 to "
-					"100000000");
-			break;
-		case OPT_NS:
-			if (tools_parse_size(optarg, &o->namespace_bytes) ||
-			    o->namespace_bytes < (64u << 10) ||
-			    o->namespace_bytes > (1ull << 40))
-				return tools_bad_opt("fmfs mount",
-					"--namespace-size", optarg, "a size "
-					"from 64K to 1T");
-			break;
-		case OPT_METRICS: {
-			char why[300];
-
-			if (metrics_addr_check(optarg, why, sizeof(why)))
-				return tools_bad_opt("fmfs mount", "--metrics",
-					optarg, "ADDRESS:PORT, like "
-					"127.0.0.1:9100, [::1]:9100 or :9100");
-			o->metrics_addr = optarg;
-			break;
-		}
-		case OPT_PEERS: o->peers = optarg; break;
-		case OPT_PEER_LISTEN: o->peer_listen = optarg; break;
-		case OPT_PEER_SECRET: o->peer_secret_file = optarg; break;
-		case OPT_PEER_TRANSPORT: o->peer_transport = optarg; break;
-		case OPT_PEER_KEEP_LOCAL: o->peer_keep_local = true; break;
-		case OPT_PEER_TIMEOUT:
-			if (mount_uint_opt("--peer-timeout", optarg, 100,
-					   60000, "milliseconds",
-					   &o->peer_timeout_ms))
-				return -1;
-			break;
-		case 'o': o->fuse_opts = optarg; break;
-		case 'h': mount_usage(stdout); exit(EXIT_OK);
-		default: return -1;
-		}
+		rc = 1;
+		for (size_t i = 0; rc > 0 &&
+		     i < sizeof(family) / sizeof(family[0]); i++)
+			rc = family[i](c, optarg, o);
+		if (rc) /* -1: said why; 1: '?', said by tools_getopt */
+			return -1;
 	}
 	if (argc - optind > 2) {
 		tools_arg_error("mount", "unexpected argument (a URL and a "
@@ -394,37 +511,7 @@ static int parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 	}
 	o->url = argv[optind];
 	o->mountpoint = argv[optind + 1];
-	if ((o->peers || o->peer_listen || o->peer_secret_file ||
-	     o->peer_timeout_ms || o->peer_transport || o->peer_keep_local) &&
-	    (!o->peers || !o->peer_listen || !o->peer_secret_file)) {
-		fprintf(stderr, "fmfs mount: a cache group needs --peers, "
-			"--peer-listen and --peer-secret-file together (an "
-			"unauthenticated peer port would serve the bucket's "
-			"data to anyone who reaches it)\n");
-		return -1;
-	}
-	if (o->peers) {
-		/* A peer's answer must come well before a reader gives up
-		 * (--timeout), so that the bucket still has time. */
-		unsigned half = o->fetch_timeout_s * 500;
-
-		if (o->peer_timeout_ms > half) {
-			fprintf(stderr, "fmfs mount: --peer-timeout %u is "
-				"more than half of --timeout (%u s): a reader "
-				"would fail before the bucket is asked\n",
-				o->peer_timeout_ms, o->fetch_timeout_s);
-			return -1;
-		}
-		if (!o->peer_timeout_ms)
-			o->peer_timeout_ms = 5000 < half * 2 / 3 ? 5000 :
-					     half * 2 / 3;
-	}
-	if (o->peers && realpath(o->peers, o->peers_real))
-		o->peers = o->peers_real;
-	if (o->peer_secret_file &&
-	    realpath(o->peer_secret_file, o->secret_real))
-		o->peer_secret_file = o->secret_real;
-	return 0;
+	return mount_group_check(o);
 }
 
 /* mountinfo writes space, tab, newline and backslash as \\ooo. */

@@ -9,6 +9,7 @@
 # what it made; a dead mountpoint (daemon killed), fmfs's and another
 # filesystem's; the control verbs run by a user who does not own the
 # mount; prefetch of a path that does not exist; evict of a dirty file;
+# a --credentials file that cannot be read, and one that is read;
 # a cache dir inside the mountpoint, the file:// store's directory or
 # holding someone else's files, refused with nothing written or changed;
 # a read-only file:// store (refused unless --mode ro, which reads it)
@@ -92,6 +93,28 @@ note "-o: the bad option and libfuse's reason on stderr, before the daemon start
 mount_fails 2 "-o bogusopt: libfuse does not take it: unknown option.*bogusopt" -o bogusopt
 mount_fails 2 "-o ro,max_read=abc: libfuse does not take it: invalid parameter.*max_read=abc" \
 	-o ro,max_read=abc
+
+note "--credentials FILE: a file that cannot be read is named; a good one is read, relative too"
+mount_fails 2 "^fmfs mount: --credentials '$TEST_DIR/nosuch': No such file or directory: give the AWS shared credentials file" \
+	--credentials "$TEST_DIR/nosuch"
+mount_fails 2 "^fmfs mount: --credentials '$TEST_DIR': Is a directory" --credentials "$TEST_DIR"
+mount_fails 2 "^fmfs mount: --credentials '/dev/null': not a regular file" --credentials /dev/null
+printf '[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n' \
+	"$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY" >"$TEST_DIR/creds"
+chmod 600 "$TEST_DIR/creds"
+# No keys in the environment: only the file can have given them.  A
+# relative name, since the daemon runs in /.
+(cd "$TEST_DIR" && env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY \
+	-u AWS_SESSION_TOKEN -u AWS_PROFILE HOME="$TEST_DIR/nohome" \
+	$FMFS mount "$URL" "$MNT" --cache-dir "$CACHE" --credentials creds) ||
+	fail "mount with --credentials failed (see $CACHE/fmfs.log)"
+echo credentials >"$MNT/by-creds" || fail "write through the --credentials mount"
+$FMFS flush "$MNT" --wait || fail "flush through the --credentials mount"
+$FMFS umount "$MNT"
+[ "$(awsx s3 cp "s3://$B/by-creds" -)" = credentials ] ||
+	fail "the --credentials mount did not upload by-creds"
+awsx s3 rm --quiet "s3://$B/by-creds"
+rm -rf "$CACHE"
 
 note "a failed mount removes only what it made"
 expect_exit 4 "NoSuchBucket|no such bucket" \

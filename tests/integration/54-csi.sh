@@ -120,6 +120,7 @@ code 3 node-stage stage volume_context.url=null
 code 3 node-stage stage 'volume_capability={"block": {}}'
 code 3 node-stage stage secrets.secret_access_key=null
 code 3 node-stage stage volume_context.foreground='"true"'
+code 3 node-stage stage volume_context.credentials='"/root/.aws/credentials"'
 code 5 node-stage stage "volume_context.url=\"s3://nosuch-$B\""
 echo "$ERR" | grep -q NoSuchBucket || fail "missing bucket not named: $ERR"
 code 16 node-stage stage 'secrets.secret_access_key="wrong-secret"'

@@ -20,7 +20,8 @@ inst=$TEST_DIR/prefix
 make -s -C "$TOP" install prefix="$inst" >"$TEST_DIR/install.log" 2>&1 ||
 	{ cat "$TEST_DIR/install.log" >&2; fail "make install prefix=$inst failed"; }
 for f in bin/fmfs bin/fmckpt bin/fmtrain share/man/man1/fmfs.1 \
-	share/man/man1/fmckpt.1 share/man/man1/fmtrain.1 lib/libfmckpt.a \
+	share/man/man1/fmckpt.1 share/man/man1/fmtrain.1 \
+	share/man/man1/fmfs-csi.1 lib/libfmckpt.a \
 	lib/libfmckpt.so lib/libfmckpt.so.0 include/fmfs/ckpt.h \
 	include/fmfs/objstore/objstore.h lib/pkgconfig/fmckpt.pc \
 	sbin/mount.fmfs bin/fmfs-csi; do
@@ -165,6 +166,7 @@ note "linked to libfmckpt.a: the same round trip"
 
 make -s -C "$TOP" uninstall prefix="$inst" >/dev/null 2>&1 || fail "make uninstall failed"
 [ ! -e "$inst/lib/libfmckpt.so.0" ] && [ ! -e "$inst/bin/fmfs" ] &&
-	[ ! -L "$inst/sbin/mount.fmfs" ] ||
+	[ ! -L "$inst/sbin/mount.fmfs" ] &&
+	[ ! -e "$inst/share/man/man1/fmfs-csi.1" ] ||
 	fail "make uninstall left files in $inst"
 note "make uninstall removes them again"
