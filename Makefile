@@ -63,7 +63,8 @@ PEER_LIBS = $(FABRIC_LIBS) $(CRYPTO_LIBS) $(UTIL_LIBS)
 # objstore/: object-store clients behind one interface
 OBJSTORE_OBJS = objstore/objstore.o objstore/url.o objstore/creds.o \
 	objstore/sigv4.o objstore/s3.o objstore/s3_engine.o \
-	objstore/s3_xml.o objstore/s3_redact.o objstore/posix.o
+	objstore/s3_xml.o objstore/s3_redact.o objstore/posix.o \
+	objstore/posix_mpu.o objstore/posix_sweep.o objstore/posix_list.o
 OBJSTORE_A = objstore/libobjstore.a $(UTIL_A)
 OBJSTORE_LIBS = $(CURL_LIBS) $(CRYPTO_LIBS) $(EXPAT_LIBS) $(UTIL_LIBS)
 

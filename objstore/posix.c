@@ -16,9 +16,13 @@
  * under .fmfs/uploads.  Each is flock()ed by its owner from the moment
  * it exists until it is renamed or removed, so a lock that can be taken
  * proves the owner gone; the store sweeps such debris at open and at an
- * upload at most once a minute (sweep()).  Two processes may share a
+ * upload at most once a minute (px_sweep()).  Two processes may share a
  * store (a mount and `fmfs obj cp`): the lock, not a pid or an age, is
  * what tells a live upload from a dead one.
+ *
+ * Files: this one (objects, the backend table), posix_list.c (listing),
+ * posix_mpu.c (multipart uploads), posix_sweep.c (crash debris); they
+ * share posix_int.h.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -34,51 +38,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "objstore_int.h"
+#include "posix_int.h"
 
-#define META_XATTR "user.fmfs.meta."
-#define CTYPE_XATTR "user.fmfs.content-type"
-#define RESERVED ".fmfs"
-
-/* Debris of this fmfs, locked while in use, is named "l.<...>"; names
- * without it come from fmfs versions that did not lock, and are only
- * taken for debris once nothing in them changed for this long. */
-#define LOCKED_PREFIX "l."
-#define LEGACY_DEBRIS_AGE_S 3600
-#define SWEEP_INTERVAL_MS 60000 /* sweeps at uploads, at most this often */
-#define UPLOADS_OPEN_MAX 4096    /* multipart uploads open per handle */
-
-/* A multipart upload this handle started: the locked directory. */
-struct px_upload {
-	char id[OBJ_UPLOAD_ID_MAX];
-	int dirfd;                   /* holds the flock */
-	struct px_upload *next;
-};
-
-#define PX_OLD_ROOTS 16
-
-struct posix_store {
-	char *root;
-	_Atomic int rootfd;          /* reopened by px_revalidate */
-	int old_roots[PX_OLD_ROOTS]; /* fds of a removed root (lock), closed
-	                              * at px_close: a request may use one */
-	unsigned nold;
-	pthread_mutex_t lock;        /* protects uploads, nuploads */
-	struct px_upload *uploads;
-	unsigned nuploads;
-	atomic_uint_fast64_t last_sweep_ms;
-	atomic_bool sweeping;
-	bool read_only;              /* obj_config.read_only */
-};
-
-static void sweep_if_due(struct posix_store *p);
-static bool px_revalidate(struct obj_store *st);
-static void upload_remove(struct posix_store *p, const char *upload_id);
-
-static struct posix_store *P(struct obj_store *st)
-{
-	return st->priv;
-}
 
 static obj_status errno_status(int e)
 {
@@ -100,7 +61,7 @@ static obj_status errno_status(int e)
 	}
 }
 
-static obj_status fail(struct obj_error *err, int e, const char *key,
+obj_status px_fail(struct obj_error *err, int e, const char *key,
 		       const char *what)
 {
 	obj_status st = errno_status(e);
@@ -112,7 +73,7 @@ static obj_status fail(struct obj_error *err, int e, const char *key,
 }
 
 /* Keys must map to a plain relative path. */
-static bool key_ok(const char *key, struct obj_error *err)
+bool px_key_ok(const char *key, struct obj_error *err)
 {
 	const char *s = key;
 
@@ -160,10 +121,10 @@ static bool marker_ok(const char *key, struct obj_error *err)
 	size_t n = strlen(key);
 
 	if (n >= sizeof(buf))
-		return key_ok(key, err);
+		return px_key_ok(key, err);
 	memcpy(buf, key, n - 1);
 	buf[n - 1] = '\0';
-	if (!key_ok(buf, err)) {
+	if (!px_key_ok(buf, err)) {
 		obj_err_set(err, OBJ_ERR_INVALID, key, "directory key cannot "
 			    "be stored in a file:// store");
 		return false;
@@ -174,7 +135,7 @@ static bool marker_ok(const char *key, struct obj_error *err)
 /* SIZE-MTIME-CTIME-INODE: the ctime and the inode number catch what
  * keeps the size and the mtime (rsync -t, tar, touch -r): the ctime
  * cannot be set back, and a file replaced by a rename is a new inode. */
-static void etag_of(const struct stat *sb, char *out)
+void px_etag_of(const struct stat *sb, char *out)
 {
 	snprintf(out, 80, "%llx-%llx-%llx-%llx",
 		 (unsigned long long)sb->st_size,
@@ -186,7 +147,7 @@ static void etag_of(const struct stat *sb, char *out)
 }
 
 /* Creates the parent directories of relative path rel under rootfd. */
-static int mkparents(int rootfd, const char *rel)
+int px_mkparents(int rootfd, const char *rel)
 {
 	char buf[PATH_MAX];
 	char *s;
@@ -219,7 +180,7 @@ static void rmparents(int rootfd, const char *key)
 	}
 }
 
-static int set_meta(int fd, const struct obj_kv *meta, size_t n)
+int px_set_meta(int fd, const struct obj_kv *meta, size_t n)
 {
 	char name[160];
 
@@ -257,7 +218,7 @@ static obj_status read_meta(int fd, struct obj_meta *m, struct obj_error *err,
 	ssize_t len = flistxattr(fd, names, sizeof(names));
 
 	if (len < 0)
-		return errno == ENOTSUP ? OBJ_OK : fail(err, errno, key,
+		return errno == ENOTSUP ? OBJ_OK : px_fail(err, errno, key,
 							"listxattr");
 	for (char *n = names; n < names + len; n += strlen(n) + 1) {
 		struct obj_kv *kv;
@@ -295,7 +256,7 @@ static obj_status read_meta(int fd, struct obj_meta *m, struct obj_error *err,
  * would only let others change the bucket behind fmfs's back), nor
  * setuid, setgid or sticky.  No mode, one that does not parse, or one
  * of a symlink or directory: 0600, private to the store's user. */
-static mode_t mode_from_value(const char *v)
+mode_t px_mode_from_value(const char *v)
 {
 	unsigned long m;
 	char *end;
@@ -336,7 +297,7 @@ static mode_t object_mode(const struct obj_kv *meta, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		if (!strcmp(meta[i].name, "mode"))
-			return mode_from_value(meta[i].value);
+			return px_mode_from_value(meta[i].value);
 	return 0600;
 }
 
@@ -347,7 +308,7 @@ static mode_t object_mode(const struct obj_kv *meta, size_t n)
  * there first (it removes the name; take another).  Where the file
  * system has no flock, 0 without a lock: the sweep cannot lock either,
  * so it removes nothing there. */
-static int own(int rootfd, const char *name, int fd)
+int px_own(int rootfd, const char *name, int fd)
 {
 	struct stat a, b;
 
@@ -359,11 +320,11 @@ static int own(int rootfd, const char *name, int fd)
 	return 0;
 }
 
-/* Opens a new temporary file under .fmfs/tmp, locked (see own()); its
+/* Opens a new temporary file under .fmfs/tmp, locked (see px_own()); its
  * name goes in tmp.  It is private (0600) until the caller gives it the
  * object's mode.  The lock goes with the descriptor: keep it open until
  * the file is renamed or removed (tmp_commit). */
-static int tmp_open(struct posix_store *p, char tmp[64])
+int px_tmp_open(struct posix_store *p, char tmp[64])
 {
 	static atomic_uint seq;
 	int fd, rc = -EEXIST;
@@ -378,7 +339,7 @@ static int tmp_open(struct posix_store *p, char tmp[64])
 			rc = -errno; /* EEXIST: a dead process of our pid */
 			continue;
 		}
-		rc = own(p->rootfd, tmp, fd);
+		rc = px_own(p->rootfd, tmp, fd);
 		if (!rc)
 			return fd;
 		close(fd);
@@ -388,7 +349,7 @@ static int tmp_open(struct posix_store *p, char tmp[64])
 
 /* fsync, then rename tmp over key (creating parents), then close: the
  * lock is held until the name is gone. */
-static int tmp_commit(struct posix_store *p, int fd, const char *tmp,
+int px_tmp_commit(struct posix_store *p, int fd, const char *tmp,
 		      const char *key)
 {
 	int rc = 0;
@@ -396,7 +357,7 @@ static int tmp_commit(struct posix_store *p, int fd, const char *tmp,
 	if (fsync(fd))
 		rc = -errno;
 	if (!rc)
-		rc = mkparents(p->rootfd, key);
+		rc = px_mkparents(p->rootfd, key);
 	if (!rc && renameat(p->rootfd, tmp, p->rootfd, key))
 		rc = -errno;
 	if (rc)
@@ -405,14 +366,11 @@ static int tmp_commit(struct posix_store *p, int fd, const char *tmp,
 	return rc;
 }
 
-/* Which side of copy_in failed: the caller names the two ends. */
-enum copy_side { COPY_READ = 1, COPY_WRITE };
-
 /* Copies len bytes from (buf | in_fd at in_off) into out_fd at out_off.
  * On an error *side says whether reading in_fd or writing out_fd failed;
  * in_fd ending before len bytes is -EIO with *side COPY_READ (and *short_src
  * set), so callers can tell a short source from a failing disk. */
-static int copy_in(int out_fd, off_t out_off, const void *buf, int in_fd,
+int px_copy_in(int out_fd, off_t out_off, const void *buf, int in_fd,
 		   off_t in_off, uint64_t len, enum copy_side *side,
 		   bool *short_src)
 {
@@ -456,7 +414,7 @@ static int copy_in(int out_fd, off_t out_off, const void *buf, int in_fd,
 
 /* The message for a failed copy from a caller's fd (or buffer) into a
  * file of the store. */
-static obj_status copy_fail(struct obj_error *err, int rc, const char *key,
+obj_status px_copy_fail(struct obj_error *err, int rc, const char *key,
 			    enum copy_side side, bool short_src,
 			    const char *writing)
 {
@@ -465,7 +423,7 @@ static obj_status copy_fail(struct obj_error *err, int rc, const char *key,
 			    "shorter than the length given");
 		return OBJ_ERR_IO;
 	}
-	return fail(err, -rc, key, side == COPY_READ ? "reading the source" :
+	return px_fail(err, -rc, key, side == COPY_READ ? "reading the source" :
 		    writing);
 }
 
@@ -474,7 +432,7 @@ static obj_status px_put(struct obj_store *st, const char *key,
 			 const struct obj_kv *meta, size_t nmeta,
 			 char *etag_out, struct obj_error *err)
 {
-	struct posix_store *p = P(st);
+	struct posix_store *p = px_of(st);
 	enum copy_side side;
 	bool short_src;
 	char tmp[64];
@@ -491,9 +449,9 @@ static obj_status px_put(struct obj_store *st, const char *key,
 				    "directory marker)");
 			return OBJ_ERR_INVALID;
 		}
-		rc = mkparents(p->rootfd, key);
+		rc = px_mkparents(p->rootfd, key);
 		if (rc)
-			return fail(err, -rc, key, "creating the directory");
+			return px_fail(err, -rc, key, "creating the directory");
 		/* The marker's metadata (a mount's directory: its mode,
 		 * owner, times) lives on the directory itself. */
 		if (nmeta) {
@@ -505,16 +463,16 @@ static obj_status px_put(struct obj_store *st, const char *key,
 			dfd = openat(p->rootfd, dir, O_RDONLY | O_DIRECTORY |
 				     O_CLOEXEC);
 			if (dfd < 0)
-				return fail(err, errno, key, "opening the "
+				return px_fail(err, errno, key, "opening the "
 					    "directory");
 			rc = clear_meta(dfd);
 			if (!rc)
-				rc = set_meta(dfd, meta, nmeta);
+				rc = px_set_meta(dfd, meta, nmeta);
 			if (!rc && fchmod(dfd, dir_mode(meta, nmeta)))
 				rc = -errno;
 			close(dfd);
 			if (rc)
-				return fail(err, -rc, key, rc == -EINVAL ?
+				return px_fail(err, -rc, key, rc == -EINVAL ?
 					    "metadata name" : "setting the "
 					    "directory's metadata");
 		}
@@ -522,42 +480,42 @@ static obj_status px_put(struct obj_store *st, const char *key,
 			snprintf(etag_out, 80, "dir");
 		return OBJ_OK;
 	}
-	if (!key_ok(key, err))
+	if (!px_key_ok(key, err))
 		return OBJ_ERR_INVALID;
-	sweep_if_due(p);
-	out = tmp_open(p, tmp);
+	px_sweep_if_due(p);
+	out = px_tmp_open(p, tmp);
 	if (out < 0)
-		return fail(err, -out, key, "creating a temporary file");
-	rc = copy_in(out, 0, buf, fd, 0, len, &side, &short_src);
+		return px_fail(err, -out, key, "creating a temporary file");
+	rc = px_copy_in(out, 0, buf, fd, 0, len, &side, &short_src);
 	if (rc) {
 		close(out);
 		unlinkat(p->rootfd, tmp, 0);
-		return copy_fail(err, rc, key, side, short_src, "writing");
+		return px_copy_fail(err, rc, key, side, short_src, "writing");
 	}
-	rc = set_meta(out, meta, nmeta);
+	rc = px_set_meta(out, meta, nmeta);
 	if (!rc && fchmod(out, object_mode(meta, nmeta))) {
 		rc = -errno;
 		close(out);
 		unlinkat(p->rootfd, tmp, 0);
-		return fail(err, -rc, key, "setting the object's mode");
+		return px_fail(err, -rc, key, "setting the object's mode");
 	}
 	if (!rc && etag_out && fstat(out, &sb))
 		rc = -errno;
 	if (rc) {
 		close(out);
 		unlinkat(p->rootfd, tmp, 0);
-		return fail(err, -rc, key, rc == -EINVAL ? "metadata name" :
+		return px_fail(err, -rc, key, rc == -EINVAL ? "metadata name" :
 			    "writing");
 	}
-	rc = tmp_commit(p, out, tmp, key);
+	rc = px_tmp_commit(p, out, tmp, key);
 	if (rc)
-		return fail(err, -rc, key, rc == -ENOTDIR || rc == -EISDIR ?
+		return px_fail(err, -rc, key, rc == -ENOTDIR || rc == -EISDIR ?
 			    "key conflicts with an existing key or prefix" :
 			    "committing");
 	if (etag_out) {
 		if (fstatat(p->rootfd, key, &sb, 0))
-			return fail(err, errno, key, "stat");
-		etag_of(&sb, etag_out);
+			return px_fail(err, errno, key, "stat");
+		px_etag_of(&sb, etag_out);
 	}
 	return OBJ_OK;
 }
@@ -572,33 +530,33 @@ static obj_status px_head(struct obj_store *st, const char *key,
 	if (is_marker(key)) {
 		if (!marker_ok(key, err))
 			return OBJ_ERR_INVALID;
-		if (fstatat(P(st)->rootfd, key, &sb, AT_SYMLINK_NOFOLLOW) ||
+		if (fstatat(px_of(st)->rootfd, key, &sb, AT_SYMLINK_NOFOLLOW) ||
 		    !S_ISDIR(sb.st_mode))
-			return fail(err, ENOENT, key, "no such directory");
+			return px_fail(err, ENOENT, key, "no such directory");
 		memset(out, 0, sizeof(*out));
 		out->mtime_s = sb.st_mtim.tv_sec;
 		snprintf(out->etag, sizeof(out->etag), "dir");
-		fd = openat(P(st)->rootfd, key, O_RDONLY | O_DIRECTORY |
+		fd = openat(px_of(st)->rootfd, key, O_RDONLY | O_DIRECTORY |
 			    O_CLOEXEC | O_NOFOLLOW);
 		if (fd < 0)
-			return fail(err, errno, key, "opening the directory");
+			return px_fail(err, errno, key, "opening the directory");
 		rc = read_meta(fd, out, err, key);
 		close(fd);
 		return rc;
 	}
-	if (!key_ok(key, err))
+	if (!px_key_ok(key, err))
 		return OBJ_ERR_INVALID;
-	fd = openat(P(st)->rootfd, key, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	fd = openat(px_of(st)->rootfd, key, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
-		return fail(err, errno == ELOOP || errno == ENOTDIR ? ENOENT :
+		return px_fail(err, errno == ELOOP || errno == ENOTDIR ? ENOENT :
 			    errno, key, "open");
 	if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
 		close(fd);
-		return fail(err, ENOENT, key, "not an object");
+		return px_fail(err, ENOENT, key, "not an object");
 	}
 	out->size_bytes = (uint64_t)sb.st_size;
 	out->mtime_s = sb.st_mtim.tv_sec;
-	etag_of(&sb, out->etag);
+	px_etag_of(&sb, out->etag);
 	rc = read_meta(fd, out, err, key);
 	close(fd);
 	return rc;
@@ -614,15 +572,15 @@ static obj_status px_get(struct obj_store *st, const char *key, uint64_t off,
 	int in, rc = 0;
 
 	*got = 0;
-	if (!key_ok(key, err))
+	if (!px_key_ok(key, err))
 		return OBJ_ERR_INVALID;
-	in = openat(P(st)->rootfd, key, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	in = openat(px_of(st)->rootfd, key, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (in < 0)
-		return fail(err, errno == ELOOP || errno == ENOTDIR ? ENOENT :
+		return px_fail(err, errno == ELOOP || errno == ENOTDIR ? ENOENT :
 			    errno, key, "open");
 	if (fstat(in, &sb) || !S_ISREG(sb.st_mode)) {
 		close(in);
-		return fail(err, ENOENT, key, "not an object");
+		return px_fail(err, ENOENT, key, "not an object");
 	}
 	if (off >= (uint64_t)sb.st_size)
 		len = 0;
@@ -633,525 +591,16 @@ static obj_status px_get(struct obj_store *st, const char *key, uint64_t off,
 
 		rc = r < 0 ? (int)r : (uint64_t)r < len ? -EIO : 0;
 	} else {
-		rc = copy_in(fd, fd_off, NULL, in, (off_t)off, len, &side,
+		rc = px_copy_in(fd, fd_off, NULL, in, (off_t)off, len, &side,
 			     &short_src);
 	}
 	close(in);
 	if (rc)
-		return fail(err, -rc, key, side == COPY_WRITE ?
+		return px_fail(err, -rc, key, side == COPY_WRITE ?
 			    "writing to the destination file" : "reading");
 	*got = len;
 	atomic_fetch_add(&st->n_bytes_in, len);
 	return OBJ_OK;
-}
-
-/* ---- multipart: parts are files under .fmfs/uploads/ID/ ---- */
-
-/* "l." (locked, this fmfs) or not, then hex and dots. */
-static bool upload_id_ok(const char *id)
-{
-	size_t n;
-
-	if (!strncmp(id, LOCKED_PREFIX, sizeof(LOCKED_PREFIX) - 1))
-		id += sizeof(LOCKED_PREFIX) - 1;
-	n = strspn(id, "0123456789abcdef.");
-	return n && !id[n] && n < 64 && id[0] != '.';
-}
-
-/* Forgets the upload of this handle and lets go of its lock; after
- * upload_remove, or at close. */
-static void upload_release(struct posix_store *p, const char *upload_id)
-{
-	struct px_upload **pp, *u = NULL;
-
-	pthread_mutex_lock(&p->lock);
-	for (pp = &p->uploads; *pp; pp = &(*pp)->next)
-		if (!strcmp((*pp)->id, upload_id)) {
-			u = *pp;
-			*pp = u->next;
-			p->nuploads--;
-			break;
-		}
-	pthread_mutex_unlock(&p->lock);
-	if (u) {
-		close(u->dirfd);
-		free(u);
-	}
-}
-
-/* Makes .fmfs/uploads/ID, locked for as long as this handle has the
- * upload open (see own()), and remembers it. */
-static int upload_dir_create(struct posix_store *p, char *upload_id)
-{
-	static atomic_uint seq;
-	struct px_upload *u;
-	char dir[128];
-	int rc = -EEXIST;
-
-	u = calloc(1, sizeof(*u));
-	if (!u)
-		return -ENOMEM;
-	for (int tries = 0; tries < 16 && (rc == -EEXIST || rc == -EAGAIN);
-	     tries++) {
-		snprintf(upload_id, OBJ_UPLOAD_ID_MAX, LOCKED_PREFIX "%x.%x.%lx",
-			 (unsigned)getpid(), atomic_fetch_add(&seq, 1),
-			 (unsigned long)time(NULL));
-		snprintf(dir, sizeof(dir), RESERVED "/uploads/%s", upload_id);
-		if (mkdirat(p->rootfd, dir, 0700)) {
-			rc = -errno;
-			continue;
-		}
-		u->dirfd = openat(p->rootfd, dir, O_RDONLY | O_DIRECTORY |
-				  O_CLOEXEC);
-		if (u->dirfd < 0) {
-			rc = errno == ENOENT ? -EAGAIN : -errno;
-			continue;
-		}
-		rc = own(p->rootfd, dir, u->dirfd);
-		if (rc)
-			close(u->dirfd);
-	}
-	if (rc) {
-		free(u);
-		return rc;
-	}
-	snprintf(u->id, sizeof(u->id), "%s", upload_id);
-	pthread_mutex_lock(&p->lock);
-	if (p->nuploads >= UPLOADS_OPEN_MAX) {
-		pthread_mutex_unlock(&p->lock);
-		upload_remove(p, upload_id);
-		close(u->dirfd);
-		free(u);
-		return -EMFILE;
-	}
-	u->next = p->uploads;
-	p->uploads = u;
-	p->nuploads++;
-	pthread_mutex_unlock(&p->lock);
-	return 0;
-}
-
-static obj_status px_mpu_create(struct obj_store *st, const char *key,
-				const struct obj_kv *meta, size_t nmeta,
-				char *upload_id, struct obj_error *err)
-{
-	struct posix_store *p = P(st);
-	char path[160];
-	int fd, rc;
-
-	if (!key_ok(key, err))
-		return OBJ_ERR_INVALID;
-	sweep_if_due(p);
-	rc = upload_dir_create(p, upload_id);
-	if (rc == -EMFILE) {
-		obj_err_set(err, OBJ_ERR_INVALID, key, "creating the upload: "
-			    "%u multipart uploads are open on this store "
-			    "already; complete or abort some first",
-			    UPLOADS_OPEN_MAX);
-		return OBJ_ERR_INVALID;
-	}
-	if (rc)
-		return fail(err, -rc, key, "creating the upload");
-	/* The key and metadata live on a "meta" file in the upload dir. */
-	snprintf(path, sizeof(path), RESERVED "/uploads/%s/meta", upload_id);
-	fd = openat(p->rootfd, path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		rc = -errno;
-	} else {
-		rc = set_meta(fd, meta, nmeta);
-		if (!rc && pwrite(fd, key, strlen(key), 0) !=
-			   (ssize_t)strlen(key))
-			rc = -EIO;
-		close(fd);
-	}
-	if (rc) {
-		upload_remove(p, upload_id);
-		upload_release(p, upload_id);
-		return fail(err, -rc, key, "creating the upload");
-	}
-	return OBJ_OK;
-}
-
-static obj_status px_mpu_part(struct obj_store *st, const char *key,
-			      const char *upload_id, unsigned number,
-			      const void *buf, int fd, off_t fd_off,
-			      size_t len, char *etag_out,
-			      struct obj_error *err)
-{
-	enum copy_side side;
-	bool short_src;
-	char path[160];
-	struct stat sb;
-	int out, rc;
-
-	if (!upload_id_ok(upload_id)) {
-		obj_err_set(err, OBJ_ERR_NOT_FOUND, key, "no such upload");
-		snprintf(err->code, sizeof(err->code), "NoSuchUpload");
-		return OBJ_ERR_NOT_FOUND;
-	}
-	snprintf(path, sizeof(path), RESERVED "/uploads/%s/%05u", upload_id,
-		 number);
-	out = openat(P(st)->rootfd, path, O_WRONLY | O_CREAT | O_TRUNC |
-		     O_CLOEXEC, 0600);
-	if (out < 0)
-		return fail(err, errno, key, "no such upload");
-	rc = copy_in(out, 0, buf, fd, fd_off, len, &side, &short_src);
-	if (!rc && fstat(out, &sb)) {
-		rc = -errno;
-		side = COPY_WRITE;
-	}
-	close(out);
-	if (rc)
-		return copy_fail(err, rc, key, side, short_src,
-				 "writing a part");
-	etag_of(&sb, etag_out);
-	atomic_fetch_add(&st->n_bytes_out, len);
-	return OBJ_OK;
-}
-
-static void upload_remove(struct posix_store *p, const char *upload_id)
-{
-	char dir[128];
-	int dfd;
-	DIR *d;
-	struct dirent *de;
-
-	snprintf(dir, sizeof(dir), RESERVED "/uploads/%s", upload_id);
-	dfd = openat(p->rootfd, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0)
-		return;
-	d = fdopendir(dfd);
-	if (!d) {
-		close(dfd);
-		return;
-	}
-	while ((de = readdir(d)))
-		if (de->d_name[0] != '.')
-			unlinkat(dfd, de->d_name, 0);
-	closedir(d);
-	unlinkat(p->rootfd, dir, AT_REMOVEDIR);
-}
-
-static obj_status px_mpu_complete(struct obj_store *st, const char *key,
-				  const char *upload_id,
-				  const struct obj_part *parts, size_t n,
-				  char *etag_out, struct obj_error *err)
-{
-	struct posix_store *p = P(st);
-	char path[160], tmp[64], names[4096], val[4096];
-	mode_t mode = 0600;
-	enum copy_side side = 0;
-	bool short_src;
-	off_t at = 0;
-	int out, in, rc = 0, mfd;
-	struct stat sb;
-	ssize_t nl;
-
-	if (!upload_id_ok(upload_id)) {
-		obj_err_set(err, OBJ_ERR_NOT_FOUND, key, "no such upload");
-		snprintf(err->code, sizeof(err->code), "NoSuchUpload");
-		return OBJ_ERR_NOT_FOUND;
-	}
-	snprintf(path, sizeof(path), RESERVED "/uploads/%s/meta", upload_id);
-	mfd = openat(p->rootfd, path, O_RDONLY | O_CLOEXEC);
-	if (mfd < 0) {
-		obj_err_set(err, OBJ_ERR_NOT_FOUND, key, "no such upload");
-		snprintf(err->code, sizeof(err->code), "NoSuchUpload");
-		return OBJ_ERR_NOT_FOUND;
-	}
-	out = tmp_open(p, tmp);
-	if (out < 0) {
-		close(mfd);
-		return fail(err, -out, key, "creating a temporary file");
-	}
-	for (size_t i = 0; i < n && !rc; i++) {
-		snprintf(path, sizeof(path), RESERVED "/uploads/%s/%05u",
-			 upload_id, parts[i].number);
-		in = openat(p->rootfd, path, O_RDONLY | O_CLOEXEC);
-		if (in < 0 || fstat(in, &sb)) {
-			if (in >= 0)
-				close(in);
-			rc = -ENOENT;
-			break;
-		}
-		rc = copy_in(out, at, NULL, in, 0, (uint64_t)sb.st_size,
-			     &side, &short_src);
-		at += sb.st_size;
-		close(in);
-	}
-	if (rc && side == COPY_WRITE) {
-		/* The parts are fine; the store's disk is not. */
-		close(mfd);
-		close(out);
-		unlinkat(p->rootfd, tmp, 0);
-		return fail(err, -rc, key, "writing the object");
-	}
-	/* Carry the metadata given at create over to the object, and the
-	 * mode it names to the file. */
-	nl = flistxattr(mfd, names, sizeof(names));
-	for (char *nm = names; !rc && nl > 0 && nm < names + nl;
-	     nm += strlen(nm) + 1) {
-		ssize_t vl = fgetxattr(mfd, nm, val, sizeof(val) - 1);
-
-		if (vl >= 0 && fsetxattr(out, nm, val, (size_t)vl, 0))
-			rc = -errno;
-		if (vl >= 0 && !strcmp(nm, META_XATTR "mode")) {
-			val[vl] = '\0';
-			mode = mode_from_value(val);
-		}
-	}
-	close(mfd);
-	if (!rc && fchmod(out, mode)) {
-		rc = -errno;
-		close(out);
-		unlinkat(p->rootfd, tmp, 0);
-		return fail(err, -rc, key, "setting the object's mode");
-	}
-	if (rc) {
-		close(out);
-		unlinkat(p->rootfd, tmp, 0);
-		obj_err_set(err, OBJ_ERR_INVALID, key, "a part is missing "
-			    "or unreadable: %s", strerror(-rc));
-		snprintf(err->code, sizeof(err->code), "InvalidPart");
-		return OBJ_ERR_INVALID;
-	}
-	rc = tmp_commit(p, out, tmp, key);
-	if (rc)
-		return fail(err, -rc, key, "committing");
-	upload_remove(p, upload_id);
-	upload_release(p, upload_id);
-	if (etag_out && !fstatat(p->rootfd, key, &sb, 0))
-		etag_of(&sb, etag_out);
-	return OBJ_OK;
-}
-
-static obj_status px_mpu_abort(struct obj_store *st, const char *key,
-			       const char *upload_id, struct obj_error *err)
-{
-	if (!upload_id_ok(upload_id)) {
-		obj_err_set(err, OBJ_ERR_NOT_FOUND, key, "no such upload");
-		return OBJ_ERR_NOT_FOUND;
-	}
-	upload_remove(P(st), upload_id);
-	upload_release(P(st), upload_id);
-	return OBJ_OK;
-}
-
-/* ---- listing: walk, sort, group by delimiter, page ---- */
-
-struct walk {
-	char **keys;
-	size_t n, cap;
-	const char *prefix;
-	int err;
-};
-
-static void walk_add(struct walk *w, const char *key)
-{
-	if (w->n == w->cap) {
-		size_t cap = w->cap ? w->cap * 2 : 256;
-		char **k = realloc(w->keys, cap * sizeof(*k));
-
-		if (!k) {
-			w->err = -ENOMEM;
-			return;
-		}
-		w->keys = k;
-		w->cap = cap;
-	}
-	if (!(w->keys[w->n++] = strdup(key)))
-		w->err = -ENOMEM;
-}
-
-static void walk_dir(int rootfd, const char *rel, struct walk *w)
-{
-	/* Not dup(rootfd): a dup shares the read position of the root. */
-	int dfd = openat(rootfd, rel[0] ? rel : ".", O_RDONLY | O_DIRECTORY |
-			 O_CLOEXEC);
-	size_t pl = strlen(w->prefix), seen = 0;
-	struct dirent *de;
-	DIR *d;
-
-	if (dfd < 0 || !(d = fdopendir(dfd))) {
-		if (dfd >= 0)
-			close(dfd);
-		return;
-	}
-	while ((de = readdir(d)) && !w->err) {
-		char path[PATH_MAX];
-		struct stat sb;
-
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		seen++;
-		if (!rel[0] && !strcmp(de->d_name, RESERVED))
-			continue;
-		if (snprintf(path, sizeof(path), "%s%s%s", rel,
-			     rel[0] ? "/" : "", de->d_name) >= (int)sizeof(path))
-			continue;
-		if (fstatat(rootfd, path, &sb, AT_SYMLINK_NOFOLLOW))
-			continue;
-		if (S_ISDIR(sb.st_mode)) {
-			size_t l = strlen(path);
-
-			/* Descend only where keys may match the prefix. */
-			if (strncmp(path, w->prefix, l < pl ? l : pl))
-				continue;
-			walk_dir(rootfd, path, w);
-		} else if (S_ISREG(sb.st_mode) &&
-			   !strncmp(path, w->prefix, pl)) {
-			walk_add(w, path);
-		}
-	}
-	closedir(d);
-	if (!seen && rel[0] && !w->err) { /* an empty directory: its marker */
-		char mk[PATH_MAX];
-
-		if ((size_t)snprintf(mk, sizeof(mk), "%s/", rel) < sizeof(mk) &&
-		    !strncmp(mk, w->prefix, pl))
-			walk_add(w, mk);
-	}
-}
-
-/* The directory part of a listing prefix must stay inside the store and
- * out of .fmfs/: no empty, "." or ".." segments, not absolute. */
-static bool dir_prefix_ok(const char *dir)
-{
-	const char *s = dir;
-
-	if (!*dir)
-		return true;
-	if (!strcmp(dir, RESERVED) || !strncmp(dir, RESERVED "/",
-					       sizeof(RESERVED)))
-		return false;
-	while (*s) {
-		size_t n = strcspn(s, "/");
-
-		if (n == 0 || (n == 1 && s[0] == '.') ||
-		    (n == 2 && s[0] == '.' && s[1] == '.'))
-			return false;
-		s += n;
-		if (*s == '/')
-			s++;
-	}
-	return true;
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-	return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Sets the page's token to the last thing handed out; after a common
- * prefix, "\xff" sorts it past every key under that prefix (UTF-8 never
- * contains the byte 0xff). */
-static int set_token(struct obj_list_page *pg, const char *last,
-		     bool was_prefix)
-{
-	size_t ll = strlen(last);
-
-	pg->next_token = malloc(ll + 2);
-	if (!pg->next_token)
-		return -ENOMEM;
-	memcpy(pg->next_token, last, ll + 1);
-	if (was_prefix) {
-		pg->next_token[ll] = '\xff';
-		pg->next_token[ll + 1] = '\0';
-	}
-	return 0;
-}
-
-static obj_status px_list(struct obj_store *st, const char *prefix,
-			  const char *delimiter, const char *token,
-			  unsigned max_keys, struct obj_list_page *pg,
-			  struct obj_error *err)
-{
-	struct walk w = { .prefix = prefix };
-	size_t strip = strlen(st->prefix), pl = strlen(prefix), count = 0;
-	size_t dl = delimiter ? strlen(delimiter) : 0;
-	char start_dir[PATH_MAX], *slash, *cp = NULL;
-	const char *last = "";
-	bool last_was_prefix = false;
-	obj_status rc = OBJ_OK;
-	int e = 0;
-
-	if (!max_keys || max_keys > 1000)
-		max_keys = 1000;
-	/* Start the walk at the deepest directory the prefix names. */
-	snprintf(start_dir, sizeof(start_dir), "%s", prefix);
-	slash = strrchr(start_dir, '/');
-	if (slash)
-		*slash = '\0';
-	else
-		start_dir[0] = '\0';
-	if (!dir_prefix_ok(start_dir))
-		return OBJ_OK; /* no key can live there: an empty page */
-	walk_dir(P(st)->rootfd, start_dir, &w);
-	if (w.n)
-		qsort(w.keys, w.n, sizeof(*w.keys), cmp_str);
-	pg->entries = calloc(max_keys, sizeof(*pg->entries));
-	pg->prefixes = calloc(max_keys, sizeof(*pg->prefixes));
-	if (w.err || !pg->entries || !pg->prefixes) {
-		e = w.err ? -w.err : ENOMEM;
-		goto out;
-	}
-	for (size_t i = 0; i < w.n && !e; i++) {
-		const char *k = w.keys[i], *d;
-		struct obj_entry *ent;
-		struct stat sb;
-
-		if (token && strcmp(k, token) <= 0)
-			continue;
-		d = dl ? strstr(k + pl, delimiter) : NULL;
-		if (d) {
-			size_t cl = (size_t)(d - k) + dl;
-
-			if (cp && strlen(cp) == cl && !strncmp(cp, k, cl))
-				continue; /* same common prefix */
-			if (count == max_keys) {
-				e = -set_token(pg, last, last_was_prefix);
-				break;
-			}
-			free(cp);
-			cp = strndup(k, cl);
-			if (!cp || !(pg->prefixes[pg->nprefixes] =
-				     strdup(cp + strip))) {
-				e = ENOMEM;
-				break;
-			}
-			pg->nprefixes++;
-			count++;
-			last = cp;
-			last_was_prefix = true;
-			continue;
-		}
-		if (count == max_keys) {
-			e = -set_token(pg, last, last_was_prefix);
-			break;
-		}
-		if (fstatat(P(st)->rootfd, k, &sb, AT_SYMLINK_NOFOLLOW))
-			continue; /* deleted since the walk */
-		ent = &pg->entries[pg->nentries];
-		if (!(ent->key = strdup(k + strip))) {
-			e = ENOMEM;
-			break;
-		}
-		ent->size_bytes = (uint64_t)sb.st_size;
-		ent->mtime_s = sb.st_mtim.tv_sec;
-		etag_of(&sb, ent->etag);
-		pg->nentries++;
-		count++;
-		last = k;
-		last_was_prefix = false;
-	}
-out:
-	if (e)
-		rc = fail(err, e, prefix, "listing");
-	free(cp);
-	for (size_t i = 0; i < w.n; i++)
-		free(w.keys[i]);
-	free(w.keys);
-	return rc;
 }
 
 static obj_status px_del(struct obj_store *st, const char *key,
@@ -1162,18 +611,18 @@ static obj_status px_del(struct obj_store *st, const char *key,
 			return OBJ_ERR_INVALID;
 		/* Only an empty directory goes, as on S3 the prefix stays
 		 * while keys are under it. */
-		if (!unlinkat(P(st)->rootfd, key, AT_REMOVEDIR))
-			rmparents(P(st)->rootfd, key);
+		if (!unlinkat(px_of(st)->rootfd, key, AT_REMOVEDIR))
+			rmparents(px_of(st)->rootfd, key);
 		return OBJ_OK;
 	}
-	if (!key_ok(key, err))
+	if (!px_key_ok(key, err))
 		return OBJ_ERR_INVALID;
-	if (unlinkat(P(st)->rootfd, key, 0)) {
+	if (unlinkat(px_of(st)->rootfd, key, 0)) {
 		if (errno == ENOENT || errno == ENOTDIR || errno == EISDIR)
 			return OBJ_OK; /* no such object (maybe a prefix) */
-		return fail(err, errno, key, "delete");
+		return px_fail(err, errno, key, "delete");
 	}
-	rmparents(P(st)->rootfd, key);
+	rmparents(px_of(st)->rootfd, key);
 	return OBJ_OK;
 }
 
@@ -1214,10 +663,10 @@ static obj_status px_copy(struct obj_store *st, const char *src,
 		obj_meta_release(&m);
 		return px_put(st, dst, NULL, -1, 0, NULL, 0, etag_out, err);
 	}
-	in = openat(P(st)->rootfd, src, O_RDONLY | O_CLOEXEC);
+	in = openat(px_of(st)->rootfd, src, O_RDONLY | O_CLOEXEC);
 	if (in < 0) {
 		obj_meta_release(&m);
-		return fail(err, errno, src, "open");
+		return px_fail(err, errno, src, "open");
 	}
 	rc = px_put(st, dst, NULL, in, m.size_bytes, meta ? meta : m.user,
 		    meta ? nmeta : m.nuser, etag_out, err);
@@ -1226,129 +675,24 @@ static obj_status px_copy(struct obj_store *st, const char *src,
 	return rc;
 }
 
-/* ---- crash debris: sweeping .fmfs/tmp and .fmfs/uploads ---- */
-
-/* The newest mtime of dfd and, for a directory, of what is in it. */
-static time_t newest_mtime(int fd, const struct stat *sb)
-{
-	time_t t = sb->st_mtime;
-	struct dirent *de;
-	struct stat e;
-	DIR *d;
-	int dup_fd;
-
-	if (!S_ISDIR(sb->st_mode))
-		return t;
-	dup_fd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dup_fd < 0 || !(d = fdopendir(dup_fd))) {
-		if (dup_fd >= 0)
-			close(dup_fd);
-		return time(NULL); /* cannot tell: as if just touched */
-	}
-	while ((de = readdir(d)))
-		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
-		    !fstatat(dirfd(d), de->d_name, &e, AT_SYMLINK_NOFOLLOW) &&
-		    e.st_mtime > t)
-			t = e.st_mtime;
-	closedir(d);
-	return t;
-}
-
-/* Removes sub/name (a temporary file, or an upload directory and its
- * files) if its owner is provably gone: we can take its lock and the
- * name is still the file we locked (own()); names of an fmfs that did
- * not lock, only when untouched for LEGACY_DEBRIS_AGE_S as well. */
-static void sweep_one(struct posix_store *p, const char *sub,
-		      const char *name, bool is_dir)
-{
-	char path[128 + NAME_MAX];
-	struct stat sb;
-	int fd;
-
-	if (snprintf(path, sizeof(path), RESERVED "/%s/%s", sub, name) >=
-	    (int)sizeof(path))
-		return;
-	fd = openat(p->rootfd, path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
-		    O_CLOEXEC | (is_dir ? O_DIRECTORY : 0));
-	if (fd < 0)
-		return;
-	if (fstat(fd, &sb) || (is_dir ? !S_ISDIR(sb.st_mode) :
-			       !S_ISREG(sb.st_mode)))
-		goto out_close;
-	if (flock(fd, LOCK_EX | LOCK_NB) || own(p->rootfd, path, fd))
-		goto out_close; /* live, or no flock here: keep */
-	if (strncmp(name, LOCKED_PREFIX, sizeof(LOCKED_PREFIX) - 1) &&
-	    time(NULL) - newest_mtime(fd, &sb) < LEGACY_DEBRIS_AGE_S)
-		goto out_close;
-	if (is_dir)
-		upload_remove(p, name);
-	else
-		unlinkat(p->rootfd, path, 0);
-out_close:
-	close(fd); /* the lock goes with it, after the name */
-}
-
-static void sweep_sub(struct posix_store *p, const char *sub, bool is_dir)
-{
-	char rel[64];
-	struct dirent *de;
-	DIR *d;
-	int fd;
-
-	snprintf(rel, sizeof(rel), RESERVED "/%s", sub);
-	fd = openat(p->rootfd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0 || !(d = fdopendir(fd))) {
-		if (fd >= 0)
-			close(fd);
-		return;
-	}
-	while ((de = readdir(d)))
-		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-			sweep_one(p, sub, de->d_name, is_dir);
-	closedir(d);
-}
-
-/* Removes the crash debris of dead processes (file header).  Errors are
- * ignored: debris left now is swept at the next chance. */
-static void sweep(struct posix_store *p)
-{
-	bool no = false;
-
-	if (!atomic_compare_exchange_strong(&p->sweeping, &no, true))
-		return; /* another thread of this handle is at it */
-	atomic_store(&p->last_sweep_ms, util_now_ms());
-	sweep_sub(p, "tmp", false);
-	sweep_sub(p, "uploads", true);
-	atomic_store(&p->sweeping, false);
-}
-
-/* At an upload: a long-lived handle (a mount) also cleans after
- * processes that die beside it, at most once a SWEEP_INTERVAL_MS. */
-static void sweep_if_due(struct posix_store *p)
-{
-	if (util_now_ms() - atomic_load(&p->last_sweep_ms) >=
-	    SWEEP_INTERVAL_MS)
-		sweep(p);
-}
-
 static obj_status px_check_bucket(struct obj_store *st, struct obj_error *err)
 {
 	struct stat sb;
 
 	px_revalidate(st);
-	if (fstat(P(st)->rootfd, &sb) || !S_ISDIR(sb.st_mode))
-		return fail(err, errno ? errno : ENOTDIR, P(st)->root,
+	if (fstat(px_of(st)->rootfd, &sb) || !S_ISDIR(sb.st_mode))
+		return px_fail(err, errno ? errno : ENOTDIR, px_of(st)->root,
 			    "store directory");
 	if (!sb.st_nlink) {
-		obj_err_set(err, OBJ_ERR_NO_BUCKET, P(st)->root, "store "
+		obj_err_set(err, OBJ_ERR_NO_BUCKET, px_of(st)->root, "store "
 			    "directory was removed (make it again with mkdir "
 			    "-p)");
 		snprintf(err->code, sizeof(err->code), "NoSuchBucket");
 		return OBJ_ERR_NO_BUCKET;
 	}
-	if (!P(st)->read_only &&
-	    faccessat(P(st)->rootfd, ".", W_OK, AT_EACCESS)) {
-		obj_err_set(err, OBJ_ERR_DENIED, P(st)->root,
+	if (!px_of(st)->read_only &&
+	    faccessat(px_of(st)->rootfd, ".", W_OK, AT_EACCESS)) {
+		obj_err_set(err, OBJ_ERR_DENIED, px_of(st)->root,
 			    "store directory is not writable");
 		snprintf(err->code, sizeof(err->code), "StoreNotWritable");
 		return OBJ_ERR_DENIED;
@@ -1390,7 +734,7 @@ static obj_status px_open(struct obj_store *st, const struct obj_url *u,
 		mkdirat(p->rootfd, RESERVED, 0700);
 		mkdirat(p->rootfd, RESERVED "/tmp", 0700);
 		mkdirat(p->rootfd, RESERVED "/uploads", 0700);
-		sweep(p);
+		px_sweep(p);
 	}
 	st->priv = p;
 	snprintf(st->desc, sizeof(st->desc), "file://%s", p->root);
@@ -1399,7 +743,7 @@ static obj_status px_open(struct obj_store *st, const struct obj_url *u,
 
 static void px_close(struct obj_store *st)
 {
-	struct posix_store *p = P(st);
+	struct posix_store *p = px_of(st);
 
 	/* Uploads never completed or aborted: nobody else can finish them
 	 * (their ids live in this handle only). */
@@ -1407,8 +751,8 @@ static void px_close(struct obj_store *st)
 		char id[OBJ_UPLOAD_ID_MAX];
 
 		snprintf(id, sizeof(id), "%s", p->uploads->id);
-		upload_remove(p, id);
-		upload_release(p, id);
+		px_upload_remove(p, id);
+		px_upload_release(p, id);
 	}
 	pthread_mutex_destroy(&p->lock);
 	close(p->rootfd);
@@ -1422,9 +766,9 @@ static void px_close(struct obj_store *st)
  * and made again beside the mount leaves rootfd on the removed one, where
  * nothing can be made again; the next request goes to the new one.
  * true: the directory is gone and not made again. */
-static bool px_revalidate(struct obj_store *st)
+bool px_revalidate(struct obj_store *st)
 {
-	struct posix_store *p = P(st);
+	struct posix_store *p = px_of(st);
 	struct stat sb;
 	int fd;
 
