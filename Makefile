@@ -113,9 +113,10 @@ $(UTIL_OBJS) $(OBJSTORE_OBJS) $(CKPT_OBJS): CFLAGS += -fPIC
 # compute_80 PTX, which the driver compiles for any other GPU from
 # Ampere on; NVCC_ARCH overrides.
 TRAIN_OBJS = train/model.o train/layers.o train/shard.o train/tokenize.o \
+	train/loader_open.o \
 	train/loader.o train/rendezvous.o
 ifeq ($(HAVE_CUDA),1)
-TRAIN_OBJS += train/gpu.o train/gpu_kernels.o train/gpu_attn.o
+TRAIN_OBJS += train/gpu.o train/gpu_init.o train/gpu_kernels.o train/gpu_attn.o
 else
 TRAIN_OBJS += train/gpu_none.o
 endif

@@ -22,10 +22,10 @@
  * mix64, a 64-bit finalizer.  Every shuffle has its own generator whose
  * start state is derived from the seed, so any order can be computed on
  * its own, on any rank, without replaying the ones before it:
- *   shard order of epoch e:         derive(seed, e, ~0, ~0)
- *   span order of shard s, epoch e: derive(seed, e, s, ~0)
- *   sequence order of span j of s:  derive(seed, e, s, j)
- * with derive(a, b, c, d) = mix64(mix64(mix64(mix64(a) + b) + c) + d) and
+ *   shard order of epoch e:         train_derive(seed, e, ~0, ~0)
+ *   span order of shard s, epoch e: train_derive(seed, e, s, ~0)
+ *   sequence order of span j of s:  train_derive(seed, e, s, j)
+ * with train_derive(a, b, c, d) = train_mix64(train_mix64(train_mix64(train_mix64(a) + b) + c) + d) and
  * s, j file order indices.  A shuffle is Fisher-Yates from the identity,
  * i from n-1 down to 1 swapping i with an unbiased draw in [0, i]
  * (Lemire's multiply-and-reject).  That is what makes a position a few
@@ -74,115 +74,11 @@
 #include <unistd.h>
 
 #include "cache/cache.h"
-#include "data_int.h"
-
-#define DEFAULT_SPAN_BYTES (256ull << 20)
-#define SPAN_BYTES_MIN 4096ull
-#define IO_ALIGN 4096ull
-#define NONE UINT64_MAX
-#define FMFS_CTL_XATTR "user.fmfs.control"   /* = FS_CTL_XATTR, fs/fs.h */
-#define FMFS_CTL_TIMEOUT_MS 2000
-#define ERR_MSG_MAX 512
-
-_Static_assert(sizeof(struct train_pos) == 80, "train_pos is a saved "
-	       "format: no padding, no pointers");
-
-struct shard {
-	char *path;
-	struct train_shard_info info;
-	uint64_t nseq;         /* sequences of T+1 tokens */
-	uint64_t spq;          /* sequences per span (the last span fewer) */
-	uint64_t nspans;
-	uint64_t last_nseq;    /* sequences in span nspans - 1 */
-	bool whole;            /* one span: the whole payload is read */
-	bool verified;         /* reader thread only: payload CRC checked */
-};
-
-/* A place in the stream; normalised: each index inside its range. */
-struct cursor {
-	uint64_t epoch, shard_k, span_k, seq;
-};
-
-/* One span as the stream orders it. */
-struct span {
-	uint64_t epoch, shard_k, span_k;  /* its place in the orders */
-	uint32_t shard;                   /* file index */
-	uint64_t span;                    /* index within the shard */
-	uint64_t g0;       /* epoch order index of its first sequence */
-	uint64_t nseq;
-	uint64_t first;    /* first order index (in the span) to consider */
-};
-
-/* The orders of one epoch, as far as computed: the shard order always,
- * the span order of one shard. */
-struct order {
-	uint64_t epoch;        /* NONE: nothing computed */
-	uint64_t rng_state;    /* derive(seed, epoch, ~0, ~0) */
-	uint32_t *shard;       /* nshards: file index at each place */
-	uint64_t *base;        /* nshards + 1: first order index of each */
-	uint64_t span_of;      /* shard_k whose spans are in span[]; NONE */
-	uint32_t *span;        /* its span order */
-	uint64_t last_at;      /* where its short last span is in span[] */
-};
-
-enum { SLOT_FREE = 0, SLOT_READY = 1 };
-
-struct slot {
-	int state;             /* protected by loader.lock */
-	unsigned char *buf;    /* buf_bytes, IO_ALIGN-aligned */
-	size_t tok_off;        /* offset of the span's first token in buf */
-	struct span sp;
-	int err;               /* the reader stopped here with this error */
-	char msg[ERR_MSG_MAX];
-};
-
-struct train_loader {
-	struct train_loader_config cfg;   /* resume is NULL */
-	unsigned rank, world;
-	struct shard *shards;
-	size_t nshards;
-	uint64_t ntokens, sequences, tail_tokens, data_id;
-	uint64_t max_spans, max_spq;
-	struct cursor start;              /* where the reader begins */
-
-	size_t buf_bytes;
-	struct slot *slots;
-	unsigned nslots;
-
-	pthread_t thread;
-	bool thread_started;
-	pthread_mutex_t lock;
-	pthread_cond_t ready, freed;      /* a slot became ready / free */
-	uint64_t produced, consumed;      /* slots; protected by lock */
-	atomic_bool stop;                 /* set under lock at close */
-
-	/* reader thread only */
-	struct order rorder;
-	char hint_dir[PATH_MAX];          /* last directory looked up */
-	char hint_root[PATH_MAX];         /* its fmfs mount root, or "" */
-	char hint_sock[sizeof(((struct sockaddr_un *)0)->sun_path)];
-
-	/* caller's thread only */
-	struct order corder;
-	struct slot *cur;                 /* the span rows come from */
-	uint64_t k;                       /* next order index in it */
-	uint32_t *perm;                   /* its sequence order */
-	struct cursor pos;                /* of the next batch */
-	uint64_t batches;
-	int32_t *tokens, *inputs, *targets;
-	int err;
-	char errmsg[ERR_MSG_MAX];
-
-	/* statistics: any thread */
-	_Atomic uint64_t st_bytes, st_reads, st_spans, st_opened,
-		st_verified, st_hints, st_hints_fmfs, st_waits, st_wait_ns,
-		st_last_wait_ns, st_sequences, st_batches, st_epoch,
-		st_allocs;
-};
+#include "loader_int.h"
 
 /* ---- the generator (SplitMix64) ---- */
 
-static uint64_t mix64(uint64_t z)
+uint64_t train_mix64(uint64_t z)
 {
 	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
 	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -191,7 +87,7 @@ static uint64_t mix64(uint64_t z)
 
 static uint64_t rng_next(uint64_t *s)
 {
-	return mix64(*s += 0x9E3779B97F4A7C15ull);
+	return train_mix64(*s += 0x9E3779B97F4A7C15ull);
 }
 
 /* Uniform in [0, n), n > 0, without modulo bias (Lemire 2019). */
@@ -211,10 +107,10 @@ static uint64_t rng_below(uint64_t *s, uint64_t n)
 	return (uint64_t)(m >> 64);
 }
 
-static uint64_t derive(uint64_t seed, uint64_t epoch, uint64_t shard,
+uint64_t train_derive(uint64_t seed, uint64_t epoch, uint64_t shard,
 		       uint64_t span)
 {
-	return mix64(mix64(mix64(mix64(seed) + epoch) + shard) + span);
+	return train_mix64(train_mix64(train_mix64(train_mix64(seed) + epoch) + shard) + span);
 }
 
 /* p = a permutation of 0..n-1: the identity, shuffled when shuffle. */
@@ -235,7 +131,7 @@ static void permute(uint32_t *p, uint64_t n, bool shuffle, uint64_t state)
 
 /* ---- orders and cursors ---- */
 
-static int order_init(struct order *o, size_t nshards, uint64_t max_spans)
+int train_order_init(struct order *o, size_t nshards, uint64_t max_spans)
 {
 	o->epoch = NONE;
 	o->span_of = NONE;
@@ -245,7 +141,7 @@ static int order_init(struct order *o, size_t nshards, uint64_t max_spans)
 	return o->shard && o->base && o->span ? 0 : -ENOMEM;
 }
 
-static void order_free(struct order *o)
+void train_order_free(struct order *o)
 {
 	free(o->shard);
 	free(o->base);
@@ -257,7 +153,7 @@ static void order_epoch(const struct train_loader *l, struct order *o,
 {
 	if (o->epoch == epoch)
 		return;
-	o->rng_state = derive(l->cfg.seed, epoch, NONE, NONE);
+	o->rng_state = train_derive(l->cfg.seed, epoch, NONE, NONE);
 	permute(o->shard, l->nshards, l->cfg.shuffle, o->rng_state);
 	o->base[0] = 0;
 	for (size_t k = 0; k < l->nshards; k++)
@@ -274,7 +170,7 @@ static void order_spans(const struct train_loader *l, struct order *o,
 	if (o->span_of == shard_k)
 		return;
 	permute(o->span, sh->nspans, l->cfg.shuffle,
-		derive(l->cfg.seed, o->epoch, o->shard[shard_k], NONE));
+		train_derive(l->cfg.seed, o->epoch, o->shard[shard_k], NONE));
 	o->last_at = 0;
 	for (uint64_t i = 0; i < sh->nspans; i++)
 		if (o->span[i] == sh->nspans - 1)
@@ -283,7 +179,7 @@ static void order_spans(const struct train_loader *l, struct order *o,
 }
 
 /* Moves c forward until it names a place that exists. */
-static void normalise(const struct train_loader *l, struct order *o,
+void train_normalise(const struct train_loader *l, struct order *o,
 		      struct cursor *c)
 {
 	for (;;) {
@@ -460,7 +356,7 @@ static void hint(struct train_loader *l, const char *path)
 
 /* ---- the reader thread ---- */
 
-static void add_stat(_Atomic uint64_t *s, uint64_t v)
+void train_add_stat(_Atomic uint64_t *s, uint64_t v)
 {
 	atomic_fetch_add_explicit(s, v, memory_order_relaxed);
 }
@@ -493,7 +389,7 @@ static int reader_open(struct train_loader *l, const struct shard *sh,
 		close(fd);
 		return rc;
 	}
-	add_stat(&l->st_opened, 1);
+	train_add_stat(&l->st_opened, 1);
 	*fdp = fd;
 	return 0;
 }
@@ -522,11 +418,11 @@ static int fill(struct train_loader *l, struct shard *sh, int fd,
 					  l->cfg.vocab_size, s->buf,
 					  l->buf_bytes, &l->stop, &bytes,
 					  &reads, msg, msg_len);
-		add_stat(&l->st_bytes, bytes);
-		add_stat(&l->st_reads, reads);
+		train_add_stat(&l->st_bytes, bytes);
+		train_add_stat(&l->st_reads, reads);
 		if (rc)
 			return rc;
-		add_stat(&l->st_verified, 1);
+		train_add_stat(&l->st_verified, 1);
 		sh->verified = true;
 	}
 	start = in->data_offset + t0 * dsz;
@@ -551,7 +447,7 @@ static int fill(struct train_loader *l, struct shard *sh, int fd,
 		n = pread(fd, s->buf + done, want, (off_t)(a0 + done));
 		if (n < 0 && errno == EINTR)
 			continue;
-		add_stat(&l->st_reads, 1);
+		train_add_stat(&l->st_reads, 1);
 		if (n < 0) {
 			int e = errno;
 
@@ -567,7 +463,7 @@ static int fill(struct train_loader *l, struct shard *sh, int fd,
 				 (unsigned long long)in->file_bytes);
 			return -EBADMSG;
 		}
-		add_stat(&l->st_bytes, (uint64_t)n);
+		train_add_stat(&l->st_bytes, (uint64_t)n);
 		done += (uint64_t)n;
 	}
 	s->tok_off = (size_t)(start - a0);
@@ -581,14 +477,14 @@ static int fill(struct train_loader *l, struct shard *sh, int fd,
 				 in->payload_crc, crc);
 			return -EBADMSG;
 		}
-		add_stat(&l->st_verified, 1);
+		train_add_stat(&l->st_verified, 1);
 	}
 	if (train_tokens_scan(s->buf + s->tok_off, tn, in->dtype,
 			      train_token_limit(in, l->cfg.vocab_size),
 			      &bad_i, &bad_t))
 		return train_range_error(sh->path, in, l->cfg.vocab_size,
 					 t0 + bad_i, bad_t, msg, msg_len);
-	add_stat(&l->st_spans, 1);
+	train_add_stat(&l->st_spans, 1);
 	return 0;
 }
 
@@ -616,7 +512,7 @@ static void slot_publish(struct train_loader *l, struct slot *s)
 	pthread_mutex_unlock(&l->lock);
 }
 
-static void *reader_main(void *arg)
+void *train_reader_main(void *arg)
 {
 	struct train_loader *l = arg;
 	struct cursor c = l->start;
@@ -628,7 +524,7 @@ static void *reader_main(void *arg)
 		struct span sp;
 		int rc = 0;
 
-		normalise(l, &l->rorder, &c);
+		train_normalise(l, &l->rorder, &c);
 		span_at(l, &l->rorder, &c, &sp);
 		if (first_owned(l, &sp, sp.first) >= sp.nseq) {
 			c.span_k++;      /* nothing here for this rank */
@@ -703,7 +599,7 @@ static int take_span(struct train_loader *l, uint64_t *waited_ns)
 	}
 	l->cur = s;
 	permute(l->perm, s->sp.nseq, l->cfg.shuffle,
-		derive(l->cfg.seed, s->sp.epoch, s->sp.shard, s->sp.span));
+		train_derive(l->cfg.seed, s->sp.epoch, s->sp.shard, s->sp.span));
 	l->k = first_owned(l, &s->sp, s->sp.first);
 	return 0;
 }
@@ -752,14 +648,14 @@ int train_loader_next(struct train_loader *l, struct train_batch *b,
 	atomic_store_explicit(&l->st_last_wait_ns, waited,
 			      memory_order_relaxed);
 	if (waited)
-		add_stat(&l->st_waits, 1);
+		train_add_stat(&l->st_waits, 1);
 	if (rc) {
 		/* Rows taken so far are lost with the batch: the stream
 		 * cannot go on past a bad span anyway. */
 		util_msg(msg, msg_len, "%s", l->errmsg);
 		return rc;
 	}
-	normalise(l, &l->corder, &l->pos);
+	train_normalise(l, &l->corder, &l->pos);
 	for (unsigned row = 0; row < B; row++) {
 		const int32_t *t = l->tokens + (size_t)row * (T + 1);
 
@@ -774,8 +670,8 @@ int train_loader_next(struct train_loader *l, struct train_batch *b,
 	b->epoch = epoch;
 	b->index = l->batches++;
 	b->wait_ms = (double)waited / 1e6;
-	add_stat(&l->st_batches, 1);
-	add_stat(&l->st_sequences, B);
+	train_add_stat(&l->st_batches, 1);
+	train_add_stat(&l->st_sequences, B);
 	atomic_store_explicit(&l->st_epoch, l->pos.epoch,
 			      memory_order_relaxed);
 	return 0;
@@ -795,7 +691,7 @@ void train_loader_position(const struct train_loader *l,
 	out->shard = l->pos.shard_k;
 	out->span = l->pos.span_k;
 	out->seq = l->pos.seq;
-	out->rng_state = derive(l->cfg.seed, l->pos.epoch, NONE, NONE);
+	out->rng_state = train_derive(l->cfg.seed, l->pos.epoch, NONE, NONE);
 	out->batches = l->batches;
 }
 
@@ -836,409 +732,4 @@ void train_loader_get_stats(struct train_loader *l,
 	out->buffers = l->nslots;
 	out->buffer_bytes = l->buf_bytes;
 	out->buffer_allocs = atomic_load(&l->st_allocs);
-}
-
-/* ---- open and close ---- */
-
-void train_loader_config_init(struct train_loader_config *cfg)
-{
-	memset(cfg, 0, sizeof(*cfg));
-	cfg->shuffle = true;
-	cfg->rank = -1;
-	cfg->world_size = -1;
-	cfg->span_bytes = DEFAULT_SPAN_BYTES;
-	cfg->buffers = 2;
-	cfg->prefetch_shards = 1;
-}
-
-/* An integer from the environment, or def when unset or not a number. */
-static long env_int(const char *name, long def)
-{
-	const char *v = getenv(name);
-	char *end;
-	long x;
-
-	if (!v || !*v)
-		return def;
-	errno = 0;
-	x = strtol(v, &end, 10);
-	return errno || *end ? def : x;
-}
-
-static int add_path(struct train_loader *l, size_t *cap, const char *path,
-		    char *msg, size_t msg_len)
-{
-	if (l->nshards == TRAIN_SHARDS_MAX) {
-		util_msg(msg, msg_len, "%s: more than %u shards", path,
-			 TRAIN_SHARDS_MAX);
-		return -EINVAL;
-	}
-	if (l->nshards == *cap) {
-		size_t nc = *cap ? *cap * 2 : 16;
-		struct shard *ns = realloc(l->shards, nc * sizeof(*ns));
-
-		if (!ns)
-			goto oom;
-		l->shards = ns;
-		*cap = nc;
-	}
-	memset(&l->shards[l->nshards], 0, sizeof(l->shards[0]));
-	if (!(l->shards[l->nshards].path = strdup(path)))
-		goto oom;
-	l->nshards++;
-	return 0;
-oom:
-	util_msg(msg, msg_len, "%s: out of memory", path);
-	return -ENOMEM;
-}
-
-static int bin_filter(const struct dirent *d)
-{
-	size_t n = strlen(d->d_name);
-
-	return d->d_name[0] != '.' && n > 4 &&
-	       !strcmp(d->d_name + n - 4, ".bin");
-}
-
-/* Name order in bytes (alphasort would follow the locale). */
-static int name_cmp(const struct dirent **a, const struct dirent **b)
-{
-	return strcmp((*a)->d_name, (*b)->d_name);
-}
-
-static int add_dir(struct train_loader *l, size_t *cap, const char *dir,
-		   char *msg, size_t msg_len)
-{
-	struct dirent **list;
-	size_t before = l->nshards;
-	int n, rc = 0;
-
-	n = scandir(dir, &list, bin_filter, name_cmp);
-	if (n < 0) {
-		int e = errno;
-
-		util_msg(msg, msg_len, "%s: %s", dir, strerror(e));
-		return -e;
-	}
-	for (int i = 0; i < n; i++) {
-		char path[PATH_MAX];
-		struct stat st;
-
-		if (!rc && (size_t)snprintf(path, sizeof(path), "%s/%s", dir,
-					    list[i]->d_name) >= sizeof(path)) {
-			util_msg(msg, msg_len, "%s/%s: path too long", dir,
-				 list[i]->d_name);
-			rc = -ENAMETOOLONG;
-		}
-		if (!rc && !stat(path, &st) && S_ISREG(st.st_mode))
-			rc = add_path(l, cap, path, msg, msg_len);
-		free(list[i]);
-	}
-	free(list);
-	if (!rc && l->nshards == before) {
-		util_msg(msg, msg_len, "%s: no shard (*.bin) in this "
-			 "directory", dir);
-		rc = -ENOENT;
-	}
-	return rc;
-}
-
-static int check_config(const struct train_loader_config *c, int rank,
-			int world, char *msg, size_t msg_len)
-{
-	if (!c->batch || !c->seq_len || c->seq_len > TRAIN_SEQ_LEN_MAX ||
-	    (uint64_t)c->batch * (c->seq_len + 1) > TRAIN_BATCH_TOKENS_MAX) {
-		util_msg(msg, msg_len, "loader: batch %u x sequence length %u"
-			 " is not allowed (T 1..%u, B x (T+1) at most %u)",
-			 c->batch, c->seq_len, TRAIN_SEQ_LEN_MAX,
-			 TRAIN_BATCH_TOKENS_MAX);
-		return -EINVAL;
-	}
-	if (!c->vocab_size || c->vocab_size > INT32_MAX) {
-		util_msg(msg, msg_len, "loader: the model's vocabulary size "
-			 "must be 1..%d (given %u)", INT32_MAX, c->vocab_size);
-		return -EINVAL;
-	}
-	if (world < 1 || world > TRAIN_WORLD_MAX || rank < 0 ||
-	    rank >= world) {
-		util_msg(msg, msg_len, "loader: rank %d of world size %d is "
-			 "not allowed (check RANK and WORLD_SIZE)", rank,
-			 world);
-		return -EINVAL;
-	}
-	if (c->buffers == 1 || c->buffers > TRAIN_BUFFERS_MAX ||
-	    (c->span_bytes &&
-	     (c->span_bytes < SPAN_BYTES_MIN ||
-	      c->span_bytes > TRAIN_SPAN_BYTES_MAX))) {
-		util_msg(msg, msg_len, "loader: %u buffers of %llu bytes is "
-			 "not allowed (2..%u buffers, spans of %llu bytes to "
-			 "%llu)", c->buffers,
-			 (unsigned long long)c->span_bytes,
-			 TRAIN_BUFFERS_MAX, SPAN_BYTES_MIN,
-			 (unsigned long long)TRAIN_SPAN_BYTES_MAX);
-		return -EINVAL;
-	}
-	return 0;
-}
-
-/* Reads every header and lays out the spans; sizes the buffers. */
-static int plan(struct train_loader *l, char *msg, size_t msg_len)
-{
-	uint64_t T = l->cfg.seq_len, span = l->cfg.span_bytes, h = 0, need = 0;
-
-	for (size_t i = 0; i < l->nshards; i++) {
-		struct shard *sh = &l->shards[i];
-		const struct train_shard_info *in = &sh->info;
-		uint64_t read_tokens;
-		int rc;
-
-		rc = train_shard_info(sh->path, &sh->info, msg, msg_len);
-		if (rc)
-			return rc;
-		if (in->vocab_size > l->cfg.vocab_size) {
-			util_msg(msg, msg_len, "%s: tokenized with a "
-				 "vocabulary of %u tokens; the model's "
-				 "vocabulary size is %u", sh->path,
-				 in->vocab_size, l->cfg.vocab_size);
-			return -ERANGE;
-		}
-		sh->nseq = in->ntokens > T ? (in->ntokens - 1) / T : 0;
-		sh->whole = in->ntokens * in->dtype <= span;
-		if (!sh->nseq) {
-			sh->spq = sh->nspans = sh->last_nseq = 0;
-			read_tokens = 0;
-		} else if (sh->whole) {
-			sh->spq = sh->last_nseq = sh->nseq;
-			sh->nspans = 1;
-			read_tokens = in->ntokens;
-		} else {
-			uint64_t fit = span / in->dtype;
-
-			sh->spq = fit > T + 1 ? (fit - 1) / T : 1;
-			if (sh->spq > sh->nseq)
-				sh->spq = sh->nseq;
-			sh->nspans = (sh->nseq + sh->spq - 1) / sh->spq;
-			sh->last_nseq = sh->nseq - (sh->nspans - 1) * sh->spq;
-			read_tokens = sh->spq * T + 1;
-		}
-		if (sh->nspans > UINT32_MAX || sh->spq > UINT32_MAX) {
-			util_msg(msg, msg_len, "%s: too many sequences for "
-				 "one span; use a larger span size", sh->path);
-			return -EINVAL;
-		}
-		if (read_tokens * in->dtype > need)
-			need = read_tokens * in->dtype;
-		if (sh->nspans > l->max_spans)
-			l->max_spans = sh->nspans;
-		if (sh->spq > l->max_spq)
-			l->max_spq = sh->spq;
-		l->ntokens += in->ntokens;
-		l->sequences += sh->nseq;
-		l->tail_tokens += sh->nseq ? in->ntokens - 1 - sh->nseq * T
-					   : in->ntokens;
-		h = mix64(h ^ in->ntokens) + (uint64_t)in->dtype +
-		    (sh->whole ? 1 : 2) * sh->spq;
-	}
-	l->data_id = mix64(mix64(h ^ l->nshards) + T) + l->cfg.shuffle;
-	if (l->sequences < l->world) {
-		util_msg(msg, msg_len, "loader: the shards hold %llu "
-			 "sequences of %llu tokens, fewer than the %u ranks "
-			 "(%llu tokens in %zu shards)",
-			 (unsigned long long)l->sequences,
-			 (unsigned long long)(T + 1), l->world,
-			 (unsigned long long)l->ntokens, l->nshards);
-		return -EINVAL;
-	}
-	/* A span may start anywhere in a page: one page of slack each
-	 * side for page-aligned reads. */
-	l->buf_bytes = (size_t)((need + 3 * IO_ALIGN - 1) & ~(IO_ALIGN - 1));
-	return 0;
-}
-
-static int check_resume(struct train_loader *l, const struct train_pos *p,
-			char *msg, size_t msg_len)
-{
-	const char *what = NULL;
-
-	if (p->version != TRAIN_POS_VERSION)
-		what = "a position of another version";
-	else if (p->rank != l->rank || p->world_size != l->world)
-		what = "another rank or world size";
-	else if (p->seq_len != l->cfg.seq_len)
-		what = "another sequence length";
-	else if (p->seed != l->cfg.seed)
-		what = "another seed";
-	else if (p->data_id != l->data_id)
-		what = "other shards (token counts), span size or shuffle "
-		       "setting";
-	else if (p->rng_state != derive(p->seed, p->epoch, NONE, NONE))
-		what = "a generator state that does not match its seed and "
-		       "epoch (a damaged position)";
-	if (what) {
-		util_msg(msg, msg_len, "loader: cannot resume: the position "
-			 "(rank %u of %u, T %u, seed %llu, epoch %llu) was "
-			 "saved with %s", p->rank, p->world_size, p->seq_len,
-			 (unsigned long long)p->seed,
-			 (unsigned long long)p->epoch, what);
-		return -EINVAL;
-	}
-	l->start.epoch = p->epoch;
-	l->start.shard_k = p->shard;
-	l->start.span_k = p->span;
-	l->start.seq = p->seq;
-	l->batches = p->batches;
-	return 0;
-}
-
-static int alloc_buffers(struct train_loader *l)
-{
-	size_t B = l->cfg.batch, T = l->cfg.seq_len;
-
-	l->slots = calloc(l->nslots, sizeof(*l->slots));
-	if (!l->slots)
-		return -ENOMEM;
-	for (unsigned i = 0; i < l->nslots; i++)
-		if (posix_memalign((void **)&l->slots[i].buf, IO_ALIGN,
-				   l->buf_bytes))
-			return -ENOMEM;
-		else
-			add_stat(&l->st_allocs, 1);
-	l->perm = malloc((l->max_spq ? l->max_spq : 1) * sizeof(*l->perm));
-	l->tokens = malloc(B * (T + 1) * sizeof(*l->tokens));
-	l->inputs = malloc(B * T * sizeof(*l->inputs));
-	l->targets = malloc(B * T * sizeof(*l->targets));
-	if (!l->perm || !l->tokens || !l->inputs || !l->targets ||
-	    order_init(&l->rorder, l->nshards, l->max_spans) ||
-	    order_init(&l->corder, l->nshards, l->max_spans))
-		return -ENOMEM;
-	return 0;
-}
-
-/* verify_at_open: every shard read whole once, on slot 0's buffer. */
-static int verify_all(struct train_loader *l, char *msg, size_t msg_len)
-{
-	for (size_t i = 0; i < l->nshards; i++) {
-		struct shard *sh = &l->shards[i];
-		uint64_t bytes = 0, reads = 0;
-		int fd = open(sh->path, O_RDONLY | O_CLOEXEC), rc;
-
-		if (fd < 0) {
-			rc = -errno;
-			util_msg(msg, msg_len, "%s: %s", sh->path,
-				 strerror(-rc));
-			return rc;
-		}
-		rc = train_shard_check_fd(fd, sh->path, &sh->info,
-					  l->cfg.vocab_size, l->slots[0].buf,
-					  l->buf_bytes, NULL, &bytes, &reads,
-					  msg, msg_len);
-		close(fd);
-		add_stat(&l->st_bytes, bytes);
-		add_stat(&l->st_reads, reads);
-		if (rc)
-			return rc;
-		add_stat(&l->st_verified, 1);
-		sh->verified = true;
-	}
-	return 0;
-}
-
-int train_loader_open(const struct train_loader_config *cfg,
-		      const char *const *paths, size_t npaths,
-		      struct train_loader **out, char *msg, size_t msg_len)
-{
-	struct train_loader *l;
-	size_t cap = 0;
-	int rank, world, rc;
-
-	world = cfg->world_size >= 0 ? cfg->world_size
-				     : (int)env_int("WORLD_SIZE", 1);
-	rank = cfg->rank >= 0 ? cfg->rank : (int)env_int("RANK", 0);
-	if ((rc = check_config(cfg, rank, world, msg, msg_len)))
-		return rc;
-	if (!npaths || !paths) {
-		util_msg(msg, msg_len, "loader: no shard given");
-		return -EINVAL;
-	}
-	l = calloc(1, sizeof(*l));
-	if (!l) {
-		util_msg(msg, msg_len, "loader: out of memory");
-		return -ENOMEM;
-	}
-	l->cfg = *cfg;
-	l->cfg.resume = NULL;
-	if (!l->cfg.span_bytes)
-		l->cfg.span_bytes = DEFAULT_SPAN_BYTES;
-	l->nslots = cfg->buffers ? cfg->buffers : 2;
-	l->rank = (unsigned)rank;
-	l->world = (unsigned)world;
-	pthread_mutex_init(&l->lock, NULL);
-	pthread_cond_init(&l->ready, NULL);
-	pthread_cond_init(&l->freed, NULL);
-	for (size_t i = 0; i < npaths && !rc; i++) {
-		struct stat st;
-
-		if (stat(paths[i], &st)) {
-			rc = -errno;
-			util_msg(msg, msg_len, "%s: %s", paths[i],
-				 strerror(-rc));
-		} else if (S_ISDIR(st.st_mode)) {
-			rc = add_dir(l, &cap, paths[i], msg, msg_len);
-		} else {
-			rc = add_path(l, &cap, paths[i], msg, msg_len);
-		}
-	}
-	if (!rc)
-		rc = plan(l, msg, msg_len);
-	if (!rc && cfg->resume)
-		rc = check_resume(l, cfg->resume, msg, msg_len);
-	if (!rc && (rc = alloc_buffers(l)))
-		util_msg(msg, msg_len, "loader: out of memory for %u buffers "
-			 "of %zu bytes", l->nslots, l->buf_bytes);
-	if (!rc && cfg->verify_at_open)
-		rc = verify_all(l, msg, msg_len);
-	if (!rc) {
-		normalise(l, &l->corder, &l->start);
-		l->pos = l->start;
-		rc = -pthread_create(&l->thread, NULL, reader_main, l);
-		if (rc)
-			util_msg(msg, msg_len, "loader: cannot start the "
-				 "reader thread: %s", strerror(-rc));
-		l->thread_started = !rc;
-	}
-	if (rc) {
-		train_loader_close(l);
-		return rc;
-	}
-	*out = l;
-	return 0;
-}
-
-void train_loader_close(struct train_loader *l)
-{
-	if (!l)
-		return;
-	if (l->thread_started) {
-		pthread_mutex_lock(&l->lock);
-		atomic_store(&l->stop, true);
-		pthread_cond_broadcast(&l->freed);
-		pthread_mutex_unlock(&l->lock);
-		pthread_join(l->thread, NULL);
-	}
-	for (unsigned i = 0; l->slots && i < l->nslots; i++)
-		free(l->slots[i].buf);
-	free(l->slots);
-	for (size_t i = 0; i < l->nshards; i++)
-		free(l->shards[i].path);
-	free(l->shards);
-	order_free(&l->rorder);
-	order_free(&l->corder);
-	free(l->perm);
-	free(l->tokens);
-	free(l->inputs);
-	free(l->targets);
-	pthread_cond_destroy(&l->ready);
-	pthread_cond_destroy(&l->freed);
-	pthread_mutex_destroy(&l->lock);
-	free(l);
 }
