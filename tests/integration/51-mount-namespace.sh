@@ -1,8 +1,8 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 #
-# The namespace survives remounts (issue 18, docs/semantics.md "The
-# store unreachable"): a warm remount serves `ls -l` and reads without a
+# The namespace survives remounts (docs/semantics.md "When the store is
+# unreachable"): a warm remount serves `ls -l` and reads without a
 # LIST; a remount with the gateway stopped serves every cached byte and
 # lists every known directory, fails only uncached bytes (EIO), queues
 # writes and reconnects on its own; an object changed meanwhile is never
