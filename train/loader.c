@@ -73,7 +73,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cache/cache.h"
 #include "data_int.h"
 
 #define DEFAULT_SPAN_BYTES (256ull << 20)
