@@ -17,10 +17,7 @@
 mount_setup foreign
 trap 'unmount_quietly "$MNT"; cleanup_common' EXIT
 
-mnt() { # extra options...
-	$FMFS mount "s3://$B" "$MNT" --cache-dir "$CACHE" --async-delay 0 \
-		"$@" || fail "mount failed (see $CACHE/fmfs.log)"
-}
+MNT_OPTS=(--async-delay 0)
 put() { # KEY [aws s3api put-object options...]: a zero-byte object
 	local k=$1
 	shift

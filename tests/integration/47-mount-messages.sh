@@ -30,11 +30,6 @@ cleanup() {
 trap cleanup EXIT
 
 URL=s3://$B
-mnt() { # extra options...
-	$FMFS mount "$URL" "$MNT" --cache-dir "$CACHE" "$@" ||
-		fail "mount failed (see $CACHE/fmfs.log)"
-	mountpoint -q "$MNT" || fail "mount returned 0 but $MNT is not mounted"
-}
 # mount_fails CODE PATTERN OPTIONS...: a mount that must fail, leave
 # nothing mounted and no cache directory behind.
 mount_fails() {
