@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/cache.h"
 #include "ckpt_int.h"
 
 static const char mf_magic[8] = { 'F', 'M', 'C', 'K', 'P', 'T', 'M', 'F' };

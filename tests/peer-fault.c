@@ -30,7 +30,7 @@
 #include <openssl/rand.h>
 
 #include "peer/peer.h"
-#include "util/util.h"
+#include "tests/lib/peer_frames.h"
 
 enum mode { CORRUPT, STALL, SHORT, GARBAGE };
 
@@ -38,56 +38,6 @@ static enum mode g_mode;
 static char g_id[PEER_ID_MAX + 1];
 static unsigned char g_secret[PEER_SECRET_MAX + 1];
 static size_t g_secret_len;
-
-static int read_n(int fd, void *buf, size_t n)
-{
-	char *p = buf;
-
-	while (n) {
-		ssize_t r = read(fd, p, n);
-
-		if (r <= 0)
-			return -1;
-		p += r;
-		n -= (size_t)r;
-	}
-	return 0;
-}
-
-static int write_n(int fd, const void *buf, size_t n)
-{
-	const char *p = buf;
-
-	while (n) {
-		ssize_t w = write(fd, p, n);
-
-		if (w <= 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
-static int send_fr(int fd, enum peer_type t, const void *b, size_t n)
-{
-	unsigned char h[PEER_HDR_BYTES];
-
-	peer_hdr_encode(h, t, (uint32_t)n);
-	return write_n(fd, h, sizeof(h)) || (n && write_n(fd, b, n)) ? -1 : 0;
-}
-
-/* The next frame's body into b (cap bytes): its length, or -1. */
-static long recv_fr(int fd, enum peer_type *t, unsigned char *b, size_t cap)
-{
-	unsigned char h[PEER_HDR_BYTES];
-	uint32_t n;
-
-	if (read_n(fd, h, sizeof(h)) || peer_hdr_decode(h, t, &n) ||
-	    n > cap || read_n(fd, b, n))
-		return -1;
-	return n;
-}
 
 static int handshake(int fd)
 {
@@ -100,20 +50,20 @@ static int handshake(int fd)
 	snprintf(me.id, sizeof(me.id), "%s", g_id);
 	if (RAND_bytes(me.nonce, sizeof(me.nonce)) != 1)
 		return -1;
-	n = recv_fr(fd, &t, b, sizeof(b));
+	n = fr_recv(fd, &t, b, sizeof(b));
 	if (n < 0 || t != PEER_HELLO || peer_hello_decode(b, (size_t)n, &them))
 		return -1;
 	k = peer_hello_encode(&me, b, sizeof(b));
-	if (k < 0 || send_fr(fd, PEER_HELLO, b, (size_t)k))
+	if (k < 0 || fr_send(fd, PEER_HELLO, b, (size_t)k))
 		return -1;
-	n = recv_fr(fd, &t, b, sizeof(b));
+	n = fr_recv(fd, &t, b, sizeof(b));
 	if (n != PEER_MAC_BYTES || t != PEER_AUTH ||
 	    peer_auth_check(g_secret, g_secret_len, PEER_ROLE_CLIENT, &them,
 			    &me, b) ||
 	    peer_auth_mac(g_secret, g_secret_len, PEER_ROLE_SERVER, &me, &them,
 			  mac))
 		return -1;
-	return send_fr(fd, PEER_AUTH, mac, sizeof(mac));
+	return fr_send(fd, PEER_AUTH, mac, sizeof(mac));
 }
 
 /* The wrong answer to g. */
@@ -129,9 +79,7 @@ static int answer(int fd, const struct peer_get *g)
 	if (!fr)
 		return -1;
 	RAND_bytes(fr + head, (int)len);
-	for (uint32_t b = 0; b < nb; b++)
-		crcs[b] = util_crc32c(0, fr + head + (size_t)b * bb,
-				      b + 1 < nb ? bb : len - b * bb);
+	fr_block_crcs(fr + head, len, bb, crcs);
 	if (g_mode == CORRUPT)
 		fr[head + len / 2] ^= 0x10;      /* after the CRCs: a bad block */
 	if (g_mode == SHORT && nb > 1) {
@@ -149,9 +97,9 @@ static int answer(int fd, const struct peer_get *g)
 	if (g_mode == GARBAGE) {
 		static const unsigned char junk[PEER_HDR_BYTES] = "not a frame!!!!";
 
-		rc = write_n(fd, junk, sizeof(junk));
+		rc = fr_write_n(fd, junk, sizeof(junk));
 	} else {
-		rc = send_fr(fd, PEER_DATA, fr, head + len);
+		rc = fr_send(fd, PEER_DATA, fr, head + len);
 	}
 	free(fr);
 	return rc;
@@ -167,14 +115,14 @@ static void *conn_main(void *arg)
 
 	if (handshake(fd))
 		goto out;
-	while ((n = recv_fr(fd, &t, b, sizeof(b))) >= 0) {
+	while ((n = fr_recv(fd, &t, b, sizeof(b))) >= 0) {
 		if (t == PEER_RMA_OFFER) {       /* no fabric here */
 			struct peer_rma_offer o = { 0 };
 			int k;
 
 			snprintf(o.prov, sizeof(o.prov), "none");
 			k = peer_rma_offer_encode(&o, b, sizeof(b));
-			if (k < 0 || send_fr(fd, PEER_RMA_OFFER, b, (size_t)k))
+			if (k < 0 || fr_send(fd, PEER_RMA_OFFER, b, (size_t)k))
 				break;
 			continue;
 		}

@@ -73,7 +73,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cache/cache.h"
 #include "loader_int.h"
 
 /* ---- the generator (SplitMix64) ---- */

@@ -6,7 +6,7 @@
  * every token below the vocabulary.  The layouts are in
  * docs/token-shard-format.md; this file is their only reader and writer.
  * The loader (loader.c) reads headers here and runs the whole-shard check
- * on its own buffers.  Checksums are CRC32C, the cache's (cache_crc32c).
+ * on its own buffers.  Checksums are CRC32C (util_crc32c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -18,7 +18,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cache/cache.h"
 #include "data_int.h"
 
 #define CHECK_BUF_BYTES (1u << 20)

@@ -15,12 +15,6 @@ mkdir -p data
 
 trap 'unmount_quietly "$MNT"; cleanup_common' EXIT
 
-mnt() { # extra options...
-	$FMFS mount "s3://$B" "$MNT" --cache-dir "$CACHE" "$@" ||
-		fail "mount failed (see $CACHE/fmfs.log)"
-	mountpoint -q "$MNT" || fail "mount returned 0 but $MNT is not mounted"
-}
-
 note "objects written by the aws CLI"
 for s in 0 1 4095 1048575 1048576 1048577 5000000; do
 	head -c $s /dev/urandom >data/f$s

@@ -20,10 +20,7 @@ mount_setup rpt
 mkdir -p data
 trap 'unmount_quietly "$MNT"; cleanup_common' EXIT
 
-mnt() { # OPTION...
-	$FMFS mount "s3://$B" "$MNT" --cache-dir "$CACHE" --cache-size 64M "$@" ||
-		fail "mount failed (see $CACHE/fmfs.log)"
-}
+MNT_OPTS=(--cache-size 64M)
 read_all() { # checks every file of data/ through the mount
 	local f
 	for f in data/*; do

@@ -17,10 +17,7 @@
 mount_setup names
 trap 'unmount_quietly "$MNT"; cleanup_common' EXIT
 
-mnt() {
-	$FMFS mount "s3://$B" "$MNT" --cache-dir "$CACHE" --async-delay 0 \
-		"$@" || fail "mount failed (see $CACHE/fmfs.log)"
-}
+MNT_OPTS=(--async-delay 0)
 n255() { # CHAR: a 255-byte name
 	head -c 255 /dev/zero | tr '\0' "$1"
 }

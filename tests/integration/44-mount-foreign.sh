@@ -1,25 +1,23 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 #
-# A bucket written by other tools (issue 17): directories made by a
-# zero-byte "dir/" object, by a zero-byte "dir" whose x-amz-meta-mode
-# says S_IFDIR (older s3fs) and by "dir_$folder$" (Hadoop S3A/s3n) show
-# as directories (not as files, and "dir_$folder$" not as a name of its
-# own), can be listed, filled and removed, and rmdir removes the object
-# that made each one (checked with the aws CLI); a rename keeps an empty
-# one a directory.  An object another client puts after a listing was
-# cached is found by stat within --negative-refresh (default 1 s), and
-# at once with --refresh 0 (changes and removals too, each lookup one
-# small LIST); a bad --negative-refresh is refused.
+# A bucket written by other tools (docs/semantics.md "Directories made
+# by other tools"): directories made by a zero-byte "dir/" object, by a
+# zero-byte "dir" whose x-amz-meta-mode says S_IFDIR (older s3fs) and by
+# "dir_$folder$" (Hadoop S3A/s3n) show as directories (not as files, and
+# "dir_$folder$" not as a name of its own), can be listed, filled and
+# removed, and rmdir removes the object that made each one (checked with
+# the aws CLI); a rename keeps an empty one a directory.  An object
+# another client puts after a listing was cached is found by stat within
+# --negative-refresh (default 1 s), and at once with --refresh 0
+# (changes and removals too, each lookup one small LIST); a bad
+# --negative-refresh is refused.
 . "$TOP/tests/lib/common.sh"
 
 mount_setup foreign
 trap 'unmount_quietly "$MNT"; cleanup_common' EXIT
 
-mnt() { # extra options...
-	$FMFS mount "s3://$B" "$MNT" --cache-dir "$CACHE" --async-delay 0 \
-		"$@" || fail "mount failed (see $CACHE/fmfs.log)"
-}
+MNT_OPTS=(--async-delay 0)
 put() { # KEY [aws s3api put-object options...]: a zero-byte object
 	local k=$1
 	shift

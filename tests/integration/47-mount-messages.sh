@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 #
-# What fmfs says when a person gets something wrong (issue 16, item 7):
+# What fmfs says when a person gets something wrong:
 # each case feeds the input and checks the exit status and that stderr
 # names the problem.  Numeric options out of range, with trailing text,
 # a sign or past 64 bits; a cache size past what the cache disk can ever
@@ -30,11 +30,6 @@ cleanup() {
 trap cleanup EXIT
 
 URL=s3://$B
-mnt() { # extra options...
-	$FMFS mount "$URL" "$MNT" --cache-dir "$CACHE" "$@" ||
-		fail "mount failed (see $CACHE/fmfs.log)"
-	mountpoint -q "$MNT" || fail "mount returned 0 but $MNT is not mounted"
-}
 # mount_fails CODE PATTERN OPTIONS...: a mount that must fail, leave
 # nothing mounted and no cache directory behind.
 mount_fails() {

@@ -26,10 +26,7 @@ MNT=$PUB/mnt
 mkdir "$MNT" data
 trap 'unmount_quietly "$MNT"; rm -rf "$PUB"; cleanup_common' EXIT
 
-mnt() { # extra options...
-	$FMFS mount "s3://$B" "$MNT" --cache-dir "$CACHE" --async-delay 0 \
-		"$@" || fail "mount failed (see $CACHE/fmfs.log)"
-}
+MNT_OPTS=(--async-delay 0)
 as_nobody() {
 	setpriv --reuid=65534 --regid=65534 --clear-groups "$@"
 }

@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 #
-# The cache group (issue 21, docs/cluster-cache.md): three mounts of one
+# The cache group (docs/cluster-cache.md): three mounts of one
 # bucket on this machine, separate cache dirs, peer ports on loopback.
 #   - A dataset read fully on all three comes from the bucket about once:
 #     counted at the gateway (RGW's own get_b counter, through its admin

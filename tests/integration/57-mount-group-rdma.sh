@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 #
-# The cache group's RDMA data plane (issue 21, docs/cluster-cache.md,
+# The cache group's RDMA data plane (docs/cluster-cache.md,
 # "Transport interface and RDMA"): the same one-sided code that takes
 # libfabric's verbs provider on an RDMA network, run here through its
 # tcp;ofi_rxm provider on loopback (this machine has no RDMA device).

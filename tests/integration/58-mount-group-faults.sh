@@ -1,8 +1,8 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 #
-# The cache group against a member that answers wrongly (issue 21,
-# docs/cluster-cache.md "Failure rules"): tests/peer-fault knows the
+# The cache group against a member that answers wrongly
+# (docs/cluster-cache.md "Failure rules"): tests/peer-fault knows the
 # group's secret and passes the handshake, then answers every GET with
 # bytes that do not match their CRC32C table (corrupt), with nothing
 # (stall), with a block less than asked (short), or with a frame that

@@ -20,10 +20,7 @@ mkdir -p data got
 gw_back() { "$TOP/tests/lib/rgw.sh" start-gw "$RGW_DIR" >/dev/null 2>&1 || true; }
 trap 'gw_back; unmount_quietly "$MNT"; cleanup_common' EXIT
 
-mnt() { # extra options...
-	$FMFS mount "s3://$B" "$MNT" --cache-dir "$CACHE" --async-delay 2 \
-		--refresh 1 "$@" || fail "mount failed (see $CACHE/fmfs.log)"
-}
+MNT_OPTS=(--async-delay 2 --refresh 1)
 flushw() {
 	$FMFS flush "$MNT" --wait --timeout 60 || fail "flush --wait failed"
 }

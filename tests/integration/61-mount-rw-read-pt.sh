@@ -24,10 +24,7 @@ mount_setup rwpt
 mkdir -p data got
 trap 'unmount_quietly "$MNT"; cleanup_common' EXIT
 
-mnt() {
-	$FMFS mount "s3://$B" "$MNT" --cache-dir "$CACHE" --cache-size 256M \
-		--async-delay 1 "$@" || fail "mount failed (see $CACHE/fmfs.log)"
-}
+MNT_OPTS=(--cache-size 256M --async-delay 1)
 flushw() {
 	$FMFS flush "$MNT" --wait --timeout 60 || fail "flush --wait failed"
 }

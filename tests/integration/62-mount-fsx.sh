@@ -29,7 +29,7 @@ MANIFEST=$TEST_DIR/fsx.json
 
 trap 'unmount_quietly "$MNT"; cleanup_common' EXIT
 
-mnt() { # CACHE_DIR extra options...
+mnt_on_cache() { # CACHE_DIR extra options...
 	local c=$1
 	shift
 	$FMFS mount "s3://$B" "$MNT" --cache-dir "$c" "$@" ||
@@ -69,21 +69,21 @@ run_fsx() { # DIR MANIFEST DELAY: fsx in $MNT/DIR, then the bucket check
 			"--wait (--async-delay $delay, seed $SEED)"
 }
 
-mnt "$CACHE" --mode sw --async-delay 0
+mnt_on_cache "$CACHE" --mode sw --async-delay 0
 run_fsx fsx0 "$TEST_DIR/fsx0.json" 0
 umnt
-mnt "$CACHE" --mode sw --async-delay 5
+mnt_on_cache "$CACHE" --mode sw --async-delay 5
 run_fsx fsx "$MANIFEST" 5
 
 note "remount on the same cache: the files read back through the mount"
 umnt
-mnt "$CACHE" --mode sw --async-delay 5
+mnt_on_cache "$CACHE" --mode sw --async-delay 5
 python3 "$TOP/tests/fsx.py" --verify-manifest "$MANIFEST" "$MNT/fsx" ||
 	fail "files differ after a remount on the same cache (seed $SEED)"
 umnt
 
 note "cold mount on an empty cache: the files come from the bucket"
-mnt "$TEST_DIR/cache-cold" --mode ro
+mnt_on_cache "$TEST_DIR/cache-cold" --mode ro
 python3 "$TOP/tests/fsx.py" --verify-manifest "$MANIFEST" "$MNT/fsx" ||
 	fail "files differ on a cold mount (seed $SEED)"
 umnt

@@ -18,10 +18,7 @@
 mount_setup links
 trap 'unmount_quietly "$MNT"; cleanup_common' EXIT
 
-mnt() {
-	$FMFS mount "s3://$B" "$MNT" --cache-dir "$CACHE" --async-delay 0 ||
-		fail "mount failed (see $CACHE/fmfs.log)"
-}
+MNT_OPTS=(--async-delay 0)
 flush() {
 	$FMFS flush "$MNT" --wait --timeout 60 || fail "flush --wait failed"
 }

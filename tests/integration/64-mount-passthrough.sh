@@ -19,10 +19,7 @@ mount_setup pt
 mkdir -p data got
 trap 'unmount_quietly "$MNT"; cleanup_common' EXIT
 
-mnt() { # extra options...
-	$FMFS mount "s3://$B" "$MNT" --cache-dir "$CACHE" --async-delay 1 \
-		"$@" || fail "mount failed (see $CACHE/fmfs.log)"
-}
+MNT_OPTS=(--async-delay 1)
 flushw() {
 	$FMFS flush "$MNT" --wait --timeout 60 || fail "flush --wait failed"
 }

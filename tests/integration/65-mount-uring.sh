@@ -24,10 +24,6 @@ mount_setup uring
 mkdir -p data
 trap 'unmount_quietly "$MNT"; restore; cleanup_common' EXIT
 
-mnt() { # OPTION...
-	$FMFS mount "s3://$B" "$MNT" --cache-dir "$CACHE" "$@" ||
-		fail "mount failed (see $CACHE/fmfs.log)"
-}
 read_all() {
 	local f
 	for f in data/*; do

@@ -22,7 +22,7 @@ mkdir -p "$MNT" "$SMALL" data got
 trap 'unmount_quietly "$MNT"; umount "$SMALL" 2>/dev/null || true; cleanup_common' EXIT
 start_proxy
 
-mnt() { # ENDPOINT CACHE_DIR OPTION...
+mnt_via() { # ENDPOINT CACHE_DIR OPTION...
 	local ep=$1 c=$2
 	shift 2
 	$FMFS mount "s3://$B" "$MNT" --endpoint "$ep" --cache-dir "$c" "$@" ||
@@ -41,7 +41,7 @@ open_uploads() {
 }
 
 note "resets in the middle of part uploads: retried, byte-exact, none left open"
-mnt "$PROXY_URL" "$CACHE" --part-size 5M --async-delay 0
+mnt_via "$PROXY_URL" "$CACHE" --part-size 5M --async-delay 0
 # reset: part 2 reaches the gateway, its answer is cut (RST) twice;
 # refuse: part 4's connection is reset before its body goes through.
 proxy_rules "action=reset,method=PUT,path=partNumber=2,count=2" \
@@ -59,7 +59,7 @@ $FMFS umount "$MNT" || fail "umount failed"
 
 note "kill -9 while a multipart upload is in flight: the remount uploads it"
 proxy_rules "action=delay,method=PUT,path=partNumber,ms=4000,count=1000"
-mnt "$PROXY_URL" "$CACHE" --part-size 5M --async-delay 0
+mnt_via "$PROXY_URL" "$CACHE" --part-size 5M --async-delay 0
 random_file data/k 23
 cp data/k "$MNT/k"
 for _ in $(seq 100); do
@@ -73,7 +73,7 @@ kill -9 "$(pgrep -f "fmfs mount s3://$B " | head -1)"
 $FMFS umount "$MNT" >/dev/null 2>&1 || true
 proxy_rules
 absent k
-mnt "$RGW_ENDPOINT" "$CACHE" --async-delay 0
+mnt_via "$RGW_ENDPOINT" "$CACHE" --async-delay 0
 $FMFS flush "$MNT" --wait --timeout 120 ||
 	fail "the replayed upload did not drain (see $CACHE/fmfs.log)"
 obj k got/k && same_file data/k got/k
@@ -87,7 +87,7 @@ else
 	# The store is there but nothing is uploaded yet: all of it is dirty.
 	# the cap as large as the disk (a larger one is refused): the disk
 	# fills while the cap still has room
-	mnt "$RGW_ENDPOINT" "$SMALL/c" --cache-size 40M --async-delay 3600
+	mnt_via "$RGW_ENDPOINT" "$SMALL/c" --cache-size 40M --async-delay 3600
 	random_file data/keep 12
 	cp data/keep "$MNT/keep" || fail "a 12 MiB file did not fit a 40 MiB disk"
 	random_file data/big 48

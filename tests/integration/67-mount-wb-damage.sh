@@ -20,10 +20,7 @@ mount_setup wbdmg
 mkdir -p data got
 trap 'unmount_quietly "$MNT"; cleanup_common' EXIT
 
-mnt() { # extra options...
-	$FMFS mount "s3://$B" "$MNT" --cache-dir "$CACHE" --refresh 1 "$@" ||
-		fail "mount failed (see $CACHE/fmfs.log)"
-}
+MNT_OPTS=(--refresh 1)
 obj() { # KEY OUT
 	awsx s3 cp --quiet "s3://$B/$1" "$2" || fail "aws cannot read $1"
 }

@@ -65,6 +65,20 @@ mount_setup() {
 	mkdir -p "$MNT"
 }
 
+# mnt [OPTION...]: mounts bucket B on MNT with cache dir CACHE, the
+# test's own defaults MNT_OPTS (an array, empty unless the test sets it)
+# before OPTION...; fails the test if fmfs mount fails or MNT is then not
+# a mount point.  try_mnt: the same mount, its status returned instead,
+# for a test that expects a mount to fail or says why one failed itself.
+MNT_OPTS=()
+try_mnt() {
+	$FMFS mount "s3://$B" "$MNT" --cache-dir "$CACHE" "${MNT_OPTS[@]}" "$@"
+}
+mnt() {
+	try_mnt "$@" || fail "mount failed (see $CACHE/fmfs.log)"
+	mountpoint -q "$MNT" || fail "mount returned 0 but $MNT is not mounted"
+}
+
 # same_file A B: byte-exact comparison.
 same_file() {
 	cmp -s "$1" "$2" || fail "$1 and $2 differ"

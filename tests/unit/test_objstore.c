@@ -3105,8 +3105,8 @@ static void put_mode(struct obj_store *st, const char *key, const char *mode)
 		fail_msg("put %s mode %s: %s", key, mode, err.message);
 }
 
-/* Objects keep the file's mode on disk (issue 16: a file created 0600
- * through the mount was 0644 in the store): group and other bits from the
+/* Objects keep the file's mode on disk (a file created 0600 through
+ * the mount was once 0644 in the store): group and other bits from the
  * "mode" metadata (decimal st_mode, as the cache writes it), never write
  * for them, always read and write for the store's own user; 0600 without
  * usable mode metadata.  The umask does not widen or narrow it. */
@@ -3175,7 +3175,7 @@ static void test_posix_object_mode_multipart_copy(void **state)
 	assert_int_equal(disk_mode(f->dir, "mp/copy2"), 0600);
 }
 
-/* ---- crash debris under .fmfs/tmp and .fmfs/uploads (issue 16) ---- */
+/* ---- crash debris under .fmfs/tmp and .fmfs/uploads ---- */
 
 /* Entries in DIR/.fmfs/SUB. */
 static int count_in(const char *dir, const char *sub)

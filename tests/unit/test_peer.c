@@ -35,6 +35,7 @@
 #include <cmocka.h>
 
 #include "peer/peer.h"
+#include "tests/lib/peer_frames.h"
 #include "tests/unit/helpers.h"
 #include "util/util.h"
 
@@ -505,9 +506,7 @@ static void test_data(void **state)
 	head = peer_data_head_bytes(nb);
 	for (uint32_t i = 0; i < nbytes; i++)
 		body[head + i] = (unsigned char)(i * 7 + 3);
-	for (uint32_t b = 0; b < nb; b++)
-		crcs[b] = util_crc32c(0, body + head + b * bb,
-				      b + 1 < nb ? bb : nbytes - b * bb);
+	fr_block_crcs(body + head, nbytes, bb, crcs);
 	n = peer_data_head_encode(5, 0, bb, crcs, nb, body, head);
 	assert_int_equal(n, (int)head);
 	assert_ok(peer_data_decode(body, head + nbytes, &d, &bad), "data");
@@ -818,7 +817,21 @@ struct fake {
 	pthread_t t;
 };
 
-static void send_fr(int fd, enum peer_type t, const void *b, size_t n);
+/* A frame the test sends must go out whole. */
+static void send_fr(int fd, enum peer_type t, const void *b, size_t n)
+{
+	assert_int_equal(fr_send(fd, t, b, n), 0);
+}
+
+/* The next frame's body into b (cap bytes), whatever its type: its
+ * length, or UINT32_MAX. */
+static uint32_t recv_fr(int fd, unsigned char *b, size_t cap)
+{
+	enum peer_type t;
+	long n = fr_recv(fd, &t, b, cap);
+
+	return n < 0 ? UINT32_MAX : (uint32_t)n;
+}
 
 /* The RMA modes' answer: 4 blocks of 4 KiB, registered, described in a
  * DATA_RMA; progress is driven until the client's RELEASE or close. */
@@ -833,8 +846,7 @@ static void fake_rma(struct fake *f, int fd, const struct peer_get *g)
 	assert_non_null(data);
 	for (uint32_t i = 0; i < 4 * 4096; i++)
 		data[i] = byte_at(g->key, g->off + i);
-	for (uint32_t i = 0; i < 4; i++)
-		crcs[i] = util_crc32c(0, data + i * 4096, 4096);
+	fr_block_crcs(data, 4 * 4096, 4096, crcs);
 	if (f->mode == FAKE_RMA_FLIP)
 		data[3 * 4096 + 7] ^= 0x40;
 	assert_int_equal(peer_fabric_expose(f->fab, data, 4 * 4096, &raddr,
@@ -860,43 +872,6 @@ static void fake_rma(struct fake *f, int fd, const struct peer_get *g)
 	peer_fabric_unexpose(x);
 	/* No RELEASE in some modes: the provider may still send from it. */
 	peer_fabric_park(f->fab, data);
-}
-
-static int read_n(int fd, void *buf, size_t n)
-{
-	char *p = buf;
-
-	while (n) {
-		ssize_t r = read(fd, p, n);
-
-		if (r <= 0)
-			return -1;
-		p += r;
-		n -= (size_t)r;
-	}
-	return 0;
-}
-
-static void send_fr(int fd, enum peer_type t, const void *b, size_t n)
-{
-	unsigned char h[PEER_HDR_BYTES];
-
-	peer_hdr_encode(h, t, (uint32_t)n);
-	assert_int_equal(write(fd, h, sizeof(h)), sizeof(h));
-	if (n)
-		assert_int_equal(write(fd, b, n), (ssize_t)n);
-}
-
-static uint32_t recv_fr(int fd, unsigned char *b, size_t cap)
-{
-	unsigned char h[PEER_HDR_BYTES];
-	enum peer_type t;
-	uint32_t n;
-
-	if (read_n(fd, h, sizeof(h)) || peer_hdr_decode(h, &t, &n) ||
-	    n > cap || read_n(fd, b, n))
-		return UINT32_MAX;
-	return n;
 }
 
 static void fake_handshake(struct fake *f, int fd)
@@ -993,9 +968,7 @@ static void *fake_main(void *arg)
 	assert_non_null(data);
 	for (uint32_t i = 0; i < 4 * 4096; i++)
 		data[peer_data_head_bytes(4) + i] = byte_at(g.key, g.off + i);
-	for (uint32_t i = 0; i < 4; i++)
-		crcs[i] = util_crc32c(0, data + peer_data_head_bytes(4) +
-				      i * 4096, 4096);
+	fr_block_crcs(data + peer_data_head_bytes(4), 4 * 4096, 4096, crcs);
 	k = peer_data_head_encode(f->mode == FAKE_WRONG_ID ? g.req_id + 1 :
 				  g.req_id, 0, 4096, crcs, 4, data,
 				  peer_data_head_bytes(4));

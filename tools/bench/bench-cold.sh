@@ -2,9 +2,10 @@
 # SPDX-License-Identifier: MIT
 #
 # bench-cold.sh - cold reads through one fmfs binary against another
-# (issue 20), same run, same gateway, rounds interleaved: 8 x 64 MiB
-# shards read at once (8 dd, bs=1M) from a fresh mount on an empty cache
-# directory, page cache dropped, as bench-mount.sh's cold read.  For
+# (docs/performance.md "Cold reads"), same run, same gateway, rounds
+# interleaved: 8 x 64 MiB shards read at once (8 dd, bs=1M) from a fresh
+# mount on an empty cache directory, page cache dropped, as
+# bench-mount.sh's cold read.  For
 # each read: MiB/s, and the daemon's CPU seconds per GiB (utime + stime
 # of the processes whose command line names the mount point, from
 # /proc/PID/stat) and their minor page faults per GiB.  Shard 3 is

@@ -1,8 +1,9 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 #
-# bench-group.sh - the cache group (issue 21) against separate caches,
-# same run, same gateway (tests/lib/rgw.sh's Ceph RGW on loopback).  A
+# bench-group.sh - the cache group (docs/cluster-cache.md) against
+# separate caches, same run, same gateway (tests/lib/rgw.sh's Ceph RGW
+# on loopback).  A
 # dataset of 8 x 64 MiB random shards is read (8 dd at once, bs=1M, page
 # cache dropped before each read) by:
 #   - one mount without a group, cold: the bucket's rate;

@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 #
-# bench-lookup.sh - the metadata benchmark of issue 17: what the
+# bench-lookup.sh - the metadata benchmark: what the
 # negative-lookup rule (--negative-refresh) and --refresh 0 cost, on one
 # private Ceph RADOS Gateway, in one run, round by round:
 #
@@ -19,7 +19,7 @@
 #              the local disk
 #
 # each on three fmfs mounts: the default options, `--negative-refresh
-# 30` (the rule before issue 17: a name missing from a listing younger
+# 30` (the old rule: a name missing from a listing younger
 # than --refresh, 30 s, is missing without asking the store) and
 # `--refresh 0` (every lookup revalidated). Medians over rounds; the
 # store is set up once, with the aws CLI (not timed).
@@ -183,7 +183,7 @@ def s(v):
     return "%8.3f s" % v if v is not None else "       -  "
 
 print()
-print("metadata benchmark (issue 17): %d round(s), private RGW on loopback, "
+print("metadata benchmark: %d round(s), private RGW on loopback, "
       "medians over rounds" % nrounds)
 print()
 print("ls -l of %s objects: aws s3 ls %s; local disk %s" %
@@ -209,5 +209,5 @@ ratios = {"ls_cold_over_aws": r_ls}
 for m in ("fmfs", "fmfs_neg30", "fmfs_refresh0"):
     for k in ("missing_s", "import_cold_s", "import_warm_s"):
         ratios["%s_%s_over_local" % (m, k)] = ratio((m, k), ("local", k))
-write_json("lookup-issue-17", ratios, goals)
+write_json("lookup", ratios, goals)
 EOF

@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 #
-# bench-mount.sh - the read-path benchmark of issue 3: on one private Ceph
+# bench-mount.sh - the read-path benchmark: on one private Ceph
 # RADOS Gateway, the same data and the same run, fmfs against s3fs, rclone
 # and the local disk. Measured for each system, interleaved round by round:
 #
@@ -31,7 +31,7 @@
 # the median over rounds is quoted; the machine's disk swings ~3x between
 # runs, so figures from different runs do not compare.
 #
-# Goals (issue 3): fmfs warm >= 0.9 x local disk; fmfs cold >= 0.9 x curl
+# Goals: fmfs warm >= 0.9 x local disk; fmfs cold >= 0.9 x curl
 # and >= 2 x s3fs; fmfs `ls -l` of 10k objects <= 2 x `aws s3 ls`.
 # This is a benchmark, not a test: it prints figures and whether each goal
 # is met, and fails (exit 1) only when something does not work - a mount,
@@ -680,7 +680,7 @@ def fmt(v, m):
 
 failed = {(f["system"], f["measure"]) for f in fails}
 print()
-print("mount read benchmark (issue 3): %s round(s), private RGW on "
+print("mount read benchmark: %s round(s), private RGW on "
       "loopback, medians over rounds" % rounds)
 print("8 x 64 MiB shards read at once; randread: fio 8 KiB psync buffered, "
       "4 jobs x 1 shard, %s s" % fio_runtime)
@@ -785,7 +785,7 @@ if fails:
         print("FAILED round %d %s %s: %s" % (f["round"], f["system"],
                                              f["measure"], f["reason"]))
 
-doc = {"benchmark": "mount-read-issue-3", "rounds": int(rounds),
+doc = {"benchmark": "mount-read", "rounds": int(rounds),
        "shards": 8, "shard_mib": 64, "list_objects": 10000,
        "small_files": 1000, "small_bytes": 4096,
        "fio_runtime_s": int(fio_runtime),

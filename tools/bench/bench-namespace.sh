@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 #
-# bench-namespace.sh - the namespace benchmark of issue 18: what a cold
+# bench-namespace.sh - the namespace benchmark: what a cold
 # and a warm mount cost to walk a bucket of many small objects, in time,
 # LIST requests and daemon memory, round by round:
 #
@@ -20,9 +20,8 @@
 #              `aws s3 sync`, not timed; RGW's memstore and this 2-core
 #              machine make a million uploads take hours)
 #   file       a file:// store (a local directory) of BIG_OBJECTS in
-#              BIG_PREFIXES prefixes plus WIDE: the million-object scale
-#              of the issue, with no aws figure (BENCH_BIG_OBJECTS=0
-#              skips it)
+#              BIG_PREFIXES prefixes plus WIDE: the million-object scale,
+#              with no aws figure (BENCH_BIG_OBJECTS=0 skips it)
 #
 #   tools/bench/bench-namespace.sh
 #
@@ -172,7 +171,7 @@ def n(v, unit=""):
     return "%9.0f%s" % (v, unit) if v is not None else "        - "
 
 print()
-print("namespace benchmark (issue 18): %d round(s), medians over rounds"
+print("namespace benchmark: %d round(s), medians over rounds"
       % nrounds)
 print("gateway: %s objects in %s prefixes + %s in wide/ (private RGW on "
       "loopback); aws s3 ls --recursive %s" %

@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 #
-# bench-objstore.sh - the objstore throughput benchmark of issue 2: in one
+# bench-objstore.sh - the objstore throughput benchmark: in one
 # run against a private Ceph RADOS Gateway, 8 parallel 64 MiB GETs through
 # objstore (tools/bench/objbench) against the same GETs with curl, and 4
 # parallel 64 MiB multipart PUTs through objstore against the aws CLI.
@@ -286,7 +286,7 @@ pairs = {"get": paired("get-objstore", "get-curl"),
          "put": paired("put-objstore", "put-aws")}
 
 print()
-print("objstore benchmark (issue 2): %s round(s), 8 x 64 MiB GET, "
+print("objstore benchmark: %s round(s), 8 x 64 MiB GET, "
       "4 x 64 MiB PUT, private RGW on loopback" % rounds)
 print("MiB/s, wall clock of each batch; median over rounds [min - max];")
 print("ratio = median / median; goal: ratio >= 1.0")
@@ -324,7 +324,7 @@ print("rounds took %.0f s; whole run %.0f s (gateway start, data, check "
       "included)" % (float(rounds_s), float(elapsed)))
 
 if json_out:
-    doc = {"benchmark": "objstore-issue-2", "rounds": int(rounds),
+    doc = {"benchmark": "objstore", "rounds": int(rounds),
            "get_objects": 8, "put_objects": 4, "object_mib": 64,
            "page_cache": "dropped" if drop == "1" else "warm",
            "summary_mib_per_s": summary,

@@ -1,8 +1,9 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 #
-# bench-randread.sh - warm random reads against the local disk (issue 20's
-# goal: >= 0.8 x on the default mount), same run, rounds interleaved:
+# bench-randread.sh - warm random reads against the local disk (goal:
+# >= 0.8 x on the default mount; docs/performance.md "Passthrough reads
+# on read-write mounts, FUSE over io_uring"), same run, rounds interleaved:
 # fio, 8 KiB random reads, 4 jobs (job N reads shard N, 64 MiB each),
 # psync, buffered, page cache dropped first, as bench-mount.sh's randread,
 # on

@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 #
-# bench-train.sh - the training benchmark of issue 6: on one private Ceph
+# bench-train.sh - the training benchmark: on one private Ceph
 # RADOS Gateway, in one run, the same tiny fmtrain model (the defaults: 2
 # layers, 2 heads, 64 channels, T 64, B 4; BENCH_TRAIN_OPTS adds to them)
 # trained for BENCH_STEPS steps on the same token shards read from
@@ -18,7 +18,7 @@
 # and reports fmtrain's own summary: mean tokens/s, the share of step
 # time spent waiting for data (all steps, and after step 1, which waits
 # for the first shard however fast the source), and for ckpt the share
-# spent blocked in checkpoints. Goals (issue 6): warm tokens/s >= 0.98 x local; data wait
+# spent blocked in checkpoints. Goals: warm tokens/s >= 0.98 x local; data wait
 # <= 1% of step time. Round by round, each case once, ratios taken within
 # a round, medians over rounds. A benchmark, not a test: it fails only
 # when something does not work. The gateway, the fmfs mounts, clean-up
@@ -169,7 +169,7 @@ summarize "$RESULTS" "$((DATA_MIB << 20))" "${BENCH_JSON:-}" \
 	"$STEPS" "$NSHARDS" "$CKPT_EVERY" <<'EOF'
 steps, nshards, every = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
 print()
-print("training benchmark (issue 6): fmtrain defaults, %d steps a run, %d "
+print("training benchmark: fmtrain defaults, %d steps a run, %d "
       "shards (%d MiB of text), %d round(s), private RGW on loopback, "
       "medians over rounds" % (steps, nshards, nbytes >> 20,
                                len(rows.get(("local", "tok_s"), {}))))
@@ -199,6 +199,6 @@ goals = {
 show_goals(goals)
 print("  cold / local tokens/s: %s" % ("%.2f" % r_cold if r_cold else "-"))
 print("  checkpoint blocking, share of step time: %.2f%%" % (med("ckpt", "ckpt_pct") or 0))
-write_json("training-issue-6", {"warm_over_local": r_warm,
-                                "cold_over_local": r_cold}, goals)
+write_json("training", {"warm_over_local": r_warm,
+                        "cold_over_local": r_cold}, goals)
 EOF

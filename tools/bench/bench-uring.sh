@@ -1,10 +1,11 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 #
-# bench-uring.sh - FUSE over io_uring against /dev/fuse (issue 20), same
-# run, same warm cache, rounds interleaved: the transport alone.  The
-# data is in a file:// bucket (no gateway: nothing here reaches the
-# store once the cache is warm), and every mount is the default mode with
+# bench-uring.sh - FUSE over io_uring against /dev/fuse
+# (docs/fuse-uring.md), same run, same warm cache, rounds interleaved:
+# the transport alone.  The data is in a file:// bucket (no gateway:
+# nothing here reaches the store once the cache is warm), and every
+# mount is the default mode with
 # --no-passthrough, so that every read is a request to the daemon:
 #
 #   randread  fio, 8 KiB random reads, 4 jobs (job N reads shard N, 64 MiB

@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 #
-# bench-write.sh - the write benchmark of issue 4: on one private Ceph
+# bench-write.sh - the write benchmark: on one private Ceph
 # RADOS Gateway, in one run, a 1 GiB file in the page cache written with
 # `dd bs=1M` (no fsync) and closed, onto
 #
@@ -27,7 +27,7 @@
 #   aws s3 cp   the same file uploaded by the aws CLI (10 requests in
 #               flight, 8 MiB parts): the gateway's parallel PUT rate
 #
-# Goals (issue 4): close returns within 1.2 x the local disk (fmfs pass 1
+# Goals: close returns within 1.2 x the local disk (fmfs pass 1
 # dd time / local reference dd time); draining reaches >= 0.8 x the
 # parallel PUT rate of the gateway: aws s3 cp time / fmfs drain time,
 # where the drain is from close returning to the object complete in the
@@ -215,7 +215,7 @@ def line(label, meth, key, mibs=True):
           " ".join("%.3f" % per[r] for r in sorted(per))))
 
 print()
-print("write benchmark (issue 4): %.2f GiB from the page cache, dd bs=1M, "
+print("write benchmark: %.2f GiB from the page cache, dd bs=1M, "
       "%d round(s), private RGW on loopback, medians over rounds" % (gib, nrounds))
 print()
 print("  %-44s %8s  %8s   %s" % ("", "s", "MiB/s", "[per round, s]"))
@@ -268,11 +268,11 @@ for s in systems:
     peer[s] = {"close_over_local": pb, "rate_from_start_over_aws": pd}
     print("  %-6s close / local disk: %s; rate from the start / aws rate: %s" %
           (s, fmt(pb), fmt(pd)))
-write_json("write-issue-4", {"close_over_local": r_block,
-                             "drain_rate_over_aws": r_drain,
-                             "rate_from_start_over_aws": r_start,
-                             "flush_rate_over_aws": r_flush,
-                             "flush_rate_from_start_over_aws": r_flush_start,
-                             "pass2_close_over_local": r_block2,
-                             "peers": peer}, goals)
+write_json("write", {"close_over_local": r_block,
+                     "drain_rate_over_aws": r_drain,
+                     "rate_from_start_over_aws": r_start,
+                     "flush_rate_over_aws": r_flush,
+                     "flush_rate_from_start_over_aws": r_flush_start,
+                     "pass2_close_over_local": r_block2,
+                     "peers": peer}, goals)
 EOF

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * objbench.c - throughput benchmark of the objstore client (issue 2).
+ * objbench.c - throughput benchmark of the objstore client.
  *
  * Moves whole objects between an S3-compatible server and this machine
  * through the public objstore API, the way fmfs does, and prints one JSON
