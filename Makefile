@@ -148,7 +148,7 @@ train/libtrain.a: $(TRAIN_OBJS)
 
 # tools/: the three front ends (tools/tools.h: their shape)
 TOOLS_COMMON = tools/tools.o
-FMFS_OBJS = tools/fmfs.o tools/fmfs_mount.o tools/fmfs_cachedir.o tools/fmfs_group.o tools/fmfs_ctl.o \
+FMFS_OBJS = tools/fmfs.o tools/fmfs_mount.o tools/fmfs_mount_opts.o tools/fmfs_cachedir.o tools/fmfs_group.o tools/fmfs_ctl.o \
 	tools/fmfs_obj.o tools/fmfs_helper.o $(TOOLS_COMMON)
 FMCKPT_OBJS = tools/fmckpt.o tools/fmckpt_store.o tools/fmckpt_status.o \
 	tools/fmckpt_bench.o $(TOOLS_COMMON)

@@ -15,6 +15,7 @@
 #define FMFS_TOOLS_FMFS_H
 
 #include <errno.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -106,5 +107,39 @@ int fmfs_group_start(const char *peers, const char *listen,
 		     struct fmfs_group **out, char *msg, size_t ml);
 void fmfs_group_stop_serving(struct fmfs_group *gr);
 void fmfs_group_free(struct fmfs_group *gr);
+
+/* fmfs_mount_opts.c: `fmfs mount`'s options, for fmfs_mount.c */
+struct mount_opts {
+	struct obj_config obj;
+	const char *url, *mountpoint, *cache_dir, *fuse_opts;
+	const char *metrics_addr; /* --metrics */
+	const char *peers, *peer_listen, *peer_secret_file; /* the group */
+	unsigned peer_timeout_ms;
+	const char *peer_transport;  /* auto, tcp or a libfabric provider */
+	bool peer_keep_local;
+	/* The group's files as absolute paths: the daemon runs in /. */
+	char peers_real[PATH_MAX], secret_real[PATH_MAX];
+	const char *cache_size_arg;   /* as given, for messages */
+	uint64_t cache_size;
+	int mode;
+	unsigned refresh_s, negative_refresh_s, threads, fetch_timeout_s;
+	unsigned async_delay_s, upload_parallel;
+	bool foreground, debug, no_passthrough, no_uring;
+	int file_mode, dir_mode;    /* -1: fs's defaults (attr_opt) */
+	int64_t uid, gid;
+	bool no_allow_other;
+	uint64_t mem_entries, mem_inodes, namespace_bytes; /* 0: defaults */
+	bool disconnected;          /* the store did not answer (precheck) */
+	char mnt_real[PATH_MAX], cache_real[PATH_MAX], ctl_path[256];
+	char cache_def[PATH_MAX];   /* the default cache dir, when chosen */
+	/* What this mount made, for a failed one to remove (undo_cache_dir):
+	 * the topmost directory it created on the way to cache_dir, or the
+	 * cache dir's contents when it was there but empty. */
+	char cache_made[PATH_MAX];
+	bool cache_was_empty;
+};
+/* Parses and checks argv into o (--help prints the usage and exits 0):
+ * 0, or -1 once it has said what was wrong (exit EXIT_USAGE). */
+int fmfs_parse_mount_opts(int argc, char **argv, struct mount_opts *o);
 
 #endif /* FMFS_TOOLS_FMFS_H */

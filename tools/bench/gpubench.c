@@ -59,7 +59,10 @@ static int usage(void)
 	return 2;
 }
 
-int main(int argc, char **argv)
+/* The command line into cfg and the run's settings; -1 on a bad one. */
+static int parse_args(int argc, char **argv, struct train_config *cfg,
+		      unsigned *steps, unsigned *warmup, double *peak,
+		      int *cpu, const char **data)
 {
 	static const struct option opts[] = {
 		{ "layers", 1, NULL, 'l' }, { "heads", 1, NULL, 'h' },
@@ -70,6 +73,37 @@ int main(int argc, char **argv)
 		{ "data", 1, NULL, 'd' },
 		{ NULL, 0, NULL, 0 }
 	};
+	int ch;
+
+	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		unsigned long v = optarg ? strtoul(optarg, NULL, 10) : 0;
+
+		switch (ch) {
+		case 'l': cfg->layers = (unsigned)v; break;
+		case 'h': cfg->heads = (unsigned)v; break;
+		case 'c': cfg->channels = (unsigned)v; break;
+		case 't': cfg->seq_len = (unsigned)v;
+			  if (cfg->max_seq_len < v)
+				  cfg->max_seq_len = (unsigned)v;
+			  break;
+		case 'b': cfg->batch = (unsigned)v; break;
+		case 'v': cfg->vocab_size = (unsigned)v;
+			  cfg->padded_vocab_size = (unsigned)((v + 127) / 128 *
+							     128);
+			  break;
+		case 's': *steps = (unsigned)v; break;
+		case 'w': *warmup = (unsigned)v; break;
+		case 'p': *peak = strtod(optarg, NULL); break;
+		case 'C': *cpu = 1; break;
+		case 'd': *data = optarg; break;
+		default: return -1;
+		}
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
 	struct train_config cfg;
 	struct train_gpu *g = NULL;
 	struct train_model *m = NULL;
@@ -80,35 +114,14 @@ int main(int argc, char **argv)
 	int32_t *inp, *tgt;
 	size_t N, np;
 	float loss = NAN;
-	int ch, rc, cpu = 0;
+	int rc, cpu = 0;
 
 	train_config_init(&cfg);
 	cfg.seq_len = 1024;
 	cfg.batch = 8;
-	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		unsigned long v = optarg ? strtoul(optarg, NULL, 10) : 0;
-
-		switch (ch) {
-		case 'l': cfg.layers = (unsigned)v; break;
-		case 'h': cfg.heads = (unsigned)v; break;
-		case 'c': cfg.channels = (unsigned)v; break;
-		case 't': cfg.seq_len = (unsigned)v;
-			  if (cfg.max_seq_len < v)
-				  cfg.max_seq_len = (unsigned)v;
-			  break;
-		case 'b': cfg.batch = (unsigned)v; break;
-		case 'v': cfg.vocab_size = (unsigned)v;
-			  cfg.padded_vocab_size = (unsigned)((v + 127) / 128 *
-							     128);
-			  break;
-		case 's': steps = (unsigned)v; break;
-		case 'w': warmup = (unsigned)v; break;
-		case 'p': peak = strtod(optarg, NULL); break;
-		case 'C': cpu = 1; break;
-		case 'd': data = optarg; break;
-		default: return usage();
-		}
-	}
+	if (parse_args(argc, argv, &cfg, &steps, &warmup, &peak, &cpu,
+		       &data))
+		return usage();
 	if (optind != argc || !steps)
 		return usage();
 	if (train_config_check(&cfg, NULL, msg, sizeof(msg))) {

@@ -263,6 +263,51 @@ static void json_str(const char *s)
 	putchar('"');
 }
 
+/* The options after OP URL into b, cfg and *parallel; the rest are the
+ * items (keys, or files to put).  Exits through usage() on a bad one. */
+static void parse_args(int argc, char **argv, struct bench *b,
+		       struct obj_config *cfg, unsigned *parallel)
+{
+	for (int i = 3; i < argc; i++) {
+		const char *a = argv[i];
+
+#define ARG() (i + 1 < argc ? argv[++i] : (usage(), ""))
+		if (!strcmp(a, "--parallel"))
+			*parallel = (unsigned)parse_size(a, ARG());
+		else if (!strcmp(a, "--endpoint"))
+			cfg->endpoint = ARG();
+		else if (!strcmp(a, "--part-size"))
+			cfg->part_size_bytes = (size_t)parse_size(a, ARG());
+		else if (!strcmp(a, "--threshold"))
+			cfg->multipart_threshold_bytes =
+				(size_t)parse_size(a, ARG());
+		else if (!strcmp(a, "--max-parallel"))
+			cfg->max_parallel = (unsigned)parse_size(a, ARG());
+		else if (!strcmp(a, "--length") && !b->put)
+			b->length = parse_size(a, ARG());
+		else if (!strcmp(a, "--key-prefix") && b->put)
+			b->key_prefix = ARG();
+		else if (!strcmp(a, "--sink") && !b->put) {
+			const char *s = ARG();
+
+			if (!strcmp(s, "null"))
+				b->sink = SINK_NULL;
+			else if (!strcmp(s, "memfd"))
+				b->sink = SINK_MEMFD;
+			else if (!strcmp(s, "buf"))
+				b->sink = SINK_BUF;
+			else
+				usage();
+		} else if (!strcmp(a, "-v") || !strcmp(a, "--verbose"))
+			cfg->verbose++;
+		else if (a[0] == '-' && a[1] == '-')
+			usage();
+		else
+			b->items[b->nitems++] = argv[i];
+#undef ARG
+	}
+}
+
 int main(int argc, char **argv)
 {
 	static const char *const sink_names[] = { "null", "memfd", "buf" };
@@ -277,7 +322,6 @@ int main(int argc, char **argv)
 	double t0, secs;
 	uint64_t bytes;
 	char line[1200];
-	int i;
 
 	if (argc < 3)
 		usage();
@@ -290,44 +334,7 @@ int main(int argc, char **argv)
 	b.items = calloc((size_t)argc, sizeof(*b.items));
 	if (!b.items)
 		return 1;
-	for (i = 3; i < argc; i++) {
-		const char *a = argv[i];
-
-#define ARG() (i + 1 < argc ? argv[++i] : (usage(), ""))
-		if (!strcmp(a, "--parallel"))
-			parallel = (unsigned)parse_size(a, ARG());
-		else if (!strcmp(a, "--endpoint"))
-			cfg.endpoint = ARG();
-		else if (!strcmp(a, "--part-size"))
-			cfg.part_size_bytes = (size_t)parse_size(a, ARG());
-		else if (!strcmp(a, "--threshold"))
-			cfg.multipart_threshold_bytes =
-				(size_t)parse_size(a, ARG());
-		else if (!strcmp(a, "--max-parallel"))
-			cfg.max_parallel = (unsigned)parse_size(a, ARG());
-		else if (!strcmp(a, "--length") && !b.put)
-			b.length = parse_size(a, ARG());
-		else if (!strcmp(a, "--key-prefix") && b.put)
-			b.key_prefix = ARG();
-		else if (!strcmp(a, "--sink") && !b.put) {
-			const char *s = ARG();
-
-			if (!strcmp(s, "null"))
-				b.sink = SINK_NULL;
-			else if (!strcmp(s, "memfd"))
-				b.sink = SINK_MEMFD;
-			else if (!strcmp(s, "buf"))
-				b.sink = SINK_BUF;
-			else
-				usage();
-		} else if (!strcmp(a, "-v") || !strcmp(a, "--verbose"))
-			cfg.verbose++;
-		else if (a[0] == '-' && a[1] == '-')
-			usage();
-		else
-			b.items[b.nitems++] = argv[i];
-#undef ARG
-	}
+	parse_args(argc, argv, &b, &cfg, &parallel);
 	if (!b.nitems)
 		usage();
 	if (!parallel || parallel > b.nitems)
