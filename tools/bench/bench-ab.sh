@@ -148,13 +148,14 @@ for line in open(res):
     _, name, key, val = line.split()[:4]
     v.setdefault((name, key), []).append(float(val))
 print("A/B benchmark: A = %s, B = %s; %s rounds, medians (s)" % (a, b, rounds))
-print("%-14s %10s %10s %8s   %s" % ("step", "A", "B", "B/A", "B's runs"))
+print("%-14s %10s %10s %8s   %s" % ("step", "A", "B", "B/A", "runs: A | B"))
 for key, what in (("cold", "8 x 64 MiB cold"), ("warm", "8 x 64 MiB warm"),
                   ("ls", "ls -l of %s" % files), ("stat", "stat of %s" % files),
                   ("write_close", "dd %d MiB close" % (int(size) >> 20)),
                   ("write_durable", "... in the bucket")):
     ma = statistics.median(v[("A", key)])
     mb = statistics.median(v[("B", key)])
-    print("%-14s %10.3f %10.3f %8.3f   %s   (%s)" % (key, ma, mb, mb / ma,
-          " ".join("%.3f" % x for x in v[("B", key)]), what))
+    print("%-14s %10.3f %10.3f %8.3f   %s | %s   (%s)" % (key, ma, mb,
+          mb / ma, " ".join("%.2f" % x for x in v[("A", key)]),
+          " ".join("%.2f" % x for x in v[("B", key)]), what))
 EOF
