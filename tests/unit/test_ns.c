@@ -510,6 +510,59 @@ static void test_negative_lookup(void **state)
 	}
 }
 
+/* --refresh 0: every lookup asks the store for that one name (a LIST of
+ * the name, one page), whatever the size of its directory; each kind of
+ * directory is found so, and a name changed or removed behind our back
+ * is seen at the next lookup. */
+static void test_refresh_zero(void **state)
+{
+	struct env *e = *state;
+	struct obj_kv dirmode = { "mode", "16877" };
+	struct ns_entry x;
+	char key[64];
+
+	ns_close(e->ns);
+	e->nc.refresh_s = 0;
+	e->nc.negative_refresh_s = 0;
+	ns_up(e);
+	for (int i = 0; i < 1500; i++) { /* two pages of LIST */
+		snprintf(key, sizeof(key), "many/f%d", i);
+		put(e, key, "", NULL, 0);
+	}
+	put(e, "r0fold_$folder$", "", NULL, 0);
+	put(e, "r0pre/x", "x", NULL, 0);
+	put(e, "r0s3fs", "", &dirmode, 1);
+	g_extra[0].key = "r0dir/";
+	g_extra[0].prefix = true;
+	g_lists = 0;
+	for (int i = 10; i < 20; i++) {
+		snprintf(key, sizeof(key), "f%d", i);
+		assert_int_equal(ns_find(e->ns, "many/", key, &x), 0);
+		assert_false(x.is_dir);
+	}
+	assert_int_equal(g_lists, 10); /* one small LIST a lookup */
+	assert_int_equal(ns_find(e->ns, "many/", "nope", &x), -ENOENT);
+	assert_int_equal(g_lists, 11);
+	assert_int_equal(ns_find(e->ns, "", "r0dir", &x), 0);
+	assert_true(x.is_dir);
+	assert_int_equal(ns_find(e->ns, "", "r0fold", &x), 0);
+	assert_true(x.is_dir);
+	assert_int_equal(x.markers, NS_MARK_FOLDER);
+	assert_int_equal(ns_find(e->ns, "", "r0pre", &x), 0);
+	assert_true(x.is_dir);
+	assert_int_equal(ns_find(e->ns, "", "r0s3fs", &x), 0);
+	assert_true(x.is_dir);
+	assert_int_equal(x.markers, NS_MARK_PLAIN);
+
+	/* Changed, then removed, behind our back. */
+	put(e, "many/f10", "longer", NULL, 0);
+	assert_int_equal(ns_find(e->ns, "many/", "f10", &x), 0);
+	assert_int_equal(x.size_bytes, 6);
+	assert_int_equal(unlink(strcat(strcpy(key, e->store_dir), "/many/f10")),
+			 0);
+	assert_int_equal(ns_find(e->ns, "many/", "f10", &x), -ENOENT);
+}
+
 /* Dirty files and tombstones over the listing: a dirty file is found
  * before the bucket is asked, its directory exists through it alone, a
  * tombstoned object is gone from lookups and from the view. */
@@ -696,6 +749,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_store_down, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_negative_lookup, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_refresh_zero, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_find_with_writeback,
 						setup, teardown),
