@@ -143,6 +143,11 @@ static void keys_free(struct keys *ks)
 	free(ks->k);
 }
 
+static void bucket_key(void *arg, const struct obj_entry *e)
+{
+	keys_add(arg, e->key);
+}
+
 static void dirty_key(void *arg, const char *key, const struct cache_wattr *a)
 {
 	if (a)
@@ -200,28 +205,10 @@ int ns_rename_dir(struct ns *ns, const char *from, const char *to,
 	struct cache *c = ns->cfg.cache;
 	struct keys bucket = { 0 }, dirty = { 0 };
 	size_t fl = strlen(from);
-	char *token = NULL, nk[OBJ_KEY_MAX + 2];
+	char nk[OBJ_KEY_MAX + 2];
 	int rc = 0;
 
-	do { /* the bucket's keys, all pages */
-		struct obj_list_page pg;
-		struct obj_error err;
-		obj_status st = obj_list(ns->cfg.st, from, NULL, token, 1000,
-					 &pg, &err);
-
-		free(token);
-		token = NULL;
-		if (st != OBJ_OK) {
-			rc = ns_obj_errno(ns, st, &err);
-			break;
-		}
-		for (size_t i = 0; i < pg.nentries; i++)
-			keys_add(&bucket, pg.entries[i].key);
-		if (pg.next_token && !(token = strdup(pg.next_token)))
-			rc = -ENOMEM;
-		obj_list_page_release(&pg);
-	} while (!rc && token);
-	free(token);
+	rc = ns_walk(ns, from, bucket_key, &bucket, NULL, 0);
 	cache_w_list(c, from, dirty_key, &dirty);
 	rc = rc ? rc : bucket.err ? bucket.err : dirty.err;
 	if (!rc) /* all or nothing: no key moves if one would not fit */
