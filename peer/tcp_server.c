@@ -39,9 +39,15 @@ struct peer_server {
 	int lfd;
 	unsigned port;
 	pthread_t acceptor;
-	pthread_mutex_t lock;     /* protects conns, nconns, stopping */
+	pthread_mutex_t lock;     /* protects conns, ended, nconns, stopping */
 	pthread_cond_t gone;
 	struct srv_conn *conns;
+	/* Connections whose thread has ended its work but not yet been
+	 * joined: the acceptor joins them as it goes, peer_server_stop
+	 * the rest, so that no connection thread outlives the server (its
+	 * thread-local OpenSSL state, the handshake's random generator,
+	 * is freed when the thread exits, not when it leaves the list). */
+	struct srv_conn *ended;
 	unsigned nconns;
 	bool stopping;
 	atomic_uint_fast64_t n_conns, n_auth_fail, n_requests, n_bytes,
@@ -51,6 +57,7 @@ struct peer_server {
 struct srv_conn {
 	struct peer_server *s;
 	struct srv_conn *next;
+	pthread_t t;
 	int fd;
 };
 
@@ -349,12 +356,33 @@ static void *conn_main(void *arg)
 	for (pp = &s->conns; *pp != c; pp = &(*pp)->next)
 		;
 	*pp = c->next;
+	c->next = s->ended;
+	s->ended = c;
 	s->nconns--;
 	close(c->fd);
 	pthread_cond_broadcast(&s->gone);
 	pthread_mutex_unlock(&s->lock);
-	free(c);
 	return NULL;
+}
+
+/* Join and free the connections whose threads have ended their work.
+ * Called only by the acceptor and, once it has stopped, by
+ * peer_server_stop: the thread that created each one. */
+static void reap_ended(struct peer_server *s)
+{
+	struct srv_conn *c;
+
+	pthread_mutex_lock(&s->lock);
+	c = s->ended;
+	s->ended = NULL;
+	pthread_mutex_unlock(&s->lock);
+	while (c) {
+		struct srv_conn *next = c->next;
+
+		pthread_join(c->t, NULL);
+		free(c);
+		c = next;
+	}
 }
 
 static void *accept_main(void *arg)
@@ -363,10 +391,10 @@ static void *accept_main(void *arg)
 
 	for (;;) {
 		struct srv_conn *c;
-		pthread_t t;
-		pthread_attr_t at;
-		int fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC);
+		int fd;
 
+		reap_ended(s);
+		fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC);
 		if (fd < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
@@ -398,16 +426,12 @@ static void *accept_main(void *arg)
 		}
 		c->s = s;
 		c->fd = fd;
-		pthread_attr_init(&at);
-		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-		if (pthread_create(&t, &at, conn_main, c)) {
+		if (pthread_create(&c->t, NULL, conn_main, c)) {
 			pthread_mutex_unlock(&s->lock);
-			pthread_attr_destroy(&at);
 			close(fd);
 			free(c);
 			continue;
 		}
-		pthread_attr_destroy(&at);
 		c->next = s->conns;
 		s->conns = c;
 		s->nconns++;
@@ -531,6 +555,7 @@ void peer_server_stop(struct peer_server *s)
 	while (s->nconns)
 		pthread_cond_wait(&s->gone, &s->lock);
 	pthread_mutex_unlock(&s->lock);
+	reap_ended(s);
 	close(s->lfd);
 	pthread_cond_destroy(&s->gone);
 	pthread_mutex_destroy(&s->lock);
