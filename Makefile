@@ -87,7 +87,7 @@ NS_LIBS = $(CACHE_LIBS)
 
 # fs/: the FUSE adapter over ns + cache
 FS_OBJS = fs/fs.o fs/inode.o fs/attr.o fs/mount.o fs/ctl.o fs/write.o fs/link.o \
-	fs/passthrough.o fs/uring.o \
+	fs/passthrough.o fs/uring.o fs/takeover.o \
 	fs/prober.o fs/metrics.o
 FS_A = fs/libfs.a $(NS_A) $(METRICS_A)
 FS_LIBS = $(FUSE_LIBS) $(NS_LIBS) $(METRICS_LIBS)
@@ -149,7 +149,7 @@ train/libtrain.a: $(TRAIN_OBJS)
 # tools/: the three front ends (tools/tools.h: their shape)
 TOOLS_COMMON = tools/tools.o
 FMFS_OBJS = tools/fmfs.o tools/fmfs_mount.o tools/fmfs_mount_opts.o tools/fmfs_cachedir.o tools/fmfs_group.o tools/fmfs_ctl.o \
-	tools/fmfs_obj.o tools/fmfs_helper.o $(TOOLS_COMMON)
+	tools/fmfs_obj.o tools/fmfs_helper.o tools/fmfs_keeper.o $(TOOLS_COMMON)
 FMCKPT_OBJS = tools/fmckpt.o tools/fmckpt_store.o tools/fmckpt_status.o \
 	tools/fmckpt_bench.o $(TOOLS_COMMON)
 FMTRAIN_OBJS = tools/fmtrain.o tools/fmtrain_tokenize.o \

@@ -427,15 +427,15 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 {
 	struct fs *fs = FS(req);
 	struct fs_inode *in = fs_inode_get(fs, ino);
-	struct fs_handle *h = fi ? (struct fs_handle *)(uintptr_t)fi->fh : NULL;
+	int rc = 0;
+	struct fs_handle *h = fi ? fs_tk_handle(fs, fi->fh, true, &rc) : NULL;
 	struct cache_wfile *w = h ? h->w : NULL, *own = NULL;
 	struct cache_wattr a;
 	unsigned mask = 0;
 	struct stat st;
-	int rc = 0;
 
-	if (!in) {
-		fs_reply_err(req, ENOENT);
+	if (!in || (fi && !h)) {
+		fs_reply_err(req, in ? rc : ENOENT);
 		return;
 	}
 	if (!w && !cache_w_hold(fs->cfg.cache, in->key, &own))

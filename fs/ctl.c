@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -457,6 +458,33 @@ static void status_store(struct fs *fs, FILE *out, bool json, bool *first)
 	}
 }
 
+/* The daemon, its keeper and the takeovers (docs/keeper.md). */
+static void status_keeper(struct fs *fs, FILE *out, bool json, bool *first)
+{
+	struct fs_tk_info k;
+	char when[64] = "";
+
+	fs_tk_status(fs, &k);
+	kv_u64(out, json, first, "daemon_pid", (uint64_t)k.daemon_pid);
+	kv_u64(out, json, first, "keeper_pid", (uint64_t)k.keeper_pid);
+	kv_u64(out, json, first, "takeovers", k.takeovers);
+	if (k.last_ms > 0) {
+		time_t t = (time_t)(k.last_ms / 1000);
+		struct tm tm;
+
+		gmtime_r(&t, &tm);
+		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+		kv(out, json, first, "last_takeover", when, true);
+		kv(out, json, first, "last_takeover_cause", k.cause, true);
+		if (k.last_took_ms >= 0)
+			kv_u64(out, json, first, "last_takeover_ms",
+			       (uint64_t)k.last_took_ms);
+		kv_u64(out, json, first, "last_takeover_resent", k.resent);
+	}
+	if (k.refused[0])
+		kv(out, json, first, "takeover_refused", k.refused, true);
+}
+
 static void do_status(struct fs *fs, FILE *out, bool json)
 {
 	struct cache_stats c;
@@ -473,6 +501,7 @@ static void do_status(struct fs *fs, FILE *out, bool json)
 	   false);
 	kv_u64(out, json, &first, "uptime_s",
 	       (util_now_ms() - fs->started_ms) / 1000);
+	status_keeper(fs, out, json, &first);
 	status_cache(fs, out, json, &first, &c);
 	status_fuse(fs, out, json, &first, &ns);
 	status_wb(fs, out, json, &first);

@@ -273,6 +273,8 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino,
 		fs_reply_err(req, ENOENT);
 		return;
 	}
+	if (in->restored) /* a takeover's: its attributes are not known */
+		fs_restored_attr(fs, in);
 	fs_refresh_from_w(fs, in);
 	pthread_mutex_lock(&fs->lock);
 	fs_fill_attr(fs, in, &st);
@@ -298,7 +300,8 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino,
 		fs_reply_err(req, -err);
 		return;
 	}
-	fi->fh = (uintptr_t)l;
+	fi->fh = fs_tk_fh(fs, l);
+	fs_tk_handle_open(fs, fi->fh, in->ino, 0, FS_TK_DIR);
 	fi->cache_readdir = 1;
 	/* The kernel keeps its copy of the entries while the listing is
 	 * the one it cached (its own changes it accounts for itself); a
@@ -307,22 +310,25 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino,
 	fi->keep_cache = l->fetched_ms && l->fetched_ms == in->rd_fetched_ms;
 	in->rd_fetched_ms = l->fetched_ms;
 	pthread_mutex_unlock(&fs->lock);
-	if (fuse_reply_open(req, fi) == -ENOENT)
+	if (fuse_reply_open(req, fi) == -ENOENT) {
+		fs_tk_handle_close(fs, fi->fh);
 		ns_listing_put(l); /* interrupted */
+	}
 }
 
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 		       off_t off, struct fuse_file_info *fi, bool plus)
 {
 	struct fs *fs = FS(req);
-	struct ns_listing *l = (struct ns_listing *)(uintptr_t)fi->fh;
+	int err = 0;
+	struct ns_listing *l = fs_tk_handle(fs, fi->fh, true, &err);
 	struct fs_inode *dir = fs_inode_get(fs, ino);
 	char *buf = malloc(size), *p = buf;
 	size_t left = size;
 
-	if (!buf || !dir) {
+	if (!buf || !dir || !l) {
 		free(buf);
-		fs_reply_err(req, buf ? ENOENT : ENOMEM);
+		fs_reply_err(req, !l ? err : buf ? ENOENT : ENOMEM);
 		return;
 	}
 	/* Offsets: 1 ".", 2 "..", then 3 + i for entry i. */
@@ -411,14 +417,34 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
 static void op_releasedir(fuse_req_t req, fuse_ino_t ino,
 			  struct fuse_file_info *fi)
 {
+	struct fs *fs = FS(req);
+	int err = 0;
+	struct ns_listing *l = fs_tk_handle(fs, fi->fh, false, &err);
+
 	(void)ino;
-	ns_listing_put((struct ns_listing *)(uintptr_t)fi->fh);
+	fs_tk_handle_close(fs, fi->fh);
+	if (l)
+		ns_listing_put(l);
 	fs_reply_err(req, 0);
 }
 
 /* Confirms a file's version with a HEAD once refresh_s has passed since
  * the store last told us about it.  Keeps the old attributes when the
  * store is unreachable (cached data stays readable). */
+void fs_restored_attr(struct fs *fs, struct fs_inode *in)
+{
+	struct cache_attr a;
+
+	if (!in->is_dir) {
+		fs_revalidate(fs, in);
+	} else if (!cache_attr_get(fs->cfg.cache, in->key, &a)) {
+		pthread_mutex_lock(&fs->lock);
+		fs_attr_apply(fs, in, &a);
+		pthread_mutex_unlock(&fs->lock);
+	}
+	in->restored = false;
+}
+
 int fs_revalidate(struct fs *fs, struct fs_inode *in)
 {
 	char key[OBJ_KEY_MAX + 2];
@@ -522,66 +548,103 @@ int fs_pt_choose_open(struct fs *fs, struct fs_inode *in,
 	return pt;
 }
 
+/* A new handle of in opened with flags: the write-back's copy (*clean
+ * false) or the cache file of the version the store has now (*clean
+ * true, *size its size).  -errno when it cannot be opened. */
+static int handle_new(struct fs *fs, struct fs_inode *in, int flags,
+		      struct fs_handle **hp, bool *clean, uint64_t *size,
+		      bool *keep_cache)
+{
+	struct fs_handle *h = calloc(1, sizeof(*h));
+	char etag[80];
+	int rc;
+
+	if (!h)
+		return -ENOMEM;
+	pthread_mutex_init(&h->lock, NULL);
+	atomic_store(&h->refs, 1);
+	h->fs = fs;
+	atomic_store(&h->wgen, atomic_load(&in->wgen)); /* before the look */
+	/* A dirty file, or opening for writing: the write-back's copy. */
+	rc = fs_open_w(fs, in, flags, h);
+	*clean = rc > 0;
+	*keep_cache = false;
+	if (rc <= 0)
+		goto out;
+	rc = fs_revalidate(fs, in);
+	if (rc)
+		goto out;
+	pthread_mutex_lock(&fs->lock);
+	*size = in->size_bytes;
+	memcpy(etag, in->etag, sizeof(etag));
+	/* The kernel may keep its pages while the version is unchanged. */
+	*keep_cache = in->open_etag && in->open_etag == fs_etag_hash(etag);
+	in->open_etag = fs_etag_hash(etag);
+	pthread_mutex_unlock(&fs->lock);
+	rc = fs_lost_check(fs, in->key, etag);
+	if (!rc)
+		rc = cache_file_open(fs->cfg.cache, in->key, *size, etag,
+				     &h->cf);
+	if (!rc)
+		h->size_bytes = *size;
+out:
+	if (rc < 0) {
+		pthread_mutex_destroy(&h->lock);
+		free(h);
+		return rc;
+	}
+	*hp = h;
+	return 0;
+}
+
+int fs_handle_reopen(struct fs *fs, struct fs_inode *in, int flags,
+		     struct fs_handle **hp)
+{
+	uint64_t size = 0;
+	bool clean, keep;
+	int rc = handle_new(fs, in, flags & O_ACCMODE, hp, &clean, &size,
+			    &keep);
+
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&fs->lock);
+	(*hp)->in = in;
+	in->nopen++;
+	pthread_mutex_unlock(&fs->lock);
+	atomic_fetch_add(&fs->open_files, 1);
+	return 0;
+}
+
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs *fs = FS(req);
 	struct fs_inode *in = fs_inode_get(fs, ino);
 	struct fs_handle *h;
-	char etag[80];
-	uint64_t size;
-	bool pinned = false, kept = false;
+	uint64_t size = 0;
+	bool pinned = false, kept = false, clean, keep;
 	int rc, pt;
 
 	if (!in || in->is_dir) {
 		fs_reply_err(req, in ? EISDIR : ENOENT);
 		return;
 	}
-	h = calloc(1, sizeof(*h));
-	if (!h) {
-		fs_reply_err(req, ENOMEM);
+	rc = handle_new(fs, in, fi->flags, &h, &clean, &size, &keep);
+	if (rc) {
+		fs_reply_err(req, -rc);
 		return;
 	}
-	pthread_mutex_init(&h->lock, NULL);
-	atomic_store(&h->refs, 1);
-	h->fs = fs;
-	atomic_store(&h->wgen, atomic_load(&in->wgen)); /* before the look */
-	/* A dirty file, or opening for writing: the write-back's copy. */
-	rc = fs_open_w(fs, in, fi->flags, h);
-	if (rc < 0)
-		goto fail;
-	if (rc == 0) {
-		fi->keep_cache = 0;
-		goto opened;
-	}
-	rc = fs_revalidate(fs, in);
-	if (rc)
-		goto fail;
-	pthread_mutex_lock(&fs->lock);
-	size = in->size_bytes;
-	memcpy(etag, in->etag, sizeof(etag));
-	/* The kernel may keep its pages while the version is unchanged. */
-	fi->keep_cache = in->open_etag && in->open_etag == fs_etag_hash(etag);
-	in->open_etag = fs_etag_hash(etag);
-	pthread_mutex_unlock(&fs->lock);
-	rc = fs_lost_check(fs, in->key, etag);
-	if (!rc)
-		rc = cache_file_open(fs->cfg.cache, in->key, size, etag,
-				     &h->cf);
-	if (rc)
-		goto fail;
-	h->size_bytes = size;
+	fi->keep_cache = keep;
 	/* Read-only mounts: a file wholly cached is read by the kernel from
 	 * its cache file, every block checked now and pinned until the last
 	 * close. */
 	/* On a read-write mount a writer may later make the clean backing
 	 * its dirty file, which needs its name (cache_w_adopt): kept from
 	 * before the check, which may take a while. */
-	if (fs_pt_clean_wanted(fs, h, fi->flags)) {
+	if (clean && fs_pt_clean_wanted(fs, h, fi->flags)) {
 		if (fs->cfg.mode != FS_MODE_RO)
 			cache_file_keep_name(h->cf);
 		pinned = !cache_file_ensure_pinned(h->cf, 0, size);
 	}
-opened:
 	if (fs->cfg.mode != FS_MODE_RO && (fi->flags & O_ACCMODE) != O_WRONLY)
 		touch_atime(fs, in, h->w != NULL);
 	pt = fs_pt_choose_open(fs, in, h, pinned, &kept);
@@ -594,17 +657,17 @@ opened:
 		return;
 	}
 	fs_pt_opened(h);
-	fi->fh = (uintptr_t)h;
+	fi->fh = fs_tk_fh(fs, h);
+	fs_tk_handle_open(fs, fi->fh, in->ino, fi->flags,
+			  h->writer ? FS_TK_WRITE : h->pt ? FS_TK_PT :
+			  FS_TK_READ);
 	atomic_fetch_add(&fs->opens, 1);
 	fs_pt_mark_reply(pt);
-	if (fuse_reply_open(req, fi) == -ENOENT)
+	if (fuse_reply_open(req, fi) == -ENOENT) {
+		fs_tk_handle_close(fs, fi->fh);
 		fs_handle_put(h); /* interrupted: no release will come */
+	}
 	fs_pt_mark_reply(0);
-	return;
-fail:
-	pthread_mutex_destroy(&h->lock);
-	free(h);
-	fs_reply_err(req, -rc);
 }
 
 /* The dirty file a read through h is served from, or NULL for the clean
@@ -678,12 +741,16 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
 	struct fs *fs = FS(req);
-	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
+	int rc = 0;
+	struct fs_handle *h = fs_tk_handle(fs, fi->fh, true, &rc);
 	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(0);
 	struct cache_wfile *w;
-	int rc;
 
 	(void)ino;
+	if (!h) {
+		fs_reply_err(req, rc);
+		return;
+	}
 	atomic_fetch_add(&fs->reads, 1);
 	w = fs_handle_w(fs, h);
 	if (w) {
@@ -720,10 +787,15 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 static void op_release(fuse_req_t req, fuse_ino_t ino,
 		       struct fuse_file_info *fi)
 {
-	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
 	int rc = 0;
+	struct fs_handle *h = fs_tk_handle(FS(req), fi->fh, false, &rc);
 
 	(void)ino;
+	fs_tk_handle_close(FS(req), fi->fh);
+	if (!h) { /* a dead daemon's, never used since */
+		fs_reply_err(req, 0);
+		return;
+	}
 	if (h->writer) {
 		if (h->pt)   /* the kernel's writes are over: a last look */
 			cache_w_external(h->w, false);

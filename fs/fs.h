@@ -70,6 +70,12 @@ struct fs_config {
 	bool disconnected;          /* the store did not answer at mount:
 	                             * start from what the cache knows */
 	const char *metrics_addr;   /* serve /metrics there, or NULL */
+	/* A keeper (docs/keeper.md): the takeover region (fs_tk_region_*),
+	 * -1 without; the socket to hand it /dev/fuse by, -1 none; and for
+	 * a new daemon, the mount's /dev/fuse to serve instead of
+	 * mounting.  0 or less: none (0-2 are the standard streams, so a
+	 * config that does not name them leaves them off). */
+	int tk_fd, keeper_sock, tk_fuse_fd;
 };
 
 #define FS_MEM_ENTRIES 65536
@@ -81,6 +87,17 @@ struct fs_config {
 /* Mounts and serves.  Returns 0 after a clean unmount, or -errno with msg
  * set when mounting failed. */
 int fs_run(const struct fs_config *cfg, char *msg, size_t msg_len);
+
+/* The keeper's side of a takeover (fs/takeover.c, docs/keeper.md).
+ * A region: a memfd, or -errno.  begin: notes a takeover for cause
+ * (counted, shown by `fmfs status`), 0 if it can be trusted, else
+ * -errno with why.  refused: the reason a new daemon wrote.  The
+ * /dev/fuse descriptor goes from a daemon to its keeper by SCM_RIGHTS. */
+int fs_tk_region_create(void);
+int fs_tk_region_begin(int fd, const char *cause, char *why, size_t wl);
+int fs_tk_region_refused(int fd, char *why, size_t wl);
+int fs_tk_send_fd(int sock, int fd);
+int fs_tk_recv_fd(int sock);   /* the descriptor, or -errno */
 
 /* Whether libfuse takes opts as extra -o options (fs_config.fuse_opts),
  * without mounting: 0, or -EINVAL with libfuse's reason in msg.  For a

@@ -56,6 +56,9 @@ struct fs_inode {
 	char *key;                 /* file: "a/b"; dir: "a/b/"; root: "";
 	                            * one allocation with name */
 	bool is_dir;
+	bool restored;             /* from a dead daemon's journal, its
+	                            * attributes not yet asked for
+	                            * (takeover.c) */
 	/* attributes; protected by fs->lock */
 	uint64_t size_bytes;
 	int64_t mtime_s;
@@ -162,6 +165,15 @@ struct fs {
 	/* FUSE passthrough (passthrough.c) */
 	atomic_bool pt_on;         /* the kernel took it; backing ids work */
 	atomic_bool pt_init_seen;
+	/* Takeover (takeover.c, docs/keeper.md): the region shared with the
+	 * keeper, NULL without one; our handles' tag (low 4 bits of fh);
+	 * the INIT of a new daemon, replayed to libfuse. */
+	struct fs_tk *tk;
+	unsigned tk_tag;
+	bool tk_init_due, tk_init_done;
+	uint64_t tk_init_unique;
+	pthread_mutex_t tk_init_lock;
+	pthread_cond_t tk_init_cond;
 	atomic_bool pt_offered;    /* the kernel's INIT offered it */
 	atomic_uint_fast64_t pt_init_unique; /* INIT to amend, unanswered */
 	atomic_bool pt_killpriv2;  /* the INIT reply asks for
@@ -217,6 +229,47 @@ struct fs_handle {
 	uint64_t size_bytes;
 };
 
+/* takeover.c: a mount that outlives its daemon (docs/keeper.md).  Every
+ * call is a no-op without a keeper (fs->tk NULL). */
+enum { FS_TK_DIR = 1, FS_TK_READ, FS_TK_WRITE, FS_TK_PT };
+struct fs_tk_info {
+	int daemon_pid, keeper_pid;
+	unsigned takeovers;
+	int64_t last_ms, last_took_ms;
+	unsigned resent;           /* requests the kernel sent again */
+	char cause[128], refused[256];
+};
+int fs_tk_attach(struct fs *fs, char *why, size_t wl); /* replays */
+void fs_tk_detach(struct fs *fs);
+/* Journal of what the kernel knows; fs->lock held for the inodes'. */
+void fs_tk_inode_new(struct fs *fs, const struct fs_inode *in);
+void fs_tk_inode_move(struct fs *fs, const struct fs_inode *in);
+void fs_tk_inode_unlinked(struct fs *fs, const struct fs_inode *in);
+void fs_tk_inode_drop(struct fs *fs, fuse_ino_t ino);
+void fs_tk_maybe_compact(struct fs *fs);
+/* A handle's fh (p tagged) and back; a dead daemon's is reopened when
+ * open_it (NULL with *err set when it cannot be; NULL and *err 0 when
+ * !open_it and it never was). */
+uint64_t fs_tk_fh(const struct fs *fs, const void *p);
+void *fs_tk_handle(struct fs *fs, uint64_t fh, bool open_it, int *err);
+void fs_tk_handle_open(struct fs *fs, uint64_t fh, fuse_ino_t ino,
+		       int flags, int kind);
+void fs_tk_handle_close(struct fs *fs, uint64_t fh);
+/* passthrough.c's custom I/O: INIT kept, and given again to libfuse by
+ * a new daemon (its reply swallowed, FUSE_NOTIFY_RESEND sent). */
+void fs_tk_init_seen(struct fs *fs, const void *buf, size_t n);
+ssize_t fs_tk_init_read(struct fs *fs, void *buf, size_t len);
+bool fs_tk_init_reply(struct fs *fs, uint64_t unique, int fd);
+void fs_tk_ring_used(struct fs *fs);
+void fs_tk_count_resent(struct fs *fs, const void *req); /* after INIT */
+void fs_tk_status(struct fs *fs, struct fs_tk_info *out);
+
+/* fs.c: a handle of in for a dead daemon's open (readers); the
+ * attributes of an inode restored from its journal */
+void fs_restored_attr(struct fs *fs, struct fs_inode *in);
+int fs_handle_reopen(struct fs *fs, struct fs_inode *in, int flags,
+		     struct fs_handle **hp);
+
 /* inode.c */
 /* A 64-bit hash of an ETag, never 0 (FNV-1a). */
 static inline uint64_t fs_etag_hash(const char *etag)
@@ -228,6 +281,11 @@ static inline uint64_t fs_etag_hash(const char *etag)
 int fs_inodes_init(struct fs *fs);
 void fs_inodes_free(struct fs *fs);
 struct fs_inode *fs_inode_get(struct fs *fs, fuse_ino_t ino);  /* no ref */
+/* An inode of a dead daemon's (takeover.c): node id ino, nlookup refs. */
+struct fs_inode *fs_inode_restore(struct fs *fs, struct fs_inode *dir,
+				  fuse_ino_t ino, const char *name,
+				  bool is_dir, uint32_t ftype, bool unlinked,
+				  uint64_t nlookup);
 /* Finds or creates the inode for entry e in dir; takes one lookup
  * reference.  Called with fs->lock held. */
 struct fs_inode *fs_inode_ref(struct fs *fs, struct fs_inode *dir,

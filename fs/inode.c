@@ -131,6 +131,43 @@ static void unlink_chain(struct fs_inode **head, struct fs_inode *in,
 	}
 }
 
+struct fs_inode *fs_inode_restore(struct fs *fs, struct fs_inode *dir,
+				  fuse_ino_t ino, const char *name,
+				  bool is_dir, uint32_t ftype, bool unlinked,
+				  uint64_t nlookup)
+{
+	struct fs_inode *in = calloc(1, sizeof(*in));
+	char rest[NAME_MAX + 2];
+	size_t hb = hash_name(fs, dir->ino, name);
+
+	if (!in || (size_t)snprintf(rest, sizeof(rest), "%s%s", name,
+				    is_dir ? "/" : "") >= sizeof(rest)) {
+		free(in);
+		return NULL;
+	}
+	in->key = names_block(dir->key, rest, name, &in->name);
+	if (!in->key) {
+		free(in);
+		return NULL;
+	}
+	in->ino = ino;
+	in->parent = dir;
+	in->is_dir = is_dir;
+	in->ftype = ftype;
+	in->nlookup = nlookup;
+	in->unlinked = unlinked;
+	in->restored = true;
+	dir->children++;
+	in->next_ino = fs->by_ino[hash_ino(fs, ino)];
+	fs->by_ino[hash_ino(fs, ino)] = in;
+	if (!unlinked) {
+		in->next_name = fs->by_name[hb];
+		fs->by_name[hb] = in;
+	}
+	fs->ninodes++;
+	return in;
+}
+
 /* Drops in if nothing references it any more; walks up to parents. */
 static void maybe_free(struct fs *fs, struct fs_inode *in)
 {
@@ -142,6 +179,7 @@ static void maybe_free(struct fs *fs, struct fs_inode *in)
 		unlink_chain(&fs->by_name[hash_name(fs, parent->ino, in->name)],
 			     in, true);
 		fs->ninodes--;
+		fs_tk_inode_drop(fs, in->ino);
 		inode_free(in);
 		parent->children--;
 		in = parent;
@@ -236,6 +274,10 @@ struct fs_inode *fs_inode_ref(struct fs *fs, struct fs_inode *dir,
 		in->next_name = fs->by_name[hb];
 		fs->by_name[hb] = in;
 		fs->ninodes++;
+		if (!in->ftype)
+			in->ftype = e->ftype;
+		fs_tk_maybe_compact(fs);
+		fs_tk_inode_new(fs, in); /* before the kernel hears of it */
 	}
 	if (!e->is_dir && strcmp(in->etag, e->etag))
 		in->attr_ms = 0; /* changed: drop cached metadata too */
@@ -335,6 +377,7 @@ void fs_inode_unhash(struct fs *fs, struct fs_inode *in)
 		     in, true);
 	in->next_name = NULL;
 	in->unlinked = true;
+	fs_tk_inode_unlinked(fs, in);
 }
 
 static int rekey(struct fs_inode *in, size_t ol, const char *nw)
@@ -378,6 +421,7 @@ int fs_inode_move(struct fs *fs, struct fs_inode *in, struct fs_inode *dir,
 	in->next_name = fs->by_name[hb];
 	fs->by_name[hb] = in;
 	in->unlinked = false; /* fs_inode_unhash above said so */
+	fs_tk_inode_move(fs, in);
 	if (in->is_dir) /* every inode below follows */
 		for (size_t b = 0; b < fs->nbuckets; b++)
 			for (struct fs_inode *x = fs->by_ino[b]; x;

@@ -203,6 +203,7 @@ static struct fs *fs_new(const struct fs_config *cfg, char *msg, size_t ml)
 
 static void fs_free(struct fs *fs)
 {
+	fs_tk_detach(fs);
 	fs_inodes_free(fs);
 	ns_close(fs->ns);
 	pthread_mutex_destroy(&fs->lock);
@@ -291,7 +292,10 @@ static int serve(struct fs *fs, char *msg, size_t ml)
 	lc = fuse_loop_cfg_create();
 	fuse_loop_cfg_set_max_threads(lc, fs->cfg.threads);
 	fuse_loop_cfg_set_idle_threads(lc, fs->cfg.threads);
-	fuse_loop_cfg_set_clone_fd(lc, 1);
+	/* With a keeper, every request is read on the one /dev/fuse file
+	 * it holds too: one read on a clone of it would end with
+	 * ECONNABORTED when this process dies (docs/keeper.md). */
+	fuse_loop_cfg_set_clone_fd(lc, fs->tk ? 0 : 1);
 	rc = fuse_session_loop_mt(fs->se, lc);
 	fuse_loop_cfg_destroy(lc);
 	fs_uring_stop(fs);
@@ -311,6 +315,11 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t ml)
 
 	if (!fs)
 		return -ENOMEM;
+	rc = fs_tk_attach(fs, msg, ml);
+	if (rc) {
+		rc = cfg->tk_fuse_fd > 0 ? -ENOTRECOVERABLE : rc;
+		goto out_free;
+	}
 	fs->se = session_new(fs, msg, ml);
 	if (!fs->se) {
 		rc = -EINVAL;
@@ -337,8 +346,20 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t ml)
 		goto out_ctl;
 	}
 	fs_fuse_capture(true);
-	rc = fuse_session_mount(fs->se, cfg->mountpoint);
+	if (cfg->tk_fuse_fd > 0) { /* a takeover: the kernel's mount */
+		char dev[32];
+
+		snprintf(dev, sizeof(dev), "/dev/fd/%d", cfg->tk_fuse_fd);
+		rc = fuse_session_mount(fs->se, dev);
+	} else {
+		rc = fuse_session_mount(fs->se, cfg->mountpoint);
+	}
 	fs_fuse_capture(false);
+	if (!rc && cfg->keeper_sock > 0 && cfg->tk_fuse_fd <= 0 &&
+	    fs_tk_send_fd(cfg->keeper_sock, fuse_session_fd(fs->se)))
+		fprintf(stderr, "fmfs: cannot hand /dev/fuse to the keeper "
+			"(%s): a crash of this daemon ends the mount\n",
+			strerror(errno));
 	if (rc) {
 		snprintf(msg, ml, "cannot mount on %s: %s (is it a "
 			 "directory, not already mounted, and is /dev/fuse "

@@ -453,6 +453,7 @@ void fs_uring_start(struct fs *fs, size_t payload_len)
 	 * come, and be answered, as soon as one is. */
 	fs->ur = u;
 	atomic_store(&fs->ur_on, true);
+	fs_tk_ring_used(fs); /* no takeover of a ring (docs/keeper.md) */
 	for (i = 0; i < u->nq; i++) {
 		struct ur_queue *q = &u->q[i];
 		struct io_uring_sqe *sqe;

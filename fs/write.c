@@ -452,7 +452,8 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	ep.ino = in->ino;
 	ep.generation = 1;
 	ep.attr_timeout = ep.entry_timeout = fs->cfg.refresh_s;
-	fi->fh = (uintptr_t)h;
+	fi->fh = fs_tk_fh(fs, h);
+	fs_tk_handle_open(fs, fi->fh, in->ino, fi->flags, FS_TK_WRITE);
 	fi->keep_cache = 0;
 	atomic_fetch_add(&fs->opens, 1);
 	atomic_fetch_add(&fs->open_files, 1);
@@ -491,11 +492,16 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino,
 			 struct fuse_bufvec *bufv, off_t off,
 			 struct fuse_file_info *fi)
 {
-	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
+	int err = 0;
+	struct fs_handle *h = fs_tk_handle(FS(req), fi->fh, true, &err);
 	size_t size = fuse_buf_size(bufv);
 	ssize_t n;
 
 	(void)ino;
+	if (!h) {
+		fs_reply_err(req, err);
+		return;
+	}
 	if (!h->writer) {
 		fs_reply_err(req, EBADF);
 		return;
@@ -524,9 +530,14 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino,
 static void op_flush(fuse_req_t req, fuse_ino_t ino,
 		     struct fuse_file_info *fi)
 {
-	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
+	int err = 0;
+	struct fs_handle *h = fs_tk_handle(FS(req), fi->fh, true, &err);
 
 	(void)ino;
+	if (!h) {
+		fs_reply_err(req, err);
+		return;
+	}
 	/* close(): queued for upload, safe from a crash of this daemon. */
 	int rc = h->writer ? cache_w_commit(h->w, false) : 0;
 
@@ -540,10 +551,15 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino,
 static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 		     struct fuse_file_info *fi)
 {
-	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
+	int err = 0;
+	struct fs_handle *h = fs_tk_handle(FS(req), fi->fh, true, &err);
 
 	(void)ino;
 	(void)datasync;
+	if (!h) {
+		fs_reply_err(req, err);
+		return;
+	}
 	/* fsync(): on the cache disk, safe from a power cut as well; so
 	 * are the file's other names (hard links). */
 	int rc = h->w ? cache_w_commit(h->w, true) : 0;

@@ -108,6 +108,13 @@ int fmfs_group_start(const char *peers, const char *listen,
 void fmfs_group_stop_serving(struct fmfs_group *gr);
 void fmfs_group_free(struct fmfs_group *gr);
 
+/* fmfs_keeper.c: runs the daemons of a --keeper mount, each a fork
+ * calling serve (docs/keeper.md); the last one's exit status. */
+struct mount_opts;
+#define EXIT_TAKEOVER_REFUSED 86 /* a new daemon's: state it cannot trust */
+int fmfs_keeper_run(struct mount_opts *o, int ready_fd,
+		    int (*serve)(struct mount_opts *, int, char *, size_t));
+
 /* fmfs_mount_opts.c: `fmfs mount`'s options, for fmfs_mount.c */
 struct mount_opts {
 	struct obj_config obj;
@@ -125,6 +132,10 @@ struct mount_opts {
 	unsigned refresh_s, negative_refresh_s, threads, fetch_timeout_s;
 	unsigned async_delay_s, upload_parallel;
 	bool foreground, debug, no_passthrough, no_uring;
+	bool keeper;                /* --keeper (docs/keeper.md) */
+	/* Set by the keeper for the daemon it forks: fs_config's tk_fd,
+	 * keeper_sock and tk_fuse_fd (0 or less: none). */
+	int tk_fd, keeper_sock, tk_fuse_fd;
 	int file_mode, dir_mode;    /* -1: fs's defaults (attr_opt) */
 	int64_t uid, gid;
 	bool no_allow_other;

@@ -356,6 +356,8 @@ static int serve(struct mount_opts *o, int ready_fd, char *msg, size_t ml)
 		.inode_max = o->mem_inodes,
 		.disconnected = o->disconnected,
 		.metrics_addr = o->metrics_addr,
+		.tk_fd = o->tk_fd, .keeper_sock = o->keeper_sock,
+		.tk_fuse_fd = o->tk_fuse_fd,
 	};
 	struct obj_store *st;
 	struct cache *c;
@@ -376,7 +378,9 @@ static int serve(struct mount_opts *o, int ready_fd, char *msg, size_t ml)
 	}
 	fc.st = st;
 	fc.cache = c;
-	rc = fs_run(&fc, msg, ml) ? EXIT_FAIL : EXIT_OK;
+	rc = fs_run(&fc, msg, ml);
+	rc = rc == -ENOTRECOVERABLE ? EXIT_TAKEOVER_REFUSED :
+	     rc ? EXIT_FAIL : EXIT_OK;
 	/* No more peer requests into the cache; fetches under way may
 	 * still use the client and the lists until the cache is closed. */
 	fmfs_group_stop_serving(gr);
@@ -533,6 +537,12 @@ int cmd_mount(int argc, char **argv)
 		}
 		if (chdir("/")) {
 			/* keep going: only relative paths would suffer */
+		}
+		if (o.keeper) {
+			rc = fmfs_keeper_run(&o, pfd[1], serve);
+			close(lockfd);
+			unlink(o.ctl_path);
+			_exit(rc); /* the daemons told what went wrong */
 		}
 		rc = serve(&o, pfd[1], msg, sizeof(msg));
 		/* Cache closed: free the lock, then remove the socket, which

@@ -1,0 +1,860 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * takeover.c - what a new daemon needs to serve a mount whose daemon died
+ * (docs/keeper.md): the takeover region, its journal of the kernel's node
+ * ids and open handles, the INIT that the kernel sent, and the hand-over
+ * of /dev/fuse to the keeper.
+ *
+ * The region is a memfd that the keeper (tools/fmfs_keeper.c) creates and
+ * every daemon of the mount inherits, mapped shared: what a daemon wrote
+ * to it is there after a kill -9.  It holds a head (the INIT request, the
+ * counters `fmfs status` shows, why a takeover would not be trusted) and
+ * two halves, each a log of records.  A record is written before the
+ * reply that tells the kernel of it (a new node id, an open handle) and
+ * only then made part of the log by moving `state` (half and end, one
+ * 64-bit store): a record cut short by a crash is not in the log, and
+ * the kernel cannot know of what it describes.  A log past half its room
+ * is compacted: the live inodes and handles written to the other half,
+ * then `state` flipped to it.
+ *
+ * The new daemon replays the log into its inode table before it serves:
+ * each inode with its parent, name and type, its lookup count pinned
+ * (the kernel's is not known; such inodes live until unmount), and each
+ * open handle kept as (old fh -> inode, flags), reopened at its first use
+ * (fs_tk_handle).  Handles get a tag in their low 4 bits (fs->tk_tag,
+ * one per daemon of the mount): an fh whose tag is not ours is a dead
+ * daemon's.  Files open for writing, or through a passthrough backing
+ * file, are not carried yet: the daemon then refuses the takeover
+ * (TK_REFUSED) and the keeper gives the mount up as before.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fs_int.h"
+
+#define TK_MAGIC "fmfstk1"
+#define TK_HEAD 4096u
+#define TK_HALF (64u << 20)     /* sparse: only what is written is used */
+#define TK_PINNED (1ull << 40)  /* lookup count of a replayed inode */
+
+enum { TK_INODE = 1, TK_MOVE, TK_UNLINKED, TK_DROP, TK_OPEN, TK_CLOSE };
+
+struct tk_head {
+	char magic[8];
+	uint32_t init_len;
+	unsigned char init[256];   /* the kernel's INIT request, as read */
+	_Atomic uint64_t state;    /* half << 63 | end of the log */
+	_Atomic uint64_t next_ino;
+	_Atomic uint32_t flags;    /* TK_F_* */
+	_Atomic uint32_t takeovers;
+	_Atomic int64_t last_ms;   /* when the last one began */
+	_Atomic int64_t last_took_ms; /* until the new daemon served */
+	_Atomic int32_t keeper_pid, daemon_pid;
+	_Atomic uint32_t resent;   /* requests sent again, last takeover */
+	char cause[128];           /* of the last one */
+	char refused[256];         /* why the last one was refused */
+};
+
+#define TK_F_RING 1u            /* a daemon used FUSE over io_uring */
+#define TK_F_FULL 2u            /* the log ran out of room */
+
+struct tk_rec {                 /* followed by the name */
+	uint32_t len;           /* of the whole record, 8-aligned */
+	uint32_t type;
+	uint64_t a, b;          /* INODE/MOVE: ino, parent; OPEN: fh, ino */
+	uint32_t c, d;          /* INODE: is_dir, ftype; OPEN: flags, kind */
+};
+
+struct tk_old {                 /* a dead daemon's open handle */
+	uint64_t fh;
+	fuse_ino_t ino;
+	uint32_t flags, kind;
+	void *now;              /* reopened: ours */
+	struct tk_old *next;
+};
+
+struct fs_tk {
+	struct tk_head *head;
+	char *base;
+	pthread_mutex_t lock;   /* appends, the live handles */
+	struct tk_old *live;    /* open handles, for compaction */
+	struct tk_old *old;     /* a dead daemon's, by first use */
+};
+
+static void old_remove(struct tk_old **list, uint64_t fh);
+
+/* Takeover times are shown as dates: the wall clock, in ms. */
+static int64_t wall_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static size_t rec_size(size_t namelen)
+{
+	return (sizeof(struct tk_rec) + namelen + 1 + 7) & ~(size_t)7;
+}
+
+static char *half_base(struct fs_tk *t, uint64_t state)
+{
+	return t->base + TK_HEAD + (state >> 63) * (size_t)TK_HALF;
+}
+
+int fs_tk_region_create(void)
+{
+	int fd = memfd_create("fmfs-takeover", 0);
+	struct tk_head *h;
+
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, TK_HEAD + 2 * (off_t)TK_HALF)) {
+		int e = errno;
+
+		close(fd);
+		return -e;
+	}
+	h = mmap(NULL, TK_HEAD, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (h == MAP_FAILED) {
+		int e = errno;
+
+		close(fd);
+		return -e;
+	}
+	memcpy(h->magic, TK_MAGIC, sizeof(h->magic));
+	atomic_store(&h->keeper_pid, (int32_t)getpid());
+	munmap(h, TK_HEAD);
+	return fd;
+}
+
+static struct tk_head *head_map(int fd)
+{
+	struct tk_head *h = mmap(NULL, TK_HEAD, PROT_READ | PROT_WRITE,
+				 MAP_SHARED, fd, 0);
+
+	if (h == MAP_FAILED)
+		return NULL;
+	if (memcmp(h->magic, TK_MAGIC, sizeof(h->magic))) {
+		munmap(h, TK_HEAD);
+		return NULL;
+	}
+	return h;
+}
+
+int fs_tk_region_begin(int fd, const char *cause, char *why, size_t wl)
+{
+	struct tk_head *h = head_map(fd);
+	int rc = 0;
+
+	if (!h) {
+		snprintf(why, wl, "the takeover region is unreadable");
+		return -EINVAL;
+	}
+	atomic_store(&h->last_ms, wall_ms());
+	atomic_store(&h->last_took_ms, -1);
+	atomic_store(&h->resent, 0);
+	snprintf(h->cause, sizeof(h->cause), "%s", cause);
+	h->refused[0] = '\0';
+	if (atomic_load(&h->flags) & TK_F_RING) {
+		snprintf(why, wl, "the mount used FUSE over io_uring, whose "
+			 "requests in flight cannot be sent again");
+		rc = -EOPNOTSUPP;
+	} else if (atomic_load(&h->flags) & TK_F_FULL) {
+		snprintf(why, wl, "the journal of node ids ran out of room");
+		rc = -ENOSPC;
+	} else if (!h->init_len) {
+		snprintf(why, wl, "the daemon had not been through INIT");
+		rc = -EINVAL;
+	} else if (h->init_len < 48 || h->init[44] < 40 ||
+		   h->init[40] != 7) {
+		/* fuse_init_in: major at 40, minor at 44 (one byte will do:
+		 * minor < 256).  FUSE_NOTIFY_RESEND is protocol 7.40. */
+		snprintf(why, wl, "the kernel lacks FUSE_NOTIFY_RESEND "
+			 "(protocol 7.40, Linux 6.9)");
+		rc = -EOPNOTSUPP;
+	}
+	if (!rc)
+		atomic_fetch_add(&h->takeovers, 1);
+	else
+		snprintf(h->refused, sizeof(h->refused), "%s", why);
+	munmap(h, TK_HEAD);
+	return rc;
+}
+
+int fs_tk_region_refused(int fd, char *why, size_t wl)
+{
+	struct tk_head *h = head_map(fd);
+
+	if (!h)
+		return -EINVAL;
+	snprintf(why, wl, "%s", h->refused[0] ? h->refused : "unknown");
+	munmap(h, TK_HEAD);
+	return 0;
+}
+
+int fs_tk_send_fd(int sock, int fd)
+{
+	char c = 'F';
+	struct iovec iov = { .iov_base = &c, .iov_len = 1 };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1,
+			    .msg_control = u.buf,
+			    .msg_controllen = sizeof(u.buf) };
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+
+	memset(u.buf, 0, sizeof(u.buf));
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+	return sendmsg(sock, &m, MSG_NOSIGNAL) == 1 ? 0 : -errno;
+}
+
+int fs_tk_recv_fd(int sock)
+{
+	char c;
+	struct iovec iov = { .iov_base = &c, .iov_len = 1 };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1,
+			    .msg_control = u.buf,
+			    .msg_controllen = sizeof(u.buf) };
+	struct cmsghdr *cm;
+	ssize_t n;
+	int fd;
+
+	do
+		n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (n <= 0)
+		return n < 0 ? -errno : -ENODATA;
+	cm = CMSG_FIRSTHDR(&m);
+	if (!cm || cm->cmsg_type != SCM_RIGHTS)
+		return -EPROTO;
+	memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+	return fd;
+}
+
+/* --- the log --- */
+
+/* Appends a record: t->lock held.  A full log is compacted first; if it
+ * stays full, takeovers of this mount are off (TK_F_FULL). */
+static void append_locked(struct fs_tk *t, uint32_t type, uint64_t a,
+			  uint64_t b, uint32_t c, uint32_t d, const char *name)
+{
+	uint64_t st = atomic_load(&t->head->state);
+	size_t nl = name ? strlen(name) : 0, sz = rec_size(nl);
+	uint64_t end = st & ~(1ull << 63);
+	struct tk_rec *r;
+
+	if (end + sz > TK_HALF) {
+		atomic_fetch_or(&t->head->flags, TK_F_FULL);
+		return;
+	}
+	r = (struct tk_rec *)(half_base(t, st) + end);
+	r->len = (uint32_t)sz;
+	r->type = type;
+	r->a = a;
+	r->b = b;
+	r->c = c;
+	r->d = d;
+	memcpy(r + 1, name ? name : "", nl + 1);
+	atomic_store_explicit(&t->head->state, st + sz, memory_order_release);
+}
+
+static void append(struct fs *fs, uint32_t type, uint64_t a, uint64_t b,
+		   uint32_t c, uint32_t d, const char *name)
+{
+	struct fs_tk *t = fs->tk;
+
+	pthread_mutex_lock(&t->lock);
+	append_locked(t, type, a, b, c, d, name);
+	pthread_mutex_unlock(&t->lock);
+}
+
+void fs_tk_inode_new(struct fs *fs, const struct fs_inode *in)
+{
+	if (!fs->tk)
+		return;
+	atomic_store(&fs->tk->head->next_ino, fs->next_ino);
+	append(fs, TK_INODE, in->ino, in->parent->ino, in->is_dir,
+	       in->ftype, in->name);
+}
+
+void fs_tk_inode_move(struct fs *fs, const struct fs_inode *in)
+{
+	if (fs->tk)
+		append(fs, TK_MOVE, in->ino, in->parent->ino, 0, 0, in->name);
+}
+
+void fs_tk_inode_unlinked(struct fs *fs, const struct fs_inode *in)
+{
+	if (fs->tk)
+		append(fs, TK_UNLINKED, in->ino, 0, 0, 0, NULL);
+}
+
+void fs_tk_inode_drop(struct fs *fs, fuse_ino_t ino)
+{
+	if (fs->tk)
+		append(fs, TK_DROP, ino, 0, 0, 0, NULL);
+}
+
+/* Rewrites the log in the other half from fs's inode table and the
+ * live handles: fs->lock and t->lock held. */
+static void compact_locked(struct fs *fs)
+{
+	struct fs_tk *t = fs->tk;
+	uint64_t st = atomic_load(&t->head->state);
+	uint64_t other = (st >> 63) ? 0 : 1ull << 63;
+
+	/* Written to the other half; the flip of state is the last step,
+	 * so that a crash before it leaves the old log whole. */
+	char *dst = half_base(t, other);
+	uint64_t end = 0;
+
+	for (size_t b = 0; b < fs->nbuckets; b++)
+		for (struct fs_inode *x = fs->by_ino[b]; x; x = x->next_ino) {
+			size_t sz = rec_size(strlen(x->name));
+			struct tk_rec *r = (struct tk_rec *)(dst + end);
+
+			if (x == fs->root)
+				continue;
+			if (end + sz + rec_size(0) > TK_HALF)
+				goto full;
+			*r = (struct tk_rec){ .len = (uint32_t)sz,
+				.type = TK_INODE, .a = x->ino,
+				.b = x->parent->ino, .c = x->is_dir,
+				.d = x->ftype };
+			memcpy(r + 1, x->name, strlen(x->name) + 1);
+			end += sz;
+			if (x->unlinked) {
+				r = (struct tk_rec *)(dst + end);
+				*r = (struct tk_rec){ .len =
+					(uint32_t)rec_size(0),
+					.type = TK_UNLINKED, .a = x->ino };
+				((char *)(r + 1))[0] = '\0';
+				end += r->len;
+			}
+		}
+	for (struct tk_old *o = t->live; o; o = o->next) {
+		struct tk_rec *r = (struct tk_rec *)(dst + end);
+
+		if (end + rec_size(0) > TK_HALF)
+			goto full;
+		*r = (struct tk_rec){ .len = (uint32_t)rec_size(0),
+			.type = TK_OPEN, .a = o->fh, .b = o->ino,
+			.c = o->flags, .d = o->kind };
+		((char *)(r + 1))[0] = '\0';
+		end += r->len;
+	}
+	atomic_store_explicit(&t->head->state, other | end,
+			      memory_order_release);
+	return;
+full:
+	atomic_fetch_or(&t->head->flags, TK_F_FULL);
+}
+
+void fs_tk_maybe_compact(struct fs *fs)
+{
+	struct fs_tk *t = fs->tk;
+
+	if (!t || (atomic_load(&t->head->state) & ~(1ull << 63)) <
+		  TK_HALF / 2)
+		return;
+	pthread_mutex_lock(&t->lock);
+	compact_locked(fs);
+	pthread_mutex_unlock(&t->lock);
+}
+
+void fs_tk_handle_open(struct fs *fs, uint64_t fh, fuse_ino_t ino,
+		       int flags, int kind)
+{
+	struct fs_tk *t = fs->tk;
+	struct tk_old *o;
+
+	if (!t)
+		return;
+	o = calloc(1, sizeof(*o));
+	pthread_mutex_lock(&t->lock);
+	if (!o) {
+		atomic_fetch_or(&t->head->flags, TK_F_FULL);
+	} else {
+		o->fh = fh;
+		o->ino = ino;
+		o->flags = (uint32_t)flags;
+		o->kind = (uint32_t)kind;
+		o->next = t->live;
+		t->live = o;
+		append_locked(t, TK_OPEN, fh, ino, (uint32_t)flags,
+			      (uint32_t)kind, NULL);
+	}
+	pthread_mutex_unlock(&t->lock);
+}
+
+void fs_tk_handle_close(struct fs *fs, uint64_t fh)
+{
+	struct fs_tk *t = fs->tk;
+
+	if (!t)
+		return;
+	pthread_mutex_lock(&t->lock);
+	for (struct tk_old **pp = &t->live; *pp; pp = &(*pp)->next)
+		if ((*pp)->fh == fh) {
+			struct tk_old *o = *pp;
+
+			*pp = o->next;
+			free(o);
+			break;
+		}
+	old_remove(&t->old, fh);
+	append_locked(t, TK_CLOSE, fh, 0, 0, 0, NULL);
+	pthread_mutex_unlock(&t->lock);
+}
+
+/* --- the new daemon: replay --- */
+
+struct rino {
+	uint64_t ino, parent;
+	uint32_t is_dir, ftype;
+	bool unlinked, dropped;
+	char *name;
+	struct fs_inode *made;
+	struct rino *next;
+};
+
+#define RB 65536u
+
+static struct rino *rfind(struct rino **tab, uint64_t ino)
+{
+	struct rino *r = tab[(ino * 0x9E3779B97F4A7C15ull) >> 48];
+
+	while (r && r->ino != ino)
+		r = r->next;
+	return r;
+}
+
+static struct fs_inode *materialize(struct fs *fs, struct rino **tab,
+				    struct rino *r, unsigned depth)
+{
+	struct fs_inode *parent;
+	struct rino *p;
+
+	if (r->made || r->dropped || depth > PATH_MAX / 2)
+		return r->made;
+	if (r->parent == FUSE_ROOT_ID) {
+		parent = fs->root;
+	} else {
+		p = rfind(tab, r->parent);
+		parent = p ? materialize(fs, tab, p, depth + 1) : NULL;
+	}
+	if (!parent)
+		return NULL;
+	r->made = fs_inode_restore(fs, parent, r->ino, r->name, r->is_dir,
+				   r->ftype, r->unlinked, TK_PINNED);
+	return r->made;
+}
+
+static void old_remove(struct tk_old **list, uint64_t fh)
+{
+	for (struct tk_old **pp = list; *pp; pp = &(*pp)->next)
+		if ((*pp)->fh == fh) {
+			struct tk_old *o = *pp;
+
+			*pp = o->next;
+			free(o);
+			return;
+		}
+}
+
+static int old_add(struct tk_old **list, const struct tk_rec *r)
+{
+	struct tk_old *o = calloc(1, sizeof(*o));
+
+	if (!o)
+		return -ENOMEM;
+	o->fh = r->a;
+	o->ino = r->b;
+	o->flags = r->c;
+	o->kind = r->d;
+	o->next = *list;
+	*list = o;
+	return 0;
+}
+
+/* Reads the log into tab and the handle lists; -errno, why set. */
+static int read_log(struct fs_tk *t, struct rino **tab, uint64_t *max_ino,
+		    char *why, size_t wl)
+{
+	uint64_t st = atomic_load(&t->head->state);
+	uint64_t end = st & ~(1ull << 63), off = 0;
+	const char *base = half_base(t, st);
+
+	while (off + sizeof(struct tk_rec) <= end) {
+		const struct tk_rec *r = (const struct tk_rec *)(base + off);
+		struct rino *x;
+
+		if (r->len < sizeof(*r) || r->len % 8 || off + r->len > end) {
+			snprintf(why, wl, "the journal is damaged at %llu",
+				 (unsigned long long)off);
+			return -EIO;
+		}
+		off += r->len;
+		switch (r->type) {
+		case TK_INODE:
+			x = rfind(tab, r->a);
+			if (!x) {
+				x = calloc(1, sizeof(*x));
+				if (!x)
+					return -ENOMEM;
+				x->ino = r->a;
+				x->next = tab[(r->a * 0x9E3779B97F4A7C15ull) >>
+					      48];
+				tab[(r->a * 0x9E3779B97F4A7C15ull) >> 48] = x;
+			}
+			/* fall through */
+		case TK_MOVE:
+			x = rfind(tab, r->a);
+			if (!x)
+				break;
+			free(x->name);
+			x->name = strdup((const char *)(r + 1));
+			if (!x->name)
+				return -ENOMEM;
+			x->parent = r->b;
+			if (r->type == TK_INODE) {
+				x->is_dir = r->c;
+				x->ftype = r->d;
+				x->dropped = x->unlinked = false;
+			} else {
+				x->unlinked = false;
+			}
+			if (r->a > *max_ino)
+				*max_ino = r->a;
+			break;
+		case TK_UNLINKED:
+		case TK_DROP:
+			x = rfind(tab, r->a);
+			if (x && r->type == TK_UNLINKED)
+				x->unlinked = true;
+			else if (x)
+				x->dropped = true;
+			break;
+		case TK_OPEN:
+			if (old_add(&t->old, r) || old_add(&t->live, r))
+				return -ENOMEM;
+			break;
+		case TK_CLOSE:
+			old_remove(&t->old, r->a);
+			old_remove(&t->live, r->a);
+			break;
+		default:
+			snprintf(why, wl, "the journal holds a record of an "
+				 "unknown type %u", r->type);
+			return -EIO;
+		}
+	}
+	return 0;
+}
+
+/* The inode table and the open handles of the daemon before: 0, or
+ * -errno with why set (the takeover is then refused). */
+static int replay(struct fs *fs, char *why, size_t wl)
+{
+	struct fs_tk *t = fs->tk;
+	struct rino **tab = calloc(RB, sizeof(*tab));
+	uint64_t max_ino = 0;
+	unsigned used = 0;
+	int rc;
+
+	if (!tab)
+		return -ENOMEM;
+	rc = read_log(t, tab, &max_ino, why, wl);
+	for (size_t b = 0; !rc && b < RB; b++)
+		for (struct rino *r = tab[b]; r; r = r->next)
+			if (!r->dropped && !materialize(fs, tab, r, 0)) {
+				snprintf(why, wl, "node id %llu has no parent "
+					 "in the journal, or no memory",
+					 (unsigned long long)r->ino);
+				rc = -EIO;
+				break;
+			}
+	for (size_t b = 0; b < RB; b++)
+		while (tab[b]) {
+			struct rino *r = tab[b];
+
+			tab[b] = r->next;
+			free(r->name);
+			free(r);
+		}
+	free(tab);
+	if (rc)
+		return rc;
+	if (atomic_load(&t->head->next_ino) > max_ino)
+		max_ino = atomic_load(&t->head->next_ino);
+	fs->next_ino = max_ino + 1;
+	for (struct tk_old *o = t->old; o; o = o->next) {
+		if (o->kind == FS_TK_WRITE || o->kind == FS_TK_PT) {
+			snprintf(why, wl, "a file was open %s (node id %llu); "
+				 "carrying those over is not built yet",
+				 o->kind == FS_TK_WRITE ? "for writing" :
+				 "through a passthrough backing file",
+				 (unsigned long long)o->ino);
+			return -EOPNOTSUPP;
+		}
+		if (!fs_inode_get(fs, o->ino)) {
+			snprintf(why, wl, "an open handle's node id %llu is "
+				 "not in the journal",
+				 (unsigned long long)o->ino);
+			return -EIO;
+		}
+		used |= 1u << (o->fh & 15);
+	}
+	/* Our handles' tag: one no live handle of a dead daemon has. */
+	for (unsigned i = 0; i < 16; i++) {
+		unsigned tag = (atomic_load(&t->head->takeovers) + i) & 15;
+
+		if (!(used & (1u << tag))) {
+			fs->tk_tag = tag;
+			break;
+		}
+	}
+	return 0;
+}
+
+int fs_tk_attach(struct fs *fs, char *why, size_t wl)
+{
+	struct fs_tk *t;
+	void *p;
+	int rc = 0;
+
+	if (fs->cfg.tk_fd <= 0)
+		return 0;
+	t = calloc(1, sizeof(*t));
+	p = mmap(NULL, TK_HEAD + 2 * (size_t)TK_HALF, PROT_READ | PROT_WRITE,
+		 MAP_SHARED | MAP_NORESERVE, fs->cfg.tk_fd, 0);
+	if (!t || p == MAP_FAILED) {
+		free(t);
+		snprintf(why, wl, "cannot map the takeover region: %s",
+			 strerror(errno));
+		return -ENOMEM;
+	}
+	t->base = p;
+	t->head = p;
+	pthread_mutex_init(&t->lock, NULL);
+	pthread_mutex_init(&fs->tk_init_lock, NULL);
+	pthread_cond_init(&fs->tk_init_cond, NULL);
+	fs->tk = t;
+	atomic_store(&t->head->daemon_pid, (int32_t)getpid());
+	if (fs->cfg.tk_fuse_fd > 0) {
+		rc = replay(fs, why, wl);
+		fs->tk_init_due = true;
+	} else {
+		atomic_store(&t->head->state, 0);
+	}
+	if (rc)
+		snprintf(t->head->refused, sizeof(t->head->refused), "%s", why);
+	return rc;
+}
+
+void fs_tk_detach(struct fs *fs)
+{
+	struct fs_tk *t = fs->tk;
+
+	if (!t)
+		return;
+	while (t->live) {
+		struct tk_old *o = t->live;
+
+		t->live = o->next;
+		free(o);
+	}
+	while (t->old) {
+		struct tk_old *o = t->old;
+
+		t->old = o->next;
+		free(o);
+	}
+	munmap(t->base, TK_HEAD + 2 * (size_t)TK_HALF);
+	pthread_mutex_destroy(&t->lock);
+	pthread_mutex_destroy(&fs->tk_init_lock);
+	pthread_cond_destroy(&fs->tk_init_cond);
+	free(t);
+	fs->tk = NULL;
+}
+
+/* --- handles --- */
+
+uint64_t fs_tk_fh(const struct fs *fs, const void *p)
+{
+	util_assert(((uintptr_t)p & 15) == 0);
+	return (uintptr_t)p | fs->tk_tag;
+}
+
+void *fs_tk_handle(struct fs *fs, uint64_t fh, bool open_it, int *err)
+{
+	struct fs_tk *t = fs->tk;
+	struct tk_old *o;
+	struct fs_inode *in;
+	void *p = NULL;
+	int rc;
+
+	if (!t || (fh & 15) == fs->tk_tag)
+		return (void *)(uintptr_t)(fh & ~(uint64_t)15);
+	pthread_mutex_lock(&fs->tk_init_lock); /* one reopen at a time */
+	pthread_mutex_lock(&t->lock);
+	for (o = t->old; o && o->fh != fh; o = o->next)
+		;
+	p = o ? o->now : NULL;
+	pthread_mutex_unlock(&t->lock);
+	if (!o)
+		*err = EBADF;
+	if (!o || p || !open_it)
+		goto out;
+	in = fs_inode_get(fs, o->ino);
+	if (!in) {
+		*err = ESTALE;
+	} else if (o->kind == FS_TK_DIR) {
+		rc = 0;
+		p = ns_dir_view(fs->ns, in->key, &rc);
+		*err = -rc;
+	} else {
+		struct fs_handle *h = NULL;
+
+		rc = fs_handle_reopen(fs, in, (int)o->flags, &h);
+		p = h;
+		*err = -rc;
+	}
+	if (p) {
+		pthread_mutex_lock(&t->lock);
+		o->now = p;
+		pthread_mutex_unlock(&t->lock);
+		fprintf(stderr, "fmfs: takeover: reopened a %s handle of node "
+			"id %llu\n", o->kind == FS_TK_DIR ? "directory" :
+			"file", (unsigned long long)o->ino);
+	} else {
+		fprintf(stderr, "fmfs: takeover: cannot reopen a handle of "
+			"node id %llu: %s\n", (unsigned long long)o->ino,
+			strerror(*err));
+	}
+out:
+	pthread_mutex_unlock(&fs->tk_init_lock);
+	return p;
+}
+
+/* --- INIT, again --- */
+
+void fs_tk_init_seen(struct fs *fs, const void *buf, size_t n)
+{
+	struct tk_head *h = fs->tk ? fs->tk->head : NULL;
+
+	if (!h || n > sizeof(h->init) || fs->tk_init_due)
+		return;
+	memcpy(h->init, buf, n);
+	h->init_len = (uint32_t)n;
+}
+
+ssize_t fs_tk_init_read(struct fs *fs, void *buf, size_t len)
+{
+	struct tk_head *h;
+	ssize_t n = -1;
+
+	if (!fs->tk_init_due)
+		return -1;
+	h = fs->tk->head;
+	pthread_mutex_lock(&fs->tk_init_lock);
+	if (!fs->tk_init_unique && !fs->tk_init_done &&
+	    h->init_len <= len) {
+		/* The first reader gets the INIT the kernel sent the first
+		 * daemon, which libfuse needs before any other request. */
+		memcpy(buf, h->init, h->init_len);
+		memcpy(&fs->tk_init_unique, h->init + 8, 8);
+		n = h->init_len;
+	} else {
+		while (!fs->tk_init_done)
+			pthread_cond_wait(&fs->tk_init_cond,
+					  &fs->tk_init_lock);
+	}
+	pthread_mutex_unlock(&fs->tk_init_lock);
+	return n;
+}
+
+bool fs_tk_init_reply(struct fs *fs, uint64_t unique, int fd)
+{
+	struct tk_head *h;
+	struct { uint32_t len; int32_t error; uint64_t unique; } nf = {
+		16, 7 /* FUSE_NOTIFY_RESEND */, 0 };
+	bool ok;
+
+	if (!fs->tk_init_due || !unique || unique != fs->tk_init_unique)
+		return false;
+	h = fs->tk->head;
+	/* The kernel answered that INIT long ago: the reply stays here.
+	 * Then what the dead daemon had read and not answered comes
+	 * again. */
+	ok = write(fd, &nf, sizeof(nf)) == (ssize_t)sizeof(nf);
+	if (ok) {
+		atomic_store(&h->last_took_ms,
+			     wall_ms() - atomic_load(&h->last_ms));
+		fprintf(stderr, "fmfs: takeover: serving again %lld ms after "
+			"the daemon before was lost; the kernel resends the "
+			"requests it had not answered\n",
+			(long long)atomic_load(&h->last_took_ms));
+	} else {
+		fprintf(stderr, "fmfs: takeover: the kernel refused "
+			"FUSE_NOTIFY_RESEND (%s): requests the daemon before "
+			"had read stay unanswered\n", strerror(errno));
+	}
+	pthread_mutex_lock(&fs->tk_init_lock);
+	fs->tk_init_done = true;
+	fs->tk_init_unique = 0;
+	pthread_cond_broadcast(&fs->tk_init_cond);
+	pthread_mutex_unlock(&fs->tk_init_lock);
+	return true;
+}
+
+void fs_tk_count_resent(struct fs *fs, const void *req)
+{
+	uint64_t unique;
+
+	memcpy(&unique, (const char *)req + 8, sizeof(unique));
+	if (fs->tk && (unique >> 63)) /* FUSE_UNIQUE_RESEND */
+		atomic_fetch_add(&fs->tk->head->resent, 1);
+}
+
+void fs_tk_ring_used(struct fs *fs)
+{
+	if (fs->tk)
+		atomic_fetch_or(&fs->tk->head->flags, TK_F_RING);
+}
+
+void fs_tk_status(struct fs *fs, struct fs_tk_info *out)
+{
+	struct tk_head *h = fs->tk ? fs->tk->head : NULL;
+
+	memset(out, 0, sizeof(*out));
+	out->daemon_pid = getpid();
+	if (!h)
+		return;
+	out->keeper_pid = atomic_load(&h->keeper_pid);
+	out->takeovers = atomic_load(&h->takeovers);
+	out->last_ms = atomic_load(&h->last_ms);
+	out->last_took_ms = atomic_load(&h->last_took_ms);
+	out->resent = atomic_load(&h->resent);
+	snprintf(out->cause, sizeof(out->cause), "%s", h->cause);
+	snprintf(out->refused, sizeof(out->refused), "%s", h->refused);
+}
