@@ -301,7 +301,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino,
 		return;
 	}
 	fi->fh = fs_tk_fh(fs, l);
-	fs_tk_handle_open(fs, fi->fh, in->ino, 0, FS_TK_DIR);
+	fs_tk_handle_open(fs, fi->fh, in->ino, 0, FS_TK_DIR, 0);
 	fi->cache_readdir = 1;
 	/* The kernel keeps its copy of the entries while the listing is
 	 * the one it cached (its own changes it accounts for itself); a
@@ -598,20 +598,34 @@ out:
 }
 
 int fs_handle_reopen(struct fs *fs, struct fs_inode *in, int flags,
-		     struct fs_handle **hp)
+		     int pt_id, struct fs_handle **hp)
 {
 	uint64_t size = 0;
 	bool clean, keep;
-	int rc = handle_new(fs, in, flags & O_ACCMODE, hp, &clean, &size,
-			    &keep);
+	int rc = handle_new(fs, in, flags & ~(O_TRUNC | O_CREAT | O_EXCL), hp,
+			    &clean, &size, &keep);
+	struct fs_handle *h;
 
 	if (rc)
 		return rc;
+	h = *hp;
+	/* Through the dead daemon's backing file, which the kernel still
+	 * uses: a clean one pinned whole as at open, then the inode's. */
+	if (pt_id > 0 && clean)
+		rc = cache_file_ensure_pinned(h->cf, 0, size);
+	if (rc) {
+		atomic_fetch_add(&fs->open_files, 1); /* fs_handle_put's */
+		fs_handle_put(h);
+		return rc;
+	}
 	pthread_mutex_lock(&fs->lock);
-	(*hp)->in = in;
+	if (pt_id > 0)
+		fs_pt_restore(fs, in, h, pt_id, size);
+	h->in = in;
 	in->nopen++;
 	pthread_mutex_unlock(&fs->lock);
 	atomic_fetch_add(&fs->open_files, 1);
+	fs_pt_opened(h);
 	return 0;
 }
 
@@ -658,9 +672,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	fs_pt_opened(h);
 	fi->fh = fs_tk_fh(fs, h);
-	fs_tk_handle_open(fs, fi->fh, in->ino, fi->flags,
-			  h->writer ? FS_TK_WRITE : h->pt ? FS_TK_PT :
-			  FS_TK_READ);
+	fs_tk_handle_open(fs, fi->fh, in->ino, fi->flags, FS_TK_FILE, pt);
 	atomic_fetch_add(&fs->opens, 1);
 	fs_pt_mark_reply(pt);
 	if (fuse_reply_open(req, fi) == -ENOENT) {

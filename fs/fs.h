@@ -93,6 +93,7 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t msg_len);
  * (counted, shown by `fmfs status`), 0 if it can be trusted, else
  * -errno with why.  refused: the reason a new daemon wrote.  The
  * /dev/fuse descriptor goes from a daemon to its keeper by SCM_RIGHTS. */
+#define FS_TK_EXIT_REFUSED 86 /* a new daemon's exit: no takeover */
 int fs_tk_region_create(void);
 int fs_tk_region_begin(int fd, const char *cause, char *why, size_t wl);
 int fs_tk_region_refused(int fd, char *why, size_t wl);

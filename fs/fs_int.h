@@ -231,7 +231,7 @@ struct fs_handle {
 
 /* takeover.c: a mount that outlives its daemon (docs/keeper.md).  Every
  * call is a no-op without a keeper (fs->tk NULL). */
-enum { FS_TK_DIR = 1, FS_TK_READ, FS_TK_WRITE, FS_TK_PT };
+enum { FS_TK_DIR = 1, FS_TK_FILE };
 struct fs_tk_info {
 	int daemon_pid, keeper_pid;
 	unsigned takeovers;
@@ -253,7 +253,7 @@ void fs_tk_maybe_compact(struct fs *fs);
 uint64_t fs_tk_fh(const struct fs *fs, const void *p);
 void *fs_tk_handle(struct fs *fs, uint64_t fh, bool open_it, int *err);
 void fs_tk_handle_open(struct fs *fs, uint64_t fh, fuse_ino_t ino,
-		       int flags, int kind);
+		       int flags, int kind, int pt_id);
 void fs_tk_handle_close(struct fs *fs, uint64_t fh);
 /* passthrough.c's custom I/O: INIT kept, and given again to libfuse by
  * a new daemon (its reply swallowed, FUSE_NOTIFY_RESEND sent). */
@@ -264,11 +264,15 @@ void fs_tk_ring_used(struct fs *fs);
 void fs_tk_count_resent(struct fs *fs, const void *req); /* after INIT */
 void fs_tk_status(struct fs *fs, struct fs_tk_info *out);
 
-/* fs.c: a handle of in for a dead daemon's open (readers); the
+/* passthrough.c: h takes over backing id (a dead daemon's, which the
+ * kernel still uses for in); fs->lock held. */
+void fs_pt_restore(struct fs *fs, struct fs_inode *in, struct fs_handle *h,
+		   int id, uint64_t size);
+/* fs.c: a handle of in for a dead daemon's open; the
  * attributes of an inode restored from its journal */
 void fs_restored_attr(struct fs *fs, struct fs_inode *in);
 int fs_handle_reopen(struct fs *fs, struct fs_inode *in, int flags,
-		     struct fs_handle **hp);
+		     int pt_id, struct fs_handle **hp);
 
 /* inode.c */
 /* A 64-bit hash of an ETag, never 0 (FNV-1a). */

@@ -362,6 +362,31 @@ int fs_pt_choose(struct fs *fs, struct fs_inode *in, struct fs_handle *h)
  * hold its open for seconds. */
 #define FS_PT_CLEAN_MAX (1ull << 30)
 
+void fs_pt_restore(struct fs *fs, struct fs_inode *in, struct fs_handle *h,
+		   int id, uint64_t size)
+{
+	(void)fs;
+	if (!in->pt_open) {
+		in->pt_id = id;
+		if (h->w) {           /* a dirty file: as fs_pt_choose */
+			in->pt_w = h->w;
+			cache_w_ref(h->w);
+		} else {              /* a clean one: as fs_pt_choose_clean */
+			in->pt_cf = h->cf;
+			in->pt_cf_size = size;
+			h->cf = NULL;
+		}
+	} else if (in->pt_id != id) {
+		fprintf(stderr, "fmfs: takeover: node id %llu had backing ids "
+			"%d and %d\n", (unsigned long long)in->ino, in->pt_id,
+			id);
+	}
+	if (in->pt_w)
+		join(in, h);
+	in->pt_open++;
+	h->pt = true;
+}
+
 bool fs_pt_clean_wanted(struct fs *fs, struct fs_handle *h, int flags)
 {
 	struct cache_stats st;

@@ -20,12 +20,13 @@
  * The new daemon replays the log into its inode table before it serves:
  * each inode with its parent, name and type, its lookup count pinned
  * (the kernel's is not known; such inodes live until unmount), and each
- * open handle kept as (old fh -> inode, flags), reopened at its first use
- * (fs_tk_handle).  Handles get a tag in their low 4 bits (fs->tk_tag,
- * one per daemon of the mount): an fh whose tag is not ours is a dead
- * daemon's.  Files open for writing, or through a passthrough backing
- * file, are not carried yet: the daemon then refuses the takeover
- * (TK_REFUSED) and the keeper gives the mount up as before.
+ * open handle kept as (old fh -> inode, flags, backing id): reopened at
+ * its first use (fs_tk_handle), or before anything is served when it
+ * writes or goes through a backing file (reopen_eager).  Handles get a
+ * tag in their low 4 bits (fs->tk_tag, one per daemon of the mount): an
+ * fh whose tag is not ours is a dead daemon's.  What cannot be trusted
+ * ends the new daemon with FS_TK_EXIT_REFUSED, and the keeper gives the
+ * mount up as it would be without one.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -382,7 +383,7 @@ void fs_tk_maybe_compact(struct fs *fs)
 }
 
 void fs_tk_handle_open(struct fs *fs, uint64_t fh, fuse_ino_t ino,
-		       int flags, int kind)
+		       int flags, int kind, int pt_id)
 {
 	struct fs_tk *t = fs->tk;
 	struct tk_old *o;
@@ -397,11 +398,11 @@ void fs_tk_handle_open(struct fs *fs, uint64_t fh, fuse_ino_t ino,
 		o->fh = fh;
 		o->ino = ino;
 		o->flags = (uint32_t)flags;
-		o->kind = (uint32_t)kind;
+		o->kind = (uint32_t)kind | (uint32_t)(pt_id > 0 ? pt_id : 0) << 8;
 		o->next = t->live;
 		t->live = o;
-		append_locked(t, TK_OPEN, fh, ino, (uint32_t)flags,
-			      (uint32_t)kind, NULL);
+		append_locked(t, TK_OPEN, fh, ino, (uint32_t)flags, o->kind,
+			      NULL);
 	}
 	pthread_mutex_unlock(&t->lock);
 }
@@ -608,14 +609,6 @@ static int replay(struct fs *fs, char *why, size_t wl)
 		max_ino = atomic_load(&t->head->next_ino);
 	fs->next_ino = max_ino + 1;
 	for (struct tk_old *o = t->old; o; o = o->next) {
-		if (o->kind == FS_TK_WRITE || o->kind == FS_TK_PT) {
-			snprintf(why, wl, "a file was open %s (node id %llu); "
-				 "carrying those over is not built yet",
-				 o->kind == FS_TK_WRITE ? "for writing" :
-				 "through a passthrough backing file",
-				 (unsigned long long)o->ino);
-			return -EOPNOTSUPP;
-		}
 		if (!fs_inode_get(fs, o->ino)) {
 			snprintf(why, wl, "an open handle's node id %llu is "
 				 "not in the journal",
@@ -705,13 +698,43 @@ uint64_t fs_tk_fh(const struct fs *fs, const void *p)
 	return (uintptr_t)p | fs->tk_tag;
 }
 
+/* A dead daemon's handle o, opened again: NULL with *err set. */
+static void *reopen(struct fs *fs, struct tk_old *o, int *err)
+{
+	struct fs_inode *in = fs_inode_get(fs, o->ino);
+	void *p = NULL;
+	int rc = 0;
+
+	if (!in) {
+		*err = ESTALE;
+	} else if ((o->kind & 255) == FS_TK_DIR) {
+		p = ns_dir_view(fs->ns, in->key, &rc);
+		*err = -rc;
+	} else {
+		struct fs_handle *h = NULL;
+
+		rc = fs_handle_reopen(fs, in, (int)o->flags, (int)(o->kind >> 8),
+				      &h);
+		p = h;
+		*err = -rc;
+	}
+	if (p) {
+		pthread_mutex_lock(&fs->tk->lock);
+		o->now = p;
+		pthread_mutex_unlock(&fs->tk->lock);
+	} else {
+		fprintf(stderr, "fmfs: takeover: cannot reopen a handle of "
+			"node id %llu: %s\n", (unsigned long long)o->ino,
+			strerror(*err));
+	}
+	return p;
+}
+
 void *fs_tk_handle(struct fs *fs, uint64_t fh, bool open_it, int *err)
 {
 	struct fs_tk *t = fs->tk;
 	struct tk_old *o;
-	struct fs_inode *in;
 	void *p = NULL;
-	int rc;
 
 	if (!t || (fh & 15) == fs->tk_tag)
 		return (void *)(uintptr_t)(fh & ~(uint64_t)15);
@@ -723,37 +746,45 @@ void *fs_tk_handle(struct fs *fs, uint64_t fh, bool open_it, int *err)
 	pthread_mutex_unlock(&t->lock);
 	if (!o)
 		*err = EBADF;
-	if (!o || p || !open_it)
-		goto out;
-	in = fs_inode_get(fs, o->ino);
-	if (!in) {
-		*err = ESTALE;
-	} else if (o->kind == FS_TK_DIR) {
-		rc = 0;
-		p = ns_dir_view(fs->ns, in->key, &rc);
-		*err = -rc;
-	} else {
-		struct fs_handle *h = NULL;
-
-		rc = fs_handle_reopen(fs, in, (int)o->flags, &h);
-		p = h;
-		*err = -rc;
-	}
-	if (p) {
-		pthread_mutex_lock(&t->lock);
-		o->now = p;
-		pthread_mutex_unlock(&t->lock);
-		fprintf(stderr, "fmfs: takeover: reopened a %s handle of node "
-			"id %llu\n", o->kind == FS_TK_DIR ? "directory" :
-			"file", (unsigned long long)o->ino);
-	} else {
-		fprintf(stderr, "fmfs: takeover: cannot reopen a handle of "
-			"node id %llu: %s\n", (unsigned long long)o->ino,
-			strerror(*err));
-	}
-out:
+	else if (!p && open_it)
+		p = reopen(fs, o, err);
 	pthread_mutex_unlock(&fs->tk_init_lock);
 	return p;
+}
+
+/* Handles whose state the kernel or the write-back depends on before
+ * their next request, opened again before anything is served: files
+ * open for writing (the write-back must count their writer) and files
+ * read or written through a backing file (the kernel uses its id, and
+ * a new open of the inode must get the same).  Reads and directories
+ * wait for their first request.  A handle that cannot be opened again
+ * ends the takeover: its writes would not reach the bucket. */
+static void reopen_eager(struct fs *fs)
+{
+	struct tk_old *o;
+	unsigned n = 0;
+	int err;
+
+	for (o = fs->tk->old; o; o = o->next) {
+		if ((o->kind & 255) != FS_TK_FILE ||
+		    (!(o->kind >> 8) && (o->flags & O_ACCMODE) == O_RDONLY))
+			continue;
+		if (!reopen(fs, o, &err)) {
+			snprintf(fs->tk->head->refused,
+				 sizeof(fs->tk->head->refused),
+				 "a file open for writing or through a backing "
+				 "file (node id %llu) could not be opened again: "
+				 "%s", (unsigned long long)o->ino,
+				 strerror(err));
+			fprintf(stderr, "fmfs: takeover: %s\n",
+				fs->tk->head->refused);
+			_exit(FS_TK_EXIT_REFUSED);
+		}
+		n++;
+	}
+	if (n)
+		fprintf(stderr, "fmfs: takeover: %u files open for writing or "
+			"through a backing file carried over\n", n);
 }
 
 /* --- INIT, again --- */
@@ -803,6 +834,7 @@ bool fs_tk_init_reply(struct fs *fs, uint64_t unique, int fd)
 	if (!fs->tk_init_due || !unique || unique != fs->tk_init_unique)
 		return false;
 	h = fs->tk->head;
+	reopen_eager(fs);
 	/* The kernel answered that INIT long ago: the reply stays here.
 	 * Then what the dead daemon had read and not answered comes
 	 * again. */

@@ -453,13 +453,16 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	ep.generation = 1;
 	ep.attr_timeout = ep.entry_timeout = fs->cfg.refresh_s;
 	fi->fh = fs_tk_fh(fs, h);
-	fs_tk_handle_open(fs, fi->fh, in->ino, fi->flags, FS_TK_WRITE);
+	fs_tk_handle_open(fs, fi->fh, in->ino, fi->flags & ~O_TRUNC,
+			  FS_TK_FILE, pt);
 	fi->keep_cache = 0;
 	atomic_fetch_add(&fs->opens, 1);
 	atomic_fetch_add(&fs->open_files, 1);
 	fs_pt_mark_reply(pt);
-	if (fuse_reply_create(req, &ep, fi) == -ENOENT)
+	if (fuse_reply_create(req, &ep, fi) == -ENOENT) {
+		fs_tk_handle_close(fs, fi->fh);
 		fs_handle_put(h);
+	}
 	fs_pt_mark_reply(0);
 }
 

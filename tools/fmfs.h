@@ -111,7 +111,7 @@ void fmfs_group_free(struct fmfs_group *gr);
 /* fmfs_keeper.c: runs the daemons of a --keeper mount, each a fork
  * calling serve (docs/keeper.md); the last one's exit status. */
 struct mount_opts;
-#define EXIT_TAKEOVER_REFUSED 86 /* a new daemon's: state it cannot trust */
+#define EXIT_TAKEOVER_REFUSED FS_TK_EXIT_REFUSED /* fs/fs.h */
 int fmfs_keeper_run(struct mount_opts *o, int ready_fd,
 		    int (*serve)(struct mount_opts *, int, char *, size_t));
 

@@ -8,9 +8,10 @@
 # directory open across the crash lists, a shell whose working directory
 # is in the mount carries on, new files reach the bucket (checked with
 # aws), and `fmfs status` tells the pids and the takeover.  A file open
-# for writing at the crash is not carried over yet: the mount then ends
-# as it would without a keeper, the log says why, and what was written
-# and closed before reaches the bucket after a remount.
+# for writing (through passthrough where the kernel has it) is written
+# on across a second kill and reaches the bucket whole.  A damaged
+# journal: the mount ends as it would without a keeper, the log says
+# why, and what was closed before reaches the bucket after a remount.
 . "$TOP/tests/lib/common.sh"
 
 mount_setup keeper
@@ -83,19 +84,37 @@ echo after >"$MNT/data/new"
 $FMFS flush --wait "$MNT" >/dev/null || fail "flush after the takeover failed"
 [ "$(awsx s3 cp "s3://$B/data/new" -)" = after ] || fail "the new file is not in the bucket"
 
-note "a file open for writing at the crash: no takeover, the mount ends, nothing lost"
-echo closed >"$MNT/data/closed"
+note "a file open for writing at the crash is carried over: written on, closed, in the bucket"
 exec 7>"$MNT/data/open"
 echo partial >&7
+sleep 0.2
+kill -9 "$(stat_of daemon_pid)"
+echo more >&7 || fail "a write after the takeover failed"
+exec 7>&- || fail "close after the takeover failed"
+[ "$(stat_of takeovers)" = 2 ] || fail "takeovers: $(stat_of takeovers)"
+grep -q "1 files open for writing or through a backing file carried over" \
+	"$CACHE/fmfs.log" || fail "the writer was not carried over: $(tail -3 "$CACHE/fmfs.log")"
+$FMFS flush --wait "$MNT" >/dev/null || fail "flush after the second takeover failed"
+[ "$(awsx s3 cp "s3://$B/data/open" - | tr '\n' ' ')" = "partial more " ] ||
+	fail "the file written across the takeover is not whole in the bucket"
+
+note "a damaged journal: no takeover, the mount ends as without a keeper, nothing lost"
+echo closed >"$MNT/data/closed"
+region=
+for f in /proc/"$kpid"/fd/*; do
+	case $(readlink "$f") in *fmfs-takeover*) region=$f ;; esac
+done
+[ -n "$region" ] || fail "no takeover region among the keeper's descriptors"
+# The log's first record (after the 4 KiB head) zeroed: a length of 0.
+dd if=/dev/zero of="$region" bs=4096 seek=1 count=1 conv=notrunc status=none
 kill -9 "$(stat_of daemon_pid)"
 for _ in $(seq 50); do kill -0 "$kpid" 2>/dev/null || break; sleep 0.1; done
-kill -0 "$kpid" 2>/dev/null && fail "the keeper stayed with a takeover it cannot carry"
-exec 7>&-
+kill -0 "$kpid" 2>/dev/null && fail "the keeper stayed with a journal it cannot trust"
 if timeout 10 ls "$MNT" >/dev/null 2>err; then
 	fail "the mount still answered"
 fi
 grep -q "not connected" err || fail "expected ENOTCONN: $(cat err)"
-grep -q "no takeover: a file was open for writing" "$CACHE/fmfs.log" ||
+grep -q "no takeover: the journal is damaged" "$CACHE/fmfs.log" ||
 	fail "the log does not say why: $(tail -3 "$CACHE/fmfs.log")"
 $FMFS umount "$MNT" || fail "umount of the ended mount failed"
 MNT_OPTS=()
