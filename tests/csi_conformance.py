@@ -357,7 +357,8 @@ def main():
     check(p.returncode != 0 and "Permission denied" in p.stderr,
           "a stored 0600 was widened: %s" % p.stdout)
 
-    note("NodeGetVolumeStats; the daemon killed under the publish")
+    note("NodeGetVolumeStats; the daemon and its keeper killed under "
+         "the publish")
     r = ok("Node", "NodeGetVolumeStats", volume_id=vid, volume_path=t1)
     check(r["volume_condition"].get("abnormal") is not True and
           any(u["unit"] == "BYTES" for u in r["usage"]), "stats %s" % r)
@@ -366,8 +367,12 @@ def main():
     pids = subprocess.run(["pgrep", "-f", "mount .* %s( |$)" % st],
                           stdout=subprocess.PIPE,
                           universal_newlines=True).stdout.split()
-    check(len(pids) == 1, "daemon of %s: %s" % (st, pids))
-    os.kill(int(pids[0]), signal.SIGKILL)
+    # The daemon and its keeper (docs/keeper.md): both killed, as when
+    # the plugin's container goes down with them (54-csi kills the
+    # daemon alone, which its keeper replaces).
+    check(len(pids) == 2, "daemon and keeper of %s: %s" % (st, pids))
+    for pid in pids:
+        os.kill(int(pid), signal.SIGKILL)
     time.sleep(0.5)
     r = ok("Node", "NodeGetVolumeStats", volume_id=vid, volume_path=t1)
     check(r["volume_condition"].get("abnormal") is True and

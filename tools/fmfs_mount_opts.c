@@ -89,7 +89,8 @@ static void mount_usage(FILE *f)
 "  --keeper              a keeper process holds the mount's /dev/fuse and\n"
 "                        starts a new daemon if this one dies (kill -9,\n"
 "                        the OOM killer): programs using the mount carry\n"
-"                        on (docs/keeper.md; implies --no-uring)\n"
+"                        on (docs/keeper.md; not for a mount on FUSE\n"
+"                        over io_uring, which ends as without one)\n"
 "  --file-mode MODE --dir-mode MODE --uid UID --gid GID\n"
 "                        what objects whose mode/uid/gid are not known\n"
 "                        show (default 0600, 0755, the mounting user)\n"
@@ -361,7 +362,7 @@ static int mount_fuse_opt(int c, const char *arg, struct mount_opts *o)
 	case OPT_DEBUG: o->debug = o->foreground = true; return 0;
 	case OPT_NO_PT: o->no_passthrough = true; return 0;
 	case OPT_NO_URING: o->no_uring = true; return 0;
-	case OPT_KEEPER: o->keeper = o->no_uring = true; return 0;
+	case OPT_KEEPER: o->keeper = true; return 0;
 	case OPT_NO_AO: o->no_allow_other = true; return 0;
 	case 'o': o->fuse_opts = arg; return 0;
 	case OPT_FMODE:

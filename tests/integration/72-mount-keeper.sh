@@ -21,7 +21,7 @@ random_file data/small 1
 awsx s3 cp --quiet --recursive data "s3://$B/data/"
 start_proxy
 trap 'unmount_quietly "$MNT"; cleanup_common' EXIT
-MNT_OPTS=(--endpoint "$PROXY_URL" --keeper)
+MNT_OPTS=(--endpoint "$PROXY_URL" --keeper --no-uring)
 
 mnt
 dpid=$(stat_of daemon_pid)
