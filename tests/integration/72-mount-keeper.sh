@@ -12,6 +12,8 @@
 # on across a second kill and reaches the bucket whole.  A damaged
 # journal: the mount ends as it would without a keeper, the log says
 # why, and what was closed before reaches the bucket after a remount.
+# Where the kernel offers FUSE over io_uring, a keeper's ring mount is
+# refused its takeover the same way.
 . "$TOP/tests/lib/common.sh"
 
 mount_setup keeper
@@ -122,6 +124,22 @@ mnt
 $FMFS flush --wait "$MNT" >/dev/null || fail "flush after the remount failed"
 [ "$(awsx s3 cp "s3://$B/data/closed" -)" = closed ] ||
 	fail "a file closed before the crash is not in the bucket"
-$FMFS umount "$MNT"
+if [ "$(stat_of transport)" = io_uring ]; then
+	note "a mount on FUSE over io_uring: its takeover is refused, the mount ends as before"
+	$FMFS umount "$MNT"
+	mnt --keeper
+	[ "$(stat_of transport)" = io_uring ] || fail "the keeper's mount is not on the ring"
+	kpid=$(stat_of keeper_pid)
+	kill -9 "$(stat_of daemon_pid)"
+	for _ in $(seq 50); do kill -0 "$kpid" 2>/dev/null || break; sleep 0.1; done
+	kill -0 "$kpid" 2>/dev/null && fail "the keeper stayed with a ring mount"
+	grep -q "no takeover: the mount used FUSE over io_uring" "$CACHE/fmfs.log" ||
+		fail "the log does not say why: $(tail -3 "$CACHE/fmfs.log")"
+	timeout 10 ls "$MNT" >/dev/null 2>&1 && fail "the ring mount still answered"
+	$FMFS umount "$MNT" || fail "umount of the ended ring mount failed"
+else
+	note "the kernel offers no FUSE over io_uring here: the ring case not run"
+	$FMFS umount "$MNT"
+fi
 pgrep -f "fmfs mount s3://$B " && fail "an fmfs process is left"
 echo "keeper ok"
