@@ -49,6 +49,10 @@ static int config_apply(struct cache *c, const struct cache_config *in,
 
 	cache_config_init(&d);
 	*k = *in;
+	/* ours only once copied below: a refusal before must not let
+	 * cache_free free the caller's strings */
+	k->dir = NULL;
+	k->store_id = NULL;
 #define DEF(x) do { if (!k->x) k->x = d.x; } while (0)
 	DEF(block_bytes);
 	DEF(high_pct);

@@ -9,6 +9,7 @@
  * parallel, bounded by the cache's own in-flight limits.
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <time.h>
 #include <stdlib.h>
@@ -458,6 +459,30 @@ static void status_store(struct fs *fs, FILE *out, bool json, bool *first)
 	}
 }
 
+/* `fmfs restart`: this daemon stops and exits without unmounting; its
+ * keeper starts the mount's binary again to take over (docs/keeper.md).
+ * SIGTERM ends the FUSE loop as it does for a signal from outside. */
+static void do_restart(struct fs *fs, FILE *out)
+{
+	if (!fs->tk) {
+		fprintf(out, "error the mount has no keeper: only a mount made "
+			"with --keeper can be restarted (docs/keeper.md)\n");
+		return;
+	}
+	if (fs_tk_ring_was_used(fs)) {
+		fprintf(out, "error the mount takes its requests by FUSE over "
+			"io_uring, which a new daemon cannot take over; mount "
+			"it with --no-uring (docs/keeper.md)\n");
+		return;
+	}
+	atomic_store(&fs->tk_restart, true);
+	fprintf(out, "ok\n");
+	fflush(out);
+	fprintf(stderr, "fmfs: restart asked: stopping this daemon (pid %d) "
+		"for a new one; the mount stays\n", (int)getpid());
+	kill(getpid(), SIGTERM);
+}
+
 /* The daemon, its keeper and the takeovers (docs/keeper.md). */
 static void status_keeper(struct fs *fs, FILE *out, bool json, bool *first)
 {
@@ -551,6 +576,8 @@ static void *conn_main(void *arg)
 			do_flush(c->fs, f, line + 6, false);
 		else if (!strncmp(line, "evict ", 6))
 			do_warm(c->fs, f, line + 6, true, true);
+		else if (!strcmp(line, "restart"))
+			do_restart(c->fs, f);
 		else
 			fprintf(f, "error unknown request\n");
 	}

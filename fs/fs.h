@@ -84,8 +84,11 @@ struct fs_config {
 #define FS_FILE_MODE 0600
 #define FS_DIR_MODE 0755
 
-/* Mounts and serves.  Returns 0 after a clean unmount, or -errno with msg
- * set when mounting failed. */
+/* Mounts and serves.  Returns 0 after a clean unmount, FS_RUN_RESTART
+ * when `fmfs restart` asked for a new daemon (the mount stays, for the
+ * keeper's next daemon: docs/keeper.md), or -errno with msg set when
+ * mounting failed. */
+#define FS_RUN_RESTART 1
 int fs_run(const struct fs_config *cfg, char *msg, size_t msg_len);
 
 /* The keeper's side of a takeover (fs/takeover.c, docs/keeper.md).
@@ -94,6 +97,7 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t msg_len);
  * -errno with why.  refused: the reason a new daemon wrote.  The
  * /dev/fuse descriptor goes from a daemon to its keeper by SCM_RIGHTS. */
 #define FS_TK_EXIT_REFUSED 86 /* a new daemon's exit: no takeover */
+#define FS_TK_EXIT_RESTART 87 /* `fmfs restart`: take over, a new binary */
 int fs_tk_region_create(void);
 int fs_tk_region_begin(int fd, const char *cause, char *why, size_t wl);
 int fs_tk_region_refused(int fd, char *why, size_t wl);
@@ -111,6 +115,9 @@ int fs_check_fuse_opts(const char *opts, char *msg, size_t msg_len);
 #define FS_CTL_XATTR "user.fmfs.control"
 
 /* Control protocol (one request per connection, a line each way):
+ *   "restart"           -> "ok", then this daemon stops serving and exits
+ *                          without unmounting, for its keeper to start a
+ *                          new one ("error MESSAGE" without a keeper)
  *   "status"            -> text lines "name: value"
  *   "status-json"       -> one JSON object
  *   "prefetch[-wait] P" -> warm path P (a file or a directory tree,

@@ -171,6 +171,7 @@ struct fs {
 	struct fs_tk *tk;
 	unsigned tk_tag;
 	bool tk_init_due, tk_init_done;
+	atomic_bool tk_restart;    /* `fmfs restart`: exit, keep the mount */
 	uint64_t tk_init_unique;
 	pthread_mutex_t tk_init_lock;
 	pthread_cond_t tk_init_cond;
@@ -261,6 +262,7 @@ void fs_tk_init_seen(struct fs *fs, const void *buf, size_t n);
 ssize_t fs_tk_init_read(struct fs *fs, void *buf, size_t len);
 bool fs_tk_init_reply(struct fs *fs, uint64_t unique, int fd);
 void fs_tk_ring_used(struct fs *fs);
+bool fs_tk_ring_was_used(struct fs *fs);
 void fs_tk_count_resent(struct fs *fs, const void *req); /* after INIT */
 void fs_tk_status(struct fs *fs, struct fs_tk_info *out);
 

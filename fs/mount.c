@@ -340,6 +340,14 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t ml)
 			goto out_ctl;
 		}
 	}
+	/* libfabric's PSM providers (libinfinipath, loaded with us) put in
+	 * handlers of their own that exit(1) at once, and libfuse installs
+	 * its handlers only over SIG_DFL: a SIGTERM then left a dead mount
+	 * and no clean stop.  The defaults back first, so libfuse's stop
+	 * the loop and we unmount. */
+	signal(SIGHUP, SIG_DFL);
+	signal(SIGINT, SIG_DFL);
+	signal(SIGTERM, SIG_DFL);
 	if (fuse_set_signal_handlers(fs->se)) {
 		snprintf(msg, ml, "cannot install signal handlers");
 		rc = -EIO;
@@ -378,7 +386,10 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t ml)
 		rc = serve(fs, msg, ml);
 	/* No more callbacks into fs once this returns. */
 	cache_wb_stop(cfg->cache);
-	fuse_session_unmount(fs->se);
+	if (atomic_load(&fs->tk_restart) && !rc)
+		rc = FS_RUN_RESTART; /* the keeper's next daemon serves it */
+	else
+		fuse_session_unmount(fs->se);
 	/* After the unmount: a notify of its stuck behind a request that is
 	 * never answered now fails instead of hanging the join. */
 	fs_probe_stop(fs);

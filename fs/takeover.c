@@ -874,6 +874,11 @@ void fs_tk_ring_used(struct fs *fs)
 		atomic_fetch_or(&fs->tk->head->flags, TK_F_RING);
 }
 
+bool fs_tk_ring_was_used(struct fs *fs)
+{
+	return fs->tk && (atomic_load(&fs->tk->head->flags) & TK_F_RING);
+}
+
 void fs_tk_status(struct fs *fs, struct fs_tk_info *out)
 {
 	struct tk_head *h = fs->tk ? fs->tk->head : NULL;

@@ -21,6 +21,8 @@ static void usage(FILE *f)
 "  fmfs umount MOUNTPOINT [--timeout SECONDS]\n"
 "  fmfs flush MOUNTPOINT [PATH] [--wait] [--timeout SECONDS]\n"
 "  fmfs status MOUNTPOINT [--json]\n"
+"  fmfs restart MOUNTPOINT [--timeout SECONDS]  a new daemon takes a --keeper\n"
+"                                             mount over (docs/keeper.md)\n"
 "  fmfs metrics MOUNTPOINT                    Prometheus text (docs/metrics.md)\n"
 "  fmfs prefetch MOUNTPOINT (PATH... | --list FILE) [--wait]\n"
 "  fmfs evict MOUNTPOINT (PATH... | --list FILE)\n"
@@ -36,6 +38,7 @@ static const struct tools_cmd cmds[] = {
 	{ "umount", cmd_umount }, { "unmount", cmd_umount },
 	{ "flush", cmd_flush },
 	{ "status", cmd_status },
+	{ "restart", cmd_restart },
 	{ "metrics", cmd_metrics },
 	{ "prefetch", cmd_prefetch },
 	{ "evict", cmd_evict },

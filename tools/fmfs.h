@@ -24,6 +24,7 @@
 int cmd_mount(int argc, char **argv);     /* fmfs_mount.c */
 int cmd_umount(int argc, char **argv);    /* fmfs_ctl.c */
 int cmd_flush(int argc, char **argv);
+int cmd_restart(int argc, char **argv);  /* fmfs_ctl.c */
 int cmd_status(int argc, char **argv);
 int cmd_metrics(int argc, char **argv);
 int cmd_prefetch(int argc, char **argv);
@@ -114,6 +115,11 @@ struct mount_opts;
 #define EXIT_TAKEOVER_REFUSED FS_TK_EXIT_REFUSED /* fs/fs.h */
 int fmfs_keeper_run(struct mount_opts *o, int ready_fd,
 		    int (*serve)(struct mount_opts *, int, char *, size_t));
+/* The daemon a keeper ran again for `fmfs restart` (the environment
+ * names its descriptors and paths): serves, and returns its status;
+ * -1 when this process is no such daemon. */
+int fmfs_keeper_daemon(int argc, char **argv,
+		       int (*serve)(struct mount_opts *, int, char *, size_t));
 
 /* fmfs_mount_opts.c: `fmfs mount`'s options, for fmfs_mount.c */
 struct mount_opts {
@@ -136,6 +142,11 @@ struct mount_opts {
 	/* Set by the keeper for the daemon it forks: fs_config's tk_fd,
 	 * keeper_sock and tk_fuse_fd (0 or less: none). */
 	int tk_fd, keeper_sock, tk_fuse_fd;
+	/* For `fmfs restart` (fmfs_keeper.c): the command line of `fmfs
+	 * mount` and its working directory, run again by the keeper. */
+	int argc;
+	char **argv;
+	char cwd[PATH_MAX];
 	int file_mode, dir_mode;    /* -1: fs's defaults (attr_opt) */
 	int64_t uid, gid;
 	bool no_allow_other;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fmfs_ctl.c - `fmfs umount / flush / status / prefetch / evict`: the
- * family of verbs that talk to a running mount's daemon, sharing the
+ * family of verbs that talk to a running mount's daemon (and restart,
+ * which has its keeper replace it: docs/keeper.md), sharing the
  * helpers that find its control socket and send it requests; one
  * cmd_<verb>() each.
  *
@@ -245,6 +246,7 @@ static bool help_asked(int argc, char **argv, const char *usage)
 #define FLUSH_USAGE "usage: fmfs flush MOUNTPOINT [PATH] [--wait] " \
 		    "[--timeout SECONDS]\n"
 #define UMOUNT_USAGE "usage: fmfs umount MOUNTPOINT [--timeout SECONDS]\n"
+#define RESTART_USAGE "usage: fmfs restart MOUNTPOINT [--timeout SECONDS]\n"
 
 /* An argument a control verb does not take, named. */
 static void bad_arg(const char *verb, const char *arg)
@@ -684,4 +686,78 @@ int cmd_umount(int argc, char **argv)
 		usleep(100 * 1000);
 	}
 	return undrained ? EXIT_FAIL : EXIT_OK;
+}
+
+/* A number in the daemon's status-json answer: -1 if not there. */
+static long long status_num(const char *json, const char *name)
+{
+	char pat[64];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\"%s\": ", name);
+	p = strstr(json, pat);
+	return p ? strtoll(p + strlen(pat), NULL, 10) : -1;
+}
+
+/* `fmfs restart MOUNTPOINT`: the daemon stops without unmounting, its
+ * keeper runs the binary again (a new one after an upgrade), and that
+ * takes the mount over (docs/keeper.md).  Waits until it serves. */
+int cmd_restart(int argc, char **argv)
+{
+	char sock[256], real[PATH_MAX], ans[8192];
+	const char *mnt = NULL;
+	unsigned timeout_s = 60;
+	long long pid, n, took;
+	int rc;
+
+	if (help_asked(argc, argv, RESTART_USAGE))
+		return EXIT_OK;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--timeout") && i + 1 < argc) {
+			if (parse_timeout("restart", argv[++i], &timeout_s))
+				return EXIT_USAGE;
+		} else if (argv[i][0] != '-' && !mnt) {
+			mnt = argv[i];
+		} else {
+			bad_arg("restart", argv[i]);
+			fputs(RESTART_USAGE, stderr);
+			return EXIT_USAGE;
+		}
+	}
+	if (!mnt) {
+		fputs(RESTART_USAGE, stderr);
+		return EXIT_USAGE;
+	}
+	if ((rc = ctl_path_of("restart", mnt, sock, sizeof(sock), real)))
+		return rc;
+	rc = ctl_request(sock, "status-json", NULL, ans, sizeof(ans));
+	if (rc)
+		return ctl_unreachable("restart", real, sock, rc);
+	pid = status_num(ans, "daemon_pid");
+	n = status_num(ans, "takeovers");
+	rc = ctl_request(sock, "restart", NULL, ans, sizeof(ans));
+	if (rc)
+		return ctl_unreachable("restart", real, sock, rc);
+	if (strncmp(ans, "ok", 2)) {
+		fprintf(stderr, "fmfs restart: %s: %s", real,
+			strncmp(ans, "error ", 6) ? ans : ans + 6);
+		return EXIT_FAIL;
+	}
+	for (unsigned ms = 0; ms < timeout_s * 1000; ms += 50) {
+		usleep(50000);
+		if (ctl_request(sock, "status-json", NULL, ans, sizeof(ans)) ||
+		    status_num(ans, "daemon_pid") == pid ||
+		    status_num(ans, "takeovers") <= n ||
+		    status_num(ans, "last_takeover_ms") < 0)
+			continue; /* not yet, or not serving yet */
+		took = status_num(ans, "last_takeover_ms");
+		printf("fmfs restart: %s: daemon %lld replaced by %lld, "
+		       "serving again after %lld ms\n", real, pid,
+		       status_num(ans, "daemon_pid"), took);
+		return EXIT_OK;
+	}
+	fprintf(stderr, "fmfs restart: %s: no new daemon serves the mount "
+		"after %u s; see fmfs.log in its cache directory\n", real,
+		timeout_s);
+	return EXIT_FAIL;
 }

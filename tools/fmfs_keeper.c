@@ -13,9 +13,12 @@
  * and the mount ends as it would without a keeper.
  */
 #include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -53,12 +56,96 @@ static void oom_protect(void)
 	close(fd);
 }
 
+#define TK_ENV "FMFS_TAKEOVER"
+
+/* In the keeper's child for `fmfs restart`: the mount's command line
+ * run again by exe (a new binary after an upgrade), told by TK_ENV of
+ * the takeover region, /dev/fuse and the paths `fmfs mount` resolved
+ * and sizes `fmfs mount` worked out (the mountpoint cannot be looked at
+ * now: nothing serves it).  Returns
+ * only when exe cannot be run: the caller serves with this binary. */
+static void run_again(struct mount_opts *o, int fuse_fd, const char *exe)
+{
+	char env[3 * PATH_MAX + 64];
+	char **args = calloc((size_t)o->argc + 2, sizeof(*args));
+
+	if (!exe[0] || !args || fuse_fd < 0)
+		goto fail;
+	snprintf(env, sizeof(env), "%d\n%d\n%llu\n%s\n%s\n%s", o->tk_fd,
+		 fuse_fd, (unsigned long long)o->cache_size, o->mnt_real,
+		 o->cache_real, o->ctl_path);
+	if (setenv(TK_ENV, env, 1) || fcntl(fuse_fd, F_SETFD, 0) ||
+	    fcntl(o->tk_fd, F_SETFD, 0))
+		goto fail;
+	args[0] = (char *)exe;
+	for (int i = 0; i < o->argc; i++)
+		args[i + 1] = o->argv[i];
+	if (o->cwd[0] && chdir(o->cwd)) {
+		/* relative paths in the options would not resolve */
+	}
+	execv(exe, args);
+fail:
+	fprintf(stderr, "fmfs: keeper: cannot run %s again (%s): the new "
+		"daemon is this binary\n", exe[0] ? exe : "the binary",
+		strerror(errno));
+	unsetenv(TK_ENV);
+	free(args);
+	if (chdir("/")) {
+		/* as the daemon: relative paths only would suffer */
+	}
+}
+
+int fmfs_keeper_daemon(int argc, char **argv,
+		       int (*serve)(struct mount_opts *, int, char *, size_t))
+{
+	const char *env = getenv(TK_ENV);
+	struct mount_opts o;
+	char msg[1024], *s, *save = NULL, *f[6];
+	int rc, i = 0;
+
+	if (!env)
+		return -1;
+	s = strdup(env);
+	unsetenv(TK_ENV);
+	for (char *t = s ? strtok_r(s, "\n", &save) : NULL; t && i < 6;
+	     t = strtok_r(NULL, "\n", &save))
+		f[i++] = t;
+	memset(&o, 0, sizeof(o));
+	if (i != 6 || fmfs_parse_mount_opts(argc, argv, &o)) {
+		fprintf(stderr, "fmfs: a daemon run again by its keeper could "
+			"not read what it was given (" TK_ENV ")\n");
+		free(s);
+		return EXIT_TAKEOVER_REFUSED;
+	}
+	o.tk_fd = atoi(f[0]);
+	o.tk_fuse_fd = atoi(f[1]);
+	o.cache_size = strtoull(f[2], NULL, 10);
+	snprintf(o.mnt_real, sizeof(o.mnt_real), "%s", f[3]);
+	snprintf(o.cache_real, sizeof(o.cache_real), "%s", f[4]);
+	snprintf(o.ctl_path, sizeof(o.ctl_path), "%s", f[5]);
+	free(s);
+	if (chdir("/")) {
+		/* as the daemon: relative paths only would suffer */
+	}
+	rc = serve(&o, -1, msg, sizeof(msg));
+	if (rc && rc != EXIT_TAKEOVER_REFUSED && rc != FS_TK_EXIT_RESTART)
+		fprintf(stderr, "fmfs: %s\n", msg);
+	return rc;
+}
+
 int fmfs_keeper_run(struct mount_opts *o, int ready_fd,
 		    int (*serve)(struct mount_opts *, int, char *, size_t))
 {
-	char msg[1024], cause[128], why[256];
+	char msg[1024], cause[128], why[256], exe[PATH_MAX];
 	int fuse_fd = -1, st, rc;
+	bool restart = false;
+	ssize_t el;
 	unsigned gen;
+
+	/* The binary `fmfs restart` runs: this path, whatever it holds
+	 * then (an upgrade replaces the file). */
+	el = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	exe[el > 0 ? el : 0] = '\0';
 
 	o->tk_fd = fs_tk_region_create();
 	if (o->tk_fd < 0) {
@@ -87,8 +174,11 @@ int fmfs_keeper_run(struct mount_opts *o, int ready_fd,
 			close(sv[0]);
 			o->keeper_sock = sv[1];
 			o->tk_fuse_fd = fuse_fd;
+			if (restart)
+				run_again(o, fuse_fd, exe); /* on failure: */
 			rc = serve(o, gen ? -1 : ready_fd, msg, sizeof(msg));
-			if (rc && rc != EXIT_TAKEOVER_REFUSED) {
+			if (rc && rc != EXIT_TAKEOVER_REFUSED &&
+			    rc != FS_TK_EXIT_RESTART) {
 				char line[1100];
 				int n = snprintf(line, sizeof(line),
 						 "error %s\n", msg);
@@ -98,6 +188,7 @@ int fmfs_keeper_run(struct mount_opts *o, int ready_fd,
 					/* the parent is gone */
 				}
 			}
+			fflush(stderr);
 			_exit(rc);
 		}
 		close(sv[1]);
@@ -111,19 +202,25 @@ int fmfs_keeper_run(struct mount_opts *o, int ready_fd,
 		close(sv[0]);
 		while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
 			;
-		if (WIFEXITED(st) && WEXITSTATUS(st) != EXIT_TAKEOVER_REFUSED)
+		restart = WIFEXITED(st) && WEXITSTATUS(st) == FS_TK_EXIT_RESTART;
+		if (WIFEXITED(st) && WEXITSTATUS(st) != EXIT_TAKEOVER_REFUSED &&
+		    !restart)
 			break; /* unmounted, or failed: the daemon said why */
 		cause_of(st, cause, sizeof(cause));
-		if (WIFEXITED(st)) {
+		if (restart)
+			snprintf(cause, sizeof(cause), "asked by fmfs restart: %.96s",
+				 exe[0] ? exe : "(the binary is not known)");
+		if (WIFEXITED(st) && !restart) {
 			fs_tk_region_refused(o->tk_fd, why, sizeof(why));
 		} else if (fuse_fd < 0) {
 			snprintf(why, sizeof(why), "it died before the mount "
 				 "was made");
 		} else if (!fs_tk_region_begin(o->tk_fd, cause, why,
 					       sizeof(why))) {
-			fprintf(stderr, "fmfs: keeper: the daemon (pid %d) was "
-				"%s; starting a new one to take the mount over "
-				"(takeover %u)\n", (int)pid, cause, gen + 1);
+			fprintf(stderr, "fmfs: keeper: the daemon (pid %d) %s%s; "
+				"starting a new one to take the mount over "
+				"(takeover %u)\n", (int)pid, restart ? "stopped, " :
+				"was ", cause, gen + 1);
 			unlink(o->ctl_path); /* the dead daemon's socket */
 			continue;
 		}

@@ -380,6 +380,7 @@ static int serve(struct mount_opts *o, int ready_fd, char *msg, size_t ml)
 	fc.cache = c;
 	rc = fs_run(&fc, msg, ml);
 	rc = rc == -ENOTRECOVERABLE ? EXIT_TAKEOVER_REFUSED :
+	     rc == FS_RUN_RESTART ? FS_TK_EXIT_RESTART :
 	     rc ? EXIT_FAIL : EXIT_OK;
 	/* No more peer requests into the cache; fetches under way may
 	 * still use the client and the lists until the cache is closed. */
@@ -470,9 +471,15 @@ int cmd_mount(int argc, char **argv)
 	ssize_t n;
 	pid_t pid;
 
+	if ((rc = fmfs_keeper_daemon(argc, argv, serve)) >= 0)
+		return rc; /* run again by a keeper for `fmfs restart` */
 	memset(&o, 0, sizeof(o));
 	if (fmfs_parse_mount_opts(argc, argv, &o))
 		return EXIT_USAGE;
+	o.argc = argc;
+	o.argv = argv;
+	if (!getcwd(o.cwd, sizeof(o.cwd)))
+		o.cwd[0] = '\0';
 	if ((rc = check_mountpoint(&o)))
 		return rc;
 	if (fs_check_fuse_opts(o.fuse_opts, msg, sizeof(msg))) {

@@ -13,7 +13,9 @@
 # journal: the mount ends as it would without a keeper, the log says
 # why, and what was closed before reaches the bucket after a remount.
 # Where the kernel offers FUSE over io_uring, a keeper's ring mount is
-# refused its takeover the same way.
+# refused its takeover the same way.  `fmfs restart` has the keeper run
+# the binary again, which takes the mount over with a reader and a
+# writer open; without a keeper it says so.  SIGTERM unmounts cleanly.
 . "$TOP/tests/lib/common.sh"
 
 mount_setup keeper
@@ -86,6 +88,24 @@ echo after >"$MNT/data/new"
 $FMFS flush --wait "$MNT" >/dev/null || fail "flush after the takeover failed"
 [ "$(awsx s3 cp "s3://$B/data/new" -)" = after ] || fail "the new file is not in the bucket"
 
+note "fmfs restart: the keeper runs the binary again; a reader and a writer carry on"
+exec 8<"$MNT/data/big"
+exec 9>"$MNT/data/restarted"
+echo one >&9
+$FMFS restart "$MNT" >restart.out 2>&1 || fail "fmfs restart failed: $(cat restart.out)"
+grep -q "replaced by" restart.out || fail "fmfs restart said: $(cat restart.out)"
+echo two >&9 || fail "a write after the restart failed"
+exec 9>&-
+cmp -s - data/big <&8 || fail "a file open across the restart read other bytes"
+exec 8<&-
+[ "$(stat_of takeovers)" = 2 ] || fail "takeovers after the restart: $(stat_of takeovers)"
+stat_of last_takeover_cause | grep -q "fmfs restart" ||
+	fail "cause: $(stat_of last_takeover_cause)"
+$FMFS flush --wait "$MNT" >/dev/null || fail "flush after the restart failed"
+[ "$(awsx s3 cp "s3://$B/data/restarted" - | tr '\n' ' ')" = "one two " ] ||
+	fail "the file written across the restart is not whole in the bucket"
+note "$(cat restart.out)"
+
 note "a file open for writing at the crash is carried over: written on, closed, in the bucket"
 exec 7>"$MNT/data/open"
 echo partial >&7
@@ -93,7 +113,7 @@ sleep 0.2
 kill -9 "$(stat_of daemon_pid)"
 echo more >&7 || fail "a write after the takeover failed"
 exec 7>&- || fail "close after the takeover failed"
-[ "$(stat_of takeovers)" = 2 ] || fail "takeovers: $(stat_of takeovers)"
+[ "$(stat_of takeovers)" = 3 ] || fail "takeovers: $(stat_of takeovers)"
 grep -q "1 files open for writing or through a backing file carried over" \
 	"$CACHE/fmfs.log" || fail "the writer was not carried over: $(tail -3 "$CACHE/fmfs.log")"
 $FMFS flush --wait "$MNT" >/dev/null || fail "flush after the second takeover failed"
@@ -122,6 +142,7 @@ $FMFS umount "$MNT" || fail "umount of the ended mount failed"
 MNT_OPTS=()
 mnt
 $FMFS flush --wait "$MNT" >/dev/null || fail "flush after the remount failed"
+expect_exit 1 "has no keeper" $FMFS restart "$MNT"
 [ "$(awsx s3 cp "s3://$B/data/closed" -)" = closed ] ||
 	fail "a file closed before the crash is not in the bucket"
 if [ "$(stat_of transport)" = io_uring ]; then
@@ -141,5 +162,11 @@ else
 	note "the kernel offers no FUSE over io_uring here: the ring case not run"
 	$FMFS umount "$MNT"
 fi
+
+note "SIGTERM of a daemon unmounts cleanly (libfabric's PSM providers' handlers exit(1))"
+mnt
+kill -TERM "$(stat_of daemon_pid)"
+for _ in $(seq 100); do mountpoint -q "$MNT" || break; sleep 0.1; done
+mountpoint -q "$MNT" && fail "SIGTERM left the mount in place"
 pgrep -f "fmfs mount s3://$B " && fail "an fmfs process is left"
 echo "keeper ok"
