@@ -294,6 +294,38 @@ static void wb_part(struct fs *fs, FILE *out)
 		      (double)w.lost_files);
 }
 
+/* The daemon, its keeper and the takeovers (docs/keeper.md). */
+static void keeper_part(struct fs *fs, FILE *out)
+{
+	struct fs_tk_info k;
+	char l[200], *c;
+
+	fs_tk_status(fs, &k);
+	metrics_gauge(out, "fmfs_daemon_pid", "The pid of the daemon serving "
+		      "the mount", k.daemon_pid);
+	metrics_gauge(out, "fmfs_keeper_pid", "The pid of the mount's keeper "
+		      "(--keeper), 0 without one", k.keeper_pid);
+	metrics_counter(out, "fmfs_takeovers_total", "Daemons of this mount "
+			"replaced by its keeper (a crash, fmfs restart)",
+			k.takeovers);
+	if (k.last_ms <= 0)
+		return;
+	metrics_gauge(out, "fmfs_last_takeover_timestamp_seconds", "When the "
+		      "last takeover began (Unix time)",
+		      (double)k.last_ms / 1000);
+	if (k.last_took_ms >= 0)
+		metrics_gauge(out, "fmfs_last_takeover_duration_seconds",
+			      "From the daemon's end to the new one serving",
+			      (double)k.last_took_ms / 1000);
+	for (c = k.cause; *c; c++) /* a label value: no quote, backslash */
+		if (*c == '"' || *c == '\\' || *c == '\n')
+			*c = '_';
+	metrics_family(out, "fmfs_last_takeover_info", "gauge",
+		       "1, labelled with why the last takeover happened");
+	snprintf(l, sizeof(l), "cause=\"%s\"", k.cause);
+	metrics_u64(out, "fmfs_last_takeover_info", l, 1);
+}
+
 void fs_metrics_write(struct fs *fs, FILE *out)
 {
 	struct cache_stats c;
@@ -312,6 +344,7 @@ void fs_metrics_write(struct fs *fs, FILE *out)
 	metrics_gauge(out, "fmfs_uptime_seconds", "Seconds since the mount "
 		      "started", (double)(util_now_ms() - fs->started_ms) /
 		      1000);
+	keeper_part(fs, out);
 	fuse_part(fs, out);
 	metrics_family(out, "fmfs_read_bytes_total", "counter",
 		       "Bytes read, by source: cache (answered to FUSE "

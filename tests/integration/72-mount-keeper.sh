@@ -79,6 +79,12 @@ note "status after it: a new daemon, the same keeper, the cause"
 dpid2=$(stat_of daemon_pid)
 [ "$dpid2" != "$dpid" ] && kill -0 "$dpid2" || fail "daemon pid $dpid2"
 stat_of last_takeover_cause | grep -q SIGKILL || fail "cause: $(stat_of last_takeover_cause)"
+$FMFS metrics "$MNT" >metrics.txt || fail "fmfs metrics failed"
+grep -q '^fmfs_takeovers_total 1$' metrics.txt &&
+	grep -q "^fmfs_keeper_pid $kpid\$" metrics.txt &&
+	grep -q '^fmfs_last_takeover_info{cause="killed by SIGKILL' metrics.txt &&
+	grep -q '^fmfs_last_takeover_duration_seconds ' metrics.txt ||
+	fail "the metrics do not tell of the takeover: $(grep -i 'takeover\|_pid' metrics.txt)"
 resent=$(stat_of last_takeover_resent)
 [ "$resent" -ge 1 ] || fail "no request was sent again: none was in flight?"
 note "took $(stat_of last_takeover_ms) ms; the kernel sent $resent requests again"
