@@ -203,48 +203,57 @@ int fs_tk_region_refused(int fd, char *why, size_t wl)
 	return 0;
 }
 
-int fs_tk_send_fd(int sock, int fd)
-{
-	char c = 'F';
-	struct iovec iov = { .iov_base = &c, .iov_len = 1 };
+/* One byte with a descriptor beside it (SCM_RIGHTS). */
+struct fd_msg {
+	char c;
+	struct iovec iov;
 	union {
 		char buf[CMSG_SPACE(sizeof(int))];
 		struct cmsghdr align;
 	} u;
-	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1,
-			    .msg_control = u.buf,
-			    .msg_controllen = sizeof(u.buf) };
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+	struct msghdr m;
+};
 
-	memset(u.buf, 0, sizeof(u.buf));
+static void fd_msg_init(struct fd_msg *x)
+{
+	memset(x, 0, sizeof(*x));
+	x->c = 'F';
+	x->iov.iov_base = &x->c;
+	x->iov.iov_len = 1;
+	x->m.msg_iov = &x->iov;
+	x->m.msg_iovlen = 1;
+	x->m.msg_control = x->u.buf;
+	x->m.msg_controllen = sizeof(x->u.buf);
+}
+
+int fs_tk_send_fd(int sock, int fd)
+{
+	struct fd_msg x;
+	struct cmsghdr *cm;
+
+	fd_msg_init(&x);
+	cm = CMSG_FIRSTHDR(&x.m);
 	cm->cmsg_level = SOL_SOCKET;
 	cm->cmsg_type = SCM_RIGHTS;
 	cm->cmsg_len = CMSG_LEN(sizeof(int));
 	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-	return sendmsg(sock, &m, MSG_NOSIGNAL) == 1 ? 0 : -errno;
+	return sendmsg(sock, &x.m, MSG_NOSIGNAL) == 1 ? 0 : -errno;
 }
 
 int fs_tk_recv_fd(int sock)
 {
-	char c;
-	struct iovec iov = { .iov_base = &c, .iov_len = 1 };
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1,
-			    .msg_control = u.buf,
-			    .msg_controllen = sizeof(u.buf) };
+	struct fd_msg x;
 	struct cmsghdr *cm;
 	ssize_t n;
 	int fd;
 
+	fd_msg_init(&x);
 	do
-		n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC);
+		n = recvmsg(sock, &x.m, MSG_CMSG_CLOEXEC);
 	while (n < 0 && errno == EINTR);
 	if (n <= 0)
 		return n < 0 ? -errno : -ENODATA;
-	cm = CMSG_FIRSTHDR(&m);
+	cm = CMSG_FIRSTHDR(&x.m);
 	if (!cm || cm->cmsg_type != SCM_RIGHTS)
 		return -EPROTO;
 	memcpy(&fd, CMSG_DATA(cm), sizeof(int));
