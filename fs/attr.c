@@ -438,6 +438,8 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		fs_reply_err(req, in ? rc : ENOENT);
 		return;
 	}
+	if (in->restored) /* a takeover's: what it stores comes first */
+		fs_restored_attr(fs, in);
 	if (!w && !cache_w_hold(fs->cfg.cache, in->key, &own))
 		w = own;
 	mask = setattr_mask(fs, in, attr, to_set, &a);

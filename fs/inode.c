@@ -228,6 +228,7 @@ static void set_attrs(struct fs_inode *in, const struct ns_entry *e)
 	in->mtime_s = e->mtime_s;
 	memcpy(in->etag, e->etag, sizeof(in->etag));
 	in->attr_ms = util_now_ms();
+	in->restored = false; /* known now (takeover.c) */
 }
 
 struct fs_inode *fs_inode_ref(struct fs *fs, struct fs_inode *dir,
