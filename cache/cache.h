@@ -57,6 +57,11 @@ struct cache_config {
 	                                 * a peer sent after the file's last
 	                                 * close (else they are dropped then:
 	                                 * the owner keeps the group's copy) */
+	bool takeover;                  /* opened by a daemon taking a mount
+	                                 * over (docs/keeper.md): a dirty file
+	                                 * never committed is one still open
+	                                 * for writing, kept as it is for its
+	                                 * writer, not put in lost+found */
 };
 void cache_config_init(struct cache_config *cfg);
 

@@ -229,7 +229,40 @@ static void replay_uploaded(struct replay *p)
 }
 
 /* Never committed (no .meta, a row that says "never closed"). */
-static void replay_uncommitted(struct replay *p)
+static bool replay_insert(struct cache_wb *wb, struct cache_wfile *w,
+			  uint64_t *charge);
+
+/* Never committed, at a takeover (cache_config.takeover): its writer
+ * is still open in the kernel and comes back to it (docs/keeper.md).
+ * Back in the table as it stands, not committed, not queued. */
+static void replay_still_open(struct replay *p, uint64_t *charge)
+{
+	struct cache_wb *wb = p->wb;
+	struct cache_wfile *w = p->r;
+	struct stat sb;
+
+	p->r = NULL;
+	w->fd = p->fd;
+	p->fd = -1;
+	w->committed = false;
+	w->changing = true; /* as it stands, unchecked */
+	if (fstat(w->fd, &sb))
+		sb.st_size = 0;
+	if (!w->sums_gen) {
+		w->a.size = (uint64_t)sb.st_size;
+		w->checked = true;
+		w->ext_seen = true;
+		cache_wb_sums_resize(w, w->a.size);
+	}
+	w->charged = (uint64_t)sb.st_size;
+	if (w->seq > wb->seq_top)
+		wb->seq_top = w->seq;
+	if (replay_insert(wb, w, charge))
+		cache_log("write-back: %s was open for writing when its daemon "
+			  "was replaced: kept as it is for its writer", w->key);
+}
+
+static void replay_uncommitted(struct replay *p, uint64_t *charge)
 {
 	struct cache_wb *wb = p->wb;
 	struct cache *c = wb->c;
@@ -239,6 +272,9 @@ static void replay_uncommitted(struct replay *p)
 	if (p->fd >= 0 && !p->r && p->src == -ENOENT && !fstat(p->fd, &sb) &&
 	    !sb.st_size) {
 		unlinkat(c->dirfd, p->path, 0); /* made just before a crash */
+	} else if (p->fd >= 0 && p->r && c->cfg.takeover) {
+		replay_still_open(p, charge);
+		return;
 	} else if (p->fd >= 0 && p->r) {
 		lost_found(wb, p->id, p->key);
 	} else if (p->fd >= 0 && p->src == -ENOENT) {
@@ -467,7 +503,7 @@ static void replay_one(struct cache_wb *wb, uint64_t id,
 	if (r && r->row_uploaded && (!p.have_s || p.s->seq <= r->seq))
 		replay_uploaded(&p);
 	else if (!committed)
-		replay_uncommitted(&p);
+		replay_uncommitted(&p, charge);
 	else if (p.fd < 0)
 		replay_gone(&p, open_err);
 	else

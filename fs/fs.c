@@ -803,8 +803,8 @@ static void op_release(fuse_req_t req, fuse_ino_t ino,
 	struct fs_handle *h = fs_tk_handle(FS(req), fi->fh, false, &rc);
 
 	(void)ino;
-	fs_tk_handle_close(FS(req), fi->fh);
 	if (!h) { /* a dead daemon's, never used since */
+		fs_tk_handle_close(FS(req), fi->fh);
 		fs_reply_err(req, 0);
 		return;
 	}
@@ -818,6 +818,9 @@ static void op_release(fuse_req_t req, fuse_ino_t ino,
 		h->writer = false;
 	}
 	fs_handle_put(h);
+	/* journaled last: a crash before resends the RELEASE to a new
+	 * daemon, which then still has the handle to commit */
+	fs_tk_handle_close(FS(req), fi->fh);
 	fs_reply_err(req, -rc);
 }
 

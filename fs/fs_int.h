@@ -170,7 +170,8 @@ struct fs {
 	 * the INIT of a new daemon, replayed to libfuse. */
 	struct fs_tk *tk;
 	unsigned tk_tag;
-	bool tk_init_due, tk_init_done;
+	bool tk_init_due;
+	atomic_bool tk_init_done;  /* read without the lock once set */
 	atomic_bool tk_restart;    /* `fmfs restart`: exit, keep the mount */
 	uint64_t tk_init_unique;
 	pthread_mutex_t tk_init_lock;

@@ -251,6 +251,7 @@ struct fs_inode *fs_inode_ref(struct fs *fs, struct fs_inode *dir,
 		 * one is unhashed by name and lives on until forgotten. */
 		unlink_chain(&fs->by_name[hb], in, true);
 		in->next_name = NULL;
+		fs_tk_inode_unlinked(fs, in); /* by name, for a takeover too */
 		in = NULL;
 	}
 	if (!in) {

@@ -127,7 +127,7 @@ static ssize_t pt_read(int fd, void *buf, size_t len, void *userdata)
 
 	if (n < 0)
 		n = read(fd, buf, len);
-	if (n >= 16 && fs->tk_init_done)
+	if (n >= 16 && atomic_load(&fs->tk_init_done))
 		fs_tk_count_resent(fs, buf);
 	/* The kernel's first request is INIT: does it offer passthrough? */
 	if (n >= (ssize_t)(PT_IN_HEADER + PT_INIT_IN_FLAGS2 + 4) &&

@@ -89,6 +89,7 @@ struct fs_tk {
 	pthread_mutex_t lock;   /* appends, the live handles */
 	struct tk_old *live;    /* open handles, for compaction */
 	struct tk_old *old;     /* a dead daemon's, by first use */
+	uint64_t compacted;     /* the log's end after the last compaction */
 };
 
 static void old_remove(struct tk_old **list, uint64_t fh);
@@ -308,20 +309,26 @@ void fs_tk_inode_new(struct fs *fs, const struct fs_inode *in)
 
 void fs_tk_inode_move(struct fs *fs, const struct fs_inode *in)
 {
-	if (fs->tk)
-		append(fs, TK_MOVE, in->ino, in->parent->ino, 0, 0, in->name);
+	if (!fs->tk)
+		return;
+	fs_tk_maybe_compact(fs);
+	append(fs, TK_MOVE, in->ino, in->parent->ino, 0, 0, in->name);
 }
 
 void fs_tk_inode_unlinked(struct fs *fs, const struct fs_inode *in)
 {
-	if (fs->tk)
-		append(fs, TK_UNLINKED, in->ino, 0, 0, 0, NULL);
+	if (!fs->tk)
+		return;
+	fs_tk_maybe_compact(fs);
+	append(fs, TK_UNLINKED, in->ino, 0, 0, 0, NULL);
 }
 
 void fs_tk_inode_drop(struct fs *fs, fuse_ino_t ino)
 {
-	if (fs->tk)
-		append(fs, TK_DROP, ino, 0, 0, 0, NULL);
+	if (!fs->tk)
+		return;
+	fs_tk_maybe_compact(fs);
+	append(fs, TK_DROP, ino, 0, 0, 0, NULL);
 }
 
 /* Rewrites the log in the other half from fs's inode table and the
@@ -379,16 +386,39 @@ full:
 	atomic_fetch_or(&t->head->flags, TK_F_FULL);
 }
 
+/* Whether the log is due a compaction: past half its room, and twice
+ * what the last one left (so a large live set is not rewritten at each
+ * record). */
+static bool compact_due(struct fs_tk *t)
+{
+	uint64_t end = atomic_load(&t->head->state) & ~(1ull << 63);
+
+	return end >= TK_HALF / 2 && end >= 2 * t->compacted;
+}
+
 void fs_tk_maybe_compact(struct fs *fs)
 {
 	struct fs_tk *t = fs->tk;
 
-	if (!t || (atomic_load(&t->head->state) & ~(1ull << 63)) <
-		  TK_HALF / 2)
+	if (!t || !compact_due(t))
 		return;
 	pthread_mutex_lock(&t->lock);
-	compact_locked(fs);
+	if (compact_due(t)) {
+		compact_locked(fs);
+		t->compacted = atomic_load(&t->head->state) & ~(1ull << 63);
+	}
 	pthread_mutex_unlock(&t->lock);
+}
+
+/* The same from a path that does not hold fs->lock (opens, closes):
+ * the inode table is read under it, and fs->lock comes first. */
+static void maybe_compact_unlocked(struct fs *fs)
+{
+	if (!compact_due(fs->tk))
+		return;
+	pthread_mutex_lock(&fs->lock);
+	fs_tk_maybe_compact(fs);
+	pthread_mutex_unlock(&fs->lock);
 }
 
 void fs_tk_handle_open(struct fs *fs, uint64_t fh, fuse_ino_t ino,
@@ -399,6 +429,7 @@ void fs_tk_handle_open(struct fs *fs, uint64_t fh, fuse_ino_t ino,
 
 	if (!t)
 		return;
+	maybe_compact_unlocked(fs);
 	o = calloc(1, sizeof(*o));
 	pthread_mutex_lock(&t->lock);
 	if (!o) {
@@ -422,6 +453,7 @@ void fs_tk_handle_close(struct fs *fs, uint64_t fh)
 
 	if (!t)
 		return;
+	maybe_compact_unlocked(fs);
 	pthread_mutex_lock(&t->lock);
 	for (struct tk_old **pp = &t->live; *pp; pp = &(*pp)->next)
 		if ((*pp)->fh == fh) {
@@ -593,6 +625,7 @@ static int replay(struct fs *fs, char *why, size_t wl)
 
 	if (!tab)
 		return -ENOMEM;
+	snprintf(why, wl, "out of memory reading the journal");
 	rc = read_log(t, tab, &max_ino, why, wl);
 	for (size_t b = 0; !rc && b < RB; b++)
 		for (struct rino *r = tab[b]; r; r = r->next)
@@ -632,10 +665,12 @@ static int replay(struct fs *fs, char *why, size_t wl)
 
 		if (!(used & (1u << tag))) {
 			fs->tk_tag = tag;
-			break;
+			return 0;
 		}
 	}
-	return 0;
+	snprintf(why, wl, "handles of 16 daemons are still open: no tag is "
+		 "left for a new one's");
+	return -EOVERFLOW;
 }
 
 int fs_tk_attach(struct fs *fs, char *why, size_t wl)
@@ -650,9 +685,11 @@ int fs_tk_attach(struct fs *fs, char *why, size_t wl)
 	p = mmap(NULL, TK_HEAD + 2 * (size_t)TK_HALF, PROT_READ | PROT_WRITE,
 		 MAP_SHARED | MAP_NORESERVE, fs->cfg.tk_fd, 0);
 	if (!t || p == MAP_FAILED) {
-		free(t);
 		snprintf(why, wl, "cannot map the takeover region: %s",
-			 strerror(errno));
+			 strerror(t ? errno : ENOMEM));
+		if (p != MAP_FAILED)
+			munmap(p, TK_HEAD + 2 * (size_t)TK_HALF);
+		free(t);
 		return -ENOMEM;
 	}
 	t->base = p;
@@ -813,11 +850,11 @@ ssize_t fs_tk_init_read(struct fs *fs, void *buf, size_t len)
 	struct tk_head *h;
 	ssize_t n = -1;
 
-	if (!fs->tk_init_due)
-		return -1;
+	if (!fs->tk_init_due || atomic_load(&fs->tk_init_done))
+		return -1; /* the fast path, for the daemon's whole life */
 	h = fs->tk->head;
 	pthread_mutex_lock(&fs->tk_init_lock);
-	if (!fs->tk_init_unique && !fs->tk_init_done &&
+	if (!fs->tk_init_unique && !atomic_load(&fs->tk_init_done) &&
 	    h->init_len <= len) {
 		/* The first reader gets the INIT the kernel sent the first
 		 * daemon, which libfuse needs before any other request. */
@@ -825,7 +862,7 @@ ssize_t fs_tk_init_read(struct fs *fs, void *buf, size_t len)
 		memcpy(&fs->tk_init_unique, h->init + 8, 8);
 		n = h->init_len;
 	} else {
-		while (!fs->tk_init_done)
+		while (!atomic_load(&fs->tk_init_done))
 			pthread_cond_wait(&fs->tk_init_cond,
 					  &fs->tk_init_lock);
 	}
@@ -848,9 +885,8 @@ bool fs_tk_init_reply(struct fs *fs, uint64_t unique, int fd)
 	 * Then what the dead daemon had read and not answered comes
 	 * again. */
 	ok = write(fd, &nf, sizeof(nf)) == (ssize_t)sizeof(nf);
+	atomic_store(&h->last_took_ms, wall_ms() - atomic_load(&h->last_ms));
 	if (ok) {
-		atomic_store(&h->last_took_ms,
-			     wall_ms() - atomic_load(&h->last_ms));
 		fprintf(stderr, "fmfs: takeover: serving again %lld ms after "
 			"the daemon before was lost; the kernel resends the "
 			"requests it had not answered\n",
@@ -861,7 +897,7 @@ bool fs_tk_init_reply(struct fs *fs, uint64_t unique, int fd)
 			"had read stay unanswered\n", strerror(errno));
 	}
 	pthread_mutex_lock(&fs->tk_init_lock);
-	fs->tk_init_done = true;
+	atomic_store(&fs->tk_init_done, true);
 	fs->tk_init_unique = 0;
 	pthread_cond_broadcast(&fs->tk_init_cond);
 	pthread_mutex_unlock(&fs->tk_init_lock);

@@ -329,6 +329,7 @@ static int open_all(struct mount_opts *o, struct obj_store **st,
 	cc.fetch_timeout_ms = o->fetch_timeout_s * 1000;
 	cc.listing_max_bytes = o->namespace_bytes;
 	cc.peer_keep_local = o->peer_keep_local;
+	cc.takeover = o->tk_fuse_fd > 0; /* docs/keeper.md */
 	rc = cache_open(&cc, *st, c, msg, ml);
 	if (rc) {
 		obj_close(*st);
@@ -476,6 +477,12 @@ int cmd_mount(int argc, char **argv)
 	memset(&o, 0, sizeof(o));
 	if (fmfs_parse_mount_opts(argc, argv, &o))
 		return EXIT_USAGE;
+	if (o.keeper && o.foreground) {
+		fprintf(stderr, "fmfs mount: --keeper runs the daemon under a "
+			"keeper in the background; it cannot go with "
+			"--foreground or --debug\n");
+		return EXIT_USAGE;
+	}
 	o.argc = argc;
 	o.argv = argv;
 	if (!getcwd(o.cwd, sizeof(o.cwd)))

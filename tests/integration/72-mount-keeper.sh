@@ -113,12 +113,29 @@ $FMFS flush --wait "$MNT" >/dev/null || fail "flush after the restart failed"
 note "$(cat restart.out)"
 
 note "a file open for writing at the crash is carried over: written on, closed, in the bucket"
-exec 7>"$MNT/data/open"
-echo partial >&7
-sleep 0.2
+# One descriptor, never closed nor flushed before the kill (a shell's
+# `echo >&7` would flush at each line), over an object that was there:
+# what the writer wrote before the kill must not be lost nor be the
+# bucket's old bytes.
+printf 'old old old old\n' | awsx s3 cp - "s3://$B/data/open" ||
+	fail "cannot upload data/open"
+cat >writer.py <<'EOF'
+import os, sys, time
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(fd, b"partial\n")
+open("wready", "w").close()
+while not os.path.exists("wgo"):
+    time.sleep(0.05)
+os.write(fd, b"more\n")
+os.close(fd)
+EOF
+python3 writer.py "$MNT/data/open" 2>writer.err &
+wpid=$!
+for _ in $(seq 100); do [ -e wready ] && break; sleep 0.1; done
+[ -e wready ] || fail "the writer did not start: $(cat writer.err)"
 kill -9 "$(stat_of daemon_pid)"
-echo more >&7 || fail "a write after the takeover failed"
-exec 7>&- || fail "close after the takeover failed"
+touch wgo
+wait "$wpid" || fail "the writer failed across the takeover: $(cat writer.err)"
 [ "$(stat_of takeovers)" = 3 ] || fail "takeovers: $(stat_of takeovers)"
 grep -q "1 files open for writing or through a backing file carried over" \
 	"$CACHE/fmfs.log" || fail "the writer was not carried over: $(tail -3 "$CACHE/fmfs.log")"
@@ -174,5 +191,7 @@ mnt
 kill -TERM "$(stat_of daemon_pid)"
 for _ in $(seq 100); do mountpoint -q "$MNT" || break; sleep 0.1; done
 mountpoint -q "$MNT" && fail "SIGTERM left the mount in place"
+# The daemon closes its cache after the unmount: give it 10 s.
+for _ in $(seq 100); do pgrep -f "fmfs mount s3://$B " >/dev/null || break; sleep 0.1; done
 pgrep -f "fmfs mount s3://$B " && fail "an fmfs process is left"
 echo "keeper ok"
