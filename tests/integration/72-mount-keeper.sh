@@ -27,6 +27,7 @@ start_proxy
 trap 'unmount_quietly "$MNT"; cleanup_common' EXIT
 MNT_OPTS=(--endpoint "$PROXY_URL" --keeper --no-uring)
 
+expect_exit 2 "cannot go with --foreground" try_mnt --foreground
 mnt
 dpid=$(stat_of daemon_pid)
 kpid=$(stat_of keeper_pid)
