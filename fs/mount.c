@@ -242,6 +242,7 @@ static struct fuse_session *session_new(struct fs *fs, char *msg, size_t ml)
 	fs_fuse_capture(true);
 	se = fuse_session_new(&args, &ops, sizeof(ops), fs);
 	fs_fuse_capture(false);
+	fuse_opt_free_args(&args); /* what libfuse added to it */
 	if (!se)
 		snprintf(msg, ml, "libfuse does not take the options %s: %s",
 			 opts, fs_fuse_reason());
