@@ -267,6 +267,9 @@ bool fs_tk_ring_was_used(struct fs *fs);
 void fs_tk_count_resent(struct fs *fs, const void *req); /* after INIT */
 void fs_tk_status(struct fs *fs, struct fs_tk_info *out);
 
+/* mount.c: the uploaders and the prober, once mounted: 0 or -errno */
+int fs_start_workers(struct fs *fs, char *msg, size_t ml);
+
 /* passthrough.c: h takes over backing id (a dead daemon's, which the
  * kernel still uses for in); fs->lock held. */
 void fs_pt_restore(struct fs *fs, struct fs_inode *in, struct fs_handle *h,

@@ -249,8 +249,8 @@ static struct fuse_session *session_new(struct fs *fs, char *msg, size_t ml)
 	return se;
 }
 
-/* Once mounted: the uploaders (but read-only) and the prober. */
-static int start_workers(struct fs *fs, char *msg, size_t ml)
+/* Once mounted: the uploaders (but read-only) and the prober (fs_int.h). */
+int fs_start_workers(struct fs *fs, char *msg, size_t ml)
 {
 	const struct fs_config *cfg = &fs->cfg;
 	struct cache_wb_config wc = {
@@ -382,7 +382,11 @@ int fs_run(const struct fs_config *cfg, char *msg, size_t ml)
 		snprintf(msg, ml, "cannot set up the FUSE channel: %s",
 			 strerror(-rc));
 	if (!rc)
-		rc = start_workers(fs, msg, ml);
+		/* A takeover starts them once the dead daemon's handles are
+		 * open again (takeover.c): an upload that finished before
+		 * would move a file its writer still has into the read
+		 * cache, away from the kernel's backing file. */
+		rc = cfg->tk_fuse_fd > 0 ? 0 : fs_start_workers(fs, msg, ml);
 	if (!rc)
 		rc = serve(fs, msg, ml);
 	/* No more callbacks into fs once this returns. */

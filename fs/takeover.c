@@ -20,9 +20,9 @@
  * The new daemon replays the log into its inode table before it serves:
  * each inode with its parent, name and type, its lookup count pinned
  * (the kernel's is not known; such inodes live until unmount), and each
- * open handle kept as (old fh -> inode, flags, backing id): reopened at
- * its first use (fs_tk_handle), or before anything is served when it
- * writes or goes through a backing file (reopen_eager).  Handles get a
+ * open handle kept as (old fh -> inode, flags, backing id): a file's
+ * reopened before anything is served (reopen_eager), a directory's at
+ * its first use (fs_tk_handle).  Handles get a
  * tag in their low 4 bits (fs->tk_tag, one per daemon of the mount): an
  * fh whose tag is not ours is a dead daemon's.  What cannot be trusted
  * ends the new daemon with FS_TK_EXIT_REFUSED, and the keeper gives the
@@ -798,39 +798,46 @@ void *fs_tk_handle(struct fs *fs, uint64_t fh, bool open_it, int *err)
 	return p;
 }
 
-/* Handles whose state the kernel or the write-back depends on before
- * their next request, opened again before anything is served: files
- * open for writing (the write-back must count their writer) and files
- * read or written through a backing file (the kernel uses its id, and
- * a new open of the inode must get the same).  Reads and directories
- * wait for their first request.  A handle that cannot be opened again
- * ends the takeover: its writes would not reach the bucket. */
+/* A dead daemon's file handles, opened again before anything is
+ * served.  Files open for writing: the write-back must count their
+ * writer.  Files through a backing file: the kernel uses its id, and a
+ * new open of the inode must get the same.  Files read the usual way:
+ * the inode must count them, or a new open of it would be given a
+ * backing file, which the kernel refuses (EIO) while it has the inode
+ * open the usual way.  Directories wait for their first request.  A
+ * writer or a backing file that cannot be opened again ends the
+ * takeover (its writes would not reach the bucket); a reader that
+ * cannot is tried again at its next request, which gets the error. */
 static void reopen_eager(struct fs *fs)
 {
 	struct tk_old *o;
-	unsigned n = 0;
+	unsigned n = 0, nr = 0;
 	int err;
 
 	for (o = fs->tk->old; o; o = o->next) {
-		if ((o->kind & 255) != FS_TK_FILE ||
-		    (!(o->kind >> 8) && (o->flags & O_ACCMODE) == O_RDONLY))
+		bool must = (o->kind >> 8) ||
+			    (o->flags & O_ACCMODE) != O_RDONLY;
+
+		if ((o->kind & 255) != FS_TK_FILE)
 			continue;
-		if (!reopen(fs, o, &err)) {
-			snprintf(fs->tk->head->refused,
-				 sizeof(fs->tk->head->refused),
-				 "a file open for writing or through a backing "
-				 "file (node id %llu) could not be opened again: "
-				 "%s", (unsigned long long)o->ino,
-				 strerror(err));
-			fprintf(stderr, "fmfs: takeover: %s\n",
-				fs->tk->head->refused);
-			_exit(FS_TK_EXIT_REFUSED);
+		if (reopen(fs, o, &err)) {
+			n += must;
+			nr += !must;
+			continue;
 		}
-		n++;
+		if (!must)
+			continue;
+		snprintf(fs->tk->head->refused, sizeof(fs->tk->head->refused),
+			 "a file open for writing or through a backing file "
+			 "(node id %llu) could not be opened again: %s",
+			 (unsigned long long)o->ino, strerror(err));
+		fprintf(stderr, "fmfs: takeover: %s\n", fs->tk->head->refused);
+		_exit(FS_TK_EXIT_REFUSED);
 	}
-	if (n)
+	if (n || nr)
 		fprintf(stderr, "fmfs: takeover: %u files open for writing or "
-			"through a backing file carried over\n", n);
+			"through a backing file and %u open for reading carried "
+			"over\n", n, nr);
 }
 
 /* --- INIT, again --- */
@@ -881,6 +888,17 @@ bool fs_tk_init_reply(struct fs *fs, uint64_t unique, int fd)
 		return false;
 	h = fs->tk->head;
 	reopen_eager(fs);
+	/* Only now: before, an upload could end a file's write-back under
+	 * a writer not yet counted again (mount.c). */
+	{
+		char msg[256];
+
+		if (fs_start_workers(fs, msg, sizeof(msg))) {
+			snprintf(h->refused, sizeof(h->refused), "%s", msg);
+			fprintf(stderr, "fmfs: takeover: %s\n", msg);
+			_exit(FS_TK_EXIT_REFUSED);
+		}
+	}
 	/* The kernel answered that INIT long ago: the reply stays here.
 	 * Then what the dead daemon had read and not answered comes
 	 * again. */

@@ -138,7 +138,7 @@ kill -9 "$(stat_of daemon_pid)"
 touch wgo
 wait "$wpid" || fail "the writer failed across the takeover: $(cat writer.err)"
 [ "$(stat_of takeovers)" = 3 ] || fail "takeovers: $(stat_of takeovers)"
-grep -q "1 files open for writing or through a backing file carried over" \
+grep -q "1 files open for writing or through a backing file and [0-9]* open for reading carried over" \
 	"$CACHE/fmfs.log" || fail "the writer was not carried over: $(tail -3 "$CACHE/fmfs.log")"
 $FMFS flush --wait "$MNT" >/dev/null || fail "flush after the second takeover failed"
 [ "$(awsx s3 cp "s3://$B/data/open" - | tr '\n' ' ')" = "partial more " ] ||
