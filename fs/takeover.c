@@ -88,7 +88,7 @@ struct fs_tk {
 	char *base;
 	pthread_mutex_t lock;   /* appends, the live handles */
 	struct tk_old *live;    /* open handles, for compaction */
-	struct tk_old *old;     /* a dead daemon's, by first use */
+	struct tk_old *old;     /* a dead daemon's, reopened or not yet */
 	uint64_t compacted;     /* the log's end after the last compaction */
 };
 
