@@ -232,6 +232,22 @@ static void replay_uploaded(struct replay *p)
 static bool replay_insert(struct cache_wb *wb, struct cache_wfile *w,
 			  uint64_t *charge);
 
+/* w back as its dirty file stands (size bytes): with nothing to check
+ * against, the next commit sums it all; charged to the cap. */
+static void replay_size(struct cache_wb *wb, struct cache_wfile *w,
+			off_t size)
+{
+	if (!w->sums_gen) {
+		w->a.size = (uint64_t)size;
+		w->checked = true;
+		w->ext_seen = true;
+		cache_wb_sums_resize(w, w->a.size);
+	}
+	w->charged = (uint64_t)size;
+	if (w->seq > wb->seq_top)
+		wb->seq_top = w->seq;
+}
+
 /* Never committed, at a takeover (cache_config.takeover): its writer
  * is still open in the kernel and comes back to it (docs/keeper.md).
  * Back in the table as it stands, not committed, not queued. */
@@ -248,15 +264,7 @@ static void replay_still_open(struct replay *p, uint64_t *charge)
 	w->changing = true; /* as it stands, unchecked */
 	if (fstat(w->fd, &sb))
 		sb.st_size = 0;
-	if (!w->sums_gen) {
-		w->a.size = (uint64_t)sb.st_size;
-		w->checked = true;
-		w->ext_seen = true;
-		cache_wb_sums_resize(w, w->a.size);
-	}
-	w->charged = (uint64_t)sb.st_size;
-	if (w->seq > wb->seq_top)
-		wb->seq_top = w->seq;
+	replay_size(wb, w, sb.st_size);
 	if (replay_insert(wb, w, charge))
 		cache_log("write-back: %s was open for writing when its daemon "
 			  "was replaced: kept as it is for its writer", w->key);
@@ -441,16 +449,7 @@ static void replay_committed(struct replay *p, uint64_t *charge)
 	if (fstat(w->fd, &sb))
 		sb.st_size = 0;
 	replay_verdict(p, w, sb.st_size);
-	if (!w->sums_gen) {
-		/* Nothing to check against: the next commit sums it all. */
-		w->a.size = (uint64_t)sb.st_size;
-		w->checked = true;
-		w->ext_seen = true;
-		cache_wb_sums_resize(w, w->a.size);
-	}
-	w->charged = (uint64_t)sb.st_size;
-	if (w->seq > wb->seq_top)
-		wb->seq_top = w->seq;
+	replay_size(wb, w, sb.st_size);
 	if (!replay_insert(wb, w, charge))
 		return;
 	if (p->from_s && (!p->had_row || !p->queued)) {

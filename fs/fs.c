@@ -428,9 +428,6 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino,
 	fs_reply_err(req, 0);
 }
 
-/* Confirms a file's version with a HEAD once refresh_s has passed since
- * the store last told us about it.  Keeps the old attributes when the
- * store is unreachable (cached data stays readable). */
 void fs_restored_attr(struct fs *fs, struct fs_inode *in)
 {
 	struct cache_attr a;
@@ -445,6 +442,9 @@ void fs_restored_attr(struct fs *fs, struct fs_inode *in)
 	in->restored = false;
 }
 
+/* Confirms a file's version with a HEAD once refresh_s has passed since
+ * the store last told us about it.  Keeps the old attributes when the
+ * store is unreachable (cached data stays readable). */
 int fs_revalidate(struct fs *fs, struct fs_inode *in)
 {
 	char key[OBJ_KEY_MAX + 2];

@@ -784,7 +784,6 @@ void *fs_tk_handle(struct fs *fs, uint64_t fh, bool open_it, int *err)
 
 	if (!t || (fh & 15) == fs->tk_tag)
 		return (void *)(uintptr_t)(fh & ~(uint64_t)15);
-	pthread_mutex_lock(&fs->tk_init_lock); /* one reopen at a time */
 	pthread_mutex_lock(&t->lock);
 	for (o = t->old; o && o->fh != fh; o = o->next)
 		;
@@ -792,7 +791,13 @@ void *fs_tk_handle(struct fs *fs, uint64_t fh, bool open_it, int *err)
 	pthread_mutex_unlock(&t->lock);
 	if (!o)
 		*err = EBADF;
-	else if (!p && open_it)
+	if (!o || p || !open_it)
+		return p; /* a read of a reopened handle: one short lock */
+	pthread_mutex_lock(&fs->tk_init_lock); /* one reopen at a time */
+	pthread_mutex_lock(&t->lock);
+	p = o->now;
+	pthread_mutex_unlock(&t->lock);
+	if (!p)
 		p = reopen(fs, o, err);
 	pthread_mutex_unlock(&fs->tk_init_lock);
 	return p;
