@@ -362,6 +362,10 @@ static void status_fuse(struct fs *fs, FILE *out, bool json, bool *first,
 		kv_u64(out, json, first, "uring_queues", us.queues);
 		kv_u64(out, json, first, "uring_rings", us.rings);
 		kv_u64(out, json, first, "uring_requests", us.requests);
+		if (atomic_load(&fs->ur_kept))
+			kv(out, json, first, "uring_not_used", "the kernel "
+			   "offers it, but a kept mount takes its requests "
+			   "from /dev/fuse (--no-keeper for the ring)", true);
 		if (us.failed || fs->ur_why[0])
 			kv(out, json, first, "uring_error",
 			   us.failed ? us.why : fs->ur_why, true);

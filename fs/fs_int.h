@@ -189,6 +189,8 @@ struct fs {
 	atomic_bool ur_on;         /* its queues are registered */
 	struct fs_uring *ur;       /* set once, before ur_on */
 	char ur_why[160];          /* why not, when setting up failed */
+	atomic_bool ur_kept;       /* offered, not used: a keeper's mount
+	                            * (docs/keeper.md "The ring") */
 	/* metrics (metrics.c) */
 	struct util_hist op_hist[FSOP_N];   /* latency by operation */
 	atomic_uint_fast64_t op_errs[FSOP_N];

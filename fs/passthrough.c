@@ -144,6 +144,11 @@ static ssize_t pt_read(int fd, void *buf, size_t len, void *userdata)
 			atomic_store(&fs->pt_init_unique, unique);
 		}
 		if (fs->cfg.uring && (flags & PT_INIT_EXT) &&
+		    (flags2 & PT_FLAGS2_URING) && fs->tk) {
+			/* A new daemon cannot take the ring's requests
+			 * over: docs/keeper.md "The ring". */
+			atomic_store(&fs->ur_kept, true);
+		} else if (fs->cfg.uring && (flags & PT_INIT_EXT) &&
 		    (flags2 & PT_FLAGS2_URING)) {
 			atomic_store(&fs->ur_offered, true);
 			atomic_store(&fs->pt_init_unique, unique);

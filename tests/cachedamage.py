@@ -237,6 +237,7 @@ class Driver:
     def mount(self, store):
         return run([self.fmfs, "mount", store.url(), self.mnt,
                     "--cache-dir", self.cache, "--async-delay", "3600",
+                    "--no-keeper",  # kill -9 ends the mount
                     "--part-size", "5M"])
 
     def daemon_pid(self, store):

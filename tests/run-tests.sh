@@ -28,7 +28,10 @@
 # FMFS_URING=on|off sets the fuse module's enable_uring for the run (as
 # root, where the kernel has FUSE over io_uring; put back at the end), so
 # that every mount takes its requests by io_uring or by /dev/fuse
-# (docs/fuse-uring.md); unset leaves it as it is.
+# (docs/fuse-uring.md); unset leaves it as it is.  With on, mounts have
+# no keeper unless a test asks for one (tests/lib/fmfs-no-keeper): a kept
+# mount takes its requests from /dev/fuse (docs/keeper.md "The ring"), so
+# the off run is the one whose mounts are kept, as `fmfs mount`'s are.
 # The last line is the summary: "N passed, N failed, N skipped".
 
 set -u
@@ -95,6 +98,12 @@ on|off)
 		[ "$FMFS_URING" = on ] && echo Y >"$URING_PARAM" ||
 			echo N >"$URING_PARAM"
 		echo "== FUSE over io_uring: $FMFS_URING (enable_uring was $uring_old)"
+		if [ "$FMFS_URING" = on ]; then
+			export FMFS_REAL=$FMFS
+			export FMFS=$TOP/tests/lib/fmfs-no-keeper
+			echo "== mounts without a keeper unless a test asks" \
+				"for one (tests/lib/fmfs-no-keeper)"
+		fi
 	else
 		echo "== FUSE over io_uring: FMFS_URING=$FMFS_URING ignored: no" \
 			"writable $URING_PARAM (kernel $(uname -r), uid $(id -u))"

@@ -138,7 +138,9 @@ struct mount_opts {
 	unsigned refresh_s, negative_refresh_s, threads, fetch_timeout_s;
 	unsigned async_delay_s, upload_parallel;
 	bool foreground, debug, no_passthrough, no_uring;
-	bool keeper;                /* --keeper (docs/keeper.md) */
+	/* A keeper (docs/keeper.md): on unless --no-keeper, or
+	 * --foreground/--debug without --keeper.  keeper_given: --keeper. */
+	bool keeper, keeper_given, no_keeper;
 	/* Set by the keeper for the daemon it forks: fs_config's tk_fd,
 	 * keeper_sock and tk_fuse_fd (0 or less: none). */
 	int tk_fd, keeper_sock, tk_fuse_fd;

@@ -477,6 +477,14 @@ int cmd_mount(int argc, char **argv)
 	memset(&o, 0, sizeof(o));
 	if (fmfs_parse_mount_opts(argc, argv, &o))
 		return EXIT_USAGE;
+	if (o.keeper_given && o.no_keeper) {
+		fprintf(stderr, "fmfs mount: --keeper and --no-keeper: give "
+			"one of them\n");
+		return EXIT_USAGE;
+	}
+	/* docs/keeper.md: kept unless --no-keeper; a daemon attached to
+	 * the terminal has none unless asked for, and then is refused. */
+	o.keeper = o.keeper_given || (!o.no_keeper && !o.foreground);
 	if (o.keeper && o.foreground) {
 		fprintf(stderr, "fmfs mount: --keeper runs the daemon under a "
 			"keeper in the background; it cannot go with "

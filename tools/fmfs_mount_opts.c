@@ -86,17 +86,19 @@ static void mount_usage(FILE *f)
 "                        straight into the cache (FUSE passthrough)\n"
 "  --no-uring            take requests from /dev/fuse even where the kernel\n"
 "                        offers FUSE over io_uring (docs/fuse-uring.md)\n"
-"  --keeper              a keeper process holds the mount's /dev/fuse and\n"
-"                        starts a new daemon if this one dies (kill -9,\n"
-"                        the OOM killer): programs using the mount carry\n"
-"                        on (docs/keeper.md; not for a mount on FUSE\n"
-"                        over io_uring, which ends as without one)\n"
+"  --no-keeper           no keeper process: by default one holds the\n"
+"                        mount's /dev/fuse and starts a new daemon if this\n"
+"                        one dies (kill -9, the OOM killer), and programs\n"
+"                        using the mount carry on (docs/keeper.md); a kept\n"
+"                        mount takes its requests from /dev/fuse, so FUSE\n"
+"                        over io_uring needs --no-keeper\n"
+"  --keeper              the default, for scripts that give it\n"
 "  --file-mode MODE --dir-mode MODE --uid UID --gid GID\n"
 "                        what objects whose mode/uid/gid are not known\n"
 "                        show (default 0600, 0755, the mounting user)\n"
 "  --no-allow-other      as root: do not let other users in (root mounts\n"
 "                        add allow_other by default)\n"
-"  --foreground          stay attached (logs on stderr)\n"
+"  --foreground          stay attached (logs on stderr; no keeper)\n"
 "  -o OPTS               extra FUSE mount options\n"
 "  --debug               FUSE debug output (implies --foreground)\n"
 "\n"
@@ -173,7 +175,8 @@ static int attr_opt(const char *opt, const char *v, struct mount_opts *o)
  * fmfs_helper.c). */
 enum { OPT_CACHE_DIR = 256, OPT_CACHE_SIZE, OPT_MODE, OPT_REFRESH,
        OPT_FG, OPT_TIMEOUT, OPT_THREADS, OPT_DEBUG, OPT_DELAY, OPT_PART,
-       OPT_UPAR, OPT_NO_PT, OPT_NO_URING, OPT_KEEPER, OPT_FMODE, OPT_DMODE, OPT_UID, OPT_GID,
+       OPT_UPAR, OPT_NO_PT, OPT_NO_URING, OPT_KEEPER, OPT_NO_KEEPER, OPT_FMODE, OPT_DMODE,
+       OPT_UID, OPT_GID,
        OPT_NO_AO, OPT_NEG, OPT_MEM, OPT_NS, OPT_INO, OPT_METRICS,
        OPT_PEERS, OPT_PEER_LISTEN, OPT_PEER_SECRET, OPT_PEER_TIMEOUT,
        OPT_PEER_TRANSPORT, OPT_PEER_KEEP_LOCAL, OPT_CREDENTIALS };
@@ -195,6 +198,7 @@ static const struct option mount_lo[] = {
 	{ "no-passthrough", no_argument, NULL, OPT_NO_PT },
 	{ "no-uring", no_argument, NULL, OPT_NO_URING },
 	{ "keeper", no_argument, NULL, OPT_KEEPER },
+	{ "no-keeper", no_argument, NULL, OPT_NO_KEEPER },
 	{ "file-mode", required_argument, NULL, OPT_FMODE },
 	{ "dir-mode", required_argument, NULL, OPT_DMODE },
 	{ "uid", required_argument, NULL, OPT_UID },
@@ -362,7 +366,8 @@ static int mount_fuse_opt(int c, const char *arg, struct mount_opts *o)
 	case OPT_DEBUG: o->debug = o->foreground = true; return 0;
 	case OPT_NO_PT: o->no_passthrough = true; return 0;
 	case OPT_NO_URING: o->no_uring = true; return 0;
-	case OPT_KEEPER: o->keeper = true; return 0;
+	case OPT_KEEPER: o->keeper_given = true; return 0;
+	case OPT_NO_KEEPER: o->no_keeper = true; return 0;
 	case OPT_NO_AO: o->no_allow_other = true; return 0;
 	case 'o': o->fuse_opts = arg; return 0;
 	case OPT_FMODE:

@@ -9,6 +9,7 @@
 . "$TOP/tests/lib/common.sh"
 
 mount_setup crash
+no_keeper # it kills the daemon: what a mount without a keeper does
 mkdir -p data
 for i in 1 2 3 4; do random_file data/s$i 5; done
 awsx s3 cp --quiet --recursive data "s3://$B/data/"

@@ -17,6 +17,7 @@
 . "$TOP/tests/lib/common.sh"
 
 mount_setup msg
+no_keeper # it kills the daemon: what a mount without a keeper does
 PUB=
 cleanup() {
 	if [ -n "$PUB" ]; then

@@ -14,6 +14,7 @@
 . "$TOP/tests/lib/common.sh"
 
 mount_setup ns
+no_keeper # it kills the daemon: what a mount without a keeper does
 gw_back() { "$TOP/tests/lib/rgw.sh" start-gw "$RGW_DIR" >/dev/null 2>&1 || true; }
 trap 'gw_back; unmount_quietly "$MNT"; cleanup_common' EXIT
 

@@ -24,6 +24,7 @@
 . "$TOP/tests/lib/common.sh"
 
 mount_setup group
+no_keeper # it kills the daemon: what a mount without a keeper does
 command -v ceph >/dev/null || { echo "SKIP: no ceph CLI for the gateway's counters"; exit 77; }
 . "$TOP/tests/lib/group.sh"
 

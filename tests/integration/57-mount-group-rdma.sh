@@ -21,6 +21,7 @@ set -euo pipefail
 . "$TOP/tests/lib/common.sh"
 
 mount_setup grouprdma
+no_keeper # it kills the daemon: what a mount without a keeper does
 command -v ceph >/dev/null || { echo "SKIP: no ceph CLI for the gateway's counters"; exit 77; }
 . "$TOP/tests/lib/group.sh"
 PROV='tcp;ofi_rxm'

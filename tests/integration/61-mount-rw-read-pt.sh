@@ -21,6 +21,7 @@
 . "$TOP/tests/lib/common.sh"
 
 mount_setup rwpt
+no_keeper # it kills the daemon: what a mount without a keeper does
 mkdir -p data got
 trap 'unmount_quietly "$MNT"; cleanup_common' EXIT
 

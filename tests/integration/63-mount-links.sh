@@ -16,6 +16,7 @@
 . "$TOP/tests/lib/common.sh"
 
 mount_setup links
+no_keeper # it kills the daemon: what a mount without a keeper does
 trap 'unmount_quietly "$MNT"; cleanup_common' EXIT
 
 MNT_OPTS=(--async-delay 0)

@@ -21,6 +21,7 @@ restore() {
 	if [ -n "$OLD" ]; then echo "$OLD" >"$P" 2>/dev/null || true; fi
 }
 mount_setup uring
+no_keeper # a kept mount takes its requests from /dev/fuse (docs/keeper.md "The ring")
 mkdir -p data
 trap 'unmount_quietly "$MNT"; restore; cleanup_common' EXIT
 

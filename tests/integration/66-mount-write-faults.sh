@@ -17,6 +17,7 @@
 . "$TOP/tests/lib/common.sh"
 
 mount_setup wf
+no_keeper # it kills the daemon: what a mount without a keeper does
 SMALL=$TEST_DIR/small
 mkdir -p "$MNT" "$SMALL" data got
 trap 'unmount_quietly "$MNT"; umount "$SMALL" 2>/dev/null || true; cleanup_common' EXIT

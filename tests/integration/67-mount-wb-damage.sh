@@ -17,6 +17,7 @@
 . "$TOP/tests/lib/common.sh"
 
 mount_setup wbdmg
+no_keeper # it kills the daemon: what a mount without a keeper does
 mkdir -p data got
 trap 'unmount_quietly "$MNT"; cleanup_common' EXIT
 

@@ -14,6 +14,7 @@
 . "$TOP/tests/lib/common.sh"
 
 mount_setup crashnames
+no_keeper # it kills the daemon: what a mount without a keeper does
 FS=$TEST_DIR/store
 mkdir -p "$FS"
 trap 'pkill -9 -f "crashnames-writer $TEST_DIR" || true; unmount_quietly "$MNT"; cleanup_common' EXIT

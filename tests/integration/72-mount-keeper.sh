@@ -1,7 +1,8 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 #
-# --keeper: a mount outlives its daemon (docs/keeper.md).  kill -9 of the
+# A kept mount (`fmfs mount`'s default) outlives its daemon
+# (docs/keeper.md).  kill -9 of the
 # daemon while a read waits on the gateway (held back by the fault
 # proxy): a new daemon takes the mount over, the kernel sends the read
 # again, and the reader gets every byte right without an error; a
@@ -12,23 +13,38 @@
 # on across a second kill and reaches the bucket whole.  A damaged
 # journal: the mount ends as it would without a keeper, the log says
 # why, and what was closed before reaches the bucket after a remount.
-# Where the kernel offers FUSE over io_uring, a keeper's ring mount is
-# refused its takeover the same way.  `fmfs restart` has the keeper run
-# the binary again, which takes the mount over with a reader and a
-# writer open; without a keeper it says so.  SIGTERM unmounts cleanly.
+# Where the kernel offers FUSE over io_uring, a kept mount takes its
+# requests from /dev/fuse and says why; --no-keeper takes the ring.
+# `fmfs restart` has the keeper run the binary again, which takes the
+# mount over with a reader and a writer open; without a keeper it says
+# so.  --foreground has no keeper; --keeper with it, or with --no-keeper,
+# is refused.  SIGTERM unmounts cleanly.
 . "$TOP/tests/lib/common.sh"
 
 mount_setup keeper
+# The default mount, also in the run on FUSE over io_uring
+# (tests/run-tests.sh), which otherwise mounts with --no-keeper.
+FMFS=${FMFS_REAL:-$FMFS}
+# stat_opt KEY: a status field that may be absent (then empty).
+stat_opt() {
+	$FMFS status "$MNT" --json | python3 -c \
+		"import json,sys; print(json.load(sys.stdin).get('$1', ''))"
+}
 mkdir -p data
 random_file data/big 24
 random_file data/small 1
 awsx s3 cp --quiet --recursive data "s3://$B/data/"
 start_proxy
 trap 'unmount_quietly "$MNT"; cleanup_common' EXIT
-MNT_OPTS=(--endpoint "$PROXY_URL" --keeper --no-uring)
+MNT_OPTS=(--endpoint "$PROXY_URL")
 
-expect_exit 2 "cannot go with --foreground" try_mnt --foreground
+expect_exit 2 "cannot go with --foreground" try_mnt --keeper --foreground
+expect_exit 2 "^fmfs mount: --keeper and --no-keeper: give one of them" \
+	try_mnt --keeper --no-keeper
+mountpoint -q "$MNT" && fail "a refused mount mounted"
 mnt
+[ "$(stat_of transport)" = dev-fuse ] ||
+	fail "a kept mount on $(stat_of transport)"
 dpid=$(stat_of daemon_pid)
 kpid=$(stat_of keeper_pid)
 [ "$dpid" != "$kpid" ] && [ "$kpid" -gt 0 ] ||
@@ -163,29 +179,38 @@ grep -q "not connected" err || fail "expected ENOTCONN: $(cat err)"
 grep -q "no takeover: the journal is damaged" "$CACHE/fmfs.log" ||
 	fail "the log does not say why: $(tail -3 "$CACHE/fmfs.log")"
 $FMFS umount "$MNT" || fail "umount of the ended mount failed"
-MNT_OPTS=()
+MNT_OPTS=(--no-keeper)
 mnt
+[ "$(stat_of keeper_pid)" = 0 ] || fail "--no-keeper: keeper_pid $(stat_of keeper_pid)"
 $FMFS flush --wait "$MNT" >/dev/null || fail "flush after the remount failed"
 expect_exit 1 "has no keeper" $FMFS restart "$MNT"
 [ "$(awsx s3 cp "s3://$B/data/closed" -)" = closed ] ||
 	fail "a file closed before the crash is not in the bucket"
-if [ "$(stat_of transport)" = io_uring ]; then
-	note "a mount on FUSE over io_uring: its takeover is refused, the mount ends as before"
+$FMFS umount "$MNT"
+MNT_OPTS=()
+mnt
+if [ "$(stat_of uring_offered)" = true ] || [ -n "$(stat_opt uring_not_used)" ]; then
+	note "the kernel offers FUSE over io_uring: a kept mount does not take it, --no-keeper does"
+	[ "$(stat_of transport)" = dev-fuse ] || fail "a kept mount on $(stat_of transport)"
+	stat_opt uring_not_used | grep -q "a kept mount takes its requests from /dev/fuse" ||
+		fail "status does not say why the ring is not used: '$(stat_opt uring_not_used)'"
 	$FMFS umount "$MNT"
-	mnt --keeper
-	[ "$(stat_of transport)" = io_uring ] || fail "the keeper's mount is not on the ring"
-	kpid=$(stat_of keeper_pid)
-	kill -9 "$(stat_of daemon_pid)"
-	for _ in $(seq 50); do kill -0 "$kpid" 2>/dev/null || break; sleep 0.1; done
-	kill -0 "$kpid" 2>/dev/null && fail "the keeper stayed with a ring mount"
-	grep -q "no takeover: the mount used FUSE over io_uring" "$CACHE/fmfs.log" ||
-		fail "the log does not say why: $(tail -3 "$CACHE/fmfs.log")"
-	timeout 10 ls "$MNT" >/dev/null 2>&1 && fail "the ring mount still answered"
-	$FMFS umount "$MNT" || fail "umount of the ended ring mount failed"
+	mnt --no-keeper
+	[ "$(stat_of transport)" = io_uring ] || fail "--no-keeper: not on the ring"
+	expect_exit 1 "has no keeper" $FMFS restart "$MNT"
 else
 	note "the kernel offers no FUSE over io_uring here: the ring case not run"
-	$FMFS umount "$MNT"
+	[ -z "$(stat_opt uring_not_used)" ] || fail "uring_not_used without the ring"
 fi
+$FMFS umount "$MNT"
+note "--foreground: no keeper"
+$FMFS mount "s3://$B" "$MNT" --cache-dir "$CACHE" --foreground >fg.log 2>&1 &
+fg=$!
+for _ in $(seq 100); do mountpoint -q "$MNT" && break; sleep 0.1; done
+mountpoint -q "$MNT" || fail "--foreground did not mount: $(cat fg.log)"
+[ "$(stat_of keeper_pid)" = 0 ] || fail "--foreground: keeper_pid $(stat_of keeper_pid)"
+$FMFS umount "$MNT" || fail "umount of the --foreground mount"
+wait "$fg" || fail "--foreground mount exited $?: $(cat fg.log)"
 
 note "SIGTERM of a daemon unmounts cleanly (libfabric's PSM providers' handlers exit(1))"
 mnt

@@ -71,6 +71,13 @@ mount_setup() {
 # a mount point.  try_mnt: the same mount, its status returned instead,
 # for a test that expects a mount to fail or says why one failed itself.
 MNT_OPTS=()
+# no_keeper: from here on this test's `$FMFS mount` runs without a keeper
+# (tests/lib/fmfs-no-keeper): for a test of what a kill -9 of the daemon
+# does to a mount that has none.
+no_keeper() {
+	export FMFS_REAL=${FMFS_REAL:-$FMFS}
+	FMFS=$TOP/tests/lib/fmfs-no-keeper
+}
 try_mnt() {
 	$FMFS mount "s3://$B" "$MNT" --cache-dir "$CACHE" "${MNT_OPTS[@]}" "$@"
 }
