@@ -169,6 +169,7 @@ struct fs {
 	 * keeper, NULL without one; our handles' tag (low 4 bits of fh);
 	 * the INIT of a new daemon, replayed to libfuse. */
 	struct fs_tk *tk;
+	struct fs_tkr *tkr;        /* tk_replies.c */
 	unsigned tk_tag;
 	bool tk_init_due;
 	atomic_bool tk_init_done;  /* read without the lock once set */
@@ -208,6 +209,7 @@ static inline struct fs *FS(fuse_req_t req)
 /* metrics.c */
 /* Replaces each operation of ops with one that times it. */
 void fs_metrics_wrap(struct fuse_lowlevel_ops *ops);
+int fs_metrics_cur_op(void);  /* FSOP_* this thread runs, or -1 */
 void fs_metrics_write(struct fs *fs, FILE *out);
 void fs_metrics_render(FILE *out, void *fs); /* metrics_render_fn */
 
@@ -241,6 +243,8 @@ struct fs_tk_info {
 	unsigned takeovers;
 	int64_t last_ms, last_took_ms;
 	unsigned resent;           /* requests the kernel sent again */
+	unsigned given;            /* of those, answered as the daemon
+	                            * before had (tk_replies.c) */
 	char cause[128], refused[256];
 };
 int fs_tk_attach(struct fs *fs, char *why, size_t wl); /* replays */
@@ -268,6 +272,21 @@ void fs_tk_ring_used(struct fs *fs);
 bool fs_tk_ring_was_used(struct fs *fs);
 void fs_tk_count_resent(struct fs *fs, const void *req); /* after INIT */
 void fs_tk_status(struct fs *fs, struct fs_tk_info *out);
+size_t fs_tk_replies_off(void);  /* the replies' room in the region */
+void fs_tk_count_given(struct fs *fs);
+
+/* tk_replies.c: the replies to requests that must not run twice, kept
+ * in the region until sent, and given again for a resent request
+ * (docs/keeper.md "Requests done once").  fs_tkr_record: before a reply
+ * is written (passthrough.c); fs_tkr_answer: true when req was answered
+ * so (libfuse must not see it); fs_tkr_pending: such replies may still
+ * be asked for. */
+#define FS_TKR_SIZE (64u * 256u)
+void fs_tkr_attach(struct fs *fs);
+void fs_tkr_detach(struct fs *fs);
+void fs_tkr_record(struct fs *fs, const struct iovec *iov, int count);
+bool fs_tkr_pending(struct fs *fs);
+bool fs_tkr_answer(struct fs *fs, int fd, const void *req, size_t n);
 
 /* mount.c: the uploaders and the prober, once mounted: 0 or -errno */
 int fs_start_workers(struct fs *fs, char *msg, size_t ml);

@@ -110,6 +110,11 @@ void fs_metrics_wrap(struct fuse_lowlevel_ops *ops)
 #undef SET
 }
 
+int fs_metrics_cur_op(void)
+{
+	return cur_op;
+}
+
 int fs_reply_err(fuse_req_t req, int err)
 {
 	/* A missing name or attribute is an answer, not a failure. */

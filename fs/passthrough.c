@@ -52,6 +52,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/uio.h>
@@ -125,8 +126,12 @@ static ssize_t pt_read(int fd, void *buf, size_t len, void *userdata)
 	struct fs *fs = userdata;
 	ssize_t n = fs_tk_init_read(fs, buf, len); /* a new daemon's INIT */
 
-	if (n < 0)
-		n = read(fd, buf, len);
+	if (n < 0) {
+		do
+			n = read(fd, buf, len);
+		/* a resent request the dead daemon had answered */
+		while (n >= 16 && fs_tkr_answer(fs, fd, buf, (size_t)n));
+	}
 	if (n >= 16 && atomic_load(&fs->tk_init_done))
 		fs_tk_count_resent(fs, buf);
 	/* The kernel's first request is INIT: does it offer passthrough? */
@@ -182,8 +187,10 @@ static ssize_t pt_writev(int fd, struct iovec *iov, int count,
 	bool start_ring = false;
 	ssize_t n;
 
-	if (count != 2 || iov[0].iov_len < 16)
+	if (count != 2 || iov[0].iov_len < 16) {
+		fs_tkr_record(fs, iov, count); /* an error, for one */
 		return pt_send(fs, fd, iov, count);
+	}
 	memcpy(&err, (char *)iov[0].iov_base + 4, sizeof(err));
 	memcpy(&unique, (char *)iov[0].iov_base + 8, sizeof(unique));
 	if (pt_next_reply > 0 && !err && iov[1].iov_len >= PT_OPEN_OUT_SIZE) {
@@ -228,6 +235,7 @@ static ssize_t pt_writev(int fd, struct iovec *iov, int count,
 			n += (ssize_t)iov->iov_len;
 		return n;
 	}
+	fs_tkr_record(fs, iov, count);
 	n = pt_send(fs, fd, iov, count);
 	/* The kernel takes the ring's commands once it has the reply. */
 	if (start_ring && n > 0)
@@ -236,12 +244,36 @@ static ssize_t pt_writev(int fd, struct iovec *iov, int count,
 	return n;
 }
 
+/* libfuse takes requests into a pipe of its own (as large as its
+ * buffer).  Just after a takeover, while replies of the daemon before may
+ * be asked for again (tk_replies.c), the request is read and its header
+ * looked at first, then written into the pipe. */
 static ssize_t pt_splice_receive(int fdin, off_t *offin, int fdout,
 				 off_t *offout, size_t len, unsigned flags,
 				 void *userdata)
 {
-	(void)userdata;
-	return splice(fdin, offin, fdout, offout, len, flags);
+	struct fs *fs = userdata;
+	ssize_t n, w;
+	char *buf;
+
+	if (!fs_tkr_pending(fs) || offin || offout || !(buf = malloc(len)))
+		return splice(fdin, offin, fdout, offout, len, flags);
+	do
+		n = read(fdin, buf, len);
+	while (n >= 16 && fs_tkr_answer(fs, fdin, buf, (size_t)n));
+	if (n >= 16 && atomic_load(&fs->tk_init_done))
+		fs_tk_count_resent(fs, buf);
+	for (w = 0; n > 0 && w < n;) {
+		ssize_t k = write(fdout, buf + w, (size_t)(n - w));
+
+		if (k <= 0) {
+			n = -1;
+			break;
+		}
+		w += k;
+	}
+	free(buf);
+	return n;
 }
 
 static ssize_t pt_splice_send(int fdin, off_t *offin, int fdout,

@@ -61,6 +61,7 @@ struct tk_head {
 	_Atomic int64_t last_took_ms; /* until the new daemon served */
 	_Atomic int32_t keeper_pid, daemon_pid;
 	_Atomic uint32_t resent;   /* requests sent again, last takeover */
+	_Atomic uint32_t given;    /* of those, answered from tk_replies.c */
 	char cause[128];           /* of the last one */
 	char refused[256];         /* why the last one was refused */
 };
@@ -120,7 +121,7 @@ int fs_tk_region_create(void)
 
 	if (fd < 0)
 		return -errno;
-	if (ftruncate(fd, TK_HEAD + 2 * (off_t)TK_HALF)) {
+	if (ftruncate(fd, TK_HEAD + 2 * (off_t)TK_HALF + FS_TKR_SIZE)) {
 		int e = errno;
 
 		close(fd);
@@ -165,6 +166,7 @@ int fs_tk_region_begin(int fd, const char *cause, char *why, size_t wl)
 	atomic_store(&h->last_ms, wall_ms());
 	atomic_store(&h->last_took_ms, -1);
 	atomic_store(&h->resent, 0);
+	atomic_store(&h->given, 0);
 	snprintf(h->cause, sizeof(h->cause), "%s", cause);
 	h->refused[0] = '\0';
 	if (atomic_load(&h->flags) & TK_F_RING) {
@@ -707,6 +709,8 @@ int fs_tk_attach(struct fs *fs, char *why, size_t wl)
 	}
 	if (rc)
 		snprintf(t->head->refused, sizeof(t->head->refused), "%s", why);
+	else
+		fs_tkr_attach(fs);
 	return rc;
 }
 
@@ -716,6 +720,7 @@ void fs_tk_detach(struct fs *fs)
 
 	if (!t)
 		return;
+	fs_tkr_detach(fs);
 	while (t->live) {
 		struct tk_old *o = t->live;
 
@@ -936,6 +941,16 @@ void fs_tk_count_resent(struct fs *fs, const void *req)
 		atomic_fetch_add(&fs->tk->head->resent, 1);
 }
 
+void fs_tk_count_given(struct fs *fs)
+{
+	atomic_fetch_add(&fs->tk->head->given, 1);
+}
+
+size_t fs_tk_replies_off(void)
+{
+	return TK_HEAD + 2 * (size_t)TK_HALF;
+}
+
 void fs_tk_ring_used(struct fs *fs)
 {
 	if (fs->tk)
@@ -960,6 +975,7 @@ void fs_tk_status(struct fs *fs, struct fs_tk_info *out)
 	out->last_ms = atomic_load(&h->last_ms);
 	out->last_took_ms = atomic_load(&h->last_took_ms);
 	out->resent = atomic_load(&h->resent);
+	out->given = atomic_load(&h->given);
 	snprintf(out->cause, sizeof(out->cause), "%s", h->cause);
 	snprintf(out->refused, sizeof(out->refused), "%s", h->refused);
 }

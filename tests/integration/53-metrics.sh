@@ -65,7 +65,11 @@ expect_exit 2 "--metrics" $FMFS mount "s3://$B" "$MNT" --metrics 127.0.0.1:99999
 python3 -c 'import socket,time,sys
 s=socket.socket(); s.bind(("127.0.0.1",int(sys.argv[1]))); s.listen(1); time.sleep(30)' "$MPORT" &
 HOLD=$!
-sleep 0.5
+# listening before the mount tries (python starts slowly under load)
+for _ in $(seq 100); do
+	(exec 3<>"/dev/tcp/127.0.0.1/$MPORT") 2>/dev/null && break
+	sleep 0.1
+done
 rc=0
 try_mnt --metrics "127.0.0.1:$MPORT" 2>err || rc=$?
 kill "$HOLD" 2>/dev/null || true

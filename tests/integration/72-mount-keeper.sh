@@ -212,6 +212,31 @@ mountpoint -q "$MNT" || fail "--foreground did not mount: $(cat fg.log)"
 $FMFS umount "$MNT" || fail "umount of the --foreground mount"
 wait "$fg" || fail "--foreground mount exited $?: $(cat fg.log)"
 
+note "a rename and a mkdir done when the daemon died are not done again: the kept replies answer"
+for op in rename mkdir; do
+	FMFS_TK_FAULT=$op $FMFS mount "s3://$B" "$MNT" --cache-dir "$CACHE" ||
+		fail "mount with FMFS_TK_FAULT=$op"
+	echo "$op" >"$MNT/src-$op"
+	case $op in
+	rename) mv "$MNT/src-$op" "$MNT/dst-$op" 2>err ||
+		fail "mv when the daemon died after doing it: $(cat err)" ;;
+	mkdir) mkdir "$MNT/dir-$op" 2>err ||
+		fail "mkdir when the daemon died after doing it: $(cat err)" ;;
+	esac
+	[ "$(stat_of takeovers)" = 1 ] || fail "$op: $(stat_of takeovers) takeovers, not 1"
+	[ "$(stat_of last_takeover_replies_kept)" = 1 ] ||
+		fail "$op: $(stat_of last_takeover_replies_kept) kept replies given, not 1"
+	grep -q "answered as the daemon before had done it" "$CACHE/fmfs.log" ||
+		fail "$op: the log does not say so: $(tail -3 "$CACHE/fmfs.log")"
+	$FMFS flush --wait "$MNT" >/dev/null || fail "$op: flush"
+	$FMFS umount "$MNT" || fail "$op: umount"
+done
+awsx s3 ls "s3://$B/" >ls.out
+grep -q " dst-rename$" ls.out && ! grep -q " src-rename$" ls.out ||
+	fail "the bucket after the rename: $(cat ls.out)"
+grep -q " dir-mkdir/$" ls.out || fail "the bucket has no dir-mkdir/: $(cat ls.out)"
+[ "$(awsx s3 cp "s3://$B/dst-rename" -)" = rename ] || fail "dst-rename's bytes"
+
 note "SIGTERM of a daemon unmounts cleanly (libfabric's PSM providers' handlers exit(1))"
 mnt
 kill -TERM "$(stat_of daemon_pid)"

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: MIT
-"""keeper-trials - kill -9 the daemon of a --keeper mount at random
+"""keeper-trials - kill -9 the daemon of a kept mount at random
 moments under load, and check that the programs using it see nothing
 (docs/keeper.md).
 
@@ -19,7 +19,10 @@ the writer had fsync'ed must be in the store (read on the store's side:
 the file:// directory, or with the aws CLI for s3://).
 
   keeper-trials.py --fmfs tools/fmfs --dir DIR [--trials 100] [--size 64]
-                   [--store file|s3://BUCKET] [--uring]
+                   [--store file|s3://BUCKET]
+
+(a kept mount takes its requests from /dev/fuse even where the kernel
+offers FUSE over io_uring: docs/keeper.md "The ring")
 
 Prints one line per trial and a summary; exits 0 when every check held.
 """
@@ -122,8 +125,6 @@ def main():
     ap.add_argument("--trials", type=int, default=100)
     ap.add_argument("--size", type=int, default=64, help="MiB a file")
     ap.add_argument("--store", default="file")
-    ap.add_argument("--uring", action="store_true",
-                    help="leave the ring on (a takeover is then refused)")
     a = ap.parse_args()
     fmfs = os.path.abspath(a.fmfs)
     d = os.path.abspath(a.dir)
@@ -149,8 +150,7 @@ def main():
         url = a.store
         subprocess.run(["aws", "s3", "cp", "--quiet", "--recursive", local,
                         url + "/data/"], check=True)
-    opts = ["--keeper"] + ([] if a.uring else ["--no-uring"])
-    subprocess.run([fmfs, "mount", url, mnt, "--cache-dir", cache] + opts,
+    subprocess.run([fmfs, "mount", url, mnt, "--cache-dir", cache],
                    check=True)
     stop, errs = mp.Event(), mp.Queue()
     acked = mp.Value("q", 0)
@@ -188,9 +188,10 @@ def main():
             break
         times.append(st["last_takeover_ms"])
         print("trial %d: daemon %d killed, served again after %d ms "
-              "(%d requests resent)" % (t, pid, st["last_takeover_ms"],
-                                        st.get("last_takeover_resent", 0)),
-              flush=True)
+              "(%d requests resent, %d answered with kept replies)" %
+              (t, pid, st["last_takeover_ms"],
+               st.get("last_takeover_resent", 0),
+               st.get("last_takeover_replies_kept", 0)), flush=True)
     stop.set()
     for p in procs:
         p.join(60)

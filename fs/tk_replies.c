@@ -1,0 +1,247 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tk_replies.c - answers that a dead daemon had made and not sent
+ * (docs/keeper.md "Requests done once").
+ *
+ * A request the kernel resends after a takeover (FUSE_NOTIFY_RESEND) is
+ * one the dead daemon had read and not answered.  For most requests that
+ * is as good as new: a read, a lookup, a getattr, a write at an offset
+ * give the same answer again.  A rename, unlink, rmdir, mkdir, mknod,
+ * symlink, link, create, setxattr or removexattr that the dead daemon had
+ * carried out would, carried out again, fail (ENOENT, EEXIST) or do
+ * something else.  So the reply to each of those is copied into the
+ * takeover region just before it is sent: slots in a ring after the
+ * journal's two halves, each a reply of at most TKR_BYTES with the
+ * request's unique id, published last.  A new daemon takes the slots it
+ * finds (and clears them for its own); a resent request whose id is
+ * among them is answered with that reply, unchanged but for the resend
+ * bit of its id, and libfuse never sees it.  Resent requests come first
+ * after the takeover; the slots are looked at for TKR_WINDOW_MS.
+ *
+ * What is left: a kill between the store's change and the copy (a few
+ * instructions; the store's round trip is before both) still has the
+ * request carried out twice.  Requests read by splice are read plainly
+ * while the slots are looked at, so that their header can be seen.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "fs_int.h"
+
+#define TKR_SLOTS 64
+#define TKR_BYTES 240
+#define TKR_WINDOW_MS 10000
+#define TKR_RESEND (1ull << 63)   /* FUSE_UNIQUE_RESEND */
+
+struct tkr_slot {
+	_Atomic uint64_t unique;  /* 0: empty; written last */
+	uint32_t len, pad;
+	unsigned char b[TKR_BYTES];
+};
+
+struct tkr_old {
+	uint64_t unique;
+	uint32_t len;
+	unsigned char b[TKR_BYTES];
+};
+
+struct fs_tkr {
+	struct tkr_slot *slots;   /* in the region: this daemon's */
+	_Atomic unsigned next;
+	struct tkr_old *old;      /* the dead daemon's, found at attach */
+	unsigned nold;
+	_Atomic unsigned left;    /* of those, not yet given */
+	uint64_t until_ms;
+	pthread_mutex_t lock;     /* old */
+	int fault_op;             /* FMFS_TK_FAULT, or -1 */
+};
+
+_Static_assert(sizeof(struct tkr_slot) * TKR_SLOTS == FS_TKR_SIZE,
+	       "the region's room for replies");
+
+/* FMFS_TK_FAULT=OP (docs/testing.md, 72-mount-keeper): the first
+ * daemon of a kept mount kills itself with SIGKILL once it has kept its
+ * first reply to OP and before it sends it: the crash this file is for,
+ * made on purpose. */
+static int fault_op(const struct fs *fs)
+{
+	static const struct { const char *name; int op; } ops[] = {
+		{ "mknod", FSOP_mknod }, { "mkdir", FSOP_mkdir },
+		{ "unlink", FSOP_unlink }, { "rmdir", FSOP_rmdir },
+		{ "symlink", FSOP_symlink }, { "rename", FSOP_rename },
+		{ "link", FSOP_link }, { "setxattr", FSOP_setxattr },
+		{ "removexattr", FSOP_removexattr }, { "create", FSOP_create },
+	};
+	const char *e = getenv("FMFS_TK_FAULT");
+
+	if (!e || fs->cfg.tk_fuse_fd > 0)
+		return -1;
+	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
+		if (!strcmp(e, ops[i].name))
+			return ops[i].op;
+	fprintf(stderr, "fmfs: FMFS_TK_FAULT=%s: not an operation whose "
+		"reply is kept; ignored\n", e);
+	return -1;
+}
+
+void fs_tkr_attach(struct fs *fs)
+{
+	size_t off = fs_tk_replies_off();
+	struct fs_tkr *r;
+	struct stat st;
+	void *p;
+
+	if (!fs->tk || fstat(fs->cfg.tk_fd, &st) ||
+	    (size_t)st.st_size < off + FS_TKR_SIZE)
+		return; /* a region made by an older binary: no slots */
+	p = mmap(NULL, FS_TKR_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED,
+		 fs->cfg.tk_fd, (off_t)off);
+	r = calloc(1, sizeof(*r));
+	if (p == MAP_FAILED || !r) {
+		if (p != MAP_FAILED)
+			munmap(p, FS_TKR_SIZE);
+		free(r);
+		return;
+	}
+	r->slots = p;
+	r->fault_op = fault_op(fs);
+	pthread_mutex_init(&r->lock, NULL);
+	if (fs->cfg.tk_fuse_fd > 0) {
+		r->old = calloc(TKR_SLOTS, sizeof(*r->old));
+		for (unsigned i = 0; r->old && i < TKR_SLOTS; i++) {
+			struct tkr_slot *s = &r->slots[i];
+			uint64_t u = atomic_load(&s->unique);
+
+			if (!u || s->len < 16 || s->len > TKR_BYTES)
+				continue;
+			r->old[r->nold].unique = u;
+			r->old[r->nold].len = s->len;
+			memcpy(r->old[r->nold].b, s->b, s->len);
+			r->nold++;
+		}
+		atomic_store(&r->left, r->nold);
+		r->until_ms = util_now_ms() + TKR_WINDOW_MS;
+	}
+	for (unsigned i = 0; i < TKR_SLOTS; i++)
+		atomic_store(&r->slots[i].unique, 0);
+	fs->tkr = r;
+}
+
+void fs_tkr_detach(struct fs *fs)
+{
+	struct fs_tkr *r = fs->tkr;
+
+	if (!r)
+		return;
+	munmap(r->slots, FS_TKR_SIZE);
+	pthread_mutex_destroy(&r->lock);
+	free(r->old);
+	free(r);
+	fs->tkr = NULL;
+}
+
+/* The operations whose second run would not answer as the first. */
+static bool once_only(int op)
+{
+	switch (op) {
+	case FSOP_mknod: case FSOP_mkdir: case FSOP_unlink: case FSOP_rmdir:
+	case FSOP_symlink: case FSOP_rename: case FSOP_link:
+	case FSOP_setxattr: case FSOP_removexattr: case FSOP_create:
+		return true;
+	default:
+		return false;
+	}
+}
+
+void fs_tkr_record(struct fs *fs, const struct iovec *iov, int count)
+{
+	struct fs_tkr *r = fs->tkr;
+	struct tkr_slot *s;
+	size_t len = 0;
+	uint64_t unique;
+
+	if (!r || !once_only(fs_metrics_cur_op()) || count < 1 ||
+	    iov[0].iov_len < 16)
+		return;
+	for (int i = 0; i < count; i++)
+		len += iov[i].iov_len;
+	if (len > TKR_BYTES)
+		return;
+	memcpy(&unique, (const char *)iov[0].iov_base + 8, sizeof(unique));
+	if (!unique)
+		return;
+	s = &r->slots[atomic_fetch_add(&r->next, 1) % TKR_SLOTS];
+	atomic_store(&s->unique, 0);
+	len = 0;
+	for (int i = 0; i < count; i++) {
+		memcpy(s->b + len, iov[i].iov_base, iov[i].iov_len);
+		len += iov[i].iov_len;
+	}
+	s->len = (uint32_t)len;
+	atomic_store_explicit(&s->unique, unique, memory_order_release);
+	if (r->fault_op == fs_metrics_cur_op())
+		raise(SIGKILL);
+}
+
+bool fs_tkr_pending(struct fs *fs)
+{
+	struct fs_tkr *r = fs->tkr;
+
+	if (!r || !atomic_load(&r->left))
+		return false;
+	if (util_now_ms() > r->until_ms) {
+		atomic_store(&r->left, 0);
+		return false;
+	}
+	return true;
+}
+
+bool fs_tkr_answer(struct fs *fs, int fd, const void *req, size_t n)
+{
+	struct fs_tkr *r = fs->tkr;
+	unsigned char out[TKR_BYTES];
+	uint64_t unique;
+	uint32_t len = 0;
+
+	if (n < 16 || !fs_tkr_pending(fs))
+		return false;
+	memcpy(&unique, (const char *)req + 8, sizeof(unique));
+	if (!(unique & TKR_RESEND))
+		return false;
+	pthread_mutex_lock(&r->lock);
+	for (unsigned i = 0; i < r->nold; i++) {
+		if (r->old[i].unique != (unique & ~TKR_RESEND))
+			continue;
+		len = r->old[i].len;
+		memcpy(out, r->old[i].b, len);
+		r->old[i].unique = 0;
+		atomic_fetch_sub(&r->left, 1);
+		break;
+	}
+	pthread_mutex_unlock(&r->lock);
+	if (!len)
+		return false;
+	memcpy(out + 8, &unique, sizeof(unique)); /* as the kernel sent it */
+	if (write(fd, out, len) != (ssize_t)len) {
+		/* Served as any resent request then: carried out again. */
+		fprintf(stderr, "fmfs: takeover: the reply the daemon before "
+			"had made to request %llu was refused: %s\n",
+			(unsigned long long)(unique & ~TKR_RESEND),
+			strerror(errno));
+		return false;
+	}
+	if (fs->tk)
+		fs_tk_count_given(fs);
+	fprintf(stderr, "fmfs: takeover: request %llu, sent again, answered "
+		"as the daemon before had done it (not done twice)\n",
+		(unsigned long long)(unique & ~TKR_RESEND));
+	return true;
+}
