@@ -773,6 +773,9 @@ static void *reopen(struct fs *fs, struct tk_old *o, int *err)
 		pthread_mutex_lock(&fs->tk->lock);
 		o->now = p;
 		pthread_mutex_unlock(&fs->tk->lock);
+	} else if (in && in->unlinked) {
+		/* Its bytes were the dead daemon's (docs/keeper.md). */
+		*err = EIO;
 	} else {
 		fprintf(stderr, "fmfs: takeover: cannot reopen a handle of "
 			"node id %llu: %s\n", (unsigned long long)o->ino,
@@ -821,12 +824,17 @@ void *fs_tk_handle(struct fs *fs, uint64_t fh, bool open_it, int *err)
 static void reopen_eager(struct fs *fs)
 {
 	struct tk_old *o;
-	unsigned n = 0, nr = 0;
+	unsigned n = 0, nr = 0, nu = 0;
 	int err;
 
 	for (o = fs->tk->old; o; o = o->next) {
-		bool must = (o->kind >> 8) ||
-			    (o->flags & O_ACCMODE) != O_RDONLY;
+		struct fs_inode *in = fs_inode_get(fs, o->ino);
+		/* A file unlinked while open is not carried over: nothing of
+		 * it goes to the bucket, and its bytes were the dead
+		 * daemon's.  Its requests answer EIO, its close 0. */
+		bool must = ((o->kind >> 8) ||
+			     (o->flags & O_ACCMODE) != O_RDONLY) &&
+			    !(in && in->unlinked);
 
 		if ((o->kind & 255) != FS_TK_FILE)
 			continue;
@@ -835,6 +843,7 @@ static void reopen_eager(struct fs *fs)
 			nr += !must;
 			continue;
 		}
+		nu += in && in->unlinked;
 		if (!must)
 			continue;
 		snprintf(fs->tk->head->refused, sizeof(fs->tk->head->refused),
@@ -848,6 +857,10 @@ static void reopen_eager(struct fs *fs)
 		fprintf(stderr, "fmfs: takeover: %u files open for writing or "
 			"through a backing file and %u open for reading carried "
 			"over\n", n, nr);
+	if (nu)
+		fprintf(stderr, "fmfs: takeover: %u files unlinked while open "
+			"not carried over (their bytes were the daemon's before):"
+			" their reads and writes answer EIO\n", nu);
 }
 
 /* --- INIT, again --- */
