@@ -358,7 +358,8 @@ static void status_fuse(struct fs *fs, FILE *out, bool json, bool *first,
 			t = "io_uring";
 		kv(out, json, first, "transport", t, true);
 		kv(out, json, first, "uring_offered",
-		   atomic_load(&fs->ur_offered) ? "true" : "false", false);
+		   atomic_load(&fs->ur_offered) || atomic_load(&fs->ur_kept) ?
+		   "true" : "false", false);
 		kv_u64(out, json, first, "uring_queues", us.queues);
 		kv_u64(out, json, first, "uring_rings", us.rings);
 		kv_u64(out, json, first, "uring_requests", us.requests);

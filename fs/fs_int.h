@@ -271,6 +271,7 @@ bool fs_tk_init_reply(struct fs *fs, uint64_t unique, int fd);
 void fs_tk_ring_used(struct fs *fs);
 bool fs_tk_ring_was_used(struct fs *fs);
 void fs_tk_count_resent(struct fs *fs, const void *req); /* after INIT */
+void fs_tk_init_wait(struct fs *fs); /* until the takeover serves */
 void fs_tk_status(struct fs *fs, struct fs_tk_info *out);
 size_t fs_tk_replies_off(void);  /* the replies' room in the region */
 void fs_tk_count_given(struct fs *fs);
@@ -278,13 +279,16 @@ void fs_tk_count_given(struct fs *fs);
 /* tk_replies.c: the replies to requests that must not run twice, kept
  * in the region until sent, and given again for a resent request
  * (docs/keeper.md "Requests done once").  fs_tkr_record: before a reply
- * is written (passthrough.c); fs_tkr_answer: true when req was answered
+ * is written (passthrough.c), its slot (or -1) to fs_tkr_sent once the
+ * kernel has it; fs_tkr_answer: true when req was answered
  * so (libfuse must not see it); fs_tkr_pending: such replies may still
  * be asked for. */
 #define FS_TKR_SIZE (64u * 256u)
 void fs_tkr_attach(struct fs *fs);
 void fs_tkr_detach(struct fs *fs);
-void fs_tkr_record(struct fs *fs, const struct iovec *iov, int count);
+int fs_tkr_record(struct fs *fs, const struct iovec *iov, int count);
+void fs_tkr_sent(struct fs *fs, int slot, const struct iovec *iov);
+void fs_tkr_serving(struct fs *fs);  /* the window starts */
 bool fs_tkr_pending(struct fs *fs);
 bool fs_tkr_answer(struct fs *fs, int fd, const void *req, size_t n);
 

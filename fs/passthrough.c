@@ -186,10 +186,14 @@ static ssize_t pt_writev(int fd, struct iovec *iov, int count,
 	uint64_t unique, init = atomic_load(&fs->pt_init_unique);
 	bool start_ring = false;
 	ssize_t n;
+	int slot;
 
 	if (count != 2 || iov[0].iov_len < 16) {
-		fs_tkr_record(fs, iov, count); /* an error, for one */
-		return pt_send(fs, fd, iov, count);
+		slot = fs_tkr_record(fs, iov, count); /* an error */
+		n = pt_send(fs, fd, iov, count);
+		if (n > 0)
+			fs_tkr_sent(fs, slot, iov);
+		return n;
 	}
 	memcpy(&err, (char *)iov[0].iov_base + 4, sizeof(err));
 	memcpy(&unique, (char *)iov[0].iov_base + 8, sizeof(unique));
@@ -235,8 +239,10 @@ static ssize_t pt_writev(int fd, struct iovec *iov, int count,
 			n += (ssize_t)iov->iov_len;
 		return n;
 	}
-	fs_tkr_record(fs, iov, count);
+	slot = fs_tkr_record(fs, iov, count);
 	n = pt_send(fs, fd, iov, count);
+	if (n > 0)
+		fs_tkr_sent(fs, slot, iov);
 	/* The kernel takes the ring's commands once it has the reply. */
 	if (start_ring && n > 0)
 		fs_uring_start(fs, FS_MAX_READ > (1u << 20) ? FS_MAX_READ :
@@ -256,6 +262,9 @@ static ssize_t pt_splice_receive(int fdin, off_t *offin, int fdout,
 	ssize_t n, w;
 	char *buf;
 
+	/* A new daemon's: nothing is read before the handles are open
+	 * again and the kernel asked to resend (fs_tk_init_reply). */
+	fs_tk_init_wait(fs);
 	if (!fs_tkr_pending(fs) || offin || offout || !(buf = malloc(len)))
 		return splice(fdin, offin, fdout, offout, len, flags);
 	do

@@ -758,6 +758,10 @@ static void *reopen(struct fs *fs, struct tk_old *o, int *err)
 
 	if (!in) {
 		*err = ESTALE;
+	} else if (in->unlinked && (o->kind & 255) != FS_TK_DIR) {
+		/* Not by its old name, which may be another file's now: its
+		 * bytes were the dead daemon's (docs/keeper.md). */
+		*err = EIO;
 	} else if ((o->kind & 255) == FS_TK_DIR) {
 		p = ns_dir_view(fs->ns, in->key, &rc);
 		*err = -rc;
@@ -773,9 +777,8 @@ static void *reopen(struct fs *fs, struct tk_old *o, int *err)
 		pthread_mutex_lock(&fs->tk->lock);
 		o->now = p;
 		pthread_mutex_unlock(&fs->tk->lock);
-	} else if (in && in->unlinked) {
-		/* Its bytes were the dead daemon's (docs/keeper.md). */
-		*err = EIO;
+	} else if (*err == EIO && in && in->unlinked) {
+		/* said once, by reopen_eager */
 	} else {
 		fprintf(stderr, "fmfs: takeover: cannot reopen a handle of "
 			"node id %llu: %s\n", (unsigned long long)o->ino,
@@ -937,12 +940,23 @@ bool fs_tk_init_reply(struct fs *fs, uint64_t unique, int fd)
 			"FUSE_NOTIFY_RESEND (%s): requests the daemon before "
 			"had read stay unanswered\n", strerror(errno));
 	}
+	fs_tkr_serving(fs);
 	pthread_mutex_lock(&fs->tk_init_lock);
 	atomic_store(&fs->tk_init_done, true);
 	fs->tk_init_unique = 0;
 	pthread_cond_broadcast(&fs->tk_init_cond);
 	pthread_mutex_unlock(&fs->tk_init_lock);
 	return true;
+}
+
+void fs_tk_init_wait(struct fs *fs)
+{
+	if (!fs->tk_init_due || atomic_load(&fs->tk_init_done))
+		return;
+	pthread_mutex_lock(&fs->tk_init_lock);
+	while (!atomic_load(&fs->tk_init_done))
+		pthread_cond_wait(&fs->tk_init_cond, &fs->tk_init_lock);
+	pthread_mutex_unlock(&fs->tk_init_lock);
 }
 
 void fs_tk_count_resent(struct fs *fs, const void *req)

@@ -12,11 +12,14 @@
  * something else.  So the reply to each of those is copied into the
  * takeover region just before it is sent: slots in a ring after the
  * journal's two halves, each a reply of at most TKR_BYTES with the
- * request's unique id, published last.  A new daemon takes the slots it
- * finds (and clears them for its own); a resent request whose id is
- * among them is answered with that reply, unchanged but for the resend
- * bit of its id, and libfuse never sees it.  Resent requests come first
- * after the takeover; the slots are looked at for TKR_WINDOW_MS.
+ * request's unique id (without the resend bit), published last, and
+ * emptied again once the reply is written: what a dead daemon leaves in
+ * the slots is what it had not sent.  A new daemon takes those (and
+ * clears the slots for its own); a resent request whose id is among
+ * them is answered with that reply, unchanged but for the resend bit of
+ * its id, and libfuse never sees it.  Resent requests come first after
+ * the takeover; the slots are looked at until all are given or
+ * TKR_WINDOW_MS after the new daemon serves (fs_tkr_serving).
  *
  * What is left: a kill between the store's change and the copy (a few
  * instructions; the store's round trip is before both) still has the
@@ -128,7 +131,7 @@ void fs_tkr_attach(struct fs *fs)
 			r->nold++;
 		}
 		atomic_store(&r->left, r->nold);
-		r->until_ms = util_now_ms() + TKR_WINDOW_MS;
+		r->until_ms = UINT64_MAX; /* fs_tkr_serving */
 	}
 	for (unsigned i = 0; i < TKR_SLOTS; i++)
 		atomic_store(&r->slots[i].unique, 0);
@@ -161,34 +164,57 @@ static bool once_only(int op)
 	}
 }
 
-void fs_tkr_record(struct fs *fs, const struct iovec *iov, int count)
+void fs_tkr_serving(struct fs *fs)
+{
+	if (fs->tkr)
+		fs->tkr->until_ms = util_now_ms() + TKR_WINDOW_MS;
+}
+
+int fs_tkr_record(struct fs *fs, const struct iovec *iov, int count)
 {
 	struct fs_tkr *r = fs->tkr;
 	struct tkr_slot *s;
 	size_t len = 0;
 	uint64_t unique;
+	unsigned i;
 
 	if (!r || !once_only(fs_metrics_cur_op()) || count < 1 ||
 	    iov[0].iov_len < 16)
-		return;
-	for (int i = 0; i < count; i++)
-		len += iov[i].iov_len;
+		return -1;
+	for (int k = 0; k < count; k++)
+		len += iov[k].iov_len;
 	if (len > TKR_BYTES)
-		return;
+		return -1;
 	memcpy(&unique, (const char *)iov[0].iov_base + 8, sizeof(unique));
+	unique &= ~TKR_RESEND; /* a resent request's, found by its first id */
 	if (!unique)
-		return;
-	s = &r->slots[atomic_fetch_add(&r->next, 1) % TKR_SLOTS];
+		return -1;
+	i = atomic_fetch_add(&r->next, 1) % TKR_SLOTS;
+	s = &r->slots[i];
 	atomic_store(&s->unique, 0);
 	len = 0;
-	for (int i = 0; i < count; i++) {
-		memcpy(s->b + len, iov[i].iov_base, iov[i].iov_len);
-		len += iov[i].iov_len;
+	for (int k = 0; k < count; k++) {
+		memcpy(s->b + len, iov[k].iov_base, iov[k].iov_len);
+		len += iov[k].iov_len;
 	}
 	s->len = (uint32_t)len;
 	atomic_store_explicit(&s->unique, unique, memory_order_release);
 	if (r->fault_op == fs_metrics_cur_op())
 		raise(SIGKILL);
+	return (int)i;
+}
+
+void fs_tkr_sent(struct fs *fs, int slot, const struct iovec *iov)
+{
+	uint64_t unique;
+
+	if (slot < 0 || !fs->tkr)
+		return;
+	memcpy(&unique, (const char *)iov[0].iov_base + 8, sizeof(unique));
+	unique &= ~TKR_RESEND;
+	/* still ours (not taken by a 64th reply since) */
+	atomic_compare_exchange_strong(&fs->tkr->slots[slot].unique, &unique,
+				       0);
 }
 
 bool fs_tkr_pending(struct fs *fs)
@@ -230,13 +256,17 @@ bool fs_tkr_answer(struct fs *fs, int fd, const void *req, size_t n)
 	if (!len)
 		return false;
 	memcpy(out + 8, &unique, sizeof(unique)); /* as the kernel sent it */
+	if (fs->tk)
+		fs_tk_count_resent(fs, req);
 	if (write(fd, out, len) != (ssize_t)len) {
-		/* Served as any resent request then: carried out again. */
+		/* The request is gone (ENOENT) or was ended: nobody waits
+		 * for it, and it must not be carried out again. */
 		fprintf(stderr, "fmfs: takeover: the reply the daemon before "
-			"had made to request %llu was refused: %s\n",
+			"had made to request %llu was refused (%s); the "
+			"request is dropped\n",
 			(unsigned long long)(unique & ~TKR_RESEND),
 			strerror(errno));
-		return false;
+		return true;
 	}
 	if (fs->tk)
 		fs_tk_count_given(fs);
