@@ -37,7 +37,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-FMFS_ABS=$(readlink -f "$(command -v "$FMFS")")
+# the binary itself (FMFS may be tests/lib/fmfs-no-keeper)
+FMFS_ABS=$(readlink -f "$(command -v "${FMFS_REAL:-$FMFS}")")
 mkdir -p "$TREE" "$TEST_DIR/bin"
 ln -s "$TOP/tools" "$TREE/tools"
 ln -s "$TOP/docs" "$TREE/docs"

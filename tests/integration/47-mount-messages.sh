@@ -315,7 +315,7 @@ fi
 # A directory and a copy of fmfs that nobody can reach (TEST_DIR is 0700).
 PUB=$(mktemp -d "${TMPDIR:-/tmp}/fmfs-msg.XXXXXX")
 chmod 755 "$PUB"
-cp "$FMFS" "$PUB/fmfs"
+cp "${FMFS_REAL:-$FMFS}" "$PUB/fmfs" # the binary, not the test wrapper
 mkdir "$PUB/mnt"
 $FMFS mount "$URL" "$PUB/mnt" --cache-dir "$CACHE" || fail "mount on $PUB/mnt failed"
 cd "$PUB"

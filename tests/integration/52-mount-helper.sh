@@ -22,7 +22,8 @@ if [ -e "$HELPER" ] || [ -L "$HELPER" ]; then
 	exit 77
 fi
 [ "$(id -u)" = 0 ] || { echo "SKIP: mount -t needs root"; exit 77; }
-FMFS_ABS=$(readlink -f "$(command -v "$FMFS")")
+# the binary itself (FMFS may be tests/lib/fmfs-no-keeper)
+FMFS_ABS=$(readlink -f "$(command -v "${FMFS_REAL:-$FMFS}")")
 ln -s "$FMFS_ABS" "$HELPER"
 MADE=1
 

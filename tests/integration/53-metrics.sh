@@ -21,7 +21,7 @@ if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
 	echo "SKIP: no prometheus/promtool (apt-get install prometheus)"
 	exit 77
 fi
-FMTRAIN=$(dirname "$FMFS")/fmtrain
+FMTRAIN=$(dirname "${FMFS_REAL:-$FMFS}")/fmtrain
 [ -x "$FMTRAIN" ] || FMTRAIN=$TOP/tools/fmtrain
 
 free_port() {

@@ -19,7 +19,10 @@ the writer had fsync'ed must be in the store (read on the store's side:
 the file:// directory, or with the aws CLI for s3://).
 
   keeper-trials.py --fmfs tools/fmfs --dir DIR [--trials 100] [--size 64]
-                   [--store file|s3://BUCKET]
+                   [--store file|s3://BUCKET] [--restart]
+
+--restart: each trial is an upgrade, `fmfs restart MNT` (the keeper runs
+the binary again), not a kill.
 
 (a kept mount takes its requests from /dev/fuse even where the kernel
 offers FUSE over io_uring: docs/keeper.md "The ring")
@@ -125,6 +128,8 @@ def main():
     ap.add_argument("--trials", type=int, default=100)
     ap.add_argument("--size", type=int, default=64, help="MiB a file")
     ap.add_argument("--store", default="file")
+    ap.add_argument("--restart", action="store_true",
+                    help="fmfs restart instead of kill -9")
     a = ap.parse_args()
     fmfs = os.path.abspath(a.fmfs)
     d = os.path.abspath(a.dir)
@@ -170,8 +175,16 @@ def main():
         time.sleep(rnd.uniform(0.2, 1.5))
         st = status(fmfs, mnt)
         pid, n0 = st["daemon_pid"], st["takeovers"]
-        os.kill(pid, 9)
         t0 = time.time()
+        if a.restart:
+            p = subprocess.run([fmfs, "restart", mnt], capture_output=True,
+                               text=True, timeout=120)
+            if p.returncode:
+                print("trial %d: fmfs restart: %s" % (t, p.stderr.strip()))
+                refused += 1
+                break
+        else:
+            os.kill(pid, 9)
         while True:
             try:
                 st = status(fmfs, mnt)
@@ -187,9 +200,10 @@ def main():
         if refused:
             break
         times.append(st["last_takeover_ms"])
-        print("trial %d: daemon %d killed, served again after %d ms "
+        print("trial %d: daemon %d %s, served again after %d ms "
               "(%d requests resent, %d answered with kept replies)" %
-              (t, pid, st["last_takeover_ms"],
+              (t, pid, "restarted" if a.restart else "killed",
+               st["last_takeover_ms"],
                st.get("last_takeover_resent", 0),
                st.get("last_takeover_replies_kept", 0)), flush=True)
     stop.set()
