@@ -371,7 +371,9 @@ def main():
     # the plugin's container goes down with them (54-csi kills the
     # daemon alone, which its keeper replaces).
     check(len(pids) == 2, "daemon and keeper of %s: %s" % (st, pids))
-    for pid in pids:
+    # the keeper (the older) first: killed second, it could fork a new
+    # daemon in between
+    for pid in sorted(pids, key=int):
         os.kill(int(pid), signal.SIGKILL)
     time.sleep(0.5)
     r = ok("Node", "NodeGetVolumeStats", volume_id=vid, volume_path=t1)

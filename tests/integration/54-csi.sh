@@ -195,7 +195,9 @@ note "kill -9 of daemon and keeper, then publish again: remounted, nothing lost"
 [ -e "$T1/f2" ] || cp data/f2 "$T1/f2" || fail "write f2"
 kpid=$("$FMFS" status "$S" --json | python3 -c \
 	'import json,sys; print(json.load(sys.stdin)["keeper_pid"])')
-kill -9 "$pid" "$kpid" 2>/dev/null || true
+# The keeper first: killed second, it could fork a new daemon in between.
+kill -9 "$kpid" 2>/dev/null || true
+kill -9 "$pid" 2>/dev/null || true
 sleep 0.5
 ls "$T1" >/dev/null 2>&1 && fail "the mount still answers after kill -9"
 ok node-publish publish
