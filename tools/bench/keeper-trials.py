@@ -231,9 +231,10 @@ def main():
     for b in bad[:20]:
         print("ERROR:", b)
     if times:
-        print("%d trials, %d errors; kill to serving: median %.0f ms, max "
+        print("%d trials, %d errors; %s to serving: median %.0f ms, max "
               "%d ms; %d lines fsync'ed, all in the store: %s" %
-              (len(times), len(bad), statistics.median(times), max(times),
+              (len(times), len(bad), "restart" if a.restart else "kill",
+               statistics.median(times), max(times),
                acked.value, "no" if bad else "yes"))
     return 1 if bad or refused else 0
 
