@@ -302,13 +302,14 @@ zero_fsid_count() {
 	echo "${n:-0}"
 }
 
-# retry_fsid CMD...: run CMD with a time limit; up to twice more if it
-# failed and the monitor refused a command with a zero fsid meanwhile
+# retry_fsid CMD...: run CMD with a time limit; up to five times more if
+# it failed and the monitor refused a command with a zero fsid meanwhile
 # (the CLI then says "wrong fsid" or "EPERM: problem getting command
-# descriptions"). Keeps CMD's stdout and stderr apart.
+# descriptions"), waiting a little longer each time (three tries in all
+# once ran out under CI's load). Keeps CMD's stdout and stderr apart.
 retry_fsid() {
 	local try before limit out=$LOG/retry.$$.out err=$LOG/retry.$$.err
-	for try in 1 2 3; do
+	for try in 1 2 3 4 5 6; do
 		before=$(zero_fsid_count)
 		limit=$(cmd_limit)
 		if timeout "$limit" "$@" >"$out" 2>"$err"; then
@@ -322,7 +323,7 @@ retry_fsid() {
 		[ "$(zero_fsid_count)" -gt "$before" ] ||
 			grep -q 'wrong fsid' "$err" || break
 		echo "$PROG: zero-fsid race; trying again: $*" >&2
-		sleep 0.5
+		sleep "0.$((try * 3))"
 	done
 	rm -f "$out" "$err"
 	return 1
