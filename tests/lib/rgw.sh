@@ -323,7 +323,7 @@ retry_fsid() {
 		[ "$(zero_fsid_count)" -gt "$before" ] ||
 			grep -q 'wrong fsid' "$err" || break
 		echo "$PROG: zero-fsid race; trying again: $*" >&2
-		sleep "0.$((try * 3))"
+		sleep "$((try * 3 / 10)).$((try * 3 % 10))" # 0.3 s, 0.6 s, ...
 	done
 	rm -f "$out" "$err"
 	return 1
