@@ -154,7 +154,7 @@ static ssize_t pt_read(int fd, void *buf, size_t len, void *userdata)
 			 * over: docs/keeper.md "The ring". */
 			atomic_store(&fs->ur_kept, true);
 		} else if (fs->cfg.uring && (flags & PT_INIT_EXT) &&
-		    (flags2 & PT_FLAGS2_URING)) {
+			   (flags2 & PT_FLAGS2_URING)) {
 			atomic_store(&fs->ur_offered, true);
 			atomic_store(&fs->pt_init_unique, unique);
 		}
@@ -178,6 +178,19 @@ static ssize_t pt_send(struct fs *fs, int fd, struct iovec *iov, int count)
 	return writev(fd, iov, count);
 }
 
+/* pt_send, its reply kept until the kernel has it when it must not be
+ * carried out twice (tk_replies.c). */
+static ssize_t pt_send_kept(struct fs *fs, int fd, struct iovec *iov,
+			    int count)
+{
+	int slot = fs_tkr_record(fs, iov, count);
+	ssize_t n = pt_send(fs, fd, iov, count);
+
+	if (n > 0)
+		fs_tkr_sent(fs, slot, iov);
+	return n;
+}
+
 static ssize_t pt_writev(int fd, struct iovec *iov, int count,
 			 void *userdata)
 {
@@ -186,15 +199,9 @@ static ssize_t pt_writev(int fd, struct iovec *iov, int count,
 	uint64_t unique, init = atomic_load(&fs->pt_init_unique);
 	bool start_ring = false;
 	ssize_t n;
-	int slot;
 
-	if (count != 2 || iov[0].iov_len < 16) {
-		slot = fs_tkr_record(fs, iov, count); /* an error */
-		n = pt_send(fs, fd, iov, count);
-		if (n > 0)
-			fs_tkr_sent(fs, slot, iov);
-		return n;
-	}
+	if (count != 2 || iov[0].iov_len < 16)
+		return pt_send_kept(fs, fd, iov, count); /* an error */
 	memcpy(&err, (char *)iov[0].iov_base + 4, sizeof(err));
 	memcpy(&unique, (char *)iov[0].iov_base + 8, sizeof(unique));
 	if (pt_next_reply > 0 && !err && iov[1].iov_len >= PT_OPEN_OUT_SIZE) {
@@ -239,10 +246,7 @@ static ssize_t pt_writev(int fd, struct iovec *iov, int count,
 			n += (ssize_t)iov->iov_len;
 		return n;
 	}
-	slot = fs_tkr_record(fs, iov, count);
-	n = pt_send(fs, fd, iov, count);
-	if (n > 0)
-		fs_tkr_sent(fs, slot, iov);
+	n = pt_send_kept(fs, fd, iov, count);
 	/* The kernel takes the ring's commands once it has the reply. */
 	if (start_ring && n > 0)
 		fs_uring_start(fs, FS_MAX_READ > (1u << 20) ? FS_MAX_READ :
