@@ -87,7 +87,7 @@ NS_LIBS = $(CACHE_LIBS)
 
 # fs/: the FUSE adapter over ns + cache
 FS_OBJS = fs/fs.o fs/inode.o fs/attr.o fs/mount.o fs/ctl.o fs/write.o fs/link.o \
-	fs/passthrough.o fs/uring.o fs/takeover.o fs/tk_replies.o \
+	fs/passthrough.o fs/uring.o fs/takeover.o fs/tk_replay.o fs/tk_replies.o \
 	fs/prober.o fs/metrics.o
 FS_A = fs/libfs.a $(NS_A) $(METRICS_A)
 FS_LIBS = $(FUSE_LIBS) $(NS_LIBS) $(METRICS_LIBS)

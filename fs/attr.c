@@ -486,6 +486,8 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 	}
 	fs_refresh_from_w(fs, in);
 	pthread_mutex_lock(&fs->lock);
+	if (in->is_dir)
+		fs_tk_dir_times(fs, in);
 	fs_fill_attr(fs, in, &st);
 	pthread_mutex_unlock(&fs->lock);
 	fuse_reply_attr(req, &st, fs->cfg.refresh_s);

@@ -431,15 +431,37 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino,
 void fs_restored_attr(struct fs *fs, struct fs_inode *in)
 {
 	struct cache_attr a;
+	int64_t mt, ct;
+	bool times;
 
 	if (!in->is_dir) {
 		fs_revalidate(fs, in);
-	} else if (!cache_attr_get(fs->cfg.cache, in->key, &a)) {
+		in->restored = false;
+		return;
+	}
+	pthread_mutex_lock(&fs->lock);
+	times = in->tk_times;
+	mt = in->mtime_ns;
+	ct = in->ctime_ns;
+	pthread_mutex_unlock(&fs->lock);
+	/* what a lookup would have learnt: the index, else the marker */
+	if (!cache_attr_get(fs->cfg.cache, in->key, &a)) {
 		pthread_mutex_lock(&fs->lock);
 		fs_attr_apply(fs, in, &a);
 		pthread_mutex_unlock(&fs->lock);
+	} else {
+		fs_dir_learn(fs, in);
 	}
+	/* entries made and removed move times kept in memory only, and in
+	 * the journal: those stand */
+	pthread_mutex_lock(&fs->lock);
+	if (times && in->has_attr) {
+		in->mtime_ns = mt;
+		in->ctime_ns = ct;
+	}
+	in->tk_times = false;
 	in->restored = false;
+	pthread_mutex_unlock(&fs->lock);
 }
 
 /* Confirms a file's version with a HEAD once refresh_s has passed since

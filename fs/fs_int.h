@@ -58,7 +58,9 @@ struct fs_inode {
 	bool is_dir;
 	bool restored;             /* from a dead daemon's journal, its
 	                            * attributes not yet asked for
-	                            * (takeover.c) */
+	                            * (tk_replay.c) */
+	bool tk_times;             /* restored: mtime_ns and ctime_ns are the
+	                            * journal's, to stand over the store's */
 	/* attributes; protected by fs->lock */
 	uint64_t size_bytes;
 	int64_t mtime_s;
@@ -254,6 +256,14 @@ void fs_tk_inode_new(struct fs *fs, const struct fs_inode *in);
 void fs_tk_inode_move(struct fs *fs, const struct fs_inode *in);
 void fs_tk_inode_unlinked(struct fs *fs, const struct fs_inode *in);
 void fs_tk_inode_drop(struct fs *fs, fuse_ino_t ino);
+/* A directory's mtime and ctime changed (fs_dir_touch, setattr): they
+ * are in this mount's memory only.  fs->lock held. */
+void fs_tk_dir_times(struct fs *fs, const struct fs_inode *in);
+/* A hard link's name dir/name of in (link.c) came, went (gone), or
+ * moved to ndir/nname (both given): fs->lock held. */
+void fs_tk_link(struct fs *fs, const struct fs_inode *in,
+		const struct fs_inode *dir, const char *name, bool gone,
+		const struct fs_inode *ndir, const char *nname);
 void fs_tk_maybe_compact(struct fs *fs);
 /* A handle's fh (p tagged) and back; a dead daemon's is reopened when
  * open_it (NULL with *err set when it cannot be; NULL and *err 0 when
@@ -316,7 +326,7 @@ static inline uint64_t fs_etag_hash(const char *etag)
 int fs_inodes_init(struct fs *fs);
 void fs_inodes_free(struct fs *fs);
 struct fs_inode *fs_inode_get(struct fs *fs, fuse_ino_t ino);  /* no ref */
-/* An inode of a dead daemon's (takeover.c): node id ino, nlookup refs. */
+/* An inode of a dead daemon's (tk_replay.c): node id ino, nlookup refs. */
 struct fs_inode *fs_inode_restore(struct fs *fs, struct fs_inode *dir,
 				  fuse_ino_t ino, const char *name,
 				  bool is_dir, uint32_t ftype, bool unlinked,
@@ -458,6 +468,15 @@ void fs_link_rename_post(struct fs *fs, struct fs_inode *promoted,
 			 const char *newname, int rc);
 /* Frees every link (unmount). */
 void fs_links_free(struct fs *fs);
+/* A link read back from the takeover journal (the new daemon, before it
+ * serves): dir/name is one more name of in. */
+int fs_link_restore(struct fs *fs, struct fs_inode *in, struct fs_inode *dir,
+		    const char *name);
+/* Each link's (in, dir, name), for the journal's compaction (lock
+ * held). */
+void fs_links_each(struct fs *fs, void (*fn)(void *arg,
+		   const struct fs_inode *in, const struct fs_inode *dir,
+		   const char *name), void *arg);
 
 /* prober.c */
 /* Past cfg.inode_max inodes: asks the kernel to drop names nothing of

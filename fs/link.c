@@ -19,8 +19,10 @@
  * is not freed when the kernel forgets it, so every name keeps finding
  * the one inode (fs_inode_ref asks fs_link_inode first).
  *
- * The links live in this mount's memory: after a remount the names are
- * independent files with one link each (docs/posix.md, "Hard links").
+ * The links live in this mount's memory, and in the takeover journal
+ * (fs_tk_link) so that a new daemon after a crash has them
+ * (docs/keeper.md): after a remount the names are independent files with
+ * one link each (docs/posix.md, "Hard links").
  * Locking: fs->lock protects the table, in->links and in->nlinks.
  */
 #include <errno.h>
@@ -105,8 +107,10 @@ static void link_hash_out(struct fs *fs, struct fs_link *l)
 		}
 }
 
+/* Adds dir/name as a name of in; journaled for a takeover unless it is
+ * read back from the journal (restored). */
 static int link_add(struct fs *fs, struct fs_inode *in, struct fs_inode *dir,
-		    const char *name)
+		    const char *name, bool restored)
 {
 	struct fs_link *l;
 
@@ -126,7 +130,31 @@ static int link_add(struct fs *fs, struct fs_inode *in, struct fs_inode *dir,
 	in->links = l;
 	in->nlinks++;
 	atomic_fetch_add(&fs->links_total, 1);
+	if (!restored)
+		fs_tk_link(fs, in, dir, name, false, NULL, NULL);
 	return 0;
+}
+
+int fs_link_restore(struct fs *fs, struct fs_inode *in, struct fs_inode *dir,
+		    const char *name)
+{
+	int rc;
+
+	pthread_mutex_lock(&fs->lock);
+	rc = link_add(fs, in, dir, name, true);
+	pthread_mutex_unlock(&fs->lock);
+	return rc;
+}
+
+void fs_links_each(struct fs *fs, void (*fn)(void *arg,
+		   const struct fs_inode *in, const struct fs_inode *dir,
+		   const char *name), void *arg)
+{
+	if (!fs->links)
+		return;
+	for (size_t b = 0; b < FS_LINK_BUCKETS; b++)
+		for (struct fs_link *l = fs->links[b]; l; l = l->next_hash)
+			fn(arg, l->in, l->dir, l->name);
 }
 
 /* Drops l.  Its directory may go with it, and so may the inode: callers
@@ -135,6 +163,7 @@ static void link_drop(struct fs *fs, struct fs_link *l)
 {
 	struct fs_inode *in = l->in, *dir = l->dir;
 
+	fs_tk_link(fs, in, dir, l->name, true, NULL, NULL);
 	link_hash_out(fs, l);
 	for (struct fs_link **pp = &in->links; *pp; pp = &(*pp)->next_in)
 		if (*pp == l) {
@@ -529,6 +558,7 @@ struct fs_inode *fs_link_renamed(struct fs *fs, struct fs_inode *sdir,
 		link_drop(fs, l);
 		return taken;
 	}
+	fs_tk_link(fs, l->in, l->dir, l->name, true, ddir, nn);
 	link_hash_out(fs, l);
 	odir = l->dir;
 	free(l->name);
@@ -549,7 +579,7 @@ void fs_link_rename_post(struct fs *fs, struct fs_inode *promoted,
 		/* The rename failed after ddir/newname stopped being the
 		 * first name of promoted: it comes back as another name. */
 		pthread_mutex_lock(&fs->lock);
-		if (link_add(fs, promoted, ddir, newname))
+		if (link_add(fs, promoted, ddir, newname, false))
 			fprintf(stderr, "fmfs: rename failed, and '%s%s' is "
 				"now a copy of its file\n", ddir->key,
 				newname);
@@ -621,7 +651,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 	}
 	if (!rc) {
 		pthread_mutex_lock(&fs->lock);
-		rc = link_add(fs, in, dir, newname);
+		rc = link_add(fs, in, dir, newname, false);
 		pthread_mutex_unlock(&fs->lock);
 	}
 	/* The copy under the new name is made as the first of its updates,

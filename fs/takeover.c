@@ -2,8 +2,9 @@
 /*
  * takeover.c - what a new daemon needs to serve a mount whose daemon died
  * (docs/keeper.md): the takeover region, its journal of the kernel's node
- * ids and open handles, the INIT that the kernel sent, and the hand-over
- * of /dev/fuse to the keeper.
+ * ids, hard links and open handles, the INIT that the kernel sent, and
+ * the hand-over of /dev/fuse to the keeper.  The layout is in tk_int.h;
+ * a new daemon reads the journal back in tk_replay.c.
  *
  * The region is a memfd that the keeper (tools/fmfs_keeper.c) creates and
  * every daemon of the mount inherits, mapped shared: what a daemon wrote
@@ -14,14 +15,12 @@
  * only then made part of the log by moving `state` (half and end, one
  * 64-bit store): a record cut short by a crash is not in the log, and
  * the kernel cannot know of what it describes.  A log past half its room
- * is compacted: the live inodes and handles written to the other half,
- * then `state` flipped to it.
+ * is compacted: the live inodes, links and handles written to the other
+ * half, then `state` flipped to it.
  *
- * The new daemon replays the log into its inode table before it serves:
- * each inode with its parent, name and type, its lookup count pinned
- * (the kernel's is not known; such inodes live until unmount), and each
- * open handle kept as (old fh -> inode, flags, backing id): a file's
- * reopened before anything is served (reopen_eager), a directory's at
+ * The new daemon replays the log into its inode table before it serves
+ * (tk_replay.c); each open handle of the dead daemon is reopened here:
+ * a file's before anything is served (reopen_eager), a directory's at
  * its first use (fs_tk_handle).  Handles get a
  * tag in their low 4 bits (fs->tk_tag, one per daemon of the mount): an
  * fh whose tag is not ours is a dead daemon's.  What cannot be trusted
@@ -40,60 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fs_int.h"
-
-#define TK_MAGIC "fmfstk1"
-#define TK_HEAD 4096u
-#define TK_HALF (64u << 20)     /* sparse: only what is written is used */
-#define TK_PINNED (1ull << 40)  /* lookup count of a replayed inode */
-
-enum { TK_INODE = 1, TK_MOVE, TK_UNLINKED, TK_DROP, TK_OPEN, TK_CLOSE };
-
-struct tk_head {
-	char magic[8];
-	uint32_t init_len;
-	unsigned char init[256];   /* the kernel's INIT request, as read */
-	_Atomic uint64_t state;    /* half << 63 | end of the log */
-	_Atomic uint64_t next_ino;
-	_Atomic uint32_t flags;    /* TK_F_* */
-	_Atomic uint32_t takeovers;
-	_Atomic int64_t last_ms;   /* when the last one began */
-	_Atomic int64_t last_took_ms; /* until the new daemon served */
-	_Atomic int32_t keeper_pid, daemon_pid;
-	_Atomic uint32_t resent;   /* requests sent again, last takeover */
-	_Atomic uint32_t given;    /* of those, answered from tk_replies.c */
-	char cause[128];           /* of the last one */
-	char refused[256];         /* why the last one was refused */
-};
-
-#define TK_F_RING 1u            /* a daemon used FUSE over io_uring */
-#define TK_F_FULL 2u            /* the log ran out of room */
-
-struct tk_rec {                 /* followed by the name */
-	uint32_t len;           /* of the whole record, 8-aligned */
-	uint32_t type;
-	uint64_t a, b;          /* INODE/MOVE: ino, parent; OPEN: fh, ino */
-	uint32_t c, d;          /* INODE: is_dir, ftype; OPEN: flags, kind */
-};
-
-struct tk_old {                 /* a dead daemon's open handle */
-	uint64_t fh;
-	fuse_ino_t ino;
-	uint32_t flags, kind;
-	void *now;              /* reopened: ours */
-	struct tk_old *next;
-};
-
-struct fs_tk {
-	struct tk_head *head;
-	char *base;
-	pthread_mutex_t lock;   /* appends, the live handles */
-	struct tk_old *live;    /* open handles, for compaction */
-	struct tk_old *old;     /* a dead daemon's, reopened or not yet */
-	uint64_t compacted;     /* the log's end after the last compaction */
-};
-
-static void old_remove(struct tk_old **list, uint64_t fh);
+#include "tk_int.h"
 
 /* Takeover times are shown as dates: the wall clock, in ms. */
 static int64_t wall_ms(void)
@@ -107,11 +53,6 @@ static int64_t wall_ms(void)
 static size_t rec_size(size_t namelen)
 {
 	return (sizeof(struct tk_rec) + namelen + 1 + 7) & ~(size_t)7;
-}
-
-static char *half_base(struct fs_tk *t, uint64_t state)
-{
-	return t->base + TK_HEAD + (state >> 63) * (size_t)TK_HALF;
 }
 
 int fs_tk_region_create(void)
@@ -267,19 +208,21 @@ int fs_tk_recv_fd(int sock)
 
 /* Appends a record: t->lock held.  A full log is compacted first; if it
  * stays full, takeovers of this mount are off (TK_F_FULL). */
-static void append_locked(struct fs_tk *t, uint32_t type, uint64_t a,
-			  uint64_t b, uint32_t c, uint32_t d, const char *name)
+/* Writes a record at *st's end and moves *st past it, not yet part of
+ * the log (t->lock held): false when the log is full. */
+static bool put_locked(struct fs_tk *t, uint64_t *st, uint32_t type,
+		       uint64_t a, uint64_t b, uint32_t c, uint32_t d,
+		       const char *name)
 {
-	uint64_t st = atomic_load(&t->head->state);
 	size_t nl = name ? strlen(name) : 0, sz = rec_size(nl);
-	uint64_t end = st & ~(1ull << 63);
+	uint64_t end = *st & ~(1ull << 63);
 	struct tk_rec *r;
 
 	if (end + sz > TK_HALF) {
 		atomic_fetch_or(&t->head->flags, TK_F_FULL);
-		return;
+		return false;
 	}
-	r = (struct tk_rec *)(half_base(t, st) + end);
+	r = (struct tk_rec *)(tk_half_base(t, *st) + end);
 	r->len = (uint32_t)sz;
 	r->type = type;
 	r->a = a;
@@ -287,7 +230,18 @@ static void append_locked(struct fs_tk *t, uint32_t type, uint64_t a,
 	r->c = c;
 	r->d = d;
 	memcpy(r + 1, name ? name : "", nl + 1);
-	atomic_store_explicit(&t->head->state, st + sz, memory_order_release);
+	*st += sz;
+	return true;
+}
+
+static void append_locked(struct fs_tk *t, uint32_t type, uint64_t a,
+			  uint64_t b, uint32_t c, uint32_t d, const char *name)
+{
+	uint64_t st = atomic_load(&t->head->state);
+
+	if (put_locked(t, &st, type, a, b, c, d, name))
+		atomic_store_explicit(&t->head->state, st,
+				      memory_order_release);
 }
 
 static void append(struct fs *fs, uint32_t type, uint64_t a, uint64_t b,
@@ -333,8 +287,67 @@ void fs_tk_inode_drop(struct fs *fs, fuse_ino_t ino)
 	append(fs, TK_DROP, ino, 0, 0, 0, NULL);
 }
 
-/* Rewrites the log in the other half from fs's inode table and the
- * live handles: fs->lock and t->lock held. */
+void fs_tk_dir_times(struct fs *fs, const struct fs_inode *in)
+{
+	uint64_t c = (uint64_t)in->ctime_ns;
+
+	if (!fs->tk || !in->has_attr)
+		return;
+	fs_tk_maybe_compact(fs);
+	append(fs, TK_DIRTIME, in->ino, (uint64_t)in->mtime_ns, (uint32_t)c,
+	       (uint32_t)(c >> 32), NULL);
+}
+
+void fs_tk_link(struct fs *fs, const struct fs_inode *in,
+		const struct fs_inode *dir, const char *name, bool gone,
+		const struct fs_inode *ndir, const char *nname)
+{
+	struct fs_tk *t = fs->tk;
+	uint64_t st;
+	bool ok;
+
+	if (!t)
+		return;
+	fs_tk_maybe_compact(fs);
+	pthread_mutex_lock(&t->lock);
+	/* a move is both records or neither: one store of state */
+	st = atomic_load(&t->head->state);
+	ok = put_locked(t, &st, gone ? TK_LINKGONE : TK_LINK, in->ino,
+			dir->ino, 0, 0, name);
+	if (ok && ndir)
+		ok = put_locked(t, &st, TK_LINK, in->ino, ndir->ino, 0, 0,
+				nname);
+	if (ok)
+		atomic_store_explicit(&t->head->state, st,
+				      memory_order_release);
+	pthread_mutex_unlock(&t->lock);
+}
+
+struct compact_links {
+	char *dst;
+	uint64_t end;
+	bool full;
+};
+
+static void compact_link(void *arg, const struct fs_inode *in,
+			 const struct fs_inode *dir, const char *name)
+{
+	struct compact_links *x = arg;
+	size_t sz = rec_size(strlen(name));
+	struct tk_rec *r = (struct tk_rec *)(x->dst + x->end);
+
+	if (x->full || x->end + sz > TK_HALF) {
+		x->full = true;
+		return;
+	}
+	*r = (struct tk_rec){ .len = (uint32_t)sz, .type = TK_LINK,
+		.a = in->ino, .b = dir->ino };
+	memcpy(r + 1, name, strlen(name) + 1);
+	x->end += sz;
+}
+
+/* Rewrites the log in the other half from fs's inode table, its hard
+ * links and the live handles: fs->lock and t->lock held. */
 static void compact_locked(struct fs *fs)
 {
 	struct fs_tk *t = fs->tk;
@@ -343,7 +356,7 @@ static void compact_locked(struct fs *fs)
 
 	/* Written to the other half; the flip of state is the last step,
 	 * so that a crash before it leaves the old log whole. */
-	char *dst = half_base(t, other);
+	char *dst = tk_half_base(t, other);
 	uint64_t end = 0;
 
 	for (size_t b = 0; b < fs->nbuckets; b++)
@@ -353,7 +366,7 @@ static void compact_locked(struct fs *fs)
 
 			if (x == fs->root)
 				continue;
-			if (end + sz + rec_size(0) > TK_HALF)
+			if (end + sz + 2 * rec_size(0) > TK_HALF)
 				goto full;
 			*r = (struct tk_rec){ .len = (uint32_t)sz,
 				.type = TK_INODE, .a = x->ino,
@@ -369,7 +382,29 @@ static void compact_locked(struct fs *fs)
 				((char *)(r + 1))[0] = '\0';
 				end += r->len;
 			}
+			if (x->is_dir && (x->has_attr || x->tk_times)) {
+				uint64_t c = (uint64_t)x->ctime_ns;
+
+				r = (struct tk_rec *)(dst + end);
+				*r = (struct tk_rec){ .len =
+					(uint32_t)rec_size(0),
+					.type = TK_DIRTIME, .a = x->ino,
+					.b = (uint64_t)x->mtime_ns,
+					.c = (uint32_t)c,
+					.d = (uint32_t)(c >> 32) };
+				((char *)(r + 1))[0] = '\0';
+				end += r->len;
+			}
 		}
+	{
+		/* after every inode: a link's file and directory first */
+		struct compact_links cl = { dst, end, false };
+
+		fs_links_each(fs, compact_link, &cl);
+		if (cl.full)
+			goto full;
+		end = cl.end;
+	}
 	for (struct tk_old *o = t->live; o; o = o->next) {
 		struct tk_rec *r = (struct tk_rec *)(dst + end);
 
@@ -465,215 +500,11 @@ void fs_tk_handle_close(struct fs *fs, uint64_t fh)
 			free(o);
 			break;
 		}
-	old_remove(&t->old, fh);
+	tk_old_remove(&t->old, fh);
 	append_locked(t, TK_CLOSE, fh, 0, 0, 0, NULL);
 	pthread_mutex_unlock(&t->lock);
 }
 
-/* --- the new daemon: replay --- */
-
-struct rino {
-	uint64_t ino, parent;
-	uint32_t is_dir, ftype;
-	bool unlinked, dropped;
-	char *name;
-	struct fs_inode *made;
-	struct rino *next;
-};
-
-#define RB 65536u
-
-static struct rino *rfind(struct rino **tab, uint64_t ino)
-{
-	struct rino *r = tab[(ino * 0x9E3779B97F4A7C15ull) >> 48];
-
-	while (r && r->ino != ino)
-		r = r->next;
-	return r;
-}
-
-static struct fs_inode *materialize(struct fs *fs, struct rino **tab,
-				    struct rino *r, unsigned depth)
-{
-	struct fs_inode *parent;
-	struct rino *p;
-
-	if (r->made || r->dropped || depth > PATH_MAX / 2)
-		return r->made;
-	if (r->parent == FUSE_ROOT_ID) {
-		parent = fs->root;
-	} else {
-		p = rfind(tab, r->parent);
-		parent = p ? materialize(fs, tab, p, depth + 1) : NULL;
-	}
-	if (!parent)
-		return NULL;
-	r->made = fs_inode_restore(fs, parent, r->ino, r->name, r->is_dir,
-				   r->ftype, r->unlinked, TK_PINNED);
-	return r->made;
-}
-
-static void old_remove(struct tk_old **list, uint64_t fh)
-{
-	for (struct tk_old **pp = list; *pp; pp = &(*pp)->next)
-		if ((*pp)->fh == fh) {
-			struct tk_old *o = *pp;
-
-			*pp = o->next;
-			free(o);
-			return;
-		}
-}
-
-static int old_add(struct tk_old **list, const struct tk_rec *r)
-{
-	struct tk_old *o = calloc(1, sizeof(*o));
-
-	if (!o)
-		return -ENOMEM;
-	o->fh = r->a;
-	o->ino = r->b;
-	o->flags = r->c;
-	o->kind = r->d;
-	o->next = *list;
-	*list = o;
-	return 0;
-}
-
-/* Reads the log into tab and the handle lists; -errno, why set. */
-static int read_log(struct fs_tk *t, struct rino **tab, uint64_t *max_ino,
-		    char *why, size_t wl)
-{
-	uint64_t st = atomic_load(&t->head->state);
-	uint64_t end = st & ~(1ull << 63), off = 0;
-	const char *base = half_base(t, st);
-
-	while (off + sizeof(struct tk_rec) <= end) {
-		const struct tk_rec *r = (const struct tk_rec *)(base + off);
-		struct rino *x;
-
-		if (r->len < sizeof(*r) || r->len % 8 || off + r->len > end) {
-			snprintf(why, wl, "the journal is damaged at %llu",
-				 (unsigned long long)off);
-			return -EIO;
-		}
-		off += r->len;
-		switch (r->type) {
-		case TK_INODE:
-			x = rfind(tab, r->a);
-			if (!x) {
-				x = calloc(1, sizeof(*x));
-				if (!x)
-					return -ENOMEM;
-				x->ino = r->a;
-				x->next = tab[(r->a * 0x9E3779B97F4A7C15ull) >>
-					      48];
-				tab[(r->a * 0x9E3779B97F4A7C15ull) >> 48] = x;
-			}
-			/* fall through */
-		case TK_MOVE:
-			x = rfind(tab, r->a);
-			if (!x)
-				break;
-			free(x->name);
-			x->name = strdup((const char *)(r + 1));
-			if (!x->name)
-				return -ENOMEM;
-			x->parent = r->b;
-			if (r->type == TK_INODE) {
-				x->is_dir = r->c;
-				x->ftype = r->d;
-				x->dropped = x->unlinked = false;
-			} else {
-				x->unlinked = false;
-			}
-			if (r->a > *max_ino)
-				*max_ino = r->a;
-			break;
-		case TK_UNLINKED:
-		case TK_DROP:
-			x = rfind(tab, r->a);
-			if (x && r->type == TK_UNLINKED)
-				x->unlinked = true;
-			else if (x)
-				x->dropped = true;
-			break;
-		case TK_OPEN:
-			if (old_add(&t->old, r) || old_add(&t->live, r))
-				return -ENOMEM;
-			break;
-		case TK_CLOSE:
-			old_remove(&t->old, r->a);
-			old_remove(&t->live, r->a);
-			break;
-		default:
-			snprintf(why, wl, "the journal holds a record of an "
-				 "unknown type %u", r->type);
-			return -EIO;
-		}
-	}
-	return 0;
-}
-
-/* The inode table and the open handles of the daemon before: 0, or
- * -errno with why set (the takeover is then refused). */
-static int replay(struct fs *fs, char *why, size_t wl)
-{
-	struct fs_tk *t = fs->tk;
-	struct rino **tab = calloc(RB, sizeof(*tab));
-	uint64_t max_ino = 0;
-	unsigned used = 0;
-	int rc;
-
-	if (!tab)
-		return -ENOMEM;
-	snprintf(why, wl, "out of memory reading the journal");
-	rc = read_log(t, tab, &max_ino, why, wl);
-	for (size_t b = 0; !rc && b < RB; b++)
-		for (struct rino *r = tab[b]; r; r = r->next)
-			if (!r->dropped && !materialize(fs, tab, r, 0)) {
-				snprintf(why, wl, "node id %llu has no parent "
-					 "in the journal, or no memory",
-					 (unsigned long long)r->ino);
-				rc = -EIO;
-				break;
-			}
-	for (size_t b = 0; b < RB; b++)
-		while (tab[b]) {
-			struct rino *r = tab[b];
-
-			tab[b] = r->next;
-			free(r->name);
-			free(r);
-		}
-	free(tab);
-	if (rc)
-		return rc;
-	if (atomic_load(&t->head->next_ino) > max_ino)
-		max_ino = atomic_load(&t->head->next_ino);
-	fs->next_ino = max_ino + 1;
-	for (struct tk_old *o = t->old; o; o = o->next) {
-		if (!fs_inode_get(fs, o->ino)) {
-			snprintf(why, wl, "an open handle's node id %llu is "
-				 "not in the journal",
-				 (unsigned long long)o->ino);
-			return -EIO;
-		}
-		used |= 1u << (o->fh & 15);
-	}
-	/* Our handles' tag: one no live handle of a dead daemon has. */
-	for (unsigned i = 0; i < 16; i++) {
-		unsigned tag = (atomic_load(&t->head->takeovers) + i) & 15;
-
-		if (!(used & (1u << tag))) {
-			fs->tk_tag = tag;
-			return 0;
-		}
-	}
-	snprintf(why, wl, "handles of 16 daemons are still open: no tag is "
-		 "left for a new one's");
-	return -EOVERFLOW;
-}
 
 int fs_tk_attach(struct fs *fs, char *why, size_t wl)
 {
@@ -702,7 +533,7 @@ int fs_tk_attach(struct fs *fs, char *why, size_t wl)
 	fs->tk = t;
 	atomic_store(&t->head->daemon_pid, (int32_t)getpid());
 	if (fs->cfg.tk_fuse_fd > 0) {
-		rc = replay(fs, why, wl);
+		rc = fs_tk_replay(fs, why, wl);
 		fs->tk_init_due = true;
 	} else {
 		atomic_store(&t->head->state, 0);
@@ -739,6 +570,18 @@ void fs_tk_detach(struct fs *fs)
 	pthread_cond_destroy(&fs->tk_init_cond);
 	free(t);
 	fs->tk = NULL;
+}
+
+void tk_old_remove(struct tk_old **list, uint64_t fh)
+{
+	for (struct tk_old **pp = list; *pp; pp = &(*pp)->next)
+		if ((*pp)->fh == fh) {
+			struct tk_old *o = *pp;
+
+			*pp = o->next;
+			free(o);
+			return;
+		}
 }
 
 /* --- handles --- */

@@ -317,6 +317,8 @@ void fs_dir_touch(struct fs *fs, struct fs_inode *dir)
 	char key[OBJ_KEY_MAX + 2];
 	struct cache_wfile *w;
 
+	if (dir->restored) /* a takeover's: what it stores comes first */
+		fs_restored_attr(fs, dir);
 	pthread_mutex_lock(&fs->lock);
 	if (!dir->has_attr) {
 		dir->has_attr = true;
@@ -325,6 +327,7 @@ void fs_dir_touch(struct fs *fs, struct fs_inode *dir)
 		dir->gid = (uint32_t)fs->cfg.gid;
 	}
 	dir->mtime_ns = dir->ctime_ns = now;
+	fs_tk_dir_times(fs, dir);
 	snprintf(key, sizeof(key), "%s", dir->key);
 	pthread_mutex_unlock(&fs->lock);
 	/* A marker still waiting for its upload is where the directory's

@@ -18,7 +18,8 @@
 # `fmfs restart` has the keeper run the binary again, which takes the
 # mount over with a reader and a writer open; without a keeper it says
 # so.  --foreground has no keeper; --keeper with it, or with --no-keeper,
-# is refused.  SIGTERM unmounts cleanly.
+# is refused.  Hard links made before a kill keep their inode, link
+# count and names after it.  SIGTERM unmounts cleanly.
 . "$TOP/tests/lib/common.sh"
 
 mount_setup keeper
@@ -236,6 +237,32 @@ grep -q " dst-rename$" ls.out && ! grep -q " src-rename$" ls.out ||
 	fail "the bucket after the rename: $(cat ls.out)"
 grep -q " dir-mkdir/$" ls.out || fail "the bucket has no dir-mkdir/: $(cat ls.out)"
 [ "$(awsx s3 cp "s3://$B/dst-rename" -)" = rename ] || fail "dst-rename's bytes"
+
+note "hard links across a takeover: one inode, its link count, its names"
+mnt
+mkdir "$MNT/ln"
+echo linked >"$MNT/ln/a"
+ln "$MNT/ln/a" "$MNT/ln/b" && ln "$MNT/ln/a" "$MNT/ln/c" && mv "$MNT/ln/b" "$MNT/ln/b2" ||
+	fail "ln or mv of a link"
+echo other >"$MNT/ln/o"
+ino=$(stat -c %i "$MNT/ln/a")
+kill -9 "$(stat_of daemon_pid)"
+[ "$(stat -c '%h %i' "$MNT/ln/b2")" = "3 $ino" ] ||
+	fail "after the takeover ln/b2 shows '$(stat -c '%h %i' "$MNT/ln/b2")', not '3 $ino'"
+[ "$(stat_of takeovers)" = 1 ] || fail "links: $(stat_of takeovers) takeovers, not 1"
+echo more >>"$MNT/ln/c" || fail "append to a link after the takeover"
+# the first name replaced: the file keeps its two other names
+mv "$MNT/ln/o" "$MNT/ln/a" || fail "mv over the first name after the takeover"
+[ "$(stat -c %h "$MNT/ln/c")" = 2 ] || fail "after mv over ln/a: nlink $(stat -c %h "$MNT/ln/c")"
+rm "$MNT/ln/b2" || fail "rm of a link after the takeover"
+[ "$(stat -c %h "$MNT/ln/c")" = 1 ] || fail "after rm of ln/b2: nlink $(stat -c %h "$MNT/ln/c")"
+$FMFS flush --wait "$MNT" >/dev/null || fail "links: flush"
+[ "$(awsx s3 cp "s3://$B/ln/c" - | tr '\n' ' ')" = "linked more " ] ||
+	fail "ln/c in the bucket: $(awsx s3 cp "s3://$B/ln/c" -)"
+[ "$(awsx s3 cp "s3://$B/ln/a" -)" = other ] || fail "ln/a in the bucket"
+awsx s3 ls "s3://$B/ln/" >ls.out
+grep -q " b2$" ls.out && fail "ln/b2 is still in the bucket: $(cat ls.out)"
+$FMFS umount "$MNT"
 
 note "SIGTERM of a daemon unmounts cleanly (libfabric's PSM providers' handlers exit(1))"
 mnt

@@ -1,0 +1,314 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tk_replay.c - a new daemon reads the takeover journal back
+ * (docs/keeper.md): each inode the kernel knows, with its parent, name
+ * and type, made again with its lookup count pinned (the kernel's is not
+ * known; such inodes live until unmount); each hard link given back to
+ * its file; each open handle of the dead daemon kept as (old fh ->
+ * inode, flags, backing id) for takeover.c to reopen.  A journal that
+ * does not hold together refuses the takeover.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tk_int.h"
+
+struct rino {
+	uint64_t ino, parent;
+	uint32_t is_dir, ftype;
+	bool unlinked, dropped, has_times;
+	int64_t mtime_ns, ctime_ns; /* a directory's, when has_times */
+	char *name;
+	struct fs_inode *made;
+	struct rino *next;
+};
+
+#define RB 65536u
+
+struct rlink {                  /* a hard link's name, read back */
+	uint64_t ino, dir;
+	char *name;
+	struct rlink *next;
+};
+
+#define LB 4096u
+
+static struct rlink **lslot(struct rlink **lt, uint64_t dir,
+			    const char *name)
+{
+	struct rlink **pp = &lt[util_fnv1a64(UTIL_FNV64_BASIS ^ dir, name,
+					     strlen(name)) % LB];
+
+	while (*pp && ((*pp)->dir != dir || strcmp((*pp)->name, name)))
+		pp = &(*pp)->next;
+	return pp;
+}
+
+/* A LINK or LINKGONE record into lt: one entry per (dir, name), so that
+ * a record written twice (a compaction just before it) counts once. */
+static int rlink_apply(struct rlink **lt, const struct tk_rec *r)
+{
+	const char *name = (const char *)(r + 1);
+	struct rlink **pp = lslot(lt, r->b, name), *l = *pp;
+
+	if (r->type == TK_LINKGONE) {
+		if (l) {
+			*pp = l->next;
+			free(l->name);
+			free(l);
+		}
+		return 0;
+	}
+	if (!l) {
+		l = calloc(1, sizeof(*l));
+		if (!l || !(l->name = strdup(name))) {
+			free(l);
+			return -ENOMEM;
+		}
+		l->dir = r->b;
+		*pp = l;
+	}
+	l->ino = r->a;
+	return 0;
+}
+
+/* The links of lt, given to their restored inodes while rc is 0; every
+ * entry freed.  Returns rc, or why the links could not be restored. */
+static int rlinks_restore(struct fs *fs, struct rlink **lt, int rc,
+			  char *why, size_t wl)
+{
+	for (size_t b = 0; b < LB; b++)
+		while (lt[b]) {
+			struct rlink *l = lt[b];
+			struct fs_inode *in = fs_inode_get(fs, l->ino);
+			struct fs_inode *dir = l->dir == FUSE_ROOT_ID ?
+				fs->root : fs_inode_get(fs, l->dir);
+
+			lt[b] = l->next;
+			if (!rc && (!in || !dir || in->is_dir ||
+				    !dir->is_dir)) {
+				snprintf(why, wl, "the hard link '%s' of node "
+					 "id %llu does not match the journal's "
+					 "inodes", l->name,
+					 (unsigned long long)l->ino);
+				rc = -EIO;
+			} else if (!rc &&
+				   (rc = fs_link_restore(fs, in, dir,
+							 l->name))) {
+				snprintf(why, wl, "out of memory restoring "
+					 "hard links");
+			}
+			free(l->name);
+			free(l);
+		}
+	return rc;
+}
+
+static struct rino *rfind(struct rino **tab, uint64_t ino)
+{
+	struct rino *r = tab[(ino * 0x9E3779B97F4A7C15ull) >> 48];
+
+	while (r && r->ino != ino)
+		r = r->next;
+	return r;
+}
+
+static struct fs_inode *materialize(struct fs *fs, struct rino **tab,
+				    struct rino *r, unsigned depth)
+{
+	struct fs_inode *parent;
+	struct rino *p;
+
+	if (r->made || r->dropped || depth > PATH_MAX / 2)
+		return r->made;
+	if (r->parent == FUSE_ROOT_ID) {
+		parent = fs->root;
+	} else {
+		p = rfind(tab, r->parent);
+		parent = p ? materialize(fs, tab, p, depth + 1) : NULL;
+	}
+	if (!parent)
+		return NULL;
+	r->made = fs_inode_restore(fs, parent, r->ino, r->name, r->is_dir,
+				   r->ftype, r->unlinked, TK_PINNED);
+	if (r->made && r->has_times && r->is_dir) {
+		r->made->tk_times = true;
+		r->made->mtime_ns = r->mtime_ns;
+		r->made->ctime_ns = r->ctime_ns;
+	}
+	return r->made;
+}
+
+static int old_add(struct tk_old **list, const struct tk_rec *r)
+{
+	struct tk_old *o = calloc(1, sizeof(*o));
+
+	if (!o)
+		return -ENOMEM;
+	o->fh = r->a;
+	o->ino = r->b;
+	o->flags = r->c;
+	o->kind = r->d;
+	o->next = *list;
+	*list = o;
+	return 0;
+}
+
+/* Reads the log into tab and the handle lists; -errno, why set. */
+static int read_log(struct fs_tk *t, struct rino **tab, struct rlink **lt,
+		    uint64_t *max_ino, char *why, size_t wl)
+{
+	uint64_t st = atomic_load(&t->head->state);
+	uint64_t end = st & ~(1ull << 63), off = 0;
+	const char *base = tk_half_base(t, st);
+
+	while (off + sizeof(struct tk_rec) <= end) {
+		const struct tk_rec *r = (const struct tk_rec *)(base + off);
+		struct rino *x;
+
+		if (r->len < sizeof(*r) || r->len % 8 || off + r->len > end) {
+			snprintf(why, wl, "the journal is damaged at %llu",
+				 (unsigned long long)off);
+			return -EIO;
+		}
+		off += r->len;
+		switch (r->type) {
+		case TK_INODE:
+			x = rfind(tab, r->a);
+			if (!x) {
+				x = calloc(1, sizeof(*x));
+				if (!x)
+					return -ENOMEM;
+				x->ino = r->a;
+				x->next = tab[(r->a * 0x9E3779B97F4A7C15ull) >>
+					      48];
+				tab[(r->a * 0x9E3779B97F4A7C15ull) >> 48] = x;
+			}
+			/* fall through */
+		case TK_MOVE:
+			x = rfind(tab, r->a);
+			if (!x)
+				break;
+			free(x->name);
+			x->name = strdup((const char *)(r + 1));
+			if (!x->name)
+				return -ENOMEM;
+			x->parent = r->b;
+			if (r->type == TK_INODE) {
+				x->is_dir = r->c;
+				x->ftype = r->d;
+				x->dropped = x->unlinked = false;
+				x->has_times = false;
+			} else {
+				x->unlinked = false;
+			}
+			if (r->a > *max_ino)
+				*max_ino = r->a;
+			break;
+		case TK_UNLINKED:
+		case TK_DROP:
+			x = rfind(tab, r->a);
+			if (x && r->type == TK_UNLINKED)
+				x->unlinked = true;
+			else if (x)
+				x->dropped = true;
+			break;
+		case TK_OPEN:
+			if (old_add(&t->old, r) || old_add(&t->live, r))
+				return -ENOMEM;
+			break;
+		case TK_CLOSE:
+			tk_old_remove(&t->old, r->a);
+			tk_old_remove(&t->live, r->a);
+			break;
+		case TK_DIRTIME:
+			x = rfind(tab, r->a);
+			if (x) {
+				x->has_times = true;
+				x->mtime_ns = (int64_t)r->b;
+				x->ctime_ns = (int64_t)((uint64_t)r->d << 32 |
+							r->c);
+			}
+			break;
+		case TK_LINK:
+		case TK_LINKGONE:
+			if (rlink_apply(lt, r))
+				return -ENOMEM;
+			break;
+		default:
+			snprintf(why, wl, "the journal holds a record of an "
+				 "unknown type %u", r->type);
+			return -EIO;
+		}
+	}
+	return 0;
+}
+
+/* The inode table and the open handles of the daemon before: 0, or
+ * -errno with why set (the takeover is then refused). */
+int fs_tk_replay(struct fs *fs, char *why, size_t wl)
+{
+	struct fs_tk *t = fs->tk;
+	struct rino **tab = calloc(RB, sizeof(*tab));
+	struct rlink **lt = calloc(LB, sizeof(*lt));
+	uint64_t max_ino = 0;
+	unsigned used = 0;
+	int rc;
+
+	if (!tab || !lt) {
+		free(tab);
+		free(lt);
+		return -ENOMEM;
+	}
+	snprintf(why, wl, "out of memory reading the journal");
+	rc = read_log(t, tab, lt, &max_ino, why, wl);
+	for (size_t b = 0; !rc && b < RB; b++)
+		for (struct rino *r = tab[b]; r; r = r->next)
+			if (!r->dropped && !materialize(fs, tab, r, 0)) {
+				snprintf(why, wl, "node id %llu has no parent "
+					 "in the journal, or no memory",
+					 (unsigned long long)r->ino);
+				rc = -EIO;
+				break;
+			}
+	for (size_t b = 0; b < RB; b++)
+		while (tab[b]) {
+			struct rino *r = tab[b];
+
+			tab[b] = r->next;
+			free(r->name);
+			free(r);
+		}
+	free(tab);
+	rc = rlinks_restore(fs, lt, rc, why, wl);
+	free(lt);
+	if (rc)
+		return rc;
+	if (atomic_load(&t->head->next_ino) > max_ino)
+		max_ino = atomic_load(&t->head->next_ino);
+	fs->next_ino = max_ino + 1;
+	for (struct tk_old *o = t->old; o; o = o->next) {
+		if (!fs_inode_get(fs, o->ino)) {
+			snprintf(why, wl, "an open handle's node id %llu is "
+				 "not in the journal",
+				 (unsigned long long)o->ino);
+			return -EIO;
+		}
+		used |= 1u << (o->fh & 15);
+	}
+	/* Our handles' tag: one no live handle of a dead daemon has. */
+	for (unsigned i = 0; i < 16; i++) {
+		unsigned tag = (atomic_load(&t->head->takeovers) + i) & 15;
+
+		if (!(used & (1u << tag))) {
+			fs->tk_tag = tag;
+			return 0;
+		}
+	}
+	snprintf(why, wl, "handles of 16 daemons are still open: no tag is "
+		 "left for a new one's");
+	return -EOVERFLOW;
+}
