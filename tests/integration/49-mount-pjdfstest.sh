@@ -5,11 +5,11 @@
 # all 12 directories) inside a mount of the test gateway, default options.
 # Fails if more assertions fail than docs/posix.md records as known (the
 # line "pjdfstest known failures: N"), if any test file times out, or if
-# a process is left in D state: the count can only go down.  With
-# PJD_KILL_EVERY=S, on a mount with a keeper (the default) the daemon is
-# killed every S seconds while the suite runs: every kill must be taken
-# over, with no more failures than that (not yet the case: docs/keeper.md
-# "What is still open"; so not in CI).  Before the
+# a process is left in D state: the count can only go down.  On a mount
+# with a keeper (the default; CI's run with the ring off) the daemon is
+# killed with kill -9 every PJD_KILL_EVERY seconds (default 5; 0: never)
+# while the suite runs: every kill must be taken over, with no more
+# failures than that (docs/keeper.md "pjdfstest with kills").  Before the
 # suite, the special files it needs are checked here by hand with the aws
 # CLI: a FIFO, a socket and devices made on the mount are zero-length
 # objects whose metadata carries their type, rdev and times.
@@ -143,10 +143,10 @@ for i in $(seq "$WORKERS"); do
 		>"$TEST_DIR/pjd.$i.out" 2>&1 &
 	pids+=($!)
 done
-# PJD_KILL_EVERY=S and a kept mount (the default; not in the run on FUSE
-# over io_uring, whose mounts have none): its daemon is killed every S
-# seconds while the suite runs, and the count of failures must stay
-# within the same known number (docs/keeper.md).
+# A kept mount (the default; not in the run on FUSE over io_uring, whose
+# mounts have none): its daemon is killed every PJD_KILL_EVERY seconds
+# while the suite runs, and the count of failures must stay within the
+# same known number (docs/keeper.md).
 kills=0
 # parts_running: a part has not finished (a finished one is a zombie
 # until the wait below, which kill -0 would still find)
@@ -157,8 +157,8 @@ parts_running() {
 	done
 	return 1
 }
-if [ -n "${PJD_KILL_EVERY:-}" ] && [ "$(stat_of keeper_pid)" != 0 ]; then
-	every=$PJD_KILL_EVERY
+every=${PJD_KILL_EVERY:-5}
+if [ "$every" != 0 ] && [ "$(stat_of keeper_pid)" != 0 ]; then
 	note "the daemon killed with kill -9 every $every s while the suite runs"
 	while :; do
 		for _ in $(seq $((every * 10))); do
