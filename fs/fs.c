@@ -428,14 +428,52 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino,
 	fs_reply_err(req, 0);
 }
 
+/* A restored file's attributes as a lookup of its name finds them (the
+ * write-back's dirty files, the cache index): where the store cannot
+ * be asked.  The index keeps attributes by key and ETag, which cannot
+ * tell apart two empty objects that were at one key in turn, so the
+ * store comes first. */
+static void restored_by_name(struct fs *fs, struct fs_inode *in)
+{
+	char dkey[OBJ_KEY_MAX + 2], name[NAME_MAX + 1];
+	struct fs_inode *dir, *found;
+	struct ns_entry e;
+	bool ok;
+
+	pthread_mutex_lock(&fs->lock);
+	ok = !in->unlinked && !in->has_attr;
+	dir = in->parent;
+	snprintf(dkey, sizeof(dkey), "%s", dir->key);
+	snprintf(name, sizeof(name), "%s", in->name);
+	pthread_mutex_unlock(&fs->lock);
+	if (!ok || ns_find(fs->ns, dkey, name, &e) || e.is_dir)
+		return;
+	e.name = name;
+	found = fs_inode_lookup(fs, dir, &e); /* in, if the name is still its */
+	if (found)
+		fs_inode_forget(fs, found, 1);
+}
+
 void fs_restored_attr(struct fs *fs, struct fs_inode *in)
 {
+	char key[OBJ_KEY_MAX + 2];
 	struct cache_attr a;
+	struct obj_meta m;
 	int64_t mt, ct;
 	bool times;
 
 	if (!in->is_dir) {
-		fs_revalidate(fs, in);
+		/* the store's word: what was known of it (attr_ms, set by an
+		 * upload that ended since) is not this inode's */
+		bool gone;
+
+		pthread_mutex_lock(&fs->lock);
+		in->attr_ms = 0;
+		gone = in->unlinked; /* its key may be another file's now */
+		pthread_mutex_unlock(&fs->lock);
+		if (!gone)
+			fs_revalidate(fs, in);
+		restored_by_name(fs, in); /* the store not asked: by name */
 		in->restored = false;
 		return;
 	}
@@ -444,14 +482,28 @@ void fs_restored_attr(struct fs *fs, struct fs_inode *in)
 	mt = in->mtime_ns;
 	ct = in->ctime_ns;
 	pthread_mutex_unlock(&fs->lock);
-	/* what a lookup would have learnt: the index, else the marker */
-	if (!cache_attr_get(fs->cfg.cache, in->key, &a)) {
+	/* The marker's metadata, else the index: the index keeps a
+	 * directory's attributes by name, and a name made, chowned and
+	 * removed again and again (a marker never uploaded) may still have
+	 * another's there. */
+	pthread_mutex_lock(&fs->lock);
+	snprintf(key, sizeof(key), "%s", in->key);
+	pthread_mutex_unlock(&fs->lock);
+	if (ns_store_up(fs->ns) && !ns_head(fs->ns, key, &m)) {
+		ns_meta_attr(m.user, m.nuser, m.etag, &a);
+		obj_meta_release(&m);
 		pthread_mutex_lock(&fs->lock);
 		fs_attr_apply(fs, in, &a);
 		pthread_mutex_unlock(&fs->lock);
-	} else {
-		fs_dir_learn(fs, in);
+		cache_attr_set(fs->cfg.cache, key, &a);
+	} else if (!cache_attr_get(fs->cfg.cache, key, &a)) {
+		pthread_mutex_lock(&fs->lock);
+		fs_attr_apply(fs, in, &a);
+		pthread_mutex_unlock(&fs->lock);
 	}
+	/* a marker waiting for its upload has the latest (a chown of the
+	 * directory since the index was written) */
+	fs_refresh_from_w(fs, in);
 	/* entries made and removed move times kept in memory only, and in
 	 * the journal: those stand */
 	pthread_mutex_lock(&fs->lock);

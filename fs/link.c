@@ -607,7 +607,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 	char key[OBJ_KEY_MAX + 2], pkey[OBJ_KEY_MAX + 2];
 	struct fs_link *l;
 	struct ns_entry e;
-	bool pinned;
+	bool pinned, again = false;
 	int err, rc;
 
 	if (!in) {
@@ -630,9 +630,14 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 		rc = !rc ? -EEXIST : rc == -ENOENT ? 0 : rc;
 	}
 	pthread_mutex_lock(&fs->lock);
+	/* The name of in already, without its copy: a daemon that died
+	 * between the two (its journal has the link), this link resent. */
+	again = !rc && (l = link_find(fs, dir, newname)) && l->in == in;
+	if (!rc && !again && link_find(fs, dir, newname))
+		rc = -EEXIST;
 	if (!rc && in->unlinked)
 		rc = -ENOENT;
-	else if (!rc && in->nlinks + 1 >= FS_LINK_MAX)
+	else if (!rc && !again && in->nlinks + 1 >= FS_LINK_MAX)
 		rc = -EMLINK;
 	snprintf(pkey, sizeof(pkey), "%s", in->key);
 	pinned = !rc;
@@ -649,7 +654,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 		cache_w_writer(w, false);
 		cache_w_put(w);
 	}
-	if (!rc) {
+	if (!rc && !again) {
 		pthread_mutex_lock(&fs->lock);
 		rc = link_add(fs, in, dir, newname, false);
 		pthread_mutex_unlock(&fs->lock);

@@ -304,6 +304,11 @@ struct fs_inode *fs_dir_of(struct fs *fs, fuse_ino_t ino, int *err)
 	struct fs_inode *dir = fs_inode_get(fs, ino);
 
 	*err = !dir ? ENOENT : !dir->is_dir ? ENOTDIR : 0;
+	/* A takeover's directory learns its attributes (a HEAD) before the
+	 * entry changes, not between the change and the reply: a kill
+	 * there would have the change done twice (docs/keeper.md). */
+	if (!*err && dir->restored)
+		fs_restored_attr(fs, dir);
 	return *err ? NULL : dir;
 }
 
