@@ -230,6 +230,8 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fs_reply_err(req, ENOMEM);
 		return;
 	}
+	if (in->restored) /* a takeover's: asked where they are known */
+		fs_restored_attr(fs, in);
 	if (!in->is_dir && !e.has_attr && lookup_wants_head(fs, req, in))
 		fs_load_meta(fs, in); /* failed: the defaults stay */
 	else if (in->is_dir && !e.has_attr && !in->has_attr)
@@ -348,12 +350,13 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 
 			in = fs_inode_lookup(fs, dir, e);
 			pthread_mutex_lock(&fs->lock);
-			if (in && (in->pt_open || (in->is_dir &&
-						    !in->has_attr))) {
+			if (in && (in->pt_open || in->restored ||
+				   (in->is_dir && !in->has_attr))) {
 				/* The kernel writes it: the listing's size is
 				 * older than its own; or a directory whose
 				 * attributes are not known yet (fs_dir_learn
-				 * asks at its lookup).  An entry without a node
+				 * asks at its lookup), or a takeover's inode
+				 * (fs_restored_attr).  An entry without a node
 				 * id leaves its attributes alone (st_ino 0
 				 * would hide the name). */
 				ep.attr.st_ino = in->ino;
@@ -454,42 +457,54 @@ static void restored_by_name(struct fs *fs, struct fs_inode *in)
 		fs_inode_forget(fs, found, 1);
 }
 
-void fs_restored_attr(struct fs *fs, struct fs_inode *in)
+/* One restored inode resolved at a time: two at once (a getattr and a
+ * create in the directory) could otherwise apply older attributes over
+ * what the first had moved since. */
+static pthread_mutex_t restore_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* A restored file: the store's word first (what was known of it before,
+ * attr_ms set by an upload that ended since, is not this inode's), by
+ * its name where the store was not asked. */
+static void restored_file(struct fs *fs, struct fs_inode *in)
+{
+	bool gone;
+
+	pthread_mutex_lock(&fs->lock);
+	in->attr_ms = 0;
+	gone = in->unlinked; /* its key may be another file's now */
+	pthread_mutex_unlock(&fs->lock);
+	if (!gone)
+		fs_revalidate(fs, in);
+	pthread_mutex_lock(&fs->lock);
+	in->restored = false;
+	pthread_mutex_unlock(&fs->lock);
+	restored_by_name(fs, in);
+}
+
+/* A restored directory: the marker's metadata, else the index (which
+ * keeps a directory's attributes by name: a name made, chowned and
+ * removed again and again, its marker never uploaded, may still have
+ * another's there); a marker waiting for its upload has the latest; the
+ * times that entries made and removed moved (in memory only, and in the
+ * journal) stand over both. */
+static void restored_dir(struct fs *fs, struct fs_inode *in)
 {
 	char key[OBJ_KEY_MAX + 2];
 	struct cache_attr a;
 	struct obj_meta m;
 	int64_t mt, ct;
-	bool times;
+	bool times, gone;
 
-	if (!in->is_dir) {
-		/* the store's word: what was known of it (attr_ms, set by an
-		 * upload that ended since) is not this inode's */
-		bool gone;
-
-		pthread_mutex_lock(&fs->lock);
-		in->attr_ms = 0;
-		gone = in->unlinked; /* its key may be another file's now */
-		pthread_mutex_unlock(&fs->lock);
-		if (!gone)
-			fs_revalidate(fs, in);
-		restored_by_name(fs, in); /* the store not asked: by name */
-		in->restored = false;
-		return;
-	}
 	pthread_mutex_lock(&fs->lock);
 	times = in->tk_times;
 	mt = in->mtime_ns;
 	ct = in->ctime_ns;
-	pthread_mutex_unlock(&fs->lock);
-	/* The marker's metadata, else the index: the index keeps a
-	 * directory's attributes by name, and a name made, chowned and
-	 * removed again and again (a marker never uploaded) may still have
-	 * another's there. */
-	pthread_mutex_lock(&fs->lock);
+	gone = in->unlinked; /* its key may be another directory's now */
 	snprintf(key, sizeof(key), "%s", in->key);
 	pthread_mutex_unlock(&fs->lock);
-	if (ns_store_up(fs->ns) && !ns_head(fs->ns, key, &m)) {
+	if (gone) {
+		/* its times only */
+	} else if (ns_store_up(fs->ns) && !ns_head(fs->ns, key, &m)) {
 		ns_meta_attr(m.user, m.nuser, m.etag, &a);
 		obj_meta_release(&m);
 		pthread_mutex_lock(&fs->lock);
@@ -501,19 +516,37 @@ void fs_restored_attr(struct fs *fs, struct fs_inode *in)
 		fs_attr_apply(fs, in, &a);
 		pthread_mutex_unlock(&fs->lock);
 	}
-	/* a marker waiting for its upload has the latest (a chown of the
-	 * directory since the index was written) */
-	fs_refresh_from_w(fs, in);
-	/* entries made and removed move times kept in memory only, and in
-	 * the journal: those stand */
+	if (!gone)
+		fs_refresh_from_w(fs, in);
 	pthread_mutex_lock(&fs->lock);
-	if (times && in->has_attr) {
+	if (times && !in->has_attr) { /* nothing known: as fs_dir_touch */
+		in->has_attr = true;
+		in->mode = (uint32_t)fs->cfg.dir_mode;
+		in->uid = (uint32_t)fs->cfg.uid;
+		in->gid = (uint32_t)fs->cfg.gid;
+	}
+	if (times) {
 		in->mtime_ns = mt;
 		in->ctime_ns = ct;
 	}
 	in->tk_times = false;
 	in->restored = false;
 	pthread_mutex_unlock(&fs->lock);
+}
+
+void fs_restored_attr(struct fs *fs, struct fs_inode *in)
+{
+	bool due;
+
+	pthread_mutex_lock(&restore_lock);
+	pthread_mutex_lock(&fs->lock);
+	due = in->restored;
+	pthread_mutex_unlock(&fs->lock);
+	if (due && in->is_dir)
+		restored_dir(fs, in);
+	else if (due)
+		restored_file(fs, in);
+	pthread_mutex_unlock(&restore_lock);
 }
 
 /* Confirms a file's version with a HEAD once refresh_s has passed since

@@ -210,7 +210,11 @@ static void set_attrs(struct fs_inode *in, const struct ns_entry *e)
 {
 	bool changed = !e->is_dir && strcmp(in->etag, e->etag);
 
-	if (e->has_attr && (e->pending || changed || !in->has_attr)) {
+	if (in->restored) {
+		/* a takeover's: fs_restored_attr asks where they are known
+		 * (an entry's may be the index's, which can be another
+		 * object's) */
+	} else if (e->has_attr && (e->pending || changed || !in->has_attr)) {
 		in->has_attr = true;
 		in->mode = e->mode;
 		in->uid = e->uid;
@@ -228,7 +232,6 @@ static void set_attrs(struct fs_inode *in, const struct ns_entry *e)
 	in->mtime_s = e->mtime_s;
 	memcpy(in->etag, e->etag, sizeof(in->etag));
 	in->attr_ms = util_now_ms();
-	in->restored = false; /* known now (takeover.c) */
 }
 
 struct fs_inode *fs_inode_ref(struct fs *fs, struct fs_inode *dir,

@@ -346,6 +346,19 @@ static void compact_link(void *arg, const struct fs_inode *in,
 	x->end += sz;
 }
 
+/* A directory's times at dst + end (room checked): the new end. */
+static uint64_t put_dirtime(char *dst, uint64_t end, const struct fs_inode *x)
+{
+	struct tk_rec *r = (struct tk_rec *)(dst + end);
+	uint64_t c = (uint64_t)x->ctime_ns;
+
+	*r = (struct tk_rec){ .len = (uint32_t)rec_size(0),
+		.type = TK_DIRTIME, .a = x->ino, .b = (uint64_t)x->mtime_ns,
+		.c = (uint32_t)c, .d = (uint32_t)(c >> 32) };
+	((char *)(r + 1))[0] = '\0';
+	return end + r->len;
+}
+
 /* Rewrites the log in the other half from fs's inode table, its hard
  * links and the live handles: fs->lock and t->lock held. */
 static void compact_locked(struct fs *fs)
@@ -364,10 +377,13 @@ static void compact_locked(struct fs *fs)
 			size_t sz = rec_size(strlen(x->name));
 			struct tk_rec *r = (struct tk_rec *)(dst + end);
 
-			if (x == fs->root)
-				continue;
 			if (end + sz + 2 * rec_size(0) > TK_HALF)
 				goto full;
+			if (x == fs->root) { /* its times only */
+				if (x->has_attr)
+					end = put_dirtime(dst, end, x);
+				continue;
+			}
 			*r = (struct tk_rec){ .len = (uint32_t)sz,
 				.type = TK_INODE, .a = x->ino,
 				.b = x->parent->ino, .c = x->is_dir,
@@ -382,19 +398,8 @@ static void compact_locked(struct fs *fs)
 				((char *)(r + 1))[0] = '\0';
 				end += r->len;
 			}
-			if (x->is_dir && (x->has_attr || x->tk_times)) {
-				uint64_t c = (uint64_t)x->ctime_ns;
-
-				r = (struct tk_rec *)(dst + end);
-				*r = (struct tk_rec){ .len =
-					(uint32_t)rec_size(0),
-					.type = TK_DIRTIME, .a = x->ino,
-					.b = (uint64_t)x->mtime_ns,
-					.c = (uint32_t)c,
-					.d = (uint32_t)(c >> 32) };
-				((char *)(r + 1))[0] = '\0';
-				end += r->len;
-			}
+			if (x->is_dir && (x->has_attr || x->tk_times))
+				end = put_dirtime(dst, end, x);
 		}
 	{
 		/* after every inode: a link's file and directory first */

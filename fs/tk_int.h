@@ -64,6 +64,8 @@ struct fs_tk {
 	struct tk_old *live;    /* open handles, for compaction */
 	struct tk_old *old;     /* a dead daemon's, reopened or not yet */
 	uint64_t compacted;     /* the log's end after the last compaction */
+	bool root_times;        /* replay: the root's mtime and ctime */
+	int64_t root_mtime_ns, root_ctime_ns;
 };
 
 static inline char *tk_half_base(struct fs_tk *t, uint64_t state)

@@ -95,6 +95,10 @@ static int rlinks_restore(struct fs *fs, struct rlink **lt, int rc,
 					 "inodes", l->name,
 					 (unsigned long long)l->ino);
 				rc = -EIO;
+			} else if (!rc && in->parent == dir &&
+				   !strcmp(in->name, l->name)) {
+				/* its first name now: a kill fell between the
+				 * move (link_promote) and the link's end */
 			} else if (!rc &&
 				   (rc = fs_link_restore(fs, in, dir,
 							 l->name))) {
@@ -225,6 +229,13 @@ static int read_log(struct fs_tk *t, struct rino **tab, struct rlink **lt,
 			tk_old_remove(&t->live, r->a);
 			break;
 		case TK_DIRTIME:
+			if (r->a == FUSE_ROOT_ID) { /* never in tab */
+				t->root_times = true;
+				t->root_mtime_ns = (int64_t)r->b;
+				t->root_ctime_ns = (int64_t)((uint64_t)r->d <<
+							     32 | r->c);
+				break;
+			}
 			x = rfind(tab, r->a);
 			if (x) {
 				x->has_times = true;
@@ -285,6 +296,18 @@ int fs_tk_replay(struct fs *fs, char *why, size_t wl)
 	free(tab);
 	rc = rlinks_restore(fs, lt, rc, why, wl);
 	free(lt);
+	if (!rc && t->root_times) { /* the root has no marker: as fs_dir_touch */
+		struct fs_inode *root = fs->root;
+
+		if (!root->has_attr) {
+			root->has_attr = true;
+			root->mode = (uint32_t)fs->cfg.dir_mode;
+			root->uid = (uint32_t)fs->cfg.uid;
+			root->gid = (uint32_t)fs->cfg.gid;
+		}
+		root->mtime_ns = t->root_mtime_ns;
+		root->ctime_ns = t->root_ctime_ns;
+	}
 	if (rc)
 		return rc;
 	if (atomic_load(&t->head->next_ino) > max_ino)

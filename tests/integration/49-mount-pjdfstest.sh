@@ -7,7 +7,7 @@
 # line "pjdfstest known failures: N"), if any test file times out, or if
 # a process is left in D state: the count can only go down.  On a mount
 # with a keeper (the default; CI's run with the ring off) the daemon is
-# killed with kill -9 every PJD_KILL_EVERY seconds (default 5; 0: never)
+# killed with kill -9 every PJD_KILL_EVERY seconds (default 10; 0: never)
 # while the suite runs: every kill must be taken over, with no more
 # failures than that (docs/keeper.md "pjdfstest with kills").  Before the
 # suite, the special files it needs are checked here by hand with the aws
@@ -157,7 +157,7 @@ parts_running() {
 	done
 	return 1
 }
-every=${PJD_KILL_EVERY:-5}
+every=${PJD_KILL_EVERY:-10}
 if [ "$every" != 0 ] && [ "$(stat_of keeper_pid)" != 0 ]; then
 	note "the daemon killed with kill -9 every $every s while the suite runs"
 	while :; do

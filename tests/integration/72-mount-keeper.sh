@@ -19,7 +19,8 @@
 # mount over with a reader and a writer open; without a keeper it says
 # so.  --foreground has no keeper; --keeper with it, or with --no-keeper,
 # is refused.  Hard links made before a kill keep their inode, link
-# count and names after it.  SIGTERM unmounts cleanly.
+# count and names after it; a directory its owner and the times its
+# entries moved, and so does the root.  SIGTERM unmounts cleanly.
 . "$TOP/tests/lib/common.sh"
 
 mount_setup keeper
@@ -239,17 +240,30 @@ grep -q " dir-mkdir/$" ls.out || fail "the bucket has no dir-mkdir/: $(cat ls.ou
 [ "$(awsx s3 cp "s3://$B/dst-rename" -)" = rename ] || fail "dst-rename's bytes"
 
 note "hard links across a takeover: one inode, its link count, its names"
-mnt
+mnt --refresh 1
 mkdir "$MNT/ln"
 echo linked >"$MNT/ln/a"
 ln "$MNT/ln/a" "$MNT/ln/b" && ln "$MNT/ln/a" "$MNT/ln/c" && mv "$MNT/ln/b" "$MNT/ln/b2" ||
 	fail "ln or mv of a link"
 echo other >"$MNT/ln/o"
 ino=$(stat -c %i "$MNT/ln/a")
+# a directory's owner and its times moved by entries (kept in memory)
+mkdir "$MNT/own" && chown 65534:65534 "$MNT/own" && sleep 0.05 && touch "$MNT/own/e" ||
+	fail "mkdir, chown or touch in own/"
+dt=$(stat -c '%U %Y.%y %Z.%z' "$MNT/own") rt=$(stat -c '%y %z' "$MNT")
 kill -9 "$(stat_of daemon_pid)"
 [ "$(stat -c '%h %i' "$MNT/ln/b2")" = "3 $ino" ] ||
 	fail "after the takeover ln/b2 shows '$(stat -c '%h %i' "$MNT/ln/b2")', not '3 $ino'"
 [ "$(stat_of takeovers)" = 1 ] || fail "links: $(stat_of takeovers) takeovers, not 1"
+# what the kernel holds goes stale (--refresh 1: its attributes and
+# entries for 1 s), so the stats below ask the new daemon
+sleep 1.5
+[ "$(stat -c '%U %Y.%y %Z.%z' "$MNT/own")" = "$dt" ] ||
+	fail "own/ after the takeover: '$(stat -c '%U %Y.%y %Z.%z' "$MNT/own")', not '$dt'"
+[ "$(stat -c '%y %z' "$MNT")" = "$rt" ] ||
+	fail "the root's times after the takeover: '$(stat -c '%y %z' "$MNT")', not '$rt'"
+touch "$MNT/own/f" && [ "$(stat -c %U "$MNT/own")" = nobody ] ||
+	fail "an entry made in own/ after the takeover: owner $(stat -c %U "$MNT/own")"
 echo more >>"$MNT/ln/c" || fail "append to a link after the takeover"
 # the first name replaced: the file keeps its two other names
 mv "$MNT/ln/o" "$MNT/ln/a" || fail "mv over the first name after the takeover"
