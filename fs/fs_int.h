@@ -309,9 +309,11 @@ int fs_start_workers(struct fs *fs, char *msg, size_t ml);
  * kernel still uses for in); fs->lock held. */
 void fs_pt_restore(struct fs *fs, struct fs_inode *in, struct fs_handle *h,
 		   int id, uint64_t size);
-/* fs.c: a handle of in for a dead daemon's open; the
- * attributes of an inode restored from its journal */
+/* tk_replay.c: the attributes of an inode restored from the journal,
+ * asked for at its first use (lookup, getattr, setattr, an entry change
+ * in it); a no-op once known.  No lock held. */
 void fs_restored_attr(struct fs *fs, struct fs_inode *in);
+/* fs.c: a handle of in for a dead daemon's open */
 int fs_handle_reopen(struct fs *fs, struct fs_inode *in, int flags,
 		     int pt_id, struct fs_handle **hp);
 

@@ -6,9 +6,11 @@
  * known; such inodes live until unmount); each hard link given back to
  * its file; each open handle of the dead daemon kept as (old fh ->
  * inode, flags, backing id) for takeover.c to reopen.  A journal that
- * does not hold together refuses the takeover.
+ * does not hold together refuses the takeover.  A restored inode's
+ * attributes are asked for at its first use (fs_restored_attr).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -334,4 +336,124 @@ int fs_tk_replay(struct fs *fs, char *why, size_t wl)
 	snprintf(why, wl, "handles of 16 daemons are still open: no tag is "
 		 "left for a new one's");
 	return -EOVERFLOW;
+}
+
+/* --- a restored inode's attributes, at its first use --- */
+
+/* A restored file's attributes as a lookup of its name finds them (the
+ * write-back's dirty files, the cache index): where the store cannot
+ * be asked.  The index keeps attributes by key and ETag, which cannot
+ * tell apart two empty objects that were at one key in turn, so the
+ * store comes first. */
+static void restored_by_name(struct fs *fs, struct fs_inode *in)
+{
+	char dkey[OBJ_KEY_MAX + 2], name[NAME_MAX + 1];
+	struct fs_inode *dir, *found;
+	struct ns_entry e;
+	bool ok;
+
+	pthread_mutex_lock(&fs->lock);
+	ok = !in->unlinked && !in->has_attr;
+	dir = in->parent;
+	snprintf(dkey, sizeof(dkey), "%s", dir->key);
+	snprintf(name, sizeof(name), "%s", in->name);
+	pthread_mutex_unlock(&fs->lock);
+	if (!ok || ns_find(fs->ns, dkey, name, &e) || e.is_dir)
+		return;
+	e.name = name;
+	found = fs_inode_lookup(fs, dir, &e); /* in, if the name is still its */
+	if (found)
+		fs_inode_forget(fs, found, 1);
+}
+
+/* One restored inode resolved at a time: two at once (a getattr and a
+ * create in the directory) could otherwise apply older attributes over
+ * what the first had moved since. */
+static pthread_mutex_t restore_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* A restored file: the store's word first (what was known of it before,
+ * attr_ms set by an upload that ended since, is not this inode's), by
+ * its name where the store was not asked. */
+static void restored_file(struct fs *fs, struct fs_inode *in)
+{
+	bool gone;
+
+	pthread_mutex_lock(&fs->lock);
+	in->attr_ms = 0;
+	gone = in->unlinked; /* its key may be another file's now */
+	pthread_mutex_unlock(&fs->lock);
+	if (!gone)
+		fs_revalidate(fs, in);
+	pthread_mutex_lock(&fs->lock);
+	in->restored = false;
+	pthread_mutex_unlock(&fs->lock);
+	restored_by_name(fs, in);
+}
+
+/* A restored directory: the marker's metadata, else the index (which
+ * keeps a directory's attributes by name: a name made, chowned and
+ * removed again and again, its marker never uploaded, may still have
+ * another's there); a marker waiting for its upload has the latest; the
+ * times that entries made and removed moved (in memory only, and in the
+ * journal) stand over both. */
+static void restored_dir(struct fs *fs, struct fs_inode *in)
+{
+	char key[OBJ_KEY_MAX + 2];
+	struct cache_attr a;
+	struct obj_meta m;
+	int64_t mt, ct;
+	bool times, gone;
+
+	pthread_mutex_lock(&fs->lock);
+	times = in->tk_times;
+	mt = in->mtime_ns;
+	ct = in->ctime_ns;
+	gone = in->unlinked; /* its key may be another directory's now */
+	snprintf(key, sizeof(key), "%s", in->key);
+	pthread_mutex_unlock(&fs->lock);
+	if (gone) {
+		/* its times only */
+	} else if (ns_store_up(fs->ns) && !ns_head(fs->ns, key, &m)) {
+		ns_meta_attr(m.user, m.nuser, m.etag, &a);
+		obj_meta_release(&m);
+		pthread_mutex_lock(&fs->lock);
+		fs_attr_apply(fs, in, &a);
+		pthread_mutex_unlock(&fs->lock);
+		cache_attr_set(fs->cfg.cache, key, &a);
+	} else if (!cache_attr_get(fs->cfg.cache, key, &a)) {
+		pthread_mutex_lock(&fs->lock);
+		fs_attr_apply(fs, in, &a);
+		pthread_mutex_unlock(&fs->lock);
+	}
+	if (!gone)
+		fs_refresh_from_w(fs, in);
+	pthread_mutex_lock(&fs->lock);
+	if (times && !in->has_attr) { /* nothing known: as fs_dir_touch */
+		in->has_attr = true;
+		in->mode = (uint32_t)fs->cfg.dir_mode;
+		in->uid = (uint32_t)fs->cfg.uid;
+		in->gid = (uint32_t)fs->cfg.gid;
+	}
+	if (times) {
+		in->mtime_ns = mt;
+		in->ctime_ns = ct;
+	}
+	in->tk_times = false;
+	in->restored = false;
+	pthread_mutex_unlock(&fs->lock);
+}
+
+void fs_restored_attr(struct fs *fs, struct fs_inode *in)
+{
+	bool due;
+
+	pthread_mutex_lock(&restore_lock);
+	pthread_mutex_lock(&fs->lock);
+	due = in->restored;
+	pthread_mutex_unlock(&fs->lock);
+	if (due && in->is_dir)
+		restored_dir(fs, in);
+	else if (due)
+		restored_file(fs, in);
+	pthread_mutex_unlock(&restore_lock);
 }
