@@ -474,6 +474,11 @@ static void do_restart(struct fs *fs, FILE *out)
 			"with --keeper can be restarted (docs/keeper.md)\n");
 		return;
 	}
+	if (fs_tk_keeper_lost(fs)) {
+		fprintf(out, "error the mount's keeper is gone: it cannot be "
+			"restarted (remount it to have a keeper again)\n");
+		return;
+	}
 	if (fs_tk_ring_was_used(fs)) {
 		fprintf(out, "error the mount takes its requests by FUSE over "
 			"io_uring, which a new daemon cannot take over; mount "
@@ -497,6 +502,14 @@ static void status_keeper(struct fs *fs, FILE *out, bool json, bool *first)
 	fs_tk_status(fs, &k);
 	kv_u64(out, json, first, "daemon_pid", (uint64_t)k.daemon_pid);
 	kv_u64(out, json, first, "keeper_pid", (uint64_t)k.keeper_pid);
+	if (k.keeper_lost) {
+		char l[160];
+
+		snprintf(l, sizeof(l), "the keeper (pid %d) is gone: a crash "
+			 "of this daemon ends the mount; remount to have one "
+			 "again", k.keeper_lost);
+		kv(out, json, first, "keeper_lost", l, true);
+	}
 	kv_u64(out, json, first, "takeovers", k.takeovers);
 	if (k.last_ms > 0) {
 		time_t t = (time_t)(k.last_ms / 1000);

@@ -248,6 +248,7 @@ struct fs_tk_info {
 	unsigned given;            /* of those, answered as the daemon
 	                            * before had (tk_replies.c) */
 	char cause[128], refused[256];
+	int keeper_lost;           /* the keeper's pid, gone (0: not) */
 };
 int fs_tk_attach(struct fs *fs, char *why, size_t wl); /* replays */
 void fs_tk_detach(struct fs *fs);
@@ -279,6 +280,9 @@ void fs_tk_init_seen(struct fs *fs, const void *buf, size_t n);
 ssize_t fs_tk_init_read(struct fs *fs, void *buf, size_t len);
 bool fs_tk_init_reply(struct fs *fs, uint64_t unique, int fd);
 void fs_tk_ring_used(struct fs *fs);
+/* The keeper died (or was killed): a crash of this daemon now ends the
+ * mount, as without one. */
+bool fs_tk_keeper_lost(struct fs *fs);
 bool fs_tk_ring_was_used(struct fs *fs);
 void fs_tk_count_resent(struct fs *fs, const void *req); /* after INIT */
 void fs_tk_init_wait(struct fs *fs); /* until the takeover serves */

@@ -30,11 +30,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -511,6 +513,53 @@ void fs_tk_handle_close(struct fs *fs, uint64_t fh)
 }
 
 
+/* The keeper's death: the kernel signals this daemon, its child
+ * (PR_SET_PDEATHSIG), and the handler says so in the log (write(2) of a
+ * line made beforehand: async-signal-safe). */
+#define TK_GONE_SIG (SIGRTMIN + 5)
+static atomic_int keeper_lost;
+static char gone_line[200];
+static size_t gone_len;
+
+static void on_keeper_gone(int sig)
+{
+	ssize_t n;
+
+	(void)sig;
+	if (atomic_exchange(&keeper_lost, 1))
+		return;
+	n = write(2, gone_line, gone_len);
+	(void)n;
+}
+
+static void watch_keeper(pid_t keeper)
+{
+	struct sigaction sa;
+
+	if (keeper <= 0)
+		return;
+	gone_len = (size_t)snprintf(gone_line, sizeof(gone_line),
+		"fmfs: the keeper (pid %d) is gone: a crash of this daemon "
+		"(pid %d) now ends the mount, as without a keeper; remount "
+		"to have one again\n", (int)keeper, (int)getpid());
+	if (gone_len >= sizeof(gone_line))
+		gone_len = sizeof(gone_line) - 1;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_keeper_gone;
+	sa.sa_flags = SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(TK_GONE_SIG, &sa, NULL) ||
+	    prctl(PR_SET_PDEATHSIG, TK_GONE_SIG))
+		return;
+	if (getppid() != keeper) /* it died before the line above */
+		on_keeper_gone(TK_GONE_SIG);
+}
+
+bool fs_tk_keeper_lost(struct fs *fs)
+{
+	return fs->tk && atomic_load(&keeper_lost);
+}
+
 int fs_tk_attach(struct fs *fs, char *why, size_t wl)
 {
 	struct fs_tk *t;
@@ -537,6 +586,7 @@ int fs_tk_attach(struct fs *fs, char *why, size_t wl)
 	pthread_cond_init(&fs->tk_init_cond, NULL);
 	fs->tk = t;
 	atomic_store(&t->head->daemon_pid, (int32_t)getpid());
+	watch_keeper((pid_t)atomic_load(&t->head->keeper_pid));
 	if (fs->cfg.tk_fuse_fd > 0) {
 		rc = fs_tk_replay(fs, why, wl);
 		fs->tk_init_due = true;
@@ -846,6 +896,10 @@ void fs_tk_status(struct fs *fs, struct fs_tk_info *out)
 	if (!h)
 		return;
 	out->keeper_pid = atomic_load(&h->keeper_pid);
+	if (atomic_load(&keeper_lost)) {
+		out->keeper_lost = out->keeper_pid;
+		out->keeper_pid = 0;
+	}
 	out->takeovers = atomic_load(&h->takeovers);
 	out->last_ms = atomic_load(&h->last_ms);
 	out->last_took_ms = atomic_load(&h->last_took_ms);

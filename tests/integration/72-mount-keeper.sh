@@ -20,7 +20,9 @@
 # so.  --foreground has no keeper; --keeper with it, or with --no-keeper,
 # is refused.  Hard links made before a kill keep their inode, link
 # count and names after it; a directory its owner and the times its
-# entries moved, and so does the root.  SIGTERM unmounts cleanly.
+# entries moved, and so does the root.  The keeper killed: the daemon
+# serves on, status and log say so, restart is refused, and the
+# daemon's own kill then ends the mount (ENOTCONN).  SIGTERM unmounts cleanly.
 . "$TOP/tests/lib/common.sh"
 
 mount_setup keeper
@@ -277,6 +279,25 @@ $FMFS flush --wait "$MNT" >/dev/null || fail "links: flush"
 awsx s3 ls "s3://$B/ln/" >ls.out
 grep -q " b2$" ls.out && fail "ln/b2 is still in the bucket: $(cat ls.out)"
 $FMFS umount "$MNT"
+
+note "the keeper killed: the daemon serves on and says so; its own crash then ends the mount"
+mnt
+echo before >"$MNT/kk"
+kill -9 "$(stat_of keeper_pid)"
+for _ in $(seq 50); do [ "$(stat_of keeper_pid)" = 0 ] && break; sleep 0.1; done
+[ "$(stat_of keeper_pid)" = 0 ] || fail "status after the keeper's kill: keeper_pid $(stat_of keeper_pid)"
+stat_opt keeper_lost | grep -q "is gone: a crash of this daemon ends the mount" ||
+	fail "status does not say the keeper is gone: '$(stat_opt keeper_lost)'"
+grep -q "fmfs: the keeper (pid [0-9]*) is gone" "$CACHE/fmfs.log" ||
+	fail "the log does not say the keeper is gone: $(tail -2 "$CACHE/fmfs.log")"
+[ "$(cat "$MNT/kk")" = before ] || fail "the mount stopped serving when its keeper died"
+expect_exit 1 "keeper is gone: it cannot be restarted" $FMFS restart "$MNT"
+$FMFS flush --wait "$MNT" >/dev/null || fail "flush without a keeper"
+kill -9 "$(stat_of daemon_pid)"
+for _ in $(seq 50); do timeout 5 ls "$MNT" >/dev/null 2>err || break; sleep 0.1; done
+grep -q "not connected" err || fail "a daemon without its keeper killed: $(cat err)"
+$FMFS umount "$MNT" || fail "umount of the ended mount"
+[ "$(awsx s3 cp "s3://$B/kk" -)" = before ] || fail "kk is not in the bucket"
 
 note "SIGTERM of a daemon unmounts cleanly (libfabric's PSM providers' handlers exit(1))"
 mnt
