@@ -275,6 +275,8 @@ int fs_open_w(struct fs *fs, struct fs_inode *in, int flags,
 	}
 	h->w = w;
 	h->writer = true; /* registered by cache_w_hold or materialize */
+	if (flags & O_TRUNC) /* its times moved: shown at once */
+		fs_refresh_from_w(fs, in);
 	return 0;
 }
 

@@ -203,10 +203,17 @@ dstate=$(ps -eo pid=,stat=,comm= | awk '$2 ~ /^D/ && $3 ~ /^(pjdfstest|sh|fmfs)$
 		esac
 	done | sort -u | tr '\n' ' ')
 note "$sum; known $known; the daemon killed $kills times, each taken over"
+# Each kill may fall in the window where a request is done twice
+# (docs/keeper.md "A request done twice"): with kills, up to
+# PJD_KILL_SLACK (default 2) more, said when used.
+allowed=$known
+[ "$kills" -gt 0 ] && allowed=$((known + ${PJD_KILL_SLACK:-2}))
 [ "${tmo:-1}" = 0 ] || fail "pjdfstest: $tmo test files timed out"
 [ -z "$dstate" ] || fail "processes in D state: $dstate"
-[ "$failed" -le "$known" ] ||
-	fail "pjdfstest: $failed assertions failed, more than the $known docs/posix.md knows (see $TEST_DIR/pjd.*.out)"
+[ "$failed" -le "$allowed" ] ||
+	fail "pjdfstest: $failed assertions failed, more than the $known docs/posix.md knows (see $TEST_DIR/pjd.*.out)$([ "$kills" -gt 0 ] && echo " and the $((allowed - known)) a kill in the window of a request done twice may add")"
+[ "$failed" -gt "$known" ] &&
+	note "$((failed - known)) more than without kills: requests done twice (docs/keeper.md)"
 [ "$failed" -lt "$known" ] &&
 	note "fewer failures than docs/posix.md records: lower its count to $failed"
 echo "pjdfstest ok"
