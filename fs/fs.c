@@ -803,11 +803,6 @@ static void op_release(fuse_req_t req, fuse_ino_t ino,
 		rc = cache_w_commit(h->w, false);
 		if (!rc && h->in) /* hard links: failure logged */
 			fs_link_sync(h->fs, h->in, false);
-		/* The inode takes the dirty file's attributes now: once it is
-		 * uploaded (at once, with --async-delay 0) they are the ones
-		 * shown, and an O_TRUNC or a write moved its times. */
-		if (h->in)
-			fs_refresh_from_w(h->fs, h->in);
 		cache_w_writer(h->w, false);
 		h->writer = false;
 	}
