@@ -95,14 +95,19 @@ void fs_fill_attr(const struct fs *fs, const struct fs_inode *in,
  * held); the inode keeps them once the file is uploaded. */
 void fs_refresh_from_w(struct fs *fs, struct fs_inode *in)
 {
+	char key[OBJ_KEY_MAX + 2];
 	struct cache_wfile *w = NULL;
 	struct cache_wattr a;
+	bool gone;
 
 	pthread_mutex_lock(&fs->lock);
 	if (in->unlinked && in->w_dead) /* still open: its own bytes */
 		cache_w_stat(in->w_dead, &a), w = in->w_dead;
+	gone = in->unlinked;
+	/* a copy: a rename may replace in->key once the lock is dropped */
+	snprintf(key, sizeof(key), "%s", in->key);
 	pthread_mutex_unlock(&fs->lock);
-	if (!w && (in->unlinked || cache_w_get(fs->cfg.cache, in->key, &w)))
+	if (!w && (gone || cache_w_get(fs->cfg.cache, key, &w)))
 		return;
 	if (w != in->w_dead) {
 		cache_w_stat(w, &a);
