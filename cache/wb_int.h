@@ -111,6 +111,10 @@ struct cache_wb {
 	bool tomb_unsynced;
 	uint64_t seq_top;          /* commits: the last seq given (global, so
 				    * two files' seqs order their commits) */
+	/* At replay: the newest commit (seq) a row of writeback.sqlite
+	 * holds.  SQLite keeps a prefix of the commits, so a .meta with
+	 * no row and an older seq was removed (wb_replay.c). */
+	uint64_t replay_rows_seq;
 	char **busy_keys;          /* keys being uploaded (tombstones wait) */
 	size_t nbusy, busy_cap;
 	pthread_t *threads;

@@ -228,6 +228,27 @@ static void replay_uploaded(struct replay *p)
 		  "was moving into the read cache): nothing to do", p->key);
 }
 
+/* A .meta with no row, older than a commit writeback.sqlite holds: the
+ * database keeps a prefix of its commits (the WAL is replayed in order,
+ * up to its first torn frame), so the row was there and was removed on
+ * purpose (an unlink, or the move of an uploaded file into the read
+ * cache) and only the removal of the files did not reach the disk
+ * before the stop.  Re-queueing it would bring back what was removed
+ * (68-mount-powerloss, seed 106696482 trial 16: w/a deleted, an fsync
+ * of another file, a power cut, the old w/a uploaded again). */
+static void replay_removed(struct replay *p)
+{
+	struct cache_wb *wb = p->wb;
+
+	if (p->fd >= 0)
+		unlinkat(wb->c->dirfd, p->path, 0);
+	cache_wb_meta_remove(wb, p->id);
+	cache_log("write-back: %s (%s/dirty/%016" PRIx64 ") was removed "
+		  "before fmfs stopped (writeback.sqlite holds later "
+		  "commits and no row for it): its files go, not uploaded",
+		  p->key, wb->c->cfg.dir, p->id);
+}
+
 /* Never committed (no .meta, a row that says "never closed"). */
 static bool replay_insert(struct cache_wb *wb, struct cache_wfile *w,
 			  uint64_t *charge);
@@ -501,6 +522,8 @@ static void replay_one(struct cache_wb *wb, uint64_t id,
 	committed = (r && queued) || p.have_s || (r && p.src == -EBADMSG);
 	if (r && r->row_uploaded && (!p.have_s || p.s->seq <= r->seq))
 		replay_uploaded(&p);
+	else if (!r && p.have_s && p.s->seq < wb->replay_rows_seq)
+		replay_removed(&p);
 	else if (!committed)
 		replay_uncommitted(&p, charge);
 	else if (p.fd < 0)
@@ -573,6 +596,13 @@ static int load_rows(struct cache_wb *wb)
 	size_t ndone = 0, cap = 0;
 	int rc;
 
+	rc = sqlite3_prepare_v2(wb->db, "SELECT max(seq) FROM files", -1, &s,
+				NULL);
+	if (rc != SQLITE_OK)
+		return -EIO;
+	if (sqlite3_step(s) == SQLITE_ROW)
+		wb->replay_rows_seq = (uint64_t)sqlite3_column_int64(s, 0);
+	sqlite3_finalize(s);
 	rc = sqlite3_prepare_v2(wb->db, "SELECT id, key, kind, mode, uid, "
 				"gid, mtime_ns, size, in_bucket, base_etag, "
 				"queued, meta, seq, changing, boot, uploaded "

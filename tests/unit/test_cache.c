@@ -1447,6 +1447,52 @@ static void test_w_uploaded_row(void **state)
 	assert_int_equal(n, 0);
 }
 
+/* A dirty file removed (its row gone from writeback.sqlite, a later
+ * commit there) whose files a power cut brought back is not queued
+ * again: the database keeps a prefix of its commits, so a .meta with no
+ * row and an older seq was removed on purpose.  A .meta newer than every
+ * row (the database lost its tail) is still re-queued. */
+static void test_w_removed_comes_back(void **state)
+{
+	static const char *const keys[] = { "rm/a", "rm/b", "rm/c" };
+	struct env *e = *state;
+	struct cache_wattr a = { .kind = CACHE_WK_FILE, .mode = 0644 };
+	struct cache_wb_stats ws;
+	struct cache_wfile *w;
+	char cmd[PATH_MAX * 3];
+
+	env_open(e);
+	for (size_t i = 0; i < 3; i++) {
+		assert_int_equal(cache_w_create(e->c, keys[i], &a, false, NULL,
+						NULL, &w), 0);
+		assert_int_equal(cache_w_pwrite(w, "abc", 3, 0), 3);
+		assert_int_equal(cache_w_commit(w, true), 0);
+		cache_w_put(w);
+		if (i == 0) { /* rm/a's files as the fsync left them */
+			snprintf(cmd, sizeof(cmd), "cd '%s' && mkdir -p "
+				 "../saved && cp dirty/* ../saved/",
+				 e->cache_dir);
+			assert_int_equal(system(cmd), 0);
+		}
+	}
+	assert_int_equal(cache_w_unlink(e->c, "rm/a", false, false), 0);
+	env_close(e);
+	/* the cut: rm/a's files back; rm/c's row lost with the WAL's tail */
+	snprintf(cmd, sizeof(cmd), "cd '%s' && cp ../saved/* dirty/ && "
+		 "rm -r ../saved && sqlite3 writeback.sqlite \"DELETE FROM "
+		 "files WHERE key='rm/c'\"", e->cache_dir);
+	if (system(cmd) != 0)
+		skip(); /* no sqlite3 program */
+	env_open(e);
+	cache_wb_get_stats(e->c, &ws);
+	assert_int_equal(ws.dirty_files, 2); /* rm/b, and rm/c re-queued */
+	assert_int_equal(ws.rebuilt, 1);
+	assert_int_equal(cache_w_get(e->c, "rm/a", &w), -ENOENT);
+	assert_int_equal(cache_w_get(e->c, "rm/c", &w), 0);
+	cache_w_put(w);
+	env_close(e);
+}
+
 /* A wholly cached clean file becomes a dirty file in place
  * (cache_w_adopt): a descriptor open on it before reads the writes; the
  * read cache forgets it; bytes move from clean to dirty, used stays.
@@ -1819,6 +1865,7 @@ int main(void)
 		T(test_dir_foreign),
 		T(test_missing_table),
 		T(test_w_uploaded_row),
+		T(test_w_removed_comes_back),
 		T(test_dir_user_mode),
 		T(test_dir_unusable),
 		T(test_dir_in_use),
