@@ -170,7 +170,8 @@ uint64_t cache_cached_bytes(struct cache *c, const char *key);
 #define CACHE_ATTR_CTIME 16u
 #define CACHE_ATTR_ATIME 32u
 #define CACHE_ATTR_RDEV  64u
-#define CACHE_ATTR_ALL   127u
+#define CACHE_ATTR_ISDIR 128u /* no mode, but a directory's Content-Type */
+#define CACHE_ATTR_ALL   255u
 struct cache_attr {
 	char etag[80];
 	unsigned has;           /* CACHE_ATTR_*: those stored with the object */

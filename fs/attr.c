@@ -36,7 +36,7 @@ int fs_load_meta(struct fs *fs, struct fs_inode *in)
 	rc = ns_head(fs->ns, in->key, &m);
 	if (rc)
 		return rc;
-	ns_meta_attr(m.user, m.nuser, m.etag, &a);
+	ns_meta_attr(&m, &a);
 	pthread_mutex_lock(&fs->lock);
 	for (size_t i = 0; i < in->nmeta; i++) {
 		free(in->meta[i].name);

@@ -458,7 +458,7 @@ int fs_revalidate(struct fs *fs, struct fs_inode *in)
 		return -ENOENT;
 	if (rc)
 		return 0; /* a transport failure marked the store offline */
-	ns_meta_attr(m.user, m.nuser, m.etag, &a);
+	ns_meta_attr(&m, &a);
 	pthread_mutex_lock(&fs->lock);
 	/* the same version: a later atime of ours (touch_atime) stands */
 	if (in->has_attr && !strcmp(in->etag, m.etag) &&
@@ -870,7 +870,7 @@ void fs_dir_learn(struct fs *fs, struct fs_inode *in)
 	if (rc == -ENOENT) {
 		memset(&a, 0, sizeof(a)); /* known: nothing stored */
 	} else if (!rc) {
-		ns_meta_attr(m.user, m.nuser, m.etag, &a);
+		ns_meta_attr(&m, &a);
 		obj_meta_release(&m);
 	} else {
 		return;

@@ -414,7 +414,7 @@ static void restored_dir(struct fs *fs, struct fs_inode *in)
 	if (gone) {
 		/* its times only */
 	} else if (ns_store_up(fs->ns) && !ns_head(fs->ns, key, &m)) {
-		ns_meta_attr(m.user, m.nuser, m.etag, &a);
+		ns_meta_attr(&m, &a);
 		obj_meta_release(&m);
 		pthread_mutex_lock(&fs->lock);
 		fs_attr_apply(fs, in, &a);

@@ -143,12 +143,13 @@ void ns_type_of_empty(struct ns *ns, const char *key,
 			e->untyped = true;
 			return;
 		}
-		ns_meta_attr(m.user, m.nuser, m.etag, &a);
+		ns_meta_attr(&m, &a);
 		obj_meta_release(&m);
 		cache_attr_set(ns->cfg.cache, key, &a);
 	}
 	e->untyped = false;
-	if ((a.has & CACHE_ATTR_MODE) && S_ISDIR(a.mode)) {
+	if (((a.has & CACHE_ATTR_MODE) && S_ISDIR(a.mode)) ||
+	    (a.has & CACHE_ATTR_ISDIR)) {
 		e->is_dir = true;
 		e->markers |= NS_MARK_PLAIN;
 		e->size_bytes = 0;

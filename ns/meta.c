@@ -36,8 +36,11 @@
 
 #include <openssl/evp.h>
 
+#include <limits.h>
 #include <stdlib.h>
+#include <strings.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "ns_int.h"
 
@@ -203,42 +206,187 @@ raw:
 }
 
 
-void ns_meta_attr(const struct obj_kv *m, size_t n, const char *etag,
-		  struct cache_attr *a)
+/* A mode as other tools store it: s3fs and fmfs in decimal ("33188"),
+ * rclone in octal ("100644", "0100644").  Decimal modes are at most
+ * 65535, five digits: a leading 0 or six digits or more is octal; five
+ * or fewer whose decimal value has no file type but reads as octal with
+ * one ("40755", a directory) is octal too. */
+static bool parse_mode(const char *v, uint32_t *out)
 {
-	memset(a, 0, sizeof(*a));
-	snprintf(a->etag, sizeof(a->etag), "%s", etag ? etag : "");
-	for (size_t i = 0; i < n; i++) {
-		const char *v = m[i].value;
-		char *end;
+	static const uint32_t types[] = { 0, S_IFREG, S_IFDIR, S_IFLNK,
+					  S_IFIFO, S_IFCHR, S_IFBLK,
+					  S_IFSOCK };
+#define NTYPES (sizeof(types) / sizeof(types[0]))
+	size_t len = strspn(v, "0123456789");
+	bool octal_ok = strspn(v, "01234567") == len;
+	unsigned long d, o;
 
-		if (!strcmp(m[i].name, "mode")) {
-			a->mode = (uint32_t)strtoul(v, &end, 10);
-			if (*v && !*end)
-				a->has |= CACHE_ATTR_MODE;
-		} else if (!strcmp(m[i].name, "uid")) {
-			a->uid = (uint32_t)strtoul(v, &end, 10);
-			if (*v && !*end)
-				a->has |= CACHE_ATTR_UID;
-		} else if (!strcmp(m[i].name, "gid")) {
-			a->gid = (uint32_t)strtoul(v, &end, 10);
-			if (*v && !*end)
-				a->has |= CACHE_ATTR_GID;
-		} else if (!strcmp(m[i].name, "mtime")) {
-			if (!util_time_parse(v, &a->mtime_ns))
-				a->has |= CACHE_ATTR_MTIME;
-		} else if (!strcmp(m[i].name, "ctime")) {
-			if (!util_time_parse(v, &a->ctime_ns))
-				a->has |= CACHE_ATTR_CTIME;
-		} else if (!strcmp(m[i].name, "atime")) {
-			if (!util_time_parse(v, &a->atime_ns))
-				a->has |= CACHE_ATTR_ATIME;
-		} else if (!strcmp(m[i].name, "rdev")) {
-			a->rdev = (uint32_t)strtoul(v, &end, 10);
-			if (*v && !*end)
-				a->has |= CACHE_ATTR_RDEV;
+	if (!len || v[len] || len > 7)
+		return false;
+	d = strtoul(v, NULL, 10);
+	o = octal_ok ? strtoul(v, NULL, 8) : ULONG_MAX;
+	if (v[0] == '0' || len >= 6)
+		d = ULONG_MAX; /* octal by its form */
+	for (size_t i = 0; d <= 0177777 && i < NTYPES; i++)
+		if ((d & S_IFMT) == types[i]) {
+			*out = (uint32_t)d;
+			return true;
 		}
+	for (size_t i = 0; o <= 0177777 && i < NTYPES; i++)
+		if ((o & S_IFMT) == types[i]) {
+			*out = (uint32_t)o;
+			return true;
+		}
+	return false;
+#undef NTYPES
+}
+
+/* RFC 3339 ("2023-05-11T17:54:11.523399602+01:00", rclone's metadata
+ * form): 0 with *ns set, or -EINVAL. */
+static int parse_rfc3339(const char *v, int64_t *ns)
+{
+	struct tm tm;
+	const char *p;
+	int64_t frac = 0, off = 0;
+	int digits = 0;
+	time_t t;
+
+	memset(&tm, 0, sizeof(tm));
+	p = strptime(v, "%Y-%m-%d", &tm);
+	if (!p || (*p != 'T' && *p != 't' && *p != ' '))
+		return -EINVAL;
+	p = strptime(p + 1, "%H:%M:%S", &tm);
+	if (!p)
+		return -EINVAL;
+	if (*p == '.')
+		for (p++; *p >= '0' && *p <= '9'; p++, digits++)
+			if (digits < 9)
+				frac = frac * 10 + (*p - '0');
+	for (int d = digits; d < 9; d++)
+		frac *= 10;
+	if (*p == 'Z' || *p == 'z') {
+		p++;
+	} else if ((*p == '+' || *p == '-') && p[1] >= '0' && p[1] <= '9' &&
+		   p[2] >= '0' && p[2] <= '9' && p[3] == ':' &&
+		   p[4] >= '0' && p[4] <= '9' && p[5] >= '0' && p[5] <= '9') {
+		off = ((p[1] - '0') * 10 + (p[2] - '0')) * 3600 +
+		      ((p[4] - '0') * 10 + (p[5] - '0')) * 60;
+		if (*p == '-')
+			off = -off;
+		p += 6;
+	} else {
+		return -EINVAL;
 	}
+	if (*p)
+		return -EINVAL;
+	t = timegm(&tm);
+	if (t == (time_t)-1)
+		return -EINVAL;
+	*ns = ((int64_t)t - off) * 1000000000 + frac;
+	return 0;
+}
+
+static int parse_time(const char *v, int64_t *ns)
+{
+	return util_time_parse(v, ns) && parse_rfc3339(v, ns) ? -EINVAL : 0;
+}
+
+static bool parse_u32(const char *v, uint32_t *out)
+{
+	char *end;
+	unsigned long x;
+
+	if (*v < '0' || *v > '9')
+		return false;
+	errno = 0;
+	x = strtoul(v, &end, 10);
+	if (*end || errno || x > UINT32_MAX)
+		return false;
+	*out = (uint32_t)x;
+	return true;
+}
+
+/* One attribute, by the name the metadata gives it; what a already has
+ * stands (fmfs's own names are read before s3cmd's). */
+static void take(struct cache_attr *a, const char *name, const char *v)
+{
+	if (!strcmp(name, "mode") && !(a->has & CACHE_ATTR_MODE)) {
+		if (parse_mode(v, &a->mode))
+			a->has |= CACHE_ATTR_MODE;
+	} else if (!strcmp(name, "uid") && !(a->has & CACHE_ATTR_UID)) {
+		if (parse_u32(v, &a->uid))
+			a->has |= CACHE_ATTR_UID;
+	} else if (!strcmp(name, "gid") && !(a->has & CACHE_ATTR_GID)) {
+		if (parse_u32(v, &a->gid))
+			a->has |= CACHE_ATTR_GID;
+	} else if (!strcmp(name, "mtime") && !(a->has & CACHE_ATTR_MTIME)) {
+		if (!parse_time(v, &a->mtime_ns))
+			a->has |= CACHE_ATTR_MTIME;
+	} else if (!strcmp(name, "ctime") && !(a->has & CACHE_ATTR_CTIME)) {
+		if (!parse_time(v, &a->ctime_ns))
+			a->has |= CACHE_ATTR_CTIME;
+	} else if (!strcmp(name, "atime") && !(a->has & CACHE_ATTR_ATIME)) {
+		if (!parse_time(v, &a->atime_ns))
+			a->has |= CACHE_ATTR_ATIME;
+	} else if (!strcmp(name, "rdev") && !(a->has & CACHE_ATTR_RDEV)) {
+		if (parse_u32(v, &a->rdev))
+			a->has |= CACHE_ATTR_RDEV;
+	}
+}
+
+/* s3cmd's "s3cmd-attrs": "atime:1700000000/ctime:.../gid:0/gname:root/
+ * md5:.../mode:33188/mtime:.../uid:0/uname:root". */
+static void take_s3cmd(struct cache_attr *a, const char *v)
+{
+	char buf[1024], *save = NULL;
+
+	if (strlen(v) >= sizeof(buf))
+		return;
+	strcpy(buf, v);
+	for (char *f = strtok_r(buf, "/", &save); f;
+	     f = strtok_r(NULL, "/", &save)) {
+		char *c = strchr(f, ':');
+
+		if (!c)
+			continue;
+		*c = '\0';
+		if (strcmp(f, "rdev")) /* its rdev is not ours */
+			take(a, f, c + 1);
+	}
+}
+
+/* A Content-Type that older tools give a directory's object. */
+static bool dir_content_type(const char *ct)
+{
+	static const char *const types[] = { "application/x-directory",
+					     "httpd/unix-directory" };
+
+	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+		size_t n = strlen(types[i]);
+
+		if (!strncasecmp(ct, types[i], n) &&
+		    (!ct[n] || ct[n] == ';' || ct[n] == ' '))
+			return true;
+	}
+	return false;
+}
+
+void ns_meta_attr(const struct obj_meta *m, struct cache_attr *a)
+{
+	const char *s3cmd = NULL;
+
+	memset(a, 0, sizeof(*a));
+	snprintf(a->etag, sizeof(a->etag), "%s", m->etag);
+	for (size_t i = 0; i < m->nuser; i++) {
+		if (!strcmp(m->user[i].name, "s3cmd-attrs"))
+			s3cmd = m->user[i].value;
+		else
+			take(a, m->user[i].name, m->user[i].value);
+	}
+	if (s3cmd)
+		take_s3cmd(a, s3cmd);
+	if (dir_content_type(m->content_type))
+		a->has |= CACHE_ATTR_ISDIR;
 }
 
 void ns_wattr_attr(const struct cache_wattr *w, const char *etag,

@@ -198,10 +198,13 @@ struct ns_listing *ns_dir_view(struct ns *ns, const char *dir_key,
 
 /* ---- metadata: attributes and xattrs as S3 user metadata (meta.c) ---- */
 
-/* Object metadata "mode"/"uid"/"gid"/"mtime"/... (a HEAD's) as the cache
- * index keeps them. */
-void ns_meta_attr(const struct obj_kv *m, size_t n, const char *etag,
-		  struct cache_attr *a);
+/* A HEAD's answer as the cache index keeps it: the attributes its user
+ * metadata stores under the names of fmfs, s3fs and rclone ("mode",
+ * "uid", "gid", "mtime", "ctime", "atime", "rdev"; a mode in decimal or
+ * octal, times in seconds or RFC 3339) or s3cmd ("s3cmd-attrs"), and a
+ * directory's Content-Type (docs/semantics.md "Objects other tools
+ * wrote"). */
+void ns_meta_attr(const struct obj_meta *m, struct cache_attr *a);
 /* A dirty file's attributes as uploaded, for the index. */
 void ns_wattr_attr(const struct cache_wattr *w, const char *etag,
 		   struct cache_attr *a);

@@ -669,10 +669,12 @@ static void test_meta_attr(void **state)
 		{ "mtime", "1000000000" }, { "atime", "1000000001.5" },
 		{ "other", "1" },
 	};
+	struct obj_meta m = { .etag = "etag1", .user = kv,
+			      .nuser = ARRAY_SIZE(kv) };
 	struct cache_attr a;
 	struct ns_entry x;
 
-	ns_meta_attr(kv, ARRAY_SIZE(kv), "etag1", &a);
+	ns_meta_attr(&m, &a);
 	assert_string_equal(a.etag, "etag1");
 	assert_true(a.has & CACHE_ATTR_MODE);
 	assert_int_equal(a.mode, 0100644);
@@ -699,6 +701,68 @@ static void test_meta_attr(void **state)
 	ns_attr_resolve(e->ns, true, 42, &a, &x);
 	assert_int_equal(x.mode, 0755);
 	assert_int_equal(x.mtime_ns, 1700000000ll * 1000000000);
+}
+
+/* Other tools' forms: rclone's octal modes and RFC 3339 times, s3cmd's
+ * s3cmd-attrs (read after the plain names), a directory's Content-Type;
+ * values that are none of these are not taken. */
+static void test_meta_attr_foreign(void **state)
+{
+	struct obj_kv rc[] = {
+		{ "mode", "100640" }, { "uid", "1000" },
+		{ "mtime", "2023-05-11T17:54:11.523399602+01:00" },
+		{ "atime", "2001-09-09T01:46:40Z" }, { "btime", "x" },
+	};
+	struct obj_kv s3cmd[] = {
+		{ "s3cmd-attrs", "atime:1000000000/ctime:1000000001/gid:7/"
+				 "gname:g/md5:00/mode:33261/mtime:1000000002/"
+				 "uid:5/uname:u" },
+		{ "uid", "6" },
+	};
+	struct obj_kv bad[] = {
+		{ "mode", "99999" }, { "mtime", "2023-13-45T99:00:00Z" },
+		{ "uid", "-1" }, { "gid", "4294967296" }, { "ctime", "" },
+	};
+	struct obj_kv dirs[] = { { "mode", "40755" } };
+	struct obj_meta m = { .etag = "e", .user = rc,
+			      .nuser = ARRAY_SIZE(rc) };
+	struct cache_attr a;
+
+	(void)state;
+	ns_meta_attr(&m, &a);
+	assert_int_equal(a.mode, 0100640);
+	assert_int_equal(a.uid, 1000);
+	/* 16:54:11 UTC */
+	assert_true(a.mtime_ns == 1683824051523399602ll);
+	assert_true(a.atime_ns == 1000000000ll * 1000000000);
+	assert_int_equal(a.has, CACHE_ATTR_MODE | CACHE_ATTR_UID |
+			 CACHE_ATTR_MTIME | CACHE_ATTR_ATIME);
+
+	m.user = s3cmd, m.nuser = ARRAY_SIZE(s3cmd);
+	ns_meta_attr(&m, &a);
+	assert_int_equal(a.mode, 0100755);
+	assert_int_equal(a.uid, 6); /* the plain name first */
+	assert_int_equal(a.gid, 7);
+	assert_true(a.mtime_ns == 1000000002ll * 1000000000);
+	assert_true(a.ctime_ns == 1000000001ll * 1000000000);
+	assert_false(a.has & CACHE_ATTR_ISDIR);
+
+	m.user = bad, m.nuser = ARRAY_SIZE(bad);
+	ns_meta_attr(&m, &a);
+	assert_int_equal(a.has, 0);
+
+	m.user = dirs, m.nuser = ARRAY_SIZE(dirs);
+	ns_meta_attr(&m, &a);
+	assert_int_equal(a.mode, 040755); /* octal: no type in decimal */
+	m.nuser = 0;
+	snprintf(m.content_type, sizeof(m.content_type),
+		 "application/x-directory; charset=UTF-8");
+	ns_meta_attr(&m, &a);
+	assert_int_equal(a.has, CACHE_ATTR_ISDIR);
+	snprintf(m.content_type, sizeof(m.content_type),
+		 "application/x-directoryish");
+	ns_meta_attr(&m, &a);
+	assert_int_equal(a.has, 0);
 }
 
 static void test_xattr_names(void **state)
@@ -758,6 +822,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_rename_local_only, setup,
 						teardown),
+		cmocka_unit_test(test_meta_attr_foreign),
 		cmocka_unit_test_setup_teardown(test_meta_attr, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_xattr_names, setup,
