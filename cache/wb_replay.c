@@ -235,7 +235,9 @@ static void replay_uploaded(struct replay *p)
  * cache) and only the removal of the files did not reach the disk
  * before the stop.  Re-queueing it would bring back what was removed
  * (68-mount-powerloss, seed 106696482 trial 16: w/a deleted, an fsync
- * of another file, a power cut, the old w/a uploaded again). */
+ * of another file, a power cut, the old w/a uploaded again).  Only with
+ * its bytes there: a .meta alone, its row removed, is how a lost file
+ * stays reported at every mount (replay_gone). */
 static void replay_removed(struct replay *p)
 {
 	struct cache_wb *wb = p->wb;
@@ -522,7 +524,8 @@ static void replay_one(struct cache_wb *wb, uint64_t id,
 	committed = (r && queued) || p.have_s || (r && p.src == -EBADMSG);
 	if (r && r->row_uploaded && (!p.have_s || p.s->seq <= r->seq))
 		replay_uploaded(&p);
-	else if (!r && p.have_s && p.s->seq < wb->replay_rows_seq)
+	else if (!r && p.have_s && p.fd >= 0 &&
+		 p.s->seq < wb->replay_rows_seq)
 		replay_removed(&p);
 	else if (!committed)
 		replay_uncommitted(&p, charge);
