@@ -81,7 +81,7 @@ CACHE_LIBS = $(SQLITE_LIBS) $(URING_LIBS) $(PEER_LIBS) $(OBJSTORE_LIBS)
 # ns/: the namespace: names, listings, lookups, metadata encoding,
 # renames by server-side copy (docs/layout.md "ns/")
 NS_OBJS = ns/store.o ns/listing.o ns/lookup.o ns/index.o ns/meta.o \
-	ns/rename.o
+	ns/rename.o ns/heads.o
 NS_A = ns/libns.a $(CACHE_A)
 NS_LIBS = $(CACHE_LIBS)
 

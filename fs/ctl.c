@@ -376,6 +376,9 @@ static void status_fuse(struct fs *fs, FILE *out, bool json, bool *first,
 	kv_u64(out, json, first, "getxattr_requests",
 	       atomic_load(&fs->getxattrs));
 	kv_u64(out, json, first, "head_requests", ns->heads);
+	kv_u64(out, json, first, "head_requests_behind_listings",
+	       ns->heads_behind);
+	kv_u64(out, json, first, "heads_waiting", ns->heads_waiting);
 }
 
 /* The write-back. */

@@ -38,6 +38,13 @@ static double ttl(const struct fs *fs)
 	return (double)fs->cfg.refresh_s;
 }
 
+double fs_attr_ttl(const struct fs *fs, const struct fs_inode *in)
+{
+	if (!in->is_dir && !in->has_attr && fs->cfg.refresh_s > FS_PROVISIONAL_S)
+		return FS_PROVISIONAL_S;
+	return ttl(fs);
+}
+
 /* Called with fs->lock held (attributes). */
 void fs_fill_attr(const struct fs *fs, const struct fs_inode *in,
 		  struct stat *st)
@@ -137,13 +144,14 @@ void fs_reply_entry(fuse_req_t req, struct fs *fs, struct fs_inode *in)
 	struct fuse_entry_param ep;
 
 	fs_refresh_from_w(fs, in);
+	fs_inode_attr_known(fs, in);
 	memset(&ep, 0, sizeof(ep));
 	ep.ino = in->ino;
 	ep.generation = 1;
 	pthread_mutex_lock(&fs->lock);
 	fs_fill_attr(fs, in, &ep.attr);
+	ep.attr_timeout = fs_attr_ttl(fs, in);
 	pthread_mutex_unlock(&fs->lock);
-	ep.attr_timeout = ttl(fs);
 	ep.entry_timeout = ttl(fs);
 	fuse_reply_entry(req, &ep);
 }
@@ -274,6 +282,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino,
 	struct fs *fs = FS(req);
 	struct fs_inode *in = fs_inode_get(fs, ino);
 	struct stat st;
+	double t;
 
 	(void)fi;
 	if (!in) {
@@ -283,10 +292,12 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino,
 	if (in->restored) /* a takeover's: its attributes are not known */
 		fs_restored_attr(fs, in);
 	fs_refresh_from_w(fs, in);
+	fs_inode_attr_known(fs, in);
 	pthread_mutex_lock(&fs->lock);
 	fs_fill_attr(fs, in, &st);
+	t = fs_attr_ttl(fs, in);
 	pthread_mutex_unlock(&fs->lock);
-	fuse_reply_attr(req, &st, ttl(fs));
+	fuse_reply_attr(req, &st, t);
 }
 
 static void op_opendir(fuse_req_t req, fuse_ino_t ino,
@@ -370,7 +381,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 				ep.ino = in->ino;
 				ep.generation = 1;
 				fs_fill_attr(fs, in, &ep.attr);
-				ep.attr_timeout = ttl(fs);
+				ep.attr_timeout = fs_attr_ttl(fs, in);
 				ep.entry_timeout = ttl(fs);
 			}
 			pthread_mutex_unlock(&fs->lock);

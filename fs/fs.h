@@ -42,6 +42,7 @@ struct fs_config {
 	unsigned negative_refresh_s; /* a name missing from a listing this
 	                             * old is asked of the store (at most
 	                             * refresh_s) */
+	unsigned meta_heads;        /* HEADs behind listings at once (ns) */
 	unsigned async_delay_ms;    /* upload this long after close/fsync */
 	unsigned uploaders;         /* files uploaded at once; 0: 4 */
 	unsigned threads;           /* FUSE worker threads; 0: 8 */

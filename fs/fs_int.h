@@ -48,6 +48,8 @@ int fs_reply_err(fuse_req_t req, int err);
 #define FS_LINK_BUCKETS 1024 /* hash of hard links' extra names */
 #define FS_LINK_MAX 1000     /* names of one file (st_nlink, EMLINK) */
 #define FS_TRIM_MAX 65536    /* names the kernel is asked to drop a second */
+#define FS_PROVISIONAL_S 1.0 /* attributes shown from a listing: kept by
+                              * the kernel this long at most */
 
 struct fs_inode {
 	fuse_ino_t ino;
@@ -346,6 +348,15 @@ struct fs_inode *fs_inode_ref(struct fs *fs, struct fs_inode *dir,
 struct fs_inode *fs_inode_lookup(struct fs *fs, struct fs_inode *dir,
 				 const struct ns_entry *e);
 void fs_inode_forget(struct fs *fs, struct fs_inode *in, uint64_t n);
+/* A file shown with a listing's values (has_attr false) takes the
+ * attributes stored with its object once the cache index has them for
+ * its version (a HEAD behind the listing, ns_heads_want); takes
+ * fs->lock itself. */
+void fs_inode_attr_known(struct fs *fs, struct fs_inode *in);
+/* How long the kernel may keep in's attributes: a file whose stored
+ * attributes are not known yet only briefly (FS_PROVISIONAL_S), so that
+ * they show soon after the HEAD behind the listing lands.  Lock held. */
+double fs_attr_ttl(const struct fs *fs, const struct fs_inode *in);
 /* d_ino of dir/name in a plain readdir reply: its inode's number if the
  * kernel knows one, else a stable number that is not an inode's.  Never
  * 0: glibc's readdir skips an entry whose d_ino is 0.  Lock held. */

@@ -340,11 +340,54 @@ struct fs_inode *fs_inode_lookup(struct fs *fs, struct fs_inode *dir,
 			ns_attr_resolve(fs->ns, e->is_dir, e->mtime_s, &a, &k);
 		else if (ok && (e->markers & NS_MARK_PLAIN))
 			plain_dir_attr(fs, key, e, &k);
+		else if (ok && !e->is_dir && !e->pending)
+			/* shown with the listing's values until the HEAD
+			 * behind it lands (fs_inode_attr_known) */
+			ns_heads_want(fs->ns, key, e->etag);
 	}
 	pthread_mutex_lock(&fs->lock);
 	in = fs_inode_ref(fs, dir, &k);
 	pthread_mutex_unlock(&fs->lock);
 	return in;
+}
+
+void fs_inode_attr_known(struct fs *fs, struct fs_inode *in)
+{
+	char key[OBJ_KEY_MAX + 2];
+	char etag[sizeof(in->etag)];
+	struct ns_entry k;
+	struct cache_attr a;
+	int64_t mtime_s;
+
+	pthread_mutex_lock(&fs->lock);
+	if (in->has_attr || in->is_dir || in->restored || in->unlinked) {
+		pthread_mutex_unlock(&fs->lock);
+		return;
+	}
+	snprintf(key, sizeof(key), "%s", in->key);
+	memcpy(etag, in->etag, sizeof(etag));
+	mtime_s = in->mtime_s;
+	pthread_mutex_unlock(&fs->lock);
+	if (!*etag || cache_attr_get(fs->cfg.cache, key, &a) ||
+	    strcmp(a.etag, etag))
+		return;
+	memset(&k, 0, sizeof(k));
+	ns_attr_resolve(fs->ns, false, mtime_s, &a, &k);
+	pthread_mutex_lock(&fs->lock);
+	if (!in->has_attr && !strcmp(in->etag, etag) &&
+	    !strcmp(in->key, key)) {
+		in->has_attr = true;
+		in->mode = k.mode;
+		in->uid = k.uid;
+		in->gid = k.gid;
+		in->mtime_ns = k.mtime_ns;
+		in->ctime_ns = k.ctime_ns;
+		in->atime_ns = k.atime_ns;
+		in->rdev = k.rdev;
+		if (!in->ftype)
+			in->ftype = k.ftype;
+	}
+	pthread_mutex_unlock(&fs->lock);
 }
 
 /* ---- changes (write.c) ---- */

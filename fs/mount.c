@@ -181,7 +181,8 @@ static struct fs *fs_new(const struct fs_config *cfg, char *msg, size_t ml)
 		.file_mode = (uint32_t)fs->cfg.file_mode,
 		.dir_mode = (uint32_t)fs->cfg.dir_mode,
 		.uid = (uint32_t)fs->cfg.uid, .gid = (uint32_t)fs->cfg.gid,
-		.dir_mtime_s = fs->mount_time_s }, &fs->ns)) {
+		.dir_mtime_s = fs->mount_time_s,
+		.head_threads = fs->cfg.meta_heads }, &fs->ns)) {
 		snprintf(msg, ml, "out of memory");
 		free(fs);
 		return NULL;

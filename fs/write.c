@@ -558,8 +558,13 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino,
 
 	/* the other names (hard links) follow; a failure there is logged
 	 * and tried again with the next change, the file is committed */
-	if (!rc && h->writer && h->in)
+	if (!rc && h->writer && h->in) {
 		fs_link_sync(h->fs, h->in, false);
+		/* the times the kernel's writes moved, on the inode now: an
+		 * upload may end before the next getattr, and its dirty
+		 * file is gone then (the handle holds h->in until release) */
+		fs_refresh_from_w(h->fs, h->in);
+	}
 	fs_reply_err(req, -rc);
 }
 

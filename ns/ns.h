@@ -106,10 +106,15 @@ struct ns_config {
 	/* What an object shows for what it does not store (ns_attr_resolve) */
 	uint32_t file_mode, dir_mode, uid, gid;
 	int64_t dir_mtime_s;        /* directories' mtime: the mount's time */
+	/* HEADs in parallel behind listings, for the stored attributes of
+	 * objects the cache does not know (heads.c); 0: none */
+	unsigned head_threads;
 };
 
 struct ns_stats {
 	uint64_t listings, list_pages, heads, index_loads, skipped_names;
+	uint64_t heads_behind;      /* of heads: made behind listings */
+	size_t heads_waiting;       /* behind listings, waiting or out */
 	size_t dirs, dir_entries;   /* listings in memory, their entries */
 	bool connected;
 };
@@ -119,6 +124,12 @@ struct ns;
 int ns_open(const struct ns_config *cfg, struct ns **out);
 void ns_close(struct ns *ns);
 void ns_get_stats(struct ns *ns, struct ns_stats *st);
+/* HEADs behind listings waiting or out (heads.c). */
+size_t ns_heads_waiting(struct ns *ns);
+/* Queues a HEAD of key, in the background, for the attributes stored
+ * with it, unless the index knows them for version etag or one is
+ * waiting already (heads.c; nothing if cfg.head_threads is 0). */
+void ns_heads_want(struct ns *ns, const char *key, const char *etag);
 
 /* ---- the store's reachability (store.c) ---- */
 

@@ -26,6 +26,8 @@
 #define NS_NEG_SLOTS 4096
 #define NS_DIR_GENS 256
 #define NS_LIST_TRIES 8   /* LISTs of a directory changing meanwhile */
+/* HEADs behind listings waiting at most (heads.c) */
+#define NS_HEADS_QUEUED 65536
 
 /* A cached listing, by directory key: independent of the kernel's
  * inodes, so a listing survives the kernel forgetting a directory
@@ -67,6 +69,8 @@ struct ns {
 	/* counters (ns_get_stats) */
 	atomic_uint_fast64_t listings, list_pages, heads, index_loads;
 	atomic_uint_fast64_t skipped_names;
+	atomic_uint_fast64_t heads_behind; /* of heads: behind listings */
+	struct ns_heads *hq;        /* heads.c; NULL: none made */
 };
 
 /* listing.c */
@@ -91,6 +95,10 @@ uint64_t ns_dir_gen(struct ns *ns, const char *dir_key);
 /* The cached listing of dir_key is older than the bucket: the next look
  * fetches it again (no generation bump: nothing of ours moved). */
 void ns_dir_mark_stale(struct ns *ns, const char *dir_key);
+
+/* heads.c: HEADs behind listings (cfg.head_threads of them at once) */
+int ns_heads_start(struct ns *ns);
+void ns_heads_stop(struct ns *ns);
 
 /* index.c: listings kept in the cache index */
 /* l packed for the index (malloc'd; NULL: out of memory).  No lock. */

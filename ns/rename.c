@@ -78,6 +78,57 @@ int ns_copy_to(struct ns *ns, const char *from, const char *to)
 	return 0;
 }
 
+/* A copy shows the time of the copy as its Last-Modified: an object that
+ * stores no mtime of its own (another tool's, docs/semantics.md "Objects
+ * other tools wrote") would change its mtime by a rename.  So such a
+ * file's copy is given its metadata with "mtime" (its Last-Modified)
+ * added: one HEAD more, for files only, and only when the index does not
+ * say the object stores an mtime.  1: done that way; 0: a plain copy is
+ * right; or -errno. */
+static int copy_with_mtime(struct ns *ns, const char *from, const char *to)
+{
+	struct cache_attr ca;
+	struct obj_meta m;
+	struct obj_error err;
+	struct obj_kv *kv;
+	char t[32], etag[80];
+	obj_status st;
+
+	if (from[strlen(from) - 1] == '/' ||
+	    (!cache_attr_get(ns->cfg.cache, from, &ca) &&
+	     (ca.has & CACHE_ATTR_MTIME)))
+		return 0;
+	atomic_fetch_add(&ns->heads, 1);
+	st = obj_head(ns->cfg.st, from, &m, &err);
+	if (st != OBJ_OK)
+		return ns_obj_errno(ns, st, &err);
+	ns_meta_attr(&m, &ca);
+	if ((ca.has & (CACHE_ATTR_MTIME | CACHE_ATTR_ISDIR)) ||
+	    !(kv = calloc(m.nuser + 1, sizeof(*kv)))) {
+		obj_meta_release(&m);
+		return 0;
+	}
+	for (size_t i = 0; i < m.nuser; i++)
+		kv[i] = m.user[i];
+	snprintf(t, sizeof(t), "%lld", (long long)m.mtime_s);
+	kv[m.nuser] = (struct obj_kv){ "mtime", t };
+	cache_w_key_begin(ns->cfg.cache, to);
+	st = obj_copy(ns->cfg.st, from, to, kv, m.nuser + 1, etag, &err);
+	cache_w_key_end(ns->cfg.cache, to, st == OBJ_OK);
+	free(kv);
+	if (st != OBJ_OK) {
+		obj_meta_release(&m);
+		return ns_obj_errno(ns, st, &err);
+	}
+	ca.has |= CACHE_ATTR_MTIME;
+	ca.mtime_ns = (int64_t)m.mtime_s * 1000000000;
+	snprintf(ca.etag, sizeof(ca.etag), "%s", etag);
+	cache_attr_set(ns->cfg.cache, to, &ca);
+	cache_evict_key(ns->cfg.cache, to);
+	obj_meta_release(&m);
+	return 1;
+}
+
 /* A clean object from -> to: server-side copy, then the old key goes. */
 static int copy_object(struct ns *ns, const char *from, const char *to)
 {
@@ -85,7 +136,11 @@ static int copy_object(struct ns *ns, const char *from, const char *to)
 
 	if (ns->cfg.local_only)
 		return -EXDEV; /* never in the bucket: mv copies instead */
-	rc = ns_copy_to(ns, from, to);
+	rc = copy_with_mtime(ns, from, to);
+	if (!rc)
+		rc = ns_copy_to(ns, from, to);
+	else if (rc > 0)
+		rc = 0;
 	return rc ? rc : cache_w_tombstone(ns->cfg.cache, from, false);
 }
 

@@ -34,6 +34,10 @@ int ns_open(const struct ns_config *cfg, struct ns **out)
 	if (cfg->disconnected) /* asked again in a moment (ns_store_probe) */
 		atomic_store(&ns->offline_until_ms,
 			     util_now_ms() + NS_OFFLINE_MS);
+	if (ns_heads_start(ns)) {
+		ns_close(ns);
+		return -ENOMEM;
+	}
 	*out = ns;
 	return 0;
 }
@@ -42,6 +46,7 @@ void ns_close(struct ns *ns)
 {
 	if (!ns)
 		return;
+	ns_heads_stop(ns);
 	for (size_t b = 0; b < NS_DIR_BUCKETS; b++) {
 		struct ns_dircache *d = ns->dirs[b], *next;
 
@@ -64,6 +69,8 @@ void ns_get_stats(struct ns *ns, struct ns_stats *st)
 	st->heads = atomic_load(&ns->heads);
 	st->index_loads = atomic_load(&ns->index_loads);
 	st->skipped_names = atomic_load(&ns->skipped_names);
+	st->heads_behind = atomic_load(&ns->heads_behind);
+	st->heads_waiting = ns_heads_waiting(ns);
 	st->connected = atomic_load(&ns->connected);
 	pthread_mutex_lock(&ns->lock);
 	st->dirs = ns->ndirs;

@@ -136,6 +136,7 @@ struct mount_opts {
 	uint64_t cache_size;
 	int mode;
 	unsigned refresh_s, negative_refresh_s, threads, fetch_timeout_s;
+	unsigned meta_heads;        /* --meta-heads */
 	unsigned async_delay_s, upload_parallel;
 	bool foreground, debug, no_passthrough, no_uring;
 	/* A keeper (docs/keeper.md): on unless --no-keeper, or

@@ -345,6 +345,7 @@ static int serve(struct mount_opts *o, int ready_fd, char *msg, size_t ml)
 		.mountpoint = o->mnt_real, .store_url = o->url,
 		.mode = (enum fs_mode)o->mode, .refresh_s = o->refresh_s,
 		.negative_refresh_s = o->negative_refresh_s,
+		.meta_heads = o->meta_heads,
 		.async_delay_ms = o->async_delay_s * 1000,
 		.threads = o->threads, .fuse_opts = o->fuse_opts,
 		.ctl_path = o->ctl_path, .ready_fd = ready_fd,

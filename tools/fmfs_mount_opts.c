@@ -51,6 +51,9 @@ static void mount_usage(FILE *f)
 "                        a name missing from a listing this old is asked\n"
 "                        of the store (one LIST), 0-86400 (default 1;\n"
 "                        at most --refresh)\n"
+"  --meta-heads N        HEADs in parallel behind listings, for the times,\n"
+"                        mode and owner stored with objects this cache\n"
+"                        does not know, 0-64 (default 8; 0: none)\n"
 "  --timeout SECONDS     an uncached read fails with EIO after, 1-86400\n"
 "                        (default 30)\n"
 "  --threads N           FUSE worker threads, 1-64 (default 8)\n"
@@ -179,7 +182,8 @@ enum { OPT_CACHE_DIR = 256, OPT_CACHE_SIZE, OPT_MODE, OPT_REFRESH,
        OPT_UID, OPT_GID,
        OPT_NO_AO, OPT_NEG, OPT_MEM, OPT_NS, OPT_INO, OPT_METRICS,
        OPT_PEERS, OPT_PEER_LISTEN, OPT_PEER_SECRET, OPT_PEER_TIMEOUT,
-       OPT_PEER_TRANSPORT, OPT_PEER_KEEP_LOCAL, OPT_CREDENTIALS };
+       OPT_PEER_TRANSPORT, OPT_PEER_KEEP_LOCAL, OPT_CREDENTIALS,
+       OPT_META_HEADS };
 static const struct option mount_lo[] = {
 	{ "cache-dir", required_argument, NULL, OPT_CACHE_DIR },
 	{ "cache-size", required_argument, NULL, OPT_CACHE_SIZE },
@@ -188,6 +192,7 @@ static const struct option mount_lo[] = {
 	{ "mode", required_argument, NULL, OPT_MODE },
 	{ "refresh", required_argument, NULL, OPT_REFRESH },
 	{ "negative-refresh", required_argument, NULL, OPT_NEG },
+	{ "meta-heads", required_argument, NULL, OPT_META_HEADS },
 	{ "timeout", required_argument, NULL, OPT_TIMEOUT },
 	{ "threads", required_argument, NULL, OPT_THREADS },
 	{ "foreground", no_argument, NULL, OPT_FG },
@@ -335,6 +340,9 @@ static int mount_store_opt(int c, const char *arg, struct mount_opts *o)
 	case OPT_NEG:
 		return mount_uint_opt("--negative-refresh", arg, 0, 86400,
 				      "seconds", &o->negative_refresh_s);
+	case OPT_META_HEADS:
+		return mount_uint_opt("--meta-heads", arg, 0, 64, "HEADs",
+				      &o->meta_heads);
 	case OPT_TIMEOUT:
 		return mount_uint_opt("--timeout", arg, 1, 86400, "seconds",
 				      &o->fetch_timeout_s);
@@ -458,6 +466,7 @@ int fmfs_parse_mount_opts(int argc, char **argv, struct mount_opts *o)
 	o->uid = o->gid = -1;
 	o->refresh_s = 30;
 	o->negative_refresh_s = 1;
+	o->meta_heads = 8;
 	o->fetch_timeout_s = 30;
 	o->mode = FS_MODE_SW;
 	o->async_delay_s = 1;

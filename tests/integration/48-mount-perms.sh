@@ -126,7 +126,10 @@ grep -q -- '-rw------- 1 1234 5678 .* alice$' ls.out || fail "ls -l: $(grep alic
 grep -q -- '^drwx------ .* adir$' ls.out || fail "ls -l: $(grep adir ls.out)"
 denied "$MNT/secret"
 denied "$MNT/alice"
-[ "$(stat_of head_requests)" = 0 ] || fail "the listing needed a HEAD ($(stat_of head_requests))"
+# the objects put by the aws CLI are HEADed behind the listing (for their
+# stored times), never for a decision on permissions
+fg=$(($(stat_of head_requests) - $(stat_of head_requests_behind_listings)))
+[ "$fg" = 0 ] || fail "the listing needed a HEAD ($fg)"
 
 note "foreign objects: the default, or their own metadata"
 [ "$(attrs "$MNT/foreign")" = "600 0 0" ] || fail "foreign shows $(attrs "$MNT/foreign"), not the default"
