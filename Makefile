@@ -183,7 +183,7 @@ tests/unit/test_group: LINK_LIBS = $(CACHE_LIBS) $(CMOCKA_LIBS)
 # test_ns wraps the store calls of ns/ to count them and inject faults.
 tests/unit/test_ns: tests/unit/test_ns.o $(NS_A)
 tests/unit/test_ns: LINK_LIBS = $(NS_LIBS) $(CMOCKA_LIBS)
-tests/unit/test_ns: LDFLAGS += -Wl,--wrap=obj_list,--wrap=obj_head,--wrap=obj_copy,--wrap=obj_check_bucket
+tests/unit/test_ns: LDFLAGS += -Wl,--wrap=obj_list,--wrap=obj_head,--wrap=obj_copy,--wrap=obj_copy_typed,--wrap=obj_check_bucket
 tests/unit/test_ckpt: tests/unit/test_ckpt.o $(CKPT_A)
 tests/unit/test_ckpt: LINK_LIBS = $(CKPT_LIBS) $(CMOCKA_LIBS)
 tests/unit/test_data: tests/unit/test_data.o $(TRAIN_A)

@@ -512,6 +512,8 @@ static void replay_one(struct cache_wb *wb, uint64_t id,
 	p.s->fd = -1;
 	p.src = cache_wb_meta_read(wb, id, p.s, p.why, sizeof(p.why));
 	p.have_s = p.src == 0;
+	if (p.have_s && p.s->seq > wb->seq_top) /* a .meta kept or not */
+		wb->seq_top = p.s->seq;
 	p.from_s = p.have_s && (!r || p.s->seq >= r->seq);
 	p.key = p.from_s ? p.s->key : r ? r->key : "?";
 	cache_wb_dirty_path(id, p.path, sizeof(p.path));
@@ -606,6 +608,11 @@ static int load_rows(struct cache_wb *wb)
 	if (sqlite3_step(s) == SQLITE_ROW)
 		wb->replay_rows_seq = (uint64_t)sqlite3_column_int64(s, 0);
 	sqlite3_finalize(s);
+	/* New commits number on from every row's (the rows of lost files
+	 * stay without being replayed), so that the rule above holds for
+	 * the next replay too */
+	if (wb->replay_rows_seq > wb->seq_top)
+		wb->seq_top = wb->replay_rows_seq;
 	rc = sqlite3_prepare_v2(wb->db, "SELECT id, key, kind, mode, uid, "
 				"gid, mtime_ns, size, in_bucket, base_etag, "
 				"queued, meta, seq, changing, boot, uploaded "

@@ -40,7 +40,10 @@ static double ttl(const struct fs *fs)
 
 double fs_attr_ttl(const struct fs *fs, const struct fs_inode *in)
 {
-	if (!in->is_dir && !in->has_attr && fs->cfg.refresh_s > FS_PROVISIONAL_S)
+	/* only while a HEAD behind the listing may still come */
+	if (!in->is_dir && !in->has_attr && fs->cfg.meta_heads &&
+	    fs->cfg.mode != FS_MODE_LU && fs->cfg.refresh_s > FS_PROVISIONAL_S &&
+	    ns_store_up(fs->ns))
 		return FS_PROVISIONAL_S;
 	return ttl(fs);
 }
@@ -120,6 +123,14 @@ void fs_refresh_from_w(struct fs *fs, struct fs_inode *in)
 		cache_w_stat(w, &a);
 		cache_w_put(w);
 	}
+	fs_take_wattr(fs, in, &a);
+}
+
+void fs_take_wattr(struct fs *fs, struct fs_inode *in,
+		   const struct cache_wattr *wa)
+{
+	const struct cache_wattr a = *wa;
+
 	pthread_mutex_lock(&fs->lock);
 	in->has_attr = true;
 	in->mode = a.mode;

@@ -379,6 +379,9 @@ void fs_read_ops(struct fuse_lowlevel_ops *ops);
 void fs_fill_attr(const struct fs *fs, const struct fs_inode *in,
 		  struct stat *st);
 void fs_refresh_from_w(struct fs *fs, struct fs_inode *in);
+/* A dirty file's attributes a (cache_w_stat) onto in; takes fs->lock. */
+void fs_take_wattr(struct fs *fs, struct fs_inode *in,
+		   const struct cache_wattr *a);
 void fs_reply_entry(fuse_req_t req, struct fs *fs, struct fs_inode *in);
 int fs_load_meta(struct fs *fs, struct fs_inode *in);
 /* HEADs a file once refresh_s has passed (the store down: keeps it). */

@@ -374,8 +374,10 @@ void fs_inode_attr_known(struct fs *fs, struct fs_inode *in)
 	memset(&k, 0, sizeof(k));
 	ns_attr_resolve(fs->ns, false, mtime_s, &a, &k);
 	pthread_mutex_lock(&fs->lock);
+	/* the kernel's type of an inode never changes: another stored
+	 * type waits for the next lookup (a new inode, fs_inode_ref) */
 	if (!in->has_attr && !strcmp(in->etag, etag) &&
-	    !strcmp(in->key, key)) {
+	    !strcmp(in->key, key) && k.ftype == in->ftype) {
 		in->has_attr = true;
 		in->mode = k.mode;
 		in->uid = k.uid;
@@ -384,8 +386,6 @@ void fs_inode_attr_known(struct fs *fs, struct fs_inode *in)
 		in->ctime_ns = k.ctime_ns;
 		in->atime_ns = k.atime_ns;
 		in->rdev = k.rdev;
-		if (!in->ftype)
-			in->ftype = k.ftype;
 	}
 	pthread_mutex_unlock(&fs->lock);
 }

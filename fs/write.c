@@ -562,8 +562,12 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino,
 		fs_link_sync(h->fs, h->in, false);
 		/* the times the kernel's writes moved, on the inode now: an
 		 * upload may end before the next getattr, and its dirty
-		 * file is gone then (the handle holds h->in until release) */
-		fs_refresh_from_w(h->fs, h->in);
+		 * file is gone then (the handle holds h->in until release,
+		 * and h->w is this file's, whatever its name now) */
+		struct cache_wattr a;
+
+		cache_w_stat(h->w, &a);
+		fs_take_wattr(h->fs, h->in, &a);
 	}
 	fs_reply_err(req, -rc);
 }

@@ -80,6 +80,15 @@ static void one(struct ns *ns, struct ns_head_job *j)
 	st = obj_head(ns->cfg.st, j->key, &m, &err);
 	if (st == OBJ_ERR_NOT_FOUND)
 		return; /* gone since the LIST */
+	if (st == OBJ_ERR_DENIED || st == OBJ_ERR_OTHER) {
+		/* refused for this object (a 403 on HEAD): the listing's
+		 * values stand for this version, remembered as a HEAD
+		 * that found none, not asked at every lookup */
+		memset(&a, 0, sizeof(a));
+		snprintf(a.etag, sizeof(a.etag), "%s", j->etag);
+		cache_attr_set(ns->cfg.cache, j->key, &a);
+		return;
+	}
 	if (st != OBJ_OK) {
 		ns_obj_errno(ns, st, &err);
 		return;

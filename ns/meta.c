@@ -208,9 +208,12 @@ raw:
 
 /* A mode as other tools store it: s3fs and fmfs in decimal ("33188"),
  * rclone in octal ("100644", "0100644").  Decimal modes are at most
- * 65535, five digits: a leading 0 or six digits or more is octal; five
- * or fewer whose decimal value has no file type but reads as octal with
- * one ("40755", a directory) is octal too. */
+ * 65535, five digits: a leading 0 or six digits or more is octal.  Five
+ * or fewer are decimal when that has a file type (s3fs always stores
+ * one; "41471", its symlink), else octal when that reads ("40755", a
+ * directory; "644").  So rclone's five-digit octal modes that also read
+ * as a decimal type ("41777", "10644") are taken as s3fs's: the rarer
+ * reading loses. */
 static bool parse_mode(const char *v, uint32_t *out)
 {
 	static const uint32_t types[] = { 0, S_IFREG, S_IFDIR, S_IFLNK,
@@ -227,7 +230,7 @@ static bool parse_mode(const char *v, uint32_t *out)
 	o = octal_ok ? strtoul(v, NULL, 8) : ULONG_MAX;
 	if (v[0] == '0' || len >= 6)
 		d = ULONG_MAX; /* octal by its form */
-	for (size_t i = 0; d <= 0177777 && i < NTYPES; i++)
+	for (size_t i = 1; d <= 0177777 && i < NTYPES; i++) /* typed */
 		if ((d & S_IFMT) == types[i]) {
 			*out = (uint32_t)d;
 			return true;
@@ -237,6 +240,10 @@ static bool parse_mode(const char *v, uint32_t *out)
 			*out = (uint32_t)o;
 			return true;
 		}
+	if (d <= 07777) { /* decimal, no type: permission bits only */
+		*out = (uint32_t)d;
+		return true;
+	}
 	return false;
 #undef NTYPES
 }
@@ -266,9 +273,10 @@ static int parse_rfc3339(const char *v, int64_t *ns)
 		frac *= 10;
 	if (*p == 'Z' || *p == 'z') {
 		p++;
-	} else if ((*p == '+' || *p == '-') && p[1] >= '0' && p[1] <= '9' &&
+	} else if ((*p == '+' || *p == '-') && p[1] >= '0' && p[1] <= '2' &&
 		   p[2] >= '0' && p[2] <= '9' && p[3] == ':' &&
-		   p[4] >= '0' && p[4] <= '9' && p[5] >= '0' && p[5] <= '9') {
+		   p[4] >= '0' && p[4] <= '5' && p[5] >= '0' && p[5] <= '9' &&
+		   (p[1] - '0') * 10 + (p[2] - '0') < 24) {
 		off = ((p[1] - '0') * 10 + (p[2] - '0')) * 3600 +
 		      ((p[4] - '0') * 10 + (p[5] - '0')) * 60;
 		if (*p == '-')
@@ -279,9 +287,12 @@ static int parse_rfc3339(const char *v, int64_t *ns)
 	}
 	if (*p)
 		return -EINVAL;
+	errno = 0;
 	t = timegm(&tm);
-	if (t == (time_t)-1)
-		return -EINVAL;
+	if ((t == (time_t)-1 && errno) || (int64_t)t - off >
+	    INT64_MAX / 1000000000 - 1 || (int64_t)t - off <
+	    INT64_MIN / 1000000000 + 1)
+		return -EINVAL; /* past what nanoseconds hold: 1677-2262 */
 	*ns = ((int64_t)t - off) * 1000000000 + frac;
 	return 0;
 }

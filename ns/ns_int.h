@@ -28,6 +28,9 @@
 #define NS_LIST_TRIES 8   /* LISTs of a directory changing meanwhile */
 /* HEADs behind listings waiting at most (heads.c) */
 #define NS_HEADS_QUEUED 65536
+/* User metadata entries a copy with replaced metadata carries (a signed
+ * request holds 32 headers, a few of them the request's own) */
+#define NS_COPY_META_MAX 24
 
 /* A cached listing, by directory key: independent of the kernel's
  * inodes, so a listing survives the kernel forgetting a directory

@@ -82,9 +82,11 @@ int ns_copy_to(struct ns *ns, const char *from, const char *to)
  * stores no mtime of its own (another tool's, docs/semantics.md "Objects
  * other tools wrote") would change its mtime by a rename.  So such a
  * file's copy is given its metadata with "mtime" (its Last-Modified)
- * added: one HEAD more, for files only, and only when the index does not
- * say the object stores an mtime.  1: done that way; 0: a plain copy is
- * right; or -errno. */
+ * added, and its Content-Type: one HEAD more, for files only, and only
+ * when the index does not say the object stores an mtime.  Metadata
+ * this cannot carry whole (a name S3 would refuse, more entries than a
+ * request signs, an "mtime" that does not parse) gets a plain copy.
+ * 1: done that way; 0: a plain copy is right; or -errno. */
 static int copy_with_mtime(struct ns *ns, const char *from, const char *to)
 {
 	struct cache_attr ca;
@@ -93,6 +95,7 @@ static int copy_with_mtime(struct ns *ns, const char *from, const char *to)
 	struct obj_kv *kv;
 	char t[32], etag[80];
 	obj_status st;
+	bool ok;
 
 	if (from[strlen(from) - 1] == '/' ||
 	    (!cache_attr_get(ns->cfg.cache, from, &ca) &&
@@ -103,8 +106,12 @@ static int copy_with_mtime(struct ns *ns, const char *from, const char *to)
 	if (st != OBJ_OK)
 		return ns_obj_errno(ns, st, &err);
 	ns_meta_attr(&m, &ca);
-	if ((ca.has & (CACHE_ATTR_MTIME | CACHE_ATTR_ISDIR)) ||
-	    !(kv = calloc(m.nuser + 1, sizeof(*kv)))) {
+	ok = !(ca.has & (CACHE_ATTR_MTIME | CACHE_ATTR_ISDIR)) &&
+	     m.nuser < NS_COPY_META_MAX;
+	for (size_t i = 0; ok && i < m.nuser; i++)
+		ok = obj_meta_name_valid(m.user[i].name) &&
+		     strcmp(m.user[i].name, "mtime");
+	if (!ok || !(kv = calloc(m.nuser + 1, sizeof(*kv)))) {
 		obj_meta_release(&m);
 		return 0;
 	}
@@ -113,7 +120,8 @@ static int copy_with_mtime(struct ns *ns, const char *from, const char *to)
 	snprintf(t, sizeof(t), "%lld", (long long)m.mtime_s);
 	kv[m.nuser] = (struct obj_kv){ "mtime", t };
 	cache_w_key_begin(ns->cfg.cache, to);
-	st = obj_copy(ns->cfg.st, from, to, kv, m.nuser + 1, etag, &err);
+	st = obj_copy_typed(ns->cfg.st, from, to, kv, m.nuser + 1,
+			    m.content_type, etag, &err);
 	cache_w_key_end(ns->cfg.cache, to, st == OBJ_OK);
 	free(kv);
 	if (st != OBJ_OK) {

@@ -579,13 +579,23 @@ obj_status obj_copy(struct obj_store *st, const char *src_key,
 		    const char *dst_key, const struct obj_kv *meta,
 		    size_t nmeta, char *etag_out, struct obj_error *err)
 {
+	return obj_copy_typed(st, src_key, dst_key, meta, nmeta, NULL,
+			      etag_out, err);
+}
+
+obj_status obj_copy_typed(struct obj_store *st, const char *src_key,
+			  const char *dst_key, const struct obj_kv *meta,
+			  size_t nmeta, const char *content_type,
+			  char *etag_out, struct obj_error *err)
+{
 	char *dst;
 
 	WITH_KEY(st, src_key, err, full);
 	dst = obj_full_key(st, dst_key, err);
 	if (!dst)
 		return finish(st, err->status, err, full);
-	rc = st->be->copy(st, full, dst, meta, nmeta, etag_out, err);
+	rc = st->be->copy(st, full, dst, meta, nmeta, content_type,
+			  etag_out, err);
 	free(dst);
 	return finish(st, rc, err, full);
 }

@@ -229,11 +229,20 @@ obj_status obj_delete_many(struct obj_store *st, const char *const *keys,
 			   size_t nkeys, size_t *failed,
 			   struct obj_error *err);
 
+/* Metadata names allowed in x-amz-meta-*: [a-z0-9-_], 1..128 chars. */
+bool obj_meta_name_valid(const char *name);
+
 /* Server-side copy.  meta NULL keeps the source's user metadata; otherwise
  * it replaces it (nmeta may be 0 to clear it). */
 obj_status obj_copy(struct obj_store *st, const char *src_key,
 		    const char *dst_key, const struct obj_kv *meta,
 		    size_t nmeta, char *etag_out, struct obj_error *err);
+/* obj_copy, and with meta the copy's Content-Type (NULL or "": the
+ * store's default; a file:// store keeps none). */
+obj_status obj_copy_typed(struct obj_store *st, const char *src_key,
+			  const char *dst_key, const struct obj_kv *meta,
+			  size_t nmeta, const char *content_type,
+			  char *etag_out, struct obj_error *err);
 
 /* Counters since open, for `fmfs status` and benchmarks. */
 struct obj_stats {

@@ -114,10 +114,12 @@ struct obj_backend {
 	obj_status (*del_many)(struct obj_store *st, const char *const *keys,
 			       size_t n, size_t *failed,
 			       struct obj_error *err);
+	/* content_type: the copy's, with meta (NULL: the store's
+	 * default) */
 	obj_status (*copy)(struct obj_store *st, const char *src,
 			   const char *dst, const struct obj_kv *meta,
-			   size_t nmeta, char *etag_out,
-			   struct obj_error *err);
+			   size_t nmeta, const char *content_type,
+			   char *etag_out, struct obj_error *err);
 	bool split_ranges;  /* obj_get_fd splits large ranges into parallel parts */
 };
 
@@ -145,7 +147,5 @@ void obj_note_attempt(struct obj_store *st, const char *method,
 char *obj_full_key(struct obj_store *st, const char *key,
 		   struct obj_error *err);
 
-/* Metadata names allowed in x-amz-meta-*: [a-z0-9-_], 1..128 chars. */
-bool obj_meta_name_valid(const char *name);
 
 #endif /* FMFS_OBJSTORE_INT_H */

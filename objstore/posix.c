@@ -650,8 +650,10 @@ static obj_status px_del_many(struct obj_store *st, const char *const *keys,
 
 static obj_status px_copy(struct obj_store *st, const char *src,
 			  const char *dst, const struct obj_kv *meta,
-			  size_t nmeta, char *etag_out, struct obj_error *err)
+			  size_t nmeta, const char *content_type,
+			  char *etag_out, struct obj_error *err)
 {
+	(void)content_type; /* a file:// store keeps none */
 	struct obj_meta m = {0};
 	obj_status rc;
 	int in;

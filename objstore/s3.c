@@ -637,7 +637,8 @@ nomem:
 
 static obj_status s3_copy(struct obj_store *st, const char *src,
 			  const char *dst, const struct obj_kv *meta,
-			  size_t nmeta, char *etag_out, struct obj_error *err)
+			  size_t nmeta, const char *content_type,
+			  char *etag_out, struct obj_error *err)
 {
 	struct s3_store *s3 = S3(st);
 	char enc[3 * OBJ_KEY_MAX + 1];
@@ -653,6 +654,8 @@ static obj_status s3_copy(struct obj_store *st, const char *src,
 	req_header(&r, "x-amz-copy-source: /%s/%s", s3->bucket, enc);
 	if (meta) {
 		req_header(&r, "x-amz-metadata-directive: REPLACE");
+		if (content_type && *content_type)
+			req_header(&r, "content-type: %s", content_type);
 		if (req_meta(&r, meta, nmeta, err))
 			return done(&r, OBJ_ERR_INVALID);
 	}

@@ -9,7 +9,8 @@
 # once the HEADs behind the listing have landed, after a remount with no
 # HEAD, and from a new cache dir.  chmod, chown and setxattr move ctime
 # only; an append moves mtime and ctime; a rename keeps mtime and atime
-# (one without any stored mtime too, checked in the bucket); touch -d
+# (one without any stored mtime too, checked in the bucket, its other
+# metadata and Content-Type kept); touch -d
 # sets them.  A zero-byte object with Content-Type
 # application/x-directory is a directory: it lists, takes a file, a chmod
 # makes its marker dir/, rmdir removes both.  --meta-heads 0 makes no
@@ -61,9 +62,11 @@ put rclone --body body --metadata "mode=100640,uid=1234,gid=5678,mtime=2023-05-1
 put s3cmd --body body --metadata "s3cmd-attrs=atime:1000000100/ctime:1000000100/gid:7/gname:g/md5:x/mode:33261/mtime:1000000200/uid:5/uname:u"
 put plain --body body
 put plain2 --body body
+put typed --body body --content-type image/png --metadata "owner-note=kept"
 put olddir --content-type application/x-directory
 lm_plain=$(last_modified plain)
 lm_plain2=$(last_modified plain2)
+lm_typed=$(last_modified typed)
 want_s3fs="600 $(id -u) $(id -g) 1000000000 1000000000"
 want_rclone="640 1234 5678 1000000000 1683824051"
 want_s3cmd="755 5 7 1000000100 1000000200"
@@ -130,6 +133,7 @@ mv "$MNT/plain2" "$MNT/plain2.moved"
 set -- $(times "$MNT/plain2.moved")
 [ "$4 $5" = "$lm_plain2 $lm_plain2" ] ||
 	fail "plain2.moved (no stored mtime) shows atime $4 mtime $5, want $lm_plain2"
+mv "$MNT/typed" "$MNT/typed.moved"
 touch -d @1234567890 "$MNT/rclone"
 set -- $(times "$MNT/rclone")
 [ "$4 $5" = "1234567890 1234567890" ] || fail "touch -d: atime $4 mtime $5"
@@ -139,6 +143,14 @@ m=$(meta_of plain2.moved mtime)
 	fail "plain2.moved's stored mtime is $m, want $lm_plain2"
 m=$(meta_of s3fs.moved mtime)
 [ "${m%%.*}" = 1000000000 ] || fail "s3fs.moved's stored mtime is $m"
+# the copy that adds mtime keeps the rest: metadata and Content-Type
+m=$(meta_of typed.moved mtime)
+[ "${m%%.*}" = "$lm_typed" ] || fail "typed.moved's stored mtime is $m, want $lm_typed"
+[ "$(meta_of typed.moved owner-note)" = kept ] ||
+	fail "typed.moved lost its metadata: $(meta_of typed.moved owner-note)"
+ct=$(awsx s3api head-object --bucket "$B" --key typed.moved \
+	--query ContentType --output text)
+[ "$ct" = image/png ] || fail "typed.moved's Content-Type is $ct"
 
 note "an application/x-directory object is a directory"
 echo x >"$MNT/olddir/x" || fail "cannot make olddir/x"

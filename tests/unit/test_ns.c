@@ -41,6 +41,14 @@ obj_status __real_obj_head(struct obj_store *st, const char *key,
 obj_status __real_obj_copy(struct obj_store *st, const char *src_key,
 			   const char *dst_key, const struct obj_kv *meta,
 			   size_t nmeta, char *etag_out, struct obj_error *err);
+obj_status __real_obj_copy_typed(struct obj_store *st, const char *src_key,
+				 const char *dst_key, const struct obj_kv *meta,
+				 size_t nmeta, const char *content_type,
+				 char *etag_out, struct obj_error *err);
+obj_status __wrap_obj_copy_typed(struct obj_store *st, const char *src_key,
+				 const char *dst_key, const struct obj_kv *meta,
+				 size_t nmeta, const char *content_type,
+				 char *etag_out, struct obj_error *err);
 obj_status __real_obj_check_bucket(struct obj_store *st,
 				   struct obj_error *err);
 obj_status __wrap_obj_list(struct obj_store *st, const char *prefix,
@@ -118,6 +126,20 @@ obj_status __wrap_obj_copy(struct obj_store *st, const char *src_key,
 		return fault(err);
 	return __real_obj_copy(st, src_key, dst_key, meta, nmeta, etag_out,
 			       err);
+}
+
+/* A copy with replaced metadata and type (a rename that keeps mtime,
+ * ns/rename.c) counts as a copy too. */
+obj_status __wrap_obj_copy_typed(struct obj_store *st, const char *src_key,
+				 const char *dst_key, const struct obj_kv *meta,
+				 size_t nmeta, const char *content_type,
+				 char *etag_out, struct obj_error *err)
+{
+	g_copies++;
+	if (g_fault != OBJ_OK)
+		return fault(err);
+	return __real_obj_copy_typed(st, src_key, dst_key, meta, nmeta,
+				     content_type, etag_out, err);
 }
 
 obj_status __wrap_obj_check_bucket(struct obj_store *st,
@@ -724,6 +746,13 @@ static void test_meta_attr_foreign(void **state)
 		{ "uid", "-1" }, { "gid", "4294967296" }, { "ctime", "" },
 	};
 	struct obj_kv dirs[] = { { "mode", "40755" } };
+	struct obj_kv more[] = {
+		{ "mode", "41471" },                   /* s3fs's symlink */
+		{ "mtime", "1969-12-31T23:59:59Z" },   /* -1, not an error */
+		{ "atime", "0001-01-01T00:00:00Z" },   /* past nanoseconds */
+		{ "ctime", "2020-01-01T00:00:00+24:00" },
+	};
+	struct obj_kv perm[] = { { "mode", "644" } };
 	struct obj_meta m = { .etag = "e", .user = rc,
 			      .nuser = ARRAY_SIZE(rc) };
 	struct cache_attr a;
@@ -754,6 +783,14 @@ static void test_meta_attr_foreign(void **state)
 	m.user = dirs, m.nuser = ARRAY_SIZE(dirs);
 	ns_meta_attr(&m, &a);
 	assert_int_equal(a.mode, 040755); /* octal: no type in decimal */
+	m.user = more, m.nuser = ARRAY_SIZE(more);
+	ns_meta_attr(&m, &a);
+	assert_int_equal(a.mode, 0120777);
+	assert_int_equal(a.has, CACHE_ATTR_MODE | CACHE_ATTR_MTIME);
+	assert_true(a.mtime_ns == -1000000000ll);
+	m.user = perm, m.nuser = 1;
+	ns_meta_attr(&m, &a);
+	assert_int_equal(a.mode, 0644);
 	m.nuser = 0;
 	snprintf(m.content_type, sizeof(m.content_type),
 		 "application/x-directory; charset=UTF-8");
