@@ -377,16 +377,8 @@ void fs_inode_attr_known(struct fs *fs, struct fs_inode *in)
 	/* the kernel's type of an inode never changes: another stored
 	 * type waits for the next lookup (a new inode, fs_inode_ref) */
 	if (!in->has_attr && !strcmp(in->etag, etag) &&
-	    !strcmp(in->key, key) && k.ftype == in->ftype) {
-		in->has_attr = true;
-		in->mode = k.mode;
-		in->uid = k.uid;
-		in->gid = k.gid;
-		in->mtime_ns = k.mtime_ns;
-		in->ctime_ns = k.ctime_ns;
-		in->atime_ns = k.atime_ns;
-		in->rdev = k.rdev;
-	}
+	    !strcmp(in->key, key) && k.ftype == in->ftype)
+		fs_attr_apply(fs, in, &a);
 	pthread_mutex_unlock(&fs->lock);
 }
 
