@@ -41,8 +41,9 @@ CPPFLAGS = -I. $(CURL_CFLAGS)
 
 # ---- modules, bottom up ------------------------------------------------
 
-# util/: CRC32C, clocks, messages, whole reads and writes, assertions
-UTIL_OBJS = util/util.o util/crc32c.o util/io.o
+# util/: CRC32C, clocks, messages, whole reads and writes, ETags in
+# binary, assertions
+UTIL_OBJS = util/util.o util/crc32c.o util/io.o util/etag.o
 UTIL_A = util/libutil.a
 UTIL_LIBS = -lpthread
 
@@ -170,7 +171,7 @@ PROGS = tools/fmfs tools/fmckpt tools/fmtrain
 UNIT_TESTS = tests/unit/test_sigv4 tests/unit/test_objstore \
 	tests/unit/test_cache tests/unit/test_ckpt tests/unit/test_data \
 	tests/unit/test_train tests/unit/test_rendezvous tests/unit/test_peer \
-	tests/unit/test_group tests/unit/test_ns
+	tests/unit/test_group tests/unit/test_ns tests/unit/test_util
 tests/unit/test_sigv4: tests/unit/test_sigv4.o $(OBJSTORE_A)
 tests/unit/test_objstore: tests/unit/test_objstore.o $(OBJSTORE_A)
 tests/unit/test_sigv4 tests/unit/test_objstore: LINK_LIBS = $(OBJSTORE_LIBS) $(CMOCKA_LIBS)
@@ -181,6 +182,8 @@ tests/unit/test_cache: LINK_LIBS = $(CACHE_LIBS) $(CMOCKA_LIBS)
 tests/unit/test_group: tests/unit/test_group.o $(CACHE_A)
 tests/unit/test_group: LINK_LIBS = $(CACHE_LIBS) $(CMOCKA_LIBS)
 # test_ns wraps the store calls of ns/ to count them and inject faults.
+tests/unit/test_util: tests/unit/test_util.o $(UTIL_A)
+tests/unit/test_util: LINK_LIBS = $(UTIL_LIBS) $(CMOCKA_LIBS)
 tests/unit/test_ns: tests/unit/test_ns.o $(NS_A)
 tests/unit/test_ns: LINK_LIBS = $(NS_LIBS) $(CMOCKA_LIBS)
 tests/unit/test_ns: LDFLAGS += -Wl,--wrap=obj_list,--wrap=obj_head,--wrap=obj_copy,--wrap=obj_copy_typed,--wrap=obj_check_bucket

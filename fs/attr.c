@@ -230,7 +230,7 @@ void fs_attr_of(struct fs *fs, struct fs_inode *in, struct cache_wattr *a,
 		a->kind = (enum cache_wkind)cache_wkind_of(in->ftype);
 	a->size = in->size_bytes;
 	if (etag)
-		memcpy(etag, in->etag, 80);
+		util_etag_text(&in->etag, etag);
 	pthread_mutex_unlock(&fs->lock);
 }
 

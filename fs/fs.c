@@ -483,14 +483,14 @@ int fs_revalidate(struct fs *fs, struct fs_inode *in)
 	ns_meta_attr(&m, &a);
 	pthread_mutex_lock(&fs->lock);
 	/* the same version: a later atime of ours (touch_atime) stands */
-	if (in->has_attr && !strcmp(in->etag, m.etag) &&
+	if (in->has_attr && util_etag_is(&in->etag, m.etag) &&
 	    in->atime_ns > ((a.has & CACHE_ATTR_ATIME) ? a.atime_ns : 0)) {
 		a.atime_ns = in->atime_ns;
 		a.has |= CACHE_ATTR_ATIME;
 	}
 	in->size_bytes = m.size_bytes;
 	in->mtime_s = m.mtime_s;
-	snprintf(in->etag, sizeof(in->etag), "%s", m.etag);
+	util_etag_set(&in->etag, m.etag);
 	in->attr_ms = util_now_ms();
 	fs_attr_apply(fs, in, &a);
 	snprintf(key, sizeof(key), "%s", in->key);
@@ -522,7 +522,7 @@ static void touch_atime(struct fs *fs, struct fs_inode *in, bool dirty)
 			in->atime_ns = now;
 	}
 	snprintf(key, sizeof(key), "%s", in->key);
-	memcpy(etag, in->etag, sizeof(etag));
+	util_etag_text(&in->etag, etag);
 	pthread_mutex_unlock(&fs->lock);
 	if (moved && !dirty && !cache_attr_get(fs->cfg.cache, key, &a) &&
 	    !strcmp(a.etag, etag)) {
@@ -592,7 +592,7 @@ static int handle_new(struct fs *fs, struct fs_inode *in, int flags,
 		goto out;
 	pthread_mutex_lock(&fs->lock);
 	*size = in->size_bytes;
-	memcpy(etag, in->etag, sizeof(etag));
+	util_etag_text(&in->etag, etag);
 	/* The kernel may keep its pages while the version is unchanged. */
 	*keep_cache = in->open_etag && in->open_etag == fs_etag_hash(etag);
 	in->open_etag = fs_etag_hash(etag);

@@ -57,16 +57,28 @@ struct fs_inode {
 	char *name;                /* "" for the root; inside key's block */
 	char *key;                 /* file: "a/b"; dir: "a/b/"; root: "";
 	                            * one allocation with name */
+	/* The flags together, and each field beside one of its size: there
+	 * is one of these per name the kernel holds (docs/performance.md,
+	 * "Namespace: warm remounts, a million objects"). */
 	bool is_dir;
 	bool restored;             /* from a dead daemon's journal, its
 	                            * attributes not yet asked for
 	                            * (tk_replay.c) */
 	bool tk_times;             /* restored: mtime_ns and ctime_ns are the
 	                            * journal's, to stand over the store's */
+	bool has_attr;             /* mode/uid/gid/mtime_ns below are set:
+	                            * the object's as stored, the defaults
+	                            * for what it does not store */
+	bool pt_w_pin;             /* the inode holds pt_w as a writer: the
+	                            * clean backing became it (fs_materialize)
+	                            * under handles that hold nothing */
+	bool pt_adopting;          /* a writer is turning pt_cf into a dirty
+	                            * file: other opens wait for pt_w */
+	bool unlinked;             /* out of the namespace (unlink, replaced) */
 	/* attributes; protected by fs->lock */
 	uint64_t size_bytes;
 	int64_t mtime_s;
-	char etag[80];
+	struct util_etag etag;     /* its version (util/etag.c) */
 	uint64_t attr_ms;          /* when last confirmed with the store */
 	uint64_t open_etag;        /* version at the last open (keep_cache):
 	                            * fs_etag_hash of its ETag, 0 none */
@@ -75,9 +87,6 @@ struct fs_inode {
 	 * (fs_fill_attr), which are never more than FS_FILE_MODE's */
 	uint32_t ftype;            /* as ns_entry's; set once, never changed
 	                            * (the kernel's type of an inode is fixed) */
-	bool has_attr;             /* mode/uid/gid/mtime_ns below are set:
-	                            * the object's as stored, the defaults
-	                            * for what it does not store */
 	uint32_t mode, uid, gid;
 	int64_t mtime_ns;
 	int64_t ctime_ns, atime_ns; /* 0: as mtime_ns */
@@ -91,16 +100,11 @@ struct fs_inode {
 	                            * (on a read-write mount its name kept:
 	                            * cache_file_keep_name) */
 	uint64_t pt_cf_size;
-	bool pt_w_pin;             /* the inode holds pt_w as a writer: the
-	                            * clean backing became it (fs_materialize)
-	                            * under handles that hold nothing */
-	bool pt_adopting;          /* a writer is turning pt_cf into a dirty
-	                            * file: other opens wait for pt_w */
 	unsigned w_making;         /* dirty copies of the object being made
 	                            * (fs_materialize): no clean backing now */
 	unsigned held_deletes;     /* tombstones waiting for the last close */
-	bool unlinked;             /* out of the namespace (unlink, replaced) */
-	struct cache_wfile *w_dead; /* its dirty file then, for attributes */
+	struct cache_wfile *w_dead; /* its dirty file once unlinked, for
+	                            * attributes */
 	atomic_uint_fast64_t wgen; /* bumped when a new dirty file is made:
 	                            * read handles look for it (fs_handle_w) */
 	uint64_t rd_fetched_ms;    /* a directory's listing the kernel last
@@ -110,8 +114,8 @@ struct fs_inode {
 	/* Hard links (link.c): the file's other names, each a copy in the
 	 * bucket; while there is one the inode is kept (not freed at
 	 * nlookup 0).  Protected by lock. */
-	struct fs_link *links;
 	unsigned nlinks;
+	struct fs_link *links;
 	/* user metadata (xattrs), fetched by HEAD, protected by fs->lock */
 	struct obj_kv *meta;
 	size_t nmeta;

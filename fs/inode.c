@@ -84,6 +84,7 @@ nomem:
 
 static void inode_free(struct fs_inode *in)
 {
+	util_etag_free(&in->etag);
 	cache_w_put(in->w_dead);
 	obj_kv_free(in->meta, in->nmeta);
 	free(in->key); /* the name with it */
@@ -208,7 +209,7 @@ void fs_inode_forget(struct fs *fs, struct fs_inode *in, uint64_t n)
  * win. */
 static void set_attrs(struct fs_inode *in, const struct ns_entry *e)
 {
-	bool changed = !e->is_dir && strcmp(in->etag, e->etag);
+	bool changed = !e->is_dir && !util_etag_is(&in->etag, e->etag);
 
 	if (in->restored) {
 		/* a takeover's: fs_restored_attr asks where they are known
@@ -230,7 +231,7 @@ static void set_attrs(struct fs_inode *in, const struct ns_entry *e)
 		in->ftype = e->ftype;
 	in->size_bytes = e->size_bytes;
 	in->mtime_s = e->mtime_s;
-	memcpy(in->etag, e->etag, sizeof(in->etag));
+	util_etag_set(&in->etag, e->etag);
 	in->attr_ms = util_now_ms();
 }
 
@@ -284,7 +285,7 @@ struct fs_inode *fs_inode_ref(struct fs *fs, struct fs_inode *dir,
 		fs_tk_maybe_compact(fs);
 		fs_tk_inode_new(fs, in); /* before the kernel hears of it */
 	}
-	if (!e->is_dir && strcmp(in->etag, e->etag))
+	if (!e->is_dir && !util_etag_is(&in->etag, e->etag))
 		in->attr_ms = 0; /* changed: drop cached metadata too */
 	set_attrs(in, e);
 	in->nlookup++;
@@ -354,7 +355,7 @@ struct fs_inode *fs_inode_lookup(struct fs *fs, struct fs_inode *dir,
 void fs_inode_attr_known(struct fs *fs, struct fs_inode *in)
 {
 	char key[OBJ_KEY_MAX + 2];
-	char etag[sizeof(in->etag)];
+	char etag[80];
 	struct ns_entry k;
 	struct cache_attr a;
 	int64_t mtime_s;
@@ -365,7 +366,7 @@ void fs_inode_attr_known(struct fs *fs, struct fs_inode *in)
 		return;
 	}
 	snprintf(key, sizeof(key), "%s", in->key);
-	memcpy(etag, in->etag, sizeof(etag));
+	util_etag_text(&in->etag, etag);
 	mtime_s = in->mtime_s;
 	pthread_mutex_unlock(&fs->lock);
 	if (!*etag || cache_attr_get(fs->cfg.cache, key, &a) ||
@@ -376,7 +377,7 @@ void fs_inode_attr_known(struct fs *fs, struct fs_inode *in)
 	pthread_mutex_lock(&fs->lock);
 	/* the kernel's type of an inode never changes: another stored
 	 * type waits for the next lookup (a new inode, fs_inode_ref) */
-	if (!in->has_attr && !strcmp(in->etag, etag) &&
+	if (!in->has_attr && util_etag_is(&in->etag, etag) &&
 	    !strcmp(in->key, key) && k.ftype == in->ftype)
 		fs_attr_apply(fs, in, &a);
 	pthread_mutex_unlock(&fs->lock);

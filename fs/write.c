@@ -937,7 +937,7 @@ void fs_on_done(void *arg, const char *key, const char *etag, uint64_t size,
 	in = fs_inode_by_key(fs, key);
 	if (in && !in->is_dir) {
 		in->size_bytes = size;
-		snprintf(in->etag, sizeof(in->etag), "%s", etag);
+		util_etag_set(&in->etag, etag);
 		in->attr_ms = util_now_ms();
 	}
 	pthread_mutex_unlock(&fs->lock);

@@ -2,8 +2,8 @@
 /*
  * util.h - the few helpers every module needs: CRC32C, monotonic clocks,
  * message formatting, whole-buffer reads and writes that retry EINTR,
- * mkdir -p, hex digits, little-endian fields, and the two kinds of
- * assertion.  util/ sits below every other module (docs/layout.md says
+ * mkdir -p, hex digits, little-endian fields, object versions (ETags)
+ * kept in binary, and the two kinds of assertion.  util/ sits below every other module (docs/layout.md says
  * why it exists although the target layout names no such folder) and
  * depends on nothing but libc and pthreads.
  *
@@ -222,6 +222,28 @@ static inline uint64_t util_get64le(const unsigned char *p)
 		v = (v << 8) | p[i];
 	return v;
 }
+
+/* ---- object versions (etag.c) ----
+ * An ETag in 24 bytes: S3's form, 32 lower-case hex digits (the MD5) with
+ * "-N" for a multipart upload (N 1-65535, no leading zero), in binary;
+ * any other text on the heap.  util_etag_set makes t the text s ("":
+ * none; out of memory: none, which no other text equals), replacing what
+ * t held; util_etag_text writes it back (out[80]) exactly as given;
+ * util_etag_is compares with a text; util_etag_free drops the heap
+ * text.  A zeroed struct is "none".  Not thread-safe: the holder locks. */
+enum { UTIL_ETAG_NONE, UTIL_ETAG_MD5, UTIL_ETAG_TEXT };
+struct util_etag {
+	union {
+		uint8_t md5[16];
+		char *text;        /* UTIL_ETAG_TEXT */
+	} u;
+	uint16_t parts;            /* UTIL_ETAG_MD5: N of "-N", 0 none */
+	uint8_t kind;
+};
+void util_etag_set(struct util_etag *t, const char *s);
+void util_etag_text(const struct util_etag *t, char out[80]);
+bool util_etag_is(const struct util_etag *t, const char *s);
+void util_etag_free(struct util_etag *t);
 
 /* ---- FNV-1a, 64 bits: fingerprints and placement, not security ----
  * Start from UTIL_FNV64_BASIS; chain calls to hash several fields. */
