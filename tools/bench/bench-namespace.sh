@@ -32,6 +32,8 @@
 #   BENCH_BIG_OBJECTS=1000000   file://: objects (0: skip that part)
 #   BENCH_BIG_PREFIXES=1000     file://: prefixes
 #   BENCH_WIDE=10000            objects of the one wide prefix (both)
+#   BENCH_FMFS_OPTS="..."       extra `fmfs mount` options (for example
+#                               "--meta-heads 0": no HEADs behind listings)
 #   BENCH_JSON=PATH             also write every figure as JSON
 #   BENCH_TMPDIR=DIR            where the temporary directory goes (/tmp)
 #
@@ -109,7 +111,11 @@ stat_all() { find "$1" -type f -exec stat -c %s {} + | wc -l; }
 
 rss_kb() { # MNT: the daemon's resident memory
 	local pid
-	pid=$(pgrep -f -- "fmfs mount .* $1 " | head -n 1) || return 1
+	# the daemon's own pid: under a keeper (the default) two processes
+	# have the command line, and the first is the keeper
+	pid=$("$FMFS" status "$1" --json | python3 -c \
+		'import json, sys; print(json.load(sys.stdin)["daemon_pid"])') ||
+		return 1
 	awk '/^VmRSS:/ { print $2 }' "/proc/$pid/status"
 }
 
@@ -139,12 +145,12 @@ part() { # NAME URL WANT
 	rm -rf "$c"
 	# shellcheck disable=SC2086
 	"$FMFS" mount "$2" "$m" --cache-dir "$c" --endpoint "$RGW_ENDPOINT" \
-		--refresh 3600 >>"$TMP/log/fmfs.log" 2>&1 ||
+		--refresh 3600 ${BENCH_FMFS_OPTS:-} >>"$TMP/log/fmfs.log" 2>&1 ||
 		die "fmfs mount of $2 failed: $(fmfs_log)"
 	walk "$1_cold" "$m" "$3"
 	umount_fmfs "$m" || die "$WHY"
 	"$FMFS" mount "$2" "$m" --cache-dir "$c" --endpoint "$RGW_ENDPOINT" \
-		--refresh 3600 >>"$TMP/log/fmfs.log" 2>&1 ||
+		--refresh 3600 ${BENCH_FMFS_OPTS:-} >>"$TMP/log/fmfs.log" 2>&1 ||
 		die "fmfs remount of $2 failed: $(fmfs_log)"
 	walk "$1_warm" "$m" "$3"
 	record "$1" index_bytes "$(status_of "$m" index_bytes)"
