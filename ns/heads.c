@@ -35,7 +35,7 @@ struct ns_heads {
 	pthread_cond_t cond;
 	struct ns_head_job *first, *last;
 	struct ns_head_job *tab[NS_HEADS_BUCKETS]; /* waiting and in flight */
-	size_t queued;
+	size_t queued, inflight;
 	bool stop;
 	unsigned nthreads;
 	pthread_t th[];
@@ -119,9 +119,11 @@ static void *worker(void *arg)
 		if (!h->first)
 			h->last = NULL;
 		h->queued--;
+		h->inflight++;
 		pthread_mutex_unlock(&h->lock);
 		one(ns, j);
 		pthread_mutex_lock(&h->lock);
+		h->inflight--;
 		unhash(h, j);
 		free(j);
 	}
@@ -178,7 +180,9 @@ void ns_heads_want(struct ns *ns, const char *key, const char *etag)
 	struct ns_head_job *j;
 	size_t b;
 
-	if (!h || !h->nthreads || !*etag || known(ns, key, etag))
+	/* the caller has just asked the index; the worker asks again
+	 * before its HEAD (another may have answered meanwhile) */
+	if (!h || !h->nthreads || !*etag)
 		return;
 	b = bucket(key);
 	pthread_mutex_lock(&h->lock);
@@ -217,9 +221,7 @@ size_t ns_heads_waiting(struct ns *ns)
 	if (!h)
 		return 0;
 	pthread_mutex_lock(&h->lock);
-	for (size_t b = 0; b < NS_HEADS_BUCKETS; b++)
-		for (struct ns_head_job *j = h->tab[b]; j; j = j->hnext)
-			n++;
+	n = h->queued + h->inflight;
 	pthread_mutex_unlock(&h->lock);
 	return n;
 }

@@ -127,8 +127,9 @@ void ns_get_stats(struct ns *ns, struct ns_stats *st);
 /* HEADs behind listings waiting or out (heads.c). */
 size_t ns_heads_waiting(struct ns *ns);
 /* Queues a HEAD of key, in the background, for the attributes stored
- * with it, unless the index knows them for version etag or one is
- * waiting already (heads.c; nothing if cfg.head_threads is 0). */
+ * with it (for a caller that found the index without them for version
+ * etag), unless one is waiting already; the HEAD is skipped if the index
+ * knows them by then (heads.c; nothing if cfg.head_threads is 0). */
 void ns_heads_want(struct ns *ns, const char *key, const char *etag);
 
 /* ---- the store's reachability (store.c) ---- */
