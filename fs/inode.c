@@ -339,7 +339,11 @@ struct fs_inode *fs_inode_lookup(struct fs *fs, struct fs_inode *dir,
 		if (ok && !cache_attr_get(fs->cfg.cache, key, &a) &&
 		    (e->is_dir || !strcmp(a.etag, e->etag)))
 			ns_attr_resolve(fs->ns, e->is_dir, e->mtime_s, &a, &k);
-		else if (ok && (e->markers & NS_MARK_PLAIN))
+		else if (ok && !e->is_dir && e->no_meta) {
+			/* nothing stored: the listing's values are final */
+			memset(&a, 0, sizeof(a));
+			ns_attr_resolve(fs->ns, false, e->mtime_s, &a, &k);
+		} else if (ok && (e->markers & NS_MARK_PLAIN))
 			plain_dir_attr(fs, key, e, &k);
 		else if (ok && !e->is_dir && !e->pending)
 			/* shown with the listing's values until the HEAD

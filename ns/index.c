@@ -28,7 +28,8 @@
  *                   2  name length L (1..255)
  *                   L  name (no '/', no NUL)
  *                   1  flags: 1 directory, 2 untyped (zero bytes, type
- *                      not learned)
+ *                      not learned), 4 no metadata (the store's listing
+ *                      said the object keeps none: no HEAD needed)
  *                   1  markers (NS_MARK_*)
  *                   4  ftype (S_IFMT bits of a non-regular file, or 0)
  *                   8  size in bytes
@@ -83,7 +84,8 @@ void *ns_pack(const struct ns_listing *l, size_t *len_out)
 		memcpy(b + at + 2, e->name, nl);
 		at += 2 + nl;
 		b[at] = (unsigned char)((e->is_dir ? 1 : 0) |
-					(e->untyped ? 2 : 0));
+					(e->untyped ? 2 : 0) |
+					(e->no_meta ? 4 : 0));
 		b[at + 1] = (unsigned char)e->markers;
 		util_put32le(b + at + 2, e->ftype);
 		util_put64le(b + at + 6, e->size_bytes);
@@ -166,6 +168,7 @@ int ns_parse(const unsigned char *b, size_t len,
 		at += 2 + nl;
 		e->is_dir = b[at] & 1;
 		e->untyped = (b[at] & 2) != 0;
+		e->no_meta = (b[at] & 4) != 0;
 		e->markers = b[at + 1];
 		e->ftype = util_get32le(b + at + 2);
 		e->size_bytes = util_get64le(b + at + 6);

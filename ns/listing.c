@@ -85,6 +85,7 @@ int ns_add_entry(struct ns_listing *l, size_t *cap, const char *name,
 		e->size_bytes = oe->size_bytes;
 		e->mtime_s = oe->mtime_s;
 		memcpy(e->etag, oe->etag, sizeof(e->etag));
+		e->no_meta = oe->no_meta;
 	}
 	l->n++;
 	return 0;
@@ -126,6 +127,10 @@ void ns_type_of_empty(struct ns *ns, const char *key,
 	struct obj_error err;
 	obj_status st;
 
+	if (e->no_meta) { /* no mode, no Content-Type: a file */
+		e->untyped = false;
+		return;
+	}
 	if (cache_attr_get(ns->cfg.cache, key, &a) ||
 	    strcmp(a.etag, e->etag)) {
 		if (!*budget || !ns_store_up(ns)) {

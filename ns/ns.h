@@ -66,6 +66,9 @@ struct ns_entry {
 	bool pending;           /* a dirty file or directory, not the bucket's */
 	bool untyped;           /* zero bytes, type not learned yet (a HEAD
 	                         * may say directory) */
+	bool no_meta;           /* the listing says the object keeps no
+	                         * metadata (obj_entry.no_meta): its values
+	                         * are final, no HEAD is asked */
 	unsigned markers;       /* NS_MARK_*: the objects that make a
 	                         * directory (from a listing) */
 	uint64_t size_bytes;

@@ -203,6 +203,10 @@ struct obj_entry {
 	uint64_t size_bytes;
 	int64_t mtime_s;
 	char etag[80];
+	bool no_meta;           /* the store knows the object keeps no user
+	                         * metadata and no Content-Type, so a HEAD
+	                         * would learn nothing (file:// listings say
+	                         * so; S3's never do) */
 };
 struct obj_list_page {
 	struct obj_entry *entries;

@@ -121,6 +121,29 @@ static bool dir_prefix_ok(const char *dir)
 	return true;
 }
 
+/* Whether the object at key (relative to the store's root) keeps no
+ * metadata (no META_XATTR or CTYPE_XATTR attribute): then its listing entry
+ * says so, and a mount asks no HEAD of it (docs/semantics.md "Objects
+ * other tools wrote").  One listxattr; false when unsure. */
+static bool keeps_no_meta(const struct posix_store *p, const char *key)
+{
+	char path[PATH_MAX], names[4096];
+	ssize_t len;
+
+	if (p->root[0] != '/' ||
+	    (size_t)snprintf(path, sizeof(path), "%s/%s", p->root, key) >=
+	    sizeof(path))
+		return false;
+	len = llistxattr(path, names, sizeof(names));
+	if (len < 0)
+		return errno == ENOTSUP; /* no xattrs: no metadata either */
+	for (char *n = names; n < names + len; n += strlen(n) + 1)
+		if (!strncmp(n, META_XATTR, sizeof(META_XATTR) - 1) ||
+		    !strcmp(n, CTYPE_XATTR))
+			return false;
+	return true;
+}
+
 static int cmp_str(const void *a, const void *b)
 {
 	return strcmp(*(char *const *)a, *(char *const *)b);
@@ -223,6 +246,7 @@ obj_status px_list(struct obj_store *st, const char *prefix,
 		ent->size_bytes = (uint64_t)sb.st_size;
 		ent->mtime_s = sb.st_mtim.tv_sec;
 		px_etag_of(&sb, ent->etag);
+		ent->no_meta = keeps_no_meta(px_of(st), k);
 		pg->nentries++;
 		count++;
 		last = k;

@@ -290,13 +290,17 @@ static void test_listing_kinds(void **state)
 	assert_int_equal(find(l, "f")->markers, NS_MARK_PLAIN);
 	assert_false(find(l, "g")->is_dir);
 	assert_false(find(l, "g")->untyped);
+	/* g keeps no metadata, and a file:// listing says so: its type is
+	 * known without a HEAD; f keeps a mode */
+	assert_true(find(l, "g")->no_meta);
+	assert_false(find(l, "f")->no_meta);
 	for (size_t i = 1; i < l->n; i++) /* sorted, one entry a name */
 		assert_true(strcmp(l->e[i - 1].name, l->e[i].name) < 0);
 	ns_listing_put(l);
 	ns_get_stats(e->ns, &s);
 	assert_int_equal(s.skipped_names, 1);
 	assert_int_equal(s.listings, 1);
-	assert_int_equal(g_heads, 2); /* f and g, once each */
+	assert_int_equal(g_heads, 1); /* f's mode; g: no_meta, no HEAD */
 
 	/* Fresh: from memory, no request. */
 	l = ns_dir_listing(e->ns, "", &err);
@@ -311,7 +315,7 @@ static void test_listing_kinds(void **state)
 	assert_true(find(l, "f")->is_dir);
 	ns_listing_put(l);
 	assert_int_equal(g_lists, 2);
-	assert_int_equal(g_heads, 2);
+	assert_int_equal(g_heads, 1);
 }
 
 /* A name that is both an object and a prefix shows as the directory;
@@ -361,8 +365,11 @@ static void test_listing_index(void **state)
 	put(e, "x1", "1", NULL, 0);
 	put(e, "x2", "22", NULL, 0);
 	put(e, "y/z", "3", NULL, 0);
+	put(e, "x3", "333", &(struct obj_kv){ "mode", "33188" }, 1);
 	l = ns_dir_listing(e->ns, "", &err);
 	assert_non_null(l);
+	assert_true(find(l, "x1")->no_meta);
+	assert_false(find(l, "x3")->no_meta);
 	b = ns_pack(l, &len);
 	assert_non_null(b);
 	m = calloc(1, sizeof(*m));
@@ -375,6 +382,7 @@ static void test_listing_index(void **state)
 		assert_int_equal(m->e[i].size_bytes, l->e[i].size_bytes);
 		assert_int_equal(m->e[i].mtime_s, l->e[i].mtime_s);
 		assert_string_equal(m->e[i].etag, l->e[i].etag);
+		assert_int_equal(m->e[i].no_meta, l->e[i].no_meta);
 	}
 	ns_listing_put(m);
 	b[len / 2] ^= 1;
@@ -395,8 +403,10 @@ static void test_listing_index(void **state)
 	g_lists = 0;
 	l = ns_dir_listing(e->ns, "", &err);
 	assert_non_null(l);
-	assert_int_equal(l->n, 3);
+	assert_int_equal(l->n, 4);
 	assert_int_equal(find(l, "x2")->size_bytes, 2);
+	assert_true(find(l, "x2")->no_meta);
+	assert_false(find(l, "x3")->no_meta);
 	ns_listing_put(l);
 	assert_int_equal(g_lists, 0);
 	ns_get_stats(e->ns, &s);

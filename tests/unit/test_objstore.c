@@ -2665,6 +2665,7 @@ static void test_posix_list_all_sorted(void **state)
 static void test_posix_list_entry_fields(void **state)
 {
 	struct store_fixture *f = *state;
+	char path[PATH_MAX + 8];
 	struct obj_list_page pg;
 	struct obj_error err;
 	struct obj_meta m;
@@ -2680,8 +2681,27 @@ static void test_posix_list_entry_fields(void **state)
 	assert_int_equal(pg.entries[0].size_bytes, 5);
 	assert_int_equal(pg.entries[0].mtime_s, m.mtime_s);
 	assert_string_equal(pg.entries[0].etag, m.etag);
+	/* no metadata, no Content-Type: the listing says a HEAD would
+	 * learn nothing */
+	assert_true(pg.entries[0].no_meta);
 	obj_list_page_release(&pg);
 	obj_meta_release(&m);
+
+	assert_int_equal(obj_put(f->st, "two", "x", 1,
+				 &(struct obj_kv){ "mode", "33188" }, 1, NULL,
+				 &err), OBJ_OK);
+	/* a Content-Type only (as a test would set it by hand) */
+	put_str(f->st, "three", "x");
+	snprintf(path, sizeof(path), "%s/three", f->dir);
+	assert_int_equal(setxattr(path, "user.fmfs.content-type",
+				  "application/x-directory", 23, 0), 0);
+	assert_int_equal(obj_list(f->st, "", NULL, NULL, 0, &pg, &err),
+			 OBJ_OK);
+	assert_int_equal(pg.nentries, 3);
+	assert_true(pg.entries[0].no_meta);   /* one */
+	assert_false(pg.entries[1].no_meta);  /* three: a Content-Type */
+	assert_false(pg.entries[2].no_meta);  /* two: metadata */
+	obj_list_page_release(&pg);
 }
 
 /*
