@@ -13,15 +13,23 @@
  * Bounded: at most NS_HEADS_QUEUED keys wait (the rest are queued again
  * by a later listing); a key waiting or in flight is not queued twice;
  * nothing is asked while the store is unreachable.
+ *
+ * Behind, really: no HEAD starts while a LIST is being fetched or within
+ * NS_HEADS_YIELD_MS of one (a walk such as find lists directory after
+ * directory, and its LISTs would share the store, and on a small machine
+ * the cores, with the HEADs), and a queued key wakes a worker only when
+ * one is idle (a wake-up per listed entry cost more than the HEADs).
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ns_int.h"
 
 #define NS_HEADS_BUCKETS 4096
+#define NS_HEADS_YIELD_MS 10
 
 struct ns_head_job {
 	struct ns_head_job *next;   /* the queue, oldest first */
@@ -36,6 +44,7 @@ struct ns_heads {
 	struct ns_head_job *first, *last;
 	struct ns_head_job *tab[NS_HEADS_BUCKETS]; /* waiting and in flight */
 	size_t queued, inflight;
+	unsigned idle;             /* workers waiting for a job */
 	bool stop;
 	unsigned nthreads;
 	pthread_t th[];
@@ -54,6 +63,15 @@ static bool known(struct ns *ns, const char *key, const char *etag)
 
 	return !cache_attr_get(ns->cfg.cache, key, &a) &&
 	       !strcmp(a.etag, etag);
+}
+
+/* Whether a listing is being fetched, or was a moment ago (a walk such
+ * as find lists one directory after another). */
+static bool listing_now(struct ns *ns)
+{
+	return atomic_load(&ns->lists_busy) ||
+	       util_now_ms() - atomic_load(&ns->list_end_ms) <
+	       NS_HEADS_YIELD_MS;
 }
 
 static void unhash(struct ns_heads *h, struct ns_head_job *j)
@@ -110,10 +128,28 @@ static void *worker(void *arg)
 	for (;;) {
 		struct ns_head_job *j;
 
-		while (!h->stop && !h->first)
+		while (!h->stop && !h->first) {
+			h->idle++;
 			pthread_cond_wait(&h->cond, &h->lock);
+			h->idle--;
+		}
+		/* A listing someone waits for goes first: while one is
+		 * fetched, one HEAD at a time (a short wait, re-checked) */
+		while (!h->stop && listing_now(ns)) {
+			struct timespec t;
+
+			clock_gettime(CLOCK_REALTIME, &t);
+			t.tv_nsec += NS_HEADS_YIELD_MS * 1000000L;
+			if (t.tv_nsec >= 1000000000L) {
+				t.tv_sec++;
+				t.tv_nsec -= 1000000000L;
+			}
+			pthread_cond_timedwait(&h->cond, &h->lock, &t);
+		}
 		if (h->stop)
 			break;
+		if (!h->first)
+			continue;
 		j = h->first;
 		h->first = j->next;
 		if (!h->first)
@@ -209,7 +245,8 @@ void ns_heads_want(struct ns *ns, const char *key, const char *etag)
 		h->first = j;
 	h->last = j;
 	h->queued++;
-	pthread_cond_signal(&h->cond);
+	if (h->idle) /* the others take it when they are done */
+		pthread_cond_signal(&h->cond);
 	pthread_mutex_unlock(&h->lock);
 }
 

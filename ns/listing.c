@@ -207,8 +207,11 @@ static int fetch_listing(struct ns *ns, const char *dir_key,
 		struct obj_error err;
 		obj_status st;
 
+		atomic_fetch_add(&ns->lists_busy, 1);
 		st = obj_list(ns->cfg.st, dir_key, "/", token, 1000, &pg,
 			      &err);
+		atomic_store(&ns->list_end_ms, util_now_ms());
+		atomic_fetch_sub(&ns->lists_busy, 1);
 		free(token);
 		token = NULL;
 		atomic_fetch_add(&ns->list_pages, 1);

@@ -73,6 +73,9 @@ struct ns {
 	atomic_uint_fast64_t listings, list_pages, heads, index_loads;
 	atomic_uint_fast64_t skipped_names;
 	atomic_uint_fast64_t heads_behind; /* of heads: behind listings */
+	atomic_uint lists_busy;  /* LISTs of fetch_listing in flight, and */
+	atomic_uint_fast64_t list_end_ms; /* when the last one ended: the
+	                          * HEADs behind listings yield to them */
 	struct ns_heads *hq;        /* heads.c; NULL: none made */
 };
 
