@@ -22,12 +22,13 @@
 int fs_load_meta(struct fs *fs, struct fs_inode *in)
 {
 	char key[OBJ_KEY_MAX + 2];
+	struct fs_inode_x *x;
 	struct cache_attr a;
 	struct obj_meta m;
 	int rc;
 
 	pthread_mutex_lock(&fs->lock);
-	if (in->meta_ms && util_now_ms() - in->meta_ms <
+	if (fs_xr(in)->meta_ms && util_now_ms() - in->x->meta_ms <
 	    (uint64_t)fs->cfg.refresh_s * 1000) {
 		pthread_mutex_unlock(&fs->lock);
 		return 0;
@@ -38,15 +39,16 @@ int fs_load_meta(struct fs *fs, struct fs_inode *in)
 		return rc;
 	ns_meta_attr(&m, &a);
 	pthread_mutex_lock(&fs->lock);
-	for (size_t i = 0; i < in->nmeta; i++) {
-		free(in->meta[i].name);
-		free(in->meta[i].value);
+	if (!(x = fs_inode_x(in))) {
+		pthread_mutex_unlock(&fs->lock);
+		obj_meta_release(&m);
+		return -ENOMEM;
 	}
-	free(in->meta);
+	obj_kv_free(x->meta, x->nmeta);
 	fs_attr_apply(fs, in, &a);
-	in->meta = m.user;
-	in->nmeta = m.nuser;
-	in->meta_ms = util_now_ms();
+	x->meta = m.user;
+	x->nmeta = m.nuser;
+	x->meta_ms = util_now_ms();
 	snprintf(key, sizeof(key), "%s", in->key);
 	pthread_mutex_unlock(&fs->lock);
 	cache_attr_set(fs->cfg.cache, key, &a);
@@ -73,6 +75,7 @@ static void reply_xattr(fuse_req_t req, const char *val, size_t len,
 static int meta_of(struct fs *fs, struct fs_inode *in, struct obj_kv **out,
 		   size_t *n)
 {
+	const struct fs_inode_x *x;
 	struct cache_wfile *w;
 	struct obj_kv *m;
 	int rc;
@@ -90,10 +93,11 @@ static int meta_of(struct fs *fs, struct fs_inode *in, struct obj_kv **out,
 	if (rc)
 		return rc;
 	pthread_mutex_lock(&fs->lock);
-	m = calloc(in->nmeta + 1, sizeof(*m));
-	for (size_t i = 0; m && i < in->nmeta; i++) {
-		m[i].name = strdup(in->meta[i].name);
-		m[i].value = strdup(in->meta[i].value);
+	x = fs_xr(in); /* made by fs_load_meta */
+	m = calloc(x->nmeta + 1, sizeof(*m));
+	for (size_t i = 0; m && i < x->nmeta; i++) {
+		m[i].name = strdup(x->meta[i].name);
+		m[i].value = strdup(x->meta[i].value);
 		*n = i + 1;
 		if (!m[i].name || !m[i].value)
 			rc = -ENOMEM;
@@ -245,6 +249,7 @@ int fs_copy_meta(struct fs *fs, struct fs_inode *in,
 	struct obj_kv kv[64 + CACHE_WATTR_META + 1];
 	char vals[CACHE_WATTR_META][32], etag[80], xv[NS_XATTR_MAX + 1];
 	char kbuf[OBJ_KEY_MAX + 2];
+	const struct fs_inode_x *x;
 	struct cache_attr ca;
 	struct cache_wattr na;
 	size_t n = 0;
@@ -252,7 +257,8 @@ int fs_copy_meta(struct fs *fs, struct fs_inode *in,
 	int rc;
 
 	pthread_mutex_lock(&fs->lock);
-	in->meta_ms = 0; /* read it fresh */
+	if (in->x)
+		in->x->meta_ms = 0; /* read it fresh */
 	pthread_mutex_unlock(&fs->lock);
 	rc = fs_load_meta(fs, in);
 	if (rc)
@@ -275,21 +281,22 @@ int fs_copy_meta(struct fs *fs, struct fs_inode *in,
 		xv[xval ? xlen : 0] = '\0';
 	}
 	pthread_mutex_lock(&fs->lock);
-	for (size_t i = 0; i < in->nmeta && n < 64; i++) {
-		if (ns_xattr_reserved(in->meta[i].name))
+	x = fs_xr(in); /* made by fs_load_meta */
+	for (size_t i = 0; i < x->nmeta && n < 64; i++) {
+		if (ns_xattr_reserved(x->meta[i].name))
 			continue;
-		if (xname && !strcmp(in->meta[i].name, xname)) {
+		if (xname && !strcmp(x->meta[i].name, xname)) {
 			found = true;
 			if (!xval)
 				continue;
-			kv[n++] = (struct obj_kv){ in->meta[i].name, xv };
+			kv[n++] = (struct obj_kv){ x->meta[i].name, xv };
 			continue;
 		}
-		kv[n++] = in->meta[i];
+		kv[n++] = x->meta[i];
 	}
 	if (xname && xval && !found)
 		kv[n++] = (struct obj_kv){ (char *)xname, xv };
-	/* Copies: in->meta may be replaced once the lock is dropped. */
+	/* Copies: x->meta may be replaced once the lock is dropped. */
 	for (size_t i = 0; i < n; i++) {
 		kv[i].name = strdup(kv[i].name);
 		kv[i].value = strdup(kv[i].value);
@@ -321,7 +328,8 @@ int fs_copy_meta(struct fs *fs, struct fs_inode *in,
 	in->ctime_ns = na.ctime_ns;
 	in->atime_ns = na.atime_ns;
 	in->rdev = na.rdev;
-	in->meta_ms = 0; /* the xattrs changed: HEAD again when asked */
+	if (in->x)
+		in->x->meta_ms = 0; /* the xattrs changed: HEAD again */
 	in->attr_ms = 0;
 	snprintf(kbuf, sizeof(kbuf), "%s", in->key);
 	pthread_mutex_unlock(&fs->lock);

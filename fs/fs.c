@@ -70,7 +70,7 @@ void fs_fill_attr(const struct fs *fs, const struct fs_inode *in,
 		st->st_mode = in->ftype == S_IFLNK ? S_IFLNK | 0777 :
 			      (in->ftype ? in->ftype : S_IFREG) |
 			      (mode_t)fs->cfg.file_mode;
-		st->st_nlink = 1 + in->nlinks; /* hard links: link.c */
+		st->st_nlink = 1 + fs_xr(in)->nlinks; /* hard links: link.c */
 		st->st_size = (off_t)in->size_bytes;
 		st->st_blocks = (blkcnt_t)((in->size_bytes + 511) / 512);
 		st->st_mtim.tv_sec = in->mtime_s;
@@ -111,15 +111,15 @@ void fs_refresh_from_w(struct fs *fs, struct fs_inode *in)
 	bool gone;
 
 	pthread_mutex_lock(&fs->lock);
-	if (in->unlinked && in->w_dead) /* still open: its own bytes */
-		cache_w_stat(in->w_dead, &a), w = in->w_dead;
+	if (in->unlinked && fs_xr(in)->w_dead) /* still open: its own */
+		cache_w_stat(in->x->w_dead, &a), w = in->x->w_dead;
 	gone = in->unlinked;
 	/* a copy: a rename may replace in->key once the lock is dropped */
 	snprintf(key, sizeof(key), "%s", in->key);
 	pthread_mutex_unlock(&fs->lock);
 	if (!w && (gone || cache_w_get(fs->cfg.cache, key, &w)))
 		return;
-	if (w != in->w_dead) {
+	if (w != fs_xr(in)->w_dead) {
 		cache_w_stat(w, &a);
 		cache_w_put(w);
 	}
@@ -316,6 +316,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino,
 {
 	struct fs *fs = FS(req);
 	struct fs_inode *in = fs_inode_get(fs, ino);
+	struct fs_inode_x *x;
 	struct ns_listing *l;
 	int err = 0;
 
@@ -336,8 +337,11 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino,
 	 * the one it cached (its own changes it accounts for itself); a
 	 * listing fetched since may hold other clients' names. */
 	pthread_mutex_lock(&fs->lock);
-	fi->keep_cache = l->fetched_ms && l->fetched_ms == in->rd_fetched_ms;
-	in->rd_fetched_ms = l->fetched_ms;
+	x = fs_inode_x(in); /* out of memory: the kernel reads it again */
+	fi->keep_cache = x && l->fetched_ms &&
+			 l->fetched_ms == x->rd_fetched_ms;
+	if (x)
+		x->rd_fetched_ms = l->fetched_ms;
 	pthread_mutex_unlock(&fs->lock);
 	if (fuse_reply_open(req, fi) == -ENOENT) {
 		fs_tk_handle_close(fs, fi->fh);
@@ -377,7 +381,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 
 			in = fs_inode_lookup(fs, dir, e);
 			pthread_mutex_lock(&fs->lock);
-			if (in && (in->pt_open || in->restored ||
+			if (in && (fs_xr(in)->pt_open || in->restored ||
 				   (in->is_dir && !in->has_attr))) {
 				/* The kernel writes it: the listing's size is
 				 * older than its own; or a directory whose
@@ -543,6 +547,10 @@ int fs_pt_choose_open(struct fs *fs, struct fs_inode *in,
 	*kept = false;
 	for (unsigned tries = 0;; tries++) {
 		pthread_mutex_lock(&fs->lock);
+		if (!fs_inode_x(in)) {
+			pt = -ENOMEM;
+			break;
+		}
 		pt = h->w ? fs_pt_choose(fs, in, h) :
 		     fs_pt_choose_clean(fs, in, h, pinned, kept);
 		if (pt != -EAGAIN || tries >= 5000)
@@ -557,7 +565,7 @@ int fs_pt_choose_open(struct fs *fs, struct fs_inode *in,
 	pthread_mutex_unlock(&fs->lock);
 	if (pt == -EAGAIN)
 		pt = -EBUSY;
-	if (pt < 0)
+	if (pt < 0 && pt != -ENOMEM)
 		fprintf(stderr, "fmfs: an open of inode %llu was refused "
 			"(%s): its passthrough backing file is changing hands\n",
 			(unsigned long long)in->ino, strerror(-pt));
@@ -575,8 +583,13 @@ static int handle_new(struct fs *fs, struct fs_inode *in, int flags,
 	char etag[80];
 	int rc;
 
-	if (!h)
+	pthread_mutex_lock(&fs->lock);
+	if (!h || !fs_inode_x(in)) { /* an open file's state: in->x */
+		pthread_mutex_unlock(&fs->lock);
+		free(h);
 		return -ENOMEM;
+	}
+	pthread_mutex_unlock(&fs->lock);
 	pthread_mutex_init(&h->lock, NULL);
 	atomic_store(&h->refs, 1);
 	h->fs = fs;
@@ -594,8 +607,9 @@ static int handle_new(struct fs *fs, struct fs_inode *in, int flags,
 	*size = in->size_bytes;
 	util_etag_text(&in->etag, etag);
 	/* The kernel may keep its pages while the version is unchanged. */
-	*keep_cache = in->open_etag && in->open_etag == fs_etag_hash(etag);
-	in->open_etag = fs_etag_hash(etag);
+	*keep_cache = in->x->open_etag &&
+		      in->x->open_etag == fs_etag_hash(etag);
+	in->x->open_etag = fs_etag_hash(etag);
 	pthread_mutex_unlock(&fs->lock);
 	rc = fs_lost_check(fs, in->key, etag);
 	if (!rc)
@@ -721,7 +735,7 @@ static struct cache_wfile *fs_handle_w(struct fs *fs, struct fs_handle *h)
 	if (g != atomic_load(&h->wgen)) {
 		pthread_mutex_lock(&fs->lock);
 		dead = in->unlinked; /* then its own last copy, if any */
-		if (dead && (nw = in->w_dead))
+		if (dead && (nw = fs_xr(in)->w_dead))
 			cache_w_ref(nw);
 		snprintf(key, sizeof(key), "%s", in->key);
 		pthread_mutex_unlock(&fs->lock);

@@ -51,49 +51,20 @@ int fs_reply_err(fuse_req_t req, int err);
 #define FS_PROVISIONAL_S 1.0 /* attributes shown from a listing: kept by
                               * the kernel this long at most */
 
-struct fs_inode {
-	fuse_ino_t ino;
-	struct fs_inode *parent;   /* holds a reference while we exist */
-	char *name;                /* "" for the root; inside key's block */
-	char *key;                 /* file: "a/b"; dir: "a/b/"; root: "";
-	                            * one allocation with name */
-	/* The flags together, and each field beside one of its size: there
-	 * is one of these per name the kernel holds (docs/performance.md,
-	 * "Namespace: warm remounts, a million objects"). */
-	bool is_dir;
-	bool restored;             /* from a dead daemon's journal, its
-	                            * attributes not yet asked for
-	                            * (tk_replay.c) */
-	bool tk_times;             /* restored: mtime_ns and ctime_ns are the
-	                            * journal's, to stand over the store's */
-	bool has_attr;             /* mode/uid/gid/mtime_ns below are set:
-	                            * the object's as stored, the defaults
-	                            * for what it does not store */
-	bool pt_w_pin;             /* the inode holds pt_w as a writer: the
-	                            * clean backing became it (fs_materialize)
-	                            * under handles that hold nothing */
-	bool pt_adopting;          /* a writer is turning pt_cf into a dirty
-	                            * file: other opens wait for pt_w */
-	bool unlinked;             /* out of the namespace (unlink, replaced) */
-	/* attributes; protected by fs->lock */
-	uint64_t size_bytes;
-	int64_t mtime_s;
-	struct util_etag etag;     /* its version (util/etag.c) */
-	uint64_t attr_ms;          /* when last confirmed with the store */
+/* What only some inodes need: an open file's or directory's state, a
+ * file's hard links, its cached user metadata.  Allocated at the first
+ * open, opendir, link or xattr read (fs_inode_x), freed with the inode;
+ * the many names a walk leaves with the kernel never need one
+ * (docs/performance.md, "Namespace: warm remounts, a million objects").
+ * Protected by fs->lock. */
+struct fs_inode_x {
 	uint64_t open_etag;        /* version at the last open (keep_cache):
 	                            * fs_etag_hash of its ETag, 0 none */
-	/* POSIX attributes from object metadata or our own writes; without
-	 * them (has_attr false) the inode shows the configured defaults
-	 * (fs_fill_attr), which are never more than FS_FILE_MODE's */
-	uint32_t ftype;            /* as ns_entry's; set once, never changed
-	                            * (the kernel's type of an inode is fixed) */
-	uint32_t mode, uid, gid;
-	int64_t mtime_ns;
-	int64_t ctime_ns, atime_ns; /* 0: as mtime_ns */
-	uint32_t rdev;
-	unsigned nopen;            /* open handles (a delete waits for 0) */
-	unsigned pt_open;          /* of them through backing pt_id: 0 or
-	                            * nopen (see passthrough.c) */
+	uint64_t rd_fetched_ms;    /* a directory's listing the kernel last
+	                            * cached (opendir) */
+	unsigned pt_open;          /* of the open handles, those through
+	                            * backing pt_id: 0 or nopen (see
+	                            * passthrough.c) */
 	int pt_id;
 	struct cache_wfile *pt_w;  /* the backing file (a reference) */
 	struct cache_file *pt_cf;  /* or a clean file's, every block pinned
@@ -105,33 +76,94 @@ struct fs_inode {
 	unsigned held_deletes;     /* tombstones waiting for the last close */
 	struct cache_wfile *w_dead; /* its dirty file once unlinked, for
 	                            * attributes */
-	atomic_uint_fast64_t wgen; /* bumped when a new dirty file is made:
-	                            * read handles look for it (fs_handle_w) */
-	uint64_t rd_fetched_ms;    /* a directory's listing the kernel last
-	                            * cached (opendir); protected by lock */
-	uint64_t nlookup;          /* kernel references; protected by lock */
-	unsigned children;         /* inodes and links naming us as parent */
+	bool pt_w_pin;             /* the inode holds pt_w as a writer: the
+	                            * clean backing became it (fs_materialize)
+	                            * under handles that hold nothing */
+	bool pt_adopting;          /* a writer is turning pt_cf into a dirty
+	                            * file: other opens wait for pt_w */
 	/* Hard links (link.c): the file's other names, each a copy in the
 	 * bucket; while there is one the inode is kept (not freed at
-	 * nlookup 0).  Protected by lock. */
+	 * nlookup 0). */
 	unsigned nlinks;
 	struct fs_link *links;
-	/* user metadata (xattrs), fetched by HEAD, protected by fs->lock */
+	/* user metadata (xattrs), fetched by HEAD */
 	struct obj_kv *meta;
 	size_t nmeta;
 	uint64_t meta_ms;
+};
+
+/* All zero: what an inode without its fs_inode_x has (fs_xr). */
+extern const struct fs_inode_x fs_inode_x_none;
+
+struct fs_inode {
+	fuse_ino_t ino;
+	struct fs_inode *parent;   /* holds a reference while we exist */
+	char *key;                 /* file: "a/b"; dir: "a/b/"; root: "";
+	                            * one allocation with the name, at
+	                            * name_off (fs_iname) */
+	/* Each field beside one of its size, the flags together: there is
+	 * one of these per name the kernel holds (docs/performance.md,
+	 * "Namespace: warm remounts, a million objects"). */
+	unsigned children;         /* inodes and links naming us as parent */
+	atomic_uint wgen;          /* bumped when a new dirty file is made:
+	                            * read handles look for it (fs_handle_w) */
+	uint16_t name_off;         /* the name: key + name_off ("" for the
+	                            * root) */
+	bool is_dir;
+	bool restored;             /* from a dead daemon's journal, its
+	                            * attributes not yet asked for
+	                            * (tk_replay.c) */
+	bool tk_times;             /* restored: mtime_ns and ctime_ns are the
+	                            * journal's, to stand over the store's */
+	bool has_attr;             /* mode/uid/gid/mtime_ns below are set:
+	                            * the object's as stored, the defaults
+	                            * for what it does not store */
+	bool unlinked;             /* out of the namespace (unlink, replaced) */
+	/* attributes; protected by fs->lock */
+	uint64_t size_bytes;
+	int64_t mtime_s;
+	struct util_etag etag;     /* its version (util/etag.c) */
+	uint64_t attr_ms;          /* when last confirmed with the store */
+	/* POSIX attributes from object metadata or our own writes; without
+	 * them (has_attr false) the inode shows the configured defaults
+	 * (fs_fill_attr), which are never more than FS_FILE_MODE's */
+	uint32_t ftype;            /* as ns_entry's; set once, never changed
+	                            * (the kernel's type of an inode is fixed) */
+	uint32_t mode, uid, gid;
+	int64_t mtime_ns;
+	int64_t ctime_ns, atime_ns; /* 0: as mtime_ns */
+	uint32_t rdev;
+	unsigned nopen;            /* open handles (a delete waits for 0) */
+	uint64_t nlookup;          /* kernel references; protected by lock */
+	struct fs_inode_x *x;      /* NULL until needed (fs_inode_x) */
 	struct fs_inode *next_ino, *next_name; /* hash chains */
 };
 
+/* in's name in its directory. */
+static inline const char *fs_iname(const struct fs_inode *in)
+{
+	return in->key + in->name_off;
+}
+
+/* in's fs_inode_x to read: all zero when it has none. */
+static inline const struct fs_inode_x *fs_xr(const struct fs_inode *in)
+{
+	return in->x ? in->x : &fs_inode_x_none;
+}
+
+/* in's fs_inode_x to change, made if it has none (fs->lock held); NULL
+ * when out of memory. */
+struct fs_inode_x *fs_inode_x(struct fs_inode *in);
+
 /* One more name of a file (a hard link, link.c): dir/name, whose key
  * holds a copy of the file that follows each of its changes.  The
- * file's first name stays in->parent/in->name/in->key. */
+ * file's first name stays in->parent, fs_iname(in), in->key. */
 struct fs_link {
 	struct fs_inode *in;
 	struct fs_inode *dir;      /* counted in dir->children */
 	char *name;
 	struct fs_link *next_hash; /* fs->links */
-	struct fs_link *next_in;   /* in->links */
+	struct fs_link *next_in;   /* fs_inode_x.links */
 	uint64_t synced;           /* cache_w_version of the dirty file last
 	                            * copied here (0: none); link_lock */
 };
@@ -237,7 +269,7 @@ struct fs_handle {
 	bool writer;            /* opened for writing: w is set */
 	bool pt;                /* through a backing file: no READ/WRITE */
 	bool pin;               /* a reader holding w as a writer would */
-	atomic_uint_fast64_t wgen; /* in->wgen when w was last looked up */
+	atomic_uint wgen;          /* in->wgen when w was last looked up */
 	pthread_mutex_t lock;   /* protects rd, and w of a reader */
 	struct cache_reader rd;
 	uint64_t size_bytes;
@@ -543,7 +575,7 @@ void fs_pt_mark_reply(int id);
 /* Whether handle h (with h->w, a dirty file) opens inode in through a
  * backing file; fs->lock held, before in->nopen counts h.  A first one
  * needs h->w; once the inode has one, every handle joins it (h->w
- * becomes in->pt_w, held).  Returns the id to mark the reply with, 0
+ * becomes in->x->pt_w, held).  Returns the id to mark the reply with, 0
  * for the usual path, -EAGAIN while a writer turns the inode's clean
  * backing into its dirty file (drop the lock, try again), -EBUSY when h
  * cannot join the inode's backing (fail the open). */

@@ -34,10 +34,10 @@ static size_t hash_name(const struct fs *fs, fuse_ino_t parent,
 
 /* An inode's key and name in one allocation ("key\0name\0": a malloc
  * less per inode, some 30 bytes of memory): in->key is the block and
- * in->name points into it.  The key is prefix + rest; NULL when out of
- * memory. */
+ * the name is at in->name_off in it (fs_iname).  The key is prefix +
+ * rest; NULL when out of memory. */
 static char *names_block(const char *prefix, const char *rest,
-			 const char *name, char **name_out)
+			 const char *name, uint16_t *name_off)
 {
 	size_t pl = strlen(prefix), rl = strlen(rest), nl = strlen(name);
 	char *b = malloc(pl + rl + nl + 2);
@@ -48,7 +48,7 @@ static char *names_block(const char *prefix, const char *rest,
 	memcpy(b + pl, rest, rl);
 	b[pl + rl] = '\0';
 	memcpy(b + pl + rl + 1, name, nl + 1);
-	*name_out = b + pl + rl + 1;
+	*name_off = (uint16_t)(pl + rl + 1); /* keys < 64 KiB: OBJ_KEY_MAX */
 	return b;
 }
 
@@ -63,7 +63,7 @@ int fs_inodes_init(struct fs *fs)
 	if (!fs->by_ino || !fs->by_name || !root)
 		goto nomem;
 	root->ino = FUSE_ROOT_ID;
-	root->key = names_block("", "", "", &root->name);
+	root->key = names_block("", "", "", &root->name_off);
 	if (!root->key)
 		goto nomem;
 	root->is_dir = true;
@@ -82,11 +82,23 @@ nomem:
 	return -ENOMEM;
 }
 
+const struct fs_inode_x fs_inode_x_none;
+
+struct fs_inode_x *fs_inode_x(struct fs_inode *in)
+{
+	if (!in->x)
+		in->x = calloc(1, sizeof(*in->x));
+	return in->x;
+}
+
 static void inode_free(struct fs_inode *in)
 {
 	util_etag_free(&in->etag);
-	cache_w_put(in->w_dead);
-	obj_kv_free(in->meta, in->nmeta);
+	if (in->x) {
+		cache_w_put(in->x->w_dead);
+		obj_kv_free(in->x->meta, in->x->nmeta);
+		free(in->x);
+	}
 	free(in->key); /* the name with it */
 	free(in);
 }
@@ -146,7 +158,7 @@ struct fs_inode *fs_inode_restore(struct fs *fs, struct fs_inode *dir,
 		free(in);
 		return NULL;
 	}
-	in->key = names_block(dir->key, rest, name, &in->name);
+	in->key = names_block(dir->key, rest, name, &in->name_off);
 	if (!in->key) {
 		free(in);
 		return NULL;
@@ -173,11 +185,12 @@ struct fs_inode *fs_inode_restore(struct fs *fs, struct fs_inode *dir,
 static void maybe_free(struct fs *fs, struct fs_inode *in)
 {
 	while (in && in != fs->root && in->nlookup == 0 && in->children == 0 &&
-	       !in->links) {
+	       !fs_xr(in)->links) {
 		struct fs_inode *parent = in->parent;
 
 		unlink_chain(&fs->by_ino[hash_ino(fs, in->ino)], in, false);
-		unlink_chain(&fs->by_name[hash_name(fs, parent->ino, in->name)],
+		unlink_chain(&fs->by_name[hash_name(fs, parent->ino,
+						    fs_iname(in))],
 			     in, true);
 		fs->ninodes--;
 		fs_tk_inode_drop(fs, in->ino);
@@ -248,7 +261,7 @@ struct fs_inode *fs_inode_ref(struct fs *fs, struct fs_inode *dir,
 		return in;
 	}
 	for (in = fs->by_name[hb]; in; in = in->next_name)
-		if (in->parent == dir && !strcmp(in->name, e->name))
+		if (in->parent == dir && !strcmp(fs_iname(in), e->name))
 			break;
 	if (in && in->is_dir != e->is_dir) {
 		/* A file became a directory or back: a new inode; the old
@@ -266,7 +279,8 @@ struct fs_inode *fs_inode_ref(struct fs *fs, struct fs_inode *dir,
 			return NULL;
 		snprintf(rest, sizeof(rest), "%s%s", e->name,
 			 e->is_dir ? "/" : "");
-		in->key = names_block(dir->key, rest, e->name, &in->name);
+		in->key = names_block(dir->key, rest, e->name,
+				      &in->name_off);
 		if (!in->key) {
 			free(in);
 			return NULL;
@@ -312,7 +326,7 @@ uint64_t fs_dirent_ino(struct fs *fs, const struct fs_inode *dir,
 
 	for (in = fs->by_name[hash_name(fs, dir->ino, name)]; in;
 	     in = in->next_name)
-		if (in->parent == dir && !strcmp(in->name, name))
+		if (in->parent == dir && !strcmp(fs_iname(in), name))
 			return in->ino;
 	/* never one of ours, never 0 */
 	return util_fnv1a64(UTIL_FNV64_BASIS ^ dir->ino, name, strlen(name)) |
@@ -404,7 +418,7 @@ struct fs_inode *fs_inode_by_key(struct fs *fs, const char *key)
 		name[n] = '\0';
 		for (in = fs->by_name[hash_name(fs, cur->ino, name)]; in;
 		     in = in->next_name)
-			if (in->parent == cur && !strcmp(in->name, name))
+			if (in->parent == cur && !strcmp(fs_iname(in), name))
 				break;
 		cur = in;
 		key += n;
@@ -418,7 +432,8 @@ void fs_inode_unhash(struct fs *fs, struct fs_inode *in)
 {
 	if (in == fs->root)
 		return;
-	unlink_chain(&fs->by_name[hash_name(fs, in->parent->ino, in->name)],
+	unlink_chain(&fs->by_name[hash_name(fs, in->parent->ino,
+					    fs_iname(in))],
 		     in, true);
 	in->next_name = NULL;
 	in->unlinked = true;
@@ -427,13 +442,14 @@ void fs_inode_unhash(struct fs *fs, struct fs_inode *in)
 
 static int rekey(struct fs_inode *in, size_t ol, const char *nw)
 {
-	char *name, *k = names_block(nw, in->key + ol, in->name, &name);
+	uint16_t off;
+	char *k = names_block(nw, in->key + ol, fs_iname(in), &off);
 
 	if (!k)
 		return -ENOMEM;
 	free(in->key);
 	in->key = k;
-	in->name = name;
+	in->name_off = off;
 	return 0;
 }
 
@@ -442,7 +458,8 @@ int fs_inode_move(struct fs *fs, struct fs_inode *in, struct fs_inode *dir,
 {
 	size_t hb = hash_name(fs, dir->ino, name);
 	struct fs_inode *old_parent = in->parent, *o;
-	char rest[NAME_MAX + 2], *nn, *nk, *ok;
+	char rest[NAME_MAX + 2], *nk, *ok;
+	uint16_t nn;
 	size_t okl;
 
 	if ((size_t)snprintf(rest, sizeof(rest), "%s%s", name,
@@ -452,14 +469,14 @@ int fs_inode_move(struct fs *fs, struct fs_inode *in, struct fs_inode *dir,
 	if (!nk)
 		return -ENOMEM;
 	for (o = fs->by_name[hb]; o; o = o->next_name)
-		if (o->parent == dir && !strcmp(o->name, name) && o != in)
+		if (o->parent == dir && !strcmp(fs_iname(o), name) && o != in)
 			break;
 	if (o)
 		fs_inode_unhash(fs, o);
 	fs_inode_unhash(fs, in);
 	ok = in->key; /* the old name with it: freed below */
 	okl = strlen(ok);
-	in->name = nn;
+	in->name_off = nn;
 	in->key = nk;
 	in->parent = dir;
 	dir->children++;

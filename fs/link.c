@@ -23,7 +23,8 @@
  * (fs_tk_link) so that a new daemon after a crash has them
  * (docs/keeper.md): after a remount the names are independent files with
  * one link each (docs/posix.md, "Hard links").
- * Locking: fs->lock protects the table, in->links and in->nlinks.
+ * Locking: fs->lock protects the table, and each inode's links and
+ * nlinks (in its fs_inode_x).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -112,10 +113,12 @@ static void link_hash_out(struct fs *fs, struct fs_link *l)
 static int link_add(struct fs *fs, struct fs_inode *in, struct fs_inode *dir,
 		    const char *name, bool restored)
 {
+	struct fs_inode_x *x;
 	struct fs_link *l;
 
-	if (!fs->links &&
-	    !(fs->links = calloc(FS_LINK_BUCKETS, sizeof(*fs->links))))
+	if ((!fs->links &&
+	     !(fs->links = calloc(FS_LINK_BUCKETS, sizeof(*fs->links)))) ||
+	    !(x = fs_inode_x(in)))
 		return -ENOMEM;
 	l = calloc(1, sizeof(*l));
 	if (!l || !(l->name = strdup(name))) {
@@ -126,9 +129,9 @@ static int link_add(struct fs *fs, struct fs_inode *in, struct fs_inode *dir,
 	l->dir = dir;
 	dir->children++;
 	link_hash_in(fs, l);
-	l->next_in = in->links;
-	in->links = l;
-	in->nlinks++;
+	l->next_in = x->links;
+	x->links = l;
+	x->nlinks++;
 	atomic_fetch_add(&fs->links_total, 1);
 	if (!restored)
 		fs_tk_link(fs, in, dir, name, false, NULL, NULL);
@@ -162,16 +165,17 @@ void fs_links_each(struct fs *fs, void (*fn)(void *arg,
 static void link_drop(struct fs *fs, struct fs_link *l)
 {
 	struct fs_inode *in = l->in, *dir = l->dir;
+	struct fs_inode_x *x = in->x; /* made by link_add */
 
 	fs_tk_link(fs, in, dir, l->name, true, NULL, NULL);
 	link_hash_out(fs, l);
-	for (struct fs_link **pp = &in->links; *pp; pp = &(*pp)->next_in)
+	for (struct fs_link **pp = &x->links; *pp; pp = &(*pp)->next_in)
 		if (*pp == l) {
 			*pp = l->next_in;
 			break;
 		}
-	util_assert(in->nlinks > 0 && dir->children > 0);
-	in->nlinks--;
+	util_assert(x->nlinks > 0 && dir->children > 0);
+	x->nlinks--;
 	dir->children--;
 	atomic_fetch_sub(&fs->links_total, 1);
 	free(l->name);
@@ -212,7 +216,7 @@ static struct fs_inode *link_owner(struct fs *fs, struct fs_inode *dir,
 	if (l)
 		return l->in;
 	in = fs_inode_by_key(fs, key);
-	return in && !in->is_dir && in->links ? in : NULL;
+	return in && !in->is_dir && fs_xr(in)->links ? in : NULL;
 }
 
 /* ---- copies ---- */
@@ -342,14 +346,14 @@ static int link_sync_locked(struct fs *fs, struct fs_inode *in, bool durable)
 	pthread_mutex_lock(&fs->lock);
 	snprintf(pkey, sizeof(pkey), "%s", in->key);
 	pthread_mutex_unlock(&fs->lock);
-	if (!in->links)
+	if (!fs_xr(in)->links)
 		return 0;
 	if (!cache_w_get(fs->cfg.cache, pkey, &w))
 		v = cache_w_version(w); /* before the copy: a later change
 					 * is copied again next time */
 	else if (fs->cfg.mode == FS_MODE_LU)
 		return -EIO; /* never: linked files stay dirty under lu */
-	for (struct fs_link *l = in->links; l; l = l->next_in) {
+	for (struct fs_link *l = in->x->links; l; l = l->next_in) {
 		if (w && l->synced == v)
 			continue; /* this version is there already */
 		pthread_mutex_lock(&fs->lock);
@@ -378,7 +382,7 @@ int fs_link_sync(struct fs *fs, struct fs_inode *in, bool durable)
 	int rc;
 
 	pthread_mutex_lock(&fs->lock);
-	rc = in->nlinks != 0;
+	rc = fs_xr(in)->nlinks != 0;
 	pthread_mutex_unlock(&fs->lock);
 	if (!rc)
 		return 0;
@@ -427,7 +431,7 @@ static int link_promote(struct fs *fs, struct fs_inode *in, const char *key,
 			const struct ns_entry *se)
 {
 	char to[OBJ_KEY_MAX + 2], from_dir[OBJ_KEY_MAX + 2];
-	struct fs_link *l = in->links;
+	struct fs_link *l = fs_xr(in)->links;
 	struct ns_entry de;
 	int rc;
 
@@ -637,7 +641,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 		rc = -EEXIST;
 	if (!rc && in->unlinked)
 		rc = -ENOENT;
-	else if (!rc && !again && in->nlinks + 1 >= FS_LINK_MAX)
+	else if (!rc && !again && fs_xr(in)->nlinks + 1 >= FS_LINK_MAX)
 		rc = -EMLINK;
 	snprintf(pkey, sizeof(pkey), "%s", in->key);
 	pinned = !rc;

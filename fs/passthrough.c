@@ -31,7 +31,7 @@
  * that inode must use the same backing file, and an inode open the usual
  * way cannot be opened through one.  A mismatch fails the open with EIO.
  * So fs.c and write.c keep, per inode, the backing id in use and how many
- * handles use it (fs_inode.pt_id / pt_open), and pass through only when
+ * handles use it (fs_inode_x.pt_id / pt_open), and pass through only when
  * no handle of the inode is open the usual way.
  *
  * One more INIT flag rides the same reply: FUSE_HANDLE_KILLPRIV_V2
@@ -343,22 +343,22 @@ void fs_pt_mark_reply(int id)
 	pt_next_reply = id;
 }
 
-/* h joins the inode's backing file: h's dirty file becomes in->pt_w
+/* h joins the inode's backing file: h's dirty file becomes x->pt_w
  * (the one the kernel writes), held while h is open. */
-static void join(struct fs_inode *in, struct fs_handle *h)
+static void join(struct fs_inode_x *x, struct fs_handle *h)
 {
 	struct cache_wfile *old = h->w;
 	bool held = h->writer || h->pin;
 
-	if (old != in->pt_w) {
-		cache_w_ref(in->pt_w);
-		cache_w_writer(in->pt_w, true);
-		h->w = in->pt_w;
+	if (old != x->pt_w) {
+		cache_w_ref(x->pt_w);
+		cache_w_writer(x->pt_w, true);
+		h->w = x->pt_w;
 		if (old && held)
 			cache_w_writer(old, false);
 		cache_w_put(old);
 	} else if (!held) {
-		cache_w_writer(in->pt_w, true);
+		cache_w_writer(x->pt_w, true);
 	}
 	if (!h->writer)
 		h->pin = true;
@@ -366,22 +366,24 @@ static void join(struct fs_inode *in, struct fs_handle *h)
 
 int fs_pt_choose(struct fs *fs, struct fs_inode *in, struct fs_handle *h)
 {
+	struct fs_inode_x *x = in->x; /* made by fs_pt_choose_open */
 	uint64_t room, cap;
 	int id;
 
-	if (in->pt_open && !in->pt_w)
+	util_assert(x);
+	if (x->pt_open && !x->pt_w)
 		/* The backing is a clean file: a writer is making it the
 		 * dirty file (h found that one early), or h's dirty file is
 		 * another, which the kernel would refuse. */
-		return in->pt_adopting ? -EAGAIN : -EBUSY;
-	if (in->pt_open) {
+		return x->pt_adopting ? -EAGAIN : -EBUSY;
+	if (x->pt_open) {
 		/* The kernel allows one backing file per inode: whatever h
 		 * found (the clean copy, another dirty file after a race with
 		 * a rename), it uses the inode's. */
-		join(in, h);
-		in->pt_open++;
+		join(x, h);
+		x->pt_open++;
 		h->pt = true;
-		return in->pt_id;
+		return x->pt_id;
 	}
 	if (!h->w || in->nopen || !atomic_load(&fs->pt_on))
 		return 0;   /* open the usual way, as the others are */
@@ -398,11 +400,11 @@ int fs_pt_choose(struct fs *fs, struct fs_inode *in, struct fs_handle *h)
 	id = fs_pt_open(fs, cache_w_fd(h->w));
 	if (id <= 0)
 		return 0;
-	in->pt_id = id;
-	in->pt_w = h->w;
+	x->pt_id = id;
+	x->pt_w = h->w;
 	cache_w_ref(h->w);   /* the inode's, until its last such handle */
-	join(in, h);
-	in->pt_open = 1;
+	join(x, h);
+	x->pt_open = 1;
 	h->pt = true;
 	return id;
 }
@@ -415,25 +417,28 @@ int fs_pt_choose(struct fs *fs, struct fs_inode *in, struct fs_handle *h)
 void fs_pt_restore(struct fs *fs, struct fs_inode *in, struct fs_handle *h,
 		   int id, uint64_t size)
 {
+	struct fs_inode_x *x = in->x; /* made by fs_handle_reopen */
+
 	(void)fs;
-	if (!in->pt_open) {
-		in->pt_id = id;
+	util_assert(x);
+	if (!x->pt_open) {
+		x->pt_id = id;
 		if (h->w) {           /* a dirty file: as fs_pt_choose */
-			in->pt_w = h->w;
+			x->pt_w = h->w;
 			cache_w_ref(h->w);
 		} else {              /* a clean one: as fs_pt_choose_clean */
-			in->pt_cf = h->cf;
-			in->pt_cf_size = size;
+			x->pt_cf = h->cf;
+			x->pt_cf_size = size;
 			h->cf = NULL;
 		}
-	} else if (in->pt_id != id) {
+	} else if (x->pt_id != id) {
 		fprintf(stderr, "fmfs: takeover: node id %llu had backing ids "
-			"%d and %d\n", (unsigned long long)in->ino, in->pt_id,
+			"%d and %d\n", (unsigned long long)in->ino, x->pt_id,
 			id);
 	}
-	if (in->pt_w)
-		join(in, h);
-	in->pt_open++;
+	if (x->pt_w)
+		join(x, h);
+	x->pt_open++;
 	h->pt = true;
 }
 
@@ -454,25 +459,27 @@ bool fs_pt_clean_wanted(struct fs *fs, struct fs_handle *h, int flags)
 int fs_pt_choose_clean(struct fs *fs, struct fs_inode *in,
 		       struct fs_handle *h, bool pinned, bool *kept)
 {
+	struct fs_inode_x *x = in->x; /* made by fs_pt_choose_open */
 	int id;
 
+	util_assert(x);
 	*kept = false;
-	if (in->pt_open && !in->pt_cf) {
+	if (x->pt_open && !x->pt_cf) {
 		/* A dirty backing (read-write mounts): h reads it, held as
 		 * the inode's dirty file while open, as in fs_pt_choose. */
-		join(in, h);
-		in->pt_open++;
+		join(x, h);
+		x->pt_open++;
 		h->pt = true;
-		return in->pt_id;
+		return x->pt_id;
 	}
-	if (in->pt_open) {
+	if (x->pt_open) {
 		/* One backing file per inode: a later open reads the version
 		 * the first one opened, until the last of them closes (on a
 		 * read-write mount, or until a writer makes it the dirty
 		 * file: then it reads the writes). */
-		in->pt_open++;
+		x->pt_open++;
 		h->pt = true;
-		return in->pt_id;
+		return x->pt_id;
 	}
 	if (!pinned || in->nopen)
 		return 0;   /* open the usual way, as the others are */
@@ -481,17 +488,17 @@ int fs_pt_choose_clean(struct fs *fs, struct fs_inode *in,
 	 * set-id file (its writer must take the usual path to drop the
 	 * bits, which a clean backing would forbid). */
 	if (fs->cfg.mode != FS_MODE_RO &&
-	    (in->w_making || atomic_load(&in->wgen) != atomic_load(&h->wgen) ||
+	    (x->w_making || atomic_load(&in->wgen) != atomic_load(&h->wgen) ||
 	     (in->has_attr && (in->mode & (S_ISUID | S_ISGID)))))
 		return 0;
 	id = fs_pt_open(fs, cache_file_fd(h->cf));
 	if (id <= 0)
 		return 0;
-	in->pt_id = id;
-	in->pt_cf = h->cf;
-	in->pt_cf_size = h->size_bytes;
+	x->pt_id = id;
+	x->pt_cf = h->cf;
+	x->pt_cf_size = h->size_bytes;
 	h->cf = NULL;
-	in->pt_open = 1;
+	x->pt_open = 1;
 	h->pt = true;
 	*kept = true;
 	return id;

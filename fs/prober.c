@@ -95,7 +95,7 @@ struct trim_name {
 static bool trimmable(const struct fs *fs, const struct fs_inode *in)
 {
 	return in != fs->root && in->nlookup && !in->nopen && !in->children &&
-	       !in->links && !in->unlinked && in->parent;
+	       !fs_xr(in)->links && !in->unlinked && in->parent;
 }
 
 size_t fs_inodes_trim(struct fs *fs)
@@ -120,7 +120,7 @@ size_t fs_inodes_trim(struct fs *fs)
 		     in = in->next_ino) {
 			if (!trimmable(fs, in))
 				continue;
-			v[n].name = strdup(in->name);
+			v[n].name = strdup(fs_iname(in));
 			if (!v[n].name)
 				break;
 			v[n++].parent = in->parent->ino;

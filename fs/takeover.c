@@ -262,7 +262,7 @@ void fs_tk_inode_new(struct fs *fs, const struct fs_inode *in)
 		return;
 	atomic_store(&fs->tk->head->next_ino, fs->next_ino);
 	append(fs, TK_INODE, in->ino, in->parent->ino, in->is_dir,
-	       in->ftype, in->name);
+	       in->ftype, fs_iname(in));
 }
 
 void fs_tk_inode_move(struct fs *fs, const struct fs_inode *in)
@@ -270,7 +270,7 @@ void fs_tk_inode_move(struct fs *fs, const struct fs_inode *in)
 	if (!fs->tk)
 		return;
 	fs_tk_maybe_compact(fs);
-	append(fs, TK_MOVE, in->ino, in->parent->ino, 0, 0, in->name);
+	append(fs, TK_MOVE, in->ino, in->parent->ino, 0, 0, fs_iname(in));
 }
 
 void fs_tk_inode_unlinked(struct fs *fs, const struct fs_inode *in)
@@ -376,7 +376,7 @@ static void compact_locked(struct fs *fs)
 
 	for (size_t b = 0; b < fs->nbuckets; b++)
 		for (struct fs_inode *x = fs->by_ino[b]; x; x = x->next_ino) {
-			size_t sz = rec_size(strlen(x->name));
+			size_t sz = rec_size(strlen(fs_iname(x)));
 			struct tk_rec *r = (struct tk_rec *)(dst + end);
 
 			if (end + sz + 2 * rec_size(0) > TK_HALF)
@@ -390,7 +390,7 @@ static void compact_locked(struct fs *fs)
 				.type = TK_INODE, .a = x->ino,
 				.b = x->parent->ino, .c = x->is_dir,
 				.d = x->ftype };
-			memcpy(r + 1, x->name, strlen(x->name) + 1);
+			memcpy(r + 1, fs_iname(x), strlen(fs_iname(x)) + 1);
 			end += sz;
 			if (x->unlinked) {
 				r = (struct tk_rec *)(dst + end);

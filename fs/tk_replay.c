@@ -98,7 +98,7 @@ static int rlinks_restore(struct fs *fs, struct rlink **lt, int rc,
 					 (unsigned long long)l->ino);
 				rc = -EIO;
 			} else if (!rc && in->parent == dir &&
-				   !strcmp(in->name, l->name)) {
+				   !strcmp(fs_iname(in), l->name)) {
 				/* its first name now: a kill fell between the
 				 * move (link_promote) and the link's end */
 			} else if (!rc &&
@@ -356,7 +356,7 @@ static void restored_by_name(struct fs *fs, struct fs_inode *in)
 	ok = !in->unlinked && !in->has_attr;
 	dir = in->parent;
 	snprintf(dkey, sizeof(dkey), "%s", dir->key);
-	snprintf(name, sizeof(name), "%s", in->name);
+	snprintf(name, sizeof(name), "%s", fs_iname(in));
 	pthread_mutex_unlock(&fs->lock);
 	if (!ok || ns_find(fs->ns, dkey, name, &e) || e.is_dir)
 		return;

@@ -47,20 +47,23 @@ void fs_handle_put(struct fs_handle *h)
 		return;
 	if (h->in) {
 		pthread_mutex_lock(&fs->lock);
-		if (h->pt && --h->in->pt_open == 0) {
-			pt_id = h->in->pt_id;
-			pt_w = h->in->pt_w;
-			pt_w_pin = h->in->pt_w_pin;
-			pt_cf = h->in->pt_cf;
-			pt_cf_size = h->in->pt_cf_size;
-			h->in->pt_id = 0;
-			h->in->pt_w = NULL;
-			h->in->pt_w_pin = false;
-			h->in->pt_cf = NULL;
+		struct fs_inode_x *x = h->in->x; /* made at open */
+
+		util_assert(x);
+		if (h->pt && --x->pt_open == 0) {
+			pt_id = x->pt_id;
+			pt_w = x->pt_w;
+			pt_w_pin = x->pt_w_pin;
+			pt_cf = x->pt_cf;
+			pt_cf_size = x->pt_cf_size;
+			x->pt_id = 0;
+			x->pt_w = NULL;
+			x->pt_w_pin = false;
+			x->pt_cf = NULL;
 		}
-		if (--h->in->nopen == 0 && h->in->held_deletes) {
-			held = h->in->held_deletes;
-			h->in->held_deletes = 0;
+		if (--h->in->nopen == 0 && x->held_deletes) {
+			held = x->held_deletes;
+			x->held_deletes = 0;
 			key = strdup(h->in->key);
 		}
 		pthread_mutex_unlock(&fs->lock);
@@ -133,12 +136,12 @@ static int adopt(struct fs *fs, struct fs_inode *in,
 	if (!a->size || cf != pf)
 		rc = cache_w_fill(w, cf, a->size);
 	pthread_mutex_lock(&fs->lock);
-	if (in->pt_cf == pf) { /* (else its last handle closed meanwhile) */
+	if (in->x->pt_cf == pf) { /* (else its last handle closed meanwhile) */
 		cache_w_ref(w);
 		cache_w_writer(w, true);
-		in->pt_cf = NULL;
-		in->pt_w = w;
-		in->pt_w_pin = true;
+		in->x->pt_cf = NULL;
+		in->x->pt_w = w;
+		in->x->pt_w_pin = true;
 		swapped = true;
 	}
 	pthread_mutex_unlock(&fs->lock);
@@ -164,6 +167,7 @@ int fs_materialize(struct fs *fs, struct fs_inode *in, bool truncate,
 {
 	struct cache *c = fs->cfg.cache;
 	struct cache_file *cf = NULL, *pf;
+	struct fs_inode_x *x;
 	struct cache_wattr a;
 	uint64_t pf_size = 0;
 	char etag[80];
@@ -185,19 +189,23 @@ int fs_materialize(struct fs *fs, struct fs_inode *in, bool truncate,
 	else if ((rc = fs_lost_check(fs, in->key, etag)))
 		return rc; /* not built on the older bytes either */
 	pthread_mutex_lock(&fs->lock);
-	while (in->pt_adopting) { /* another writer's: then take its file */
+	if (!(x = fs_inode_x(in))) {
+		pthread_mutex_unlock(&fs->lock);
+		return -ENOMEM;
+	}
+	while (x->pt_adopting) { /* another writer's: then take its file */
 		pthread_mutex_unlock(&fs->lock);
 		usleep(1000);
 		pthread_mutex_lock(&fs->lock);
 	}
-	pf = in->pt_cf;
+	pf = x->pt_cf;
 	if (pf) {
 		cache_file_ref(pf);
-		pf_size = in->pt_cf_size;
-		in->pt_adopting = true;
+		pf_size = x->pt_cf_size;
+		x->pt_adopting = true;
 	} else {
 		pf = NULL;
-		in->w_making++;
+		x->w_making++;
 	}
 	pthread_mutex_unlock(&fs->lock);
 	if (a.size) {
@@ -219,9 +227,9 @@ out:
 	cache_file_close(cf);
 	pthread_mutex_lock(&fs->lock);
 	if (pf)
-		in->pt_adopting = false;
+		x->pt_adopting = false;
 	else
-		in->w_making--;
+		x->w_making--;
 	pthread_mutex_unlock(&fs->lock);
 	cache_file_close(pf);
 	return rc;
@@ -710,8 +718,8 @@ void fs_op_readlink(fuse_req_t req, fuse_ino_t ino)
  * its attributes (fs->lock held). */
 static void keep_dead(struct fs *fs, struct fs_inode *in, const char *key)
 {
-	if (in && !in->is_dir && in->nopen && !in->w_dead)
-		cache_w_get(fs->cfg.cache, key, &in->w_dead);
+	if (in && !in->is_dir && in->nopen && !in->x->w_dead)
+		cache_w_get(fs->cfg.cache, key, &in->x->w_dead);
 }
 
 /* Removes name (a file: dir_entry false) and replies. */
@@ -762,7 +770,7 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 	if (in && !dir_entry && in->nopen && !e.pending) {
 		/* Open readers keep reading: the delete waits for them. */
 		held = true;
-		in->held_deletes++;
+		in->x->held_deletes++; /* open: it has one */
 	}
 	if (in)
 		fs_inode_unhash(fs, in);
