@@ -160,6 +160,33 @@ sleep 2
 [ "$(cat "$MNT/f")" = cccc ] || fail "a file edited in place, its mtime put back, reads $(cat "$MNT/f")"
 $FMFS umount "$MNT" || fail "umount"
 
+note "a file:// listing says which objects keep no metadata: no HEAD for them, one for those that do"
+mkdir -p "$S/h"
+printf plain >"$S/h/plain"
+printf stored >"$S/h/stored"
+: >"$S/h/empty"
+python3 -c 'import os, sys; os.setxattr(sys.argv[1], "user.fmfs.meta.mtime", b"1000000000")' \
+	"$S/h/stored" || fail "setxattr on the store's file"
+$FMFS mount "file://$S/h" "$MNT" --cache-dir "$TEST_DIR/cache-h" ||
+	fail "mount of file://$S/h failed"
+ls -l "$MNT" >/dev/null || fail "ls -l"
+for _ in $(seq 100); do
+	[ "$($FMFS status "$MNT" | awk '$1 == "heads_waiting:" {print $2}')" = 0 ] && break
+	sleep 0.1
+done
+behind=$($FMFS status "$MNT" | awk '$1 == "head_requests_behind_listings:" {print $2}')
+[ "$behind" = 1 ] || fail "HEADs behind the listing: $behind, expected 1 (stored only)"
+heads=$($FMFS status "$MNT" | awk '$1 == "head_requests:" {print $2}')
+sleep 1.2 # the provisional attributes' kernel timeout
+[ "$(stat -c %Y "$MNT/stored")" = 1000000000 ] ||
+	fail "the stored mtime is not shown: $(stat -c %Y "$MNT/stored")"
+[ "$(stat -c %Y "$MNT/plain")" = "$(stat -c %Y "$S/h/plain")" ] ||
+	fail "plain's mtime $(stat -c %Y "$MNT/plain") is not the store's"
+[ -f "$MNT/empty" ] || fail "a zero-byte object without metadata is not a file"
+[ "$($FMFS status "$MNT" | awk '$1 == "head_requests:" {print $2}')" = "$heads" ] ||
+	fail "stat asked more HEADs"
+$FMFS umount "$MNT" || fail "umount"
+
 note "the store's own .fmfs/ cannot be made through the mount (EPERM), and nothing is left queued"
 $FMFS mount "file://$S/e" "$MNT" --cache-dir "$TEST_DIR/cache-e" || fail "mount of file://$S/e failed"
 mkdir "$MNT/.fmfs" 2>"$TEST_DIR/err" && fail "mkdir .fmfs through the mount succeeded"
