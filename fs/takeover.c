@@ -425,19 +425,25 @@ static void compact_locked(struct fs *fs)
 	}
 	atomic_store_explicit(&t->head->state, other | end,
 			      memory_order_release);
+	/* The old half is no log any more: its pages go back (they are
+	 * shared memory, counted in the RSS of the daemon and the keeper
+	 * until then), and read as zeros when written again. */
+	madvise(tk_half_base(t, st), TK_HALF, MADV_REMOVE);
 	return;
 full:
 	atomic_fetch_or(&t->head->flags, TK_F_FULL);
 }
 
-/* Whether the log is due a compaction: past half its room, and twice
+/* Whether the log is due a compaction: past TK_COMPACT_MIN, and twice
  * what the last one left (so a large live set is not rewritten at each
- * record). */
+ * record).  A walk that makes and drops inodes under the bound on them
+ * (--memory-inodes) appends without end; the log's pages are its
+ * memory. */
 static bool compact_due(struct fs_tk *t)
 {
 	uint64_t end = atomic_load(&t->head->state) & ~(1ull << 63);
 
-	return end >= TK_HALF / 2 && end >= 2 * t->compacted;
+	return end >= TK_COMPACT_MIN && end >= 2 * t->compacted;
 }
 
 void fs_tk_maybe_compact(struct fs *fs)

@@ -15,6 +15,7 @@
 #define TK_MAGIC "fmfstk1"
 #define TK_HEAD 4096u
 #define TK_HALF (64u << 20)     /* sparse: only what is written is used */
+#define TK_COMPACT_MIN (4u << 20) /* a log this long may be compacted */
 #define TK_PINNED (1ull << 40)  /* lookup count of a replayed inode */
 
 enum { TK_INODE = 1, TK_MOVE, TK_UNLINKED, TK_DROP, TK_OPEN, TK_CLOSE,
