@@ -32,23 +32,29 @@ static size_t hash_name(const struct fs *fs, fuse_ino_t parent,
 	return (size_t)h & (fs->nbuckets - 1);
 }
 
-/* An inode's key and name in one allocation ("key\0name\0": a malloc
- * less per inode, some 30 bytes of memory): in->key is the block and
- * the name is at in->name_off in it (fs_iname).  The key is prefix +
- * rest; NULL when out of memory. */
+/* An inode's key and name in one allocation: in->key is the block and
+ * the name is at in->name_off in it (fs_iname).  A file's name is the
+ * end of its key ("a/b/c", name at 4), so it is not stored twice; a
+ * directory's key ends in '/', and its name follows the key
+ * ("a/b/\0b\0").  The key is prefix + rest; NULL when out of memory. */
 static char *names_block(const char *prefix, const char *rest,
 			 const char *name, uint16_t *name_off)
 {
 	size_t pl = strlen(prefix), rl = strlen(rest), nl = strlen(name);
-	char *b = malloc(pl + rl + nl + 2);
+	size_t kl = pl + rl;
+	bool tail = rl >= nl && !strcmp(rest + rl - nl, name);
+	char *b = malloc(kl + 1 + (tail ? 0 : nl + 1));
 
 	if (!b)
 		return NULL;
 	memcpy(b, prefix, pl);
-	memcpy(b + pl, rest, rl);
-	b[pl + rl] = '\0';
-	memcpy(b + pl + rl + 1, name, nl + 1);
-	*name_off = (uint16_t)(pl + rl + 1); /* keys < 64 KiB: OBJ_KEY_MAX */
+	memcpy(b + pl, rest, rl + 1);
+	if (tail) {
+		*name_off = (uint16_t)(kl - nl); /* keys < 64 KiB */
+	} else {
+		memcpy(b + kl + 1, name, nl + 1);
+		*name_off = (uint16_t)(kl + 1);
+	}
 	return b;
 }
 
