@@ -45,9 +45,12 @@ int fs_load_meta(struct fs *fs, struct fs_inode *in)
 		return -ENOMEM;
 	}
 	obj_kv_free(x->meta, x->nmeta);
+	free(x->ctype);
 	fs_attr_apply(fs, in, &a);
 	x->meta = m.user;
 	x->nmeta = m.nuser;
+	/* out of memory: the store's default type at the next rewrite */
+	x->ctype = m.content_type[0] ? strdup(m.content_type) : NULL;
 	x->meta_ms = util_now_ms();
 	snprintf(key, sizeof(key), "%s", in->key);
 	pthread_mutex_unlock(&fs->lock);
@@ -248,7 +251,7 @@ int fs_copy_meta(struct fs *fs, struct fs_inode *in,
 {
 	struct obj_kv kv[64 + CACHE_WATTR_META + 1];
 	char vals[CACHE_WATTR_META][32], etag[80], xv[NS_XATTR_MAX + 1];
-	char kbuf[OBJ_KEY_MAX + 2];
+	char kbuf[OBJ_KEY_MAX + 2], ctype[128];
 	const struct fs_inode_x *x;
 	struct cache_attr ca;
 	struct cache_wattr na;
@@ -297,6 +300,7 @@ int fs_copy_meta(struct fs *fs, struct fs_inode *in,
 	if (xname && xval && !found)
 		kv[n++] = (struct obj_kv){ (char *)xname, xv };
 	/* Copies: x->meta may be replaced once the lock is dropped. */
+	snprintf(ctype, sizeof(ctype), "%s", x->ctype ? x->ctype : "");
 	for (size_t i = 0; i < n; i++) {
 		kv[i].name = strdup(kv[i].name);
 		kv[i].value = strdup(kv[i].value);
@@ -311,7 +315,7 @@ int fs_copy_meta(struct fs *fs, struct fs_inode *in,
 		if (!kv[i].name || !kv[i].value)
 			rc = -ENOMEM;
 	if (!rc) {
-		rc = ns_set_meta(fs->ns, in->key, kv, n, etag);
+		rc = ns_set_meta(fs->ns, in->key, kv, n, ctype, etag);
 	}
 	for (size_t i = 0; i < n; i++) {
 		free(kv[i].name);

@@ -86,9 +86,11 @@ struct fs_inode_x {
 	 * nlookup 0). */
 	unsigned nlinks;
 	struct fs_link *links;
-	/* user metadata (xattrs), fetched by HEAD */
+	/* user metadata (xattrs) and Content-Type (NULL: none), fetched
+	 * by HEAD; a metadata rewrite keeps both */
 	struct obj_kv *meta;
 	size_t nmeta;
+	char *ctype;
 	uint64_t meta_ms;
 };
 

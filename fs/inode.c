@@ -103,6 +103,7 @@ static void inode_free(struct fs_inode *in)
 	if (in->x) {
 		cache_w_put(in->x->w_dead);
 		obj_kv_free(in->x->meta, in->x->nmeta);
+		free(in->x->ctype);
 		free(in->x);
 	}
 	free(in->key); /* the name with it */

@@ -161,9 +161,10 @@ int ns_head(struct ns *ns, const char *key, struct obj_meta *m);
 int ns_read_small(struct ns *ns, const char *key, char *buf, size_t len,
 		  size_t *got);
 /* Replaces key's user metadata with kv (a server-side copy onto
- * itself); etag gets the new version's. */
+ * itself), its Content-Type content_type ("": the store's default);
+ * etag gets the new version's. */
 int ns_set_meta(struct ns *ns, const char *key, const struct obj_kv *kv,
-		size_t n, char etag[80]);
+		size_t n, const char *content_type, char etag[80]);
 /* Every object under prefix (no delimiter), all pages, to fn; msg gets
  * the store's message on failure. */
 typedef void (*ns_walk_fn)(void *arg, const struct obj_entry *e);

@@ -201,10 +201,11 @@ int ns_read_small(struct ns *ns, const char *key, char *buf, size_t len,
 }
 
 int ns_set_meta(struct ns *ns, const char *key, const struct obj_kv *kv,
-		size_t n, char etag[80])
+		size_t n, const char *content_type, char etag[80])
 {
 	struct obj_error err;
-	obj_status st = obj_copy(ns->cfg.st, key, key, kv, n, etag, &err);
+	obj_status st = obj_copy_typed(ns->cfg.st, key, key, kv, n,
+				       content_type, etag, &err);
 
 	return ns_obj_errno(ns, st, &err);
 }

@@ -10,7 +10,7 @@
 # HEAD, and from a new cache dir.  chmod, chown and setxattr move ctime
 # only; an append moves mtime and ctime; a rename keeps mtime and atime
 # (one without any stored mtime too, checked in the bucket, its other
-# metadata and Content-Type kept); touch -d
+# metadata and Content-Type kept, through a chmod too); touch -d
 # sets them.  A zero-byte object with Content-Type
 # application/x-directory is a directory: it lists, takes a file, a chmod
 # makes its marker dir/, rmdir removes both.  --meta-heads 0 makes no
@@ -109,6 +109,7 @@ note "chmod, chown, setxattr move ctime only; append moves mtime"
 t0=$(date +%s)
 sleep 1
 chmod 644 "$MNT/s3fs"
+chmod 600 "$MNT/typed" # its Content-Type kept (checked after the rename)
 chown 42 "$MNT/rclone"
 /usr/bin/python3 -c 'import os, sys; os.setxattr(sys.argv[1], "user.k", b"v")' \
 	"$MNT/s3cmd" || fail "setxattr failed"
@@ -143,7 +144,8 @@ m=$(meta_of plain2.moved mtime)
 	fail "plain2.moved's stored mtime is $m, want $lm_plain2"
 m=$(meta_of s3fs.moved mtime)
 [ "${m%%.*}" = 1000000000 ] || fail "s3fs.moved's stored mtime is $m"
-# the copy that adds mtime keeps the rest: metadata and Content-Type
+# the metadata rewrite of the chmod, then the copy that adds mtime, keep
+# the rest: metadata and Content-Type
 m=$(meta_of typed.moved mtime)
 [ "${m%%.*}" = "$lm_typed" ] || fail "typed.moved's stored mtime is $m, want $lm_typed"
 [ "$(meta_of typed.moved owner-note)" = kept ] ||
