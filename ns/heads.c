@@ -24,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "ns_int.h"
 
@@ -133,17 +132,11 @@ static void *worker(void *arg)
 			pthread_cond_wait(&h->cond, &h->lock);
 			h->idle--;
 		}
-		/* A listing someone waits for goes first: while one is
-		 * fetched, one HEAD at a time (a short wait, re-checked) */
+		/* A listing someone waits for goes first: no HEAD starts
+		 * while one is fetched (a short wait, re-checked) */
 		while (!h->stop && listing_now(ns)) {
-			struct timespec t;
+			struct timespec t = util_deadline(NS_HEADS_YIELD_MS);
 
-			clock_gettime(CLOCK_REALTIME, &t);
-			t.tv_nsec += NS_HEADS_YIELD_MS * 1000000L;
-			if (t.tv_nsec >= 1000000000L) {
-				t.tv_sec++;
-				t.tv_nsec -= 1000000000L;
-			}
 			pthread_cond_timedwait(&h->cond, &h->lock, &t);
 		}
 		if (h->stop)
@@ -178,7 +171,7 @@ int ns_heads_start(struct ns *ns)
 	if (!h)
 		return -ENOMEM;
 	pthread_mutex_init(&h->lock, NULL);
-	pthread_cond_init(&h->cond, NULL);
+	util_cond_init(&h->cond);
 	ns->hq = h;
 	for (unsigned i = 0; i < n; i++) {
 		if (pthread_create(&h->th[i], NULL, worker, ns))
