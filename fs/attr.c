@@ -28,7 +28,8 @@ int fs_load_meta(struct fs *fs, struct fs_inode *in)
 	int rc;
 
 	pthread_mutex_lock(&fs->lock);
-	if (fs_xr(in)->meta_ms && util_now_ms() - in->x->meta_ms <
+	x = in->x;
+	if (x && x->meta_ms && util_now_ms() - x->meta_ms <
 	    (uint64_t)fs->cfg.refresh_s * 1000) {
 		pthread_mutex_unlock(&fs->lock);
 		return 0;

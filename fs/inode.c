@@ -355,16 +355,17 @@ struct fs_inode *fs_inode_lookup(struct fs *fs, struct fs_inode *dir,
 				      e->name, e->is_dir ? "/" : "") <
 		     sizeof(key);
 		pthread_mutex_unlock(&fs->lock);
-		/* A file's are for one version; a directory's, kept by
-		 * this cache, for the name. */
-		if (ok && !cache_attr_get(fs->cfg.cache, key, &a) &&
-		    (e->is_dir || !strcmp(a.etag, e->etag)))
-			ns_attr_resolve(fs->ns, e->is_dir, e->mtime_s, &a, &k);
-		else if (ok && !e->is_dir && e->no_meta) {
-			/* nothing stored: the listing's values are final */
+		/* Nothing stored (the listing says so): its values are
+		 * final, and the index has nothing to add.  Else a file's
+		 * are for one version; a directory's, kept by this cache,
+		 * for the name. */
+		if (ok && !e->is_dir && e->no_meta) {
 			memset(&a, 0, sizeof(a));
 			ns_attr_resolve(fs->ns, false, e->mtime_s, &a, &k);
-		} else if (ok && (e->markers & NS_MARK_PLAIN))
+		} else if (ok && !cache_attr_get(fs->cfg.cache, key, &a) &&
+			   (e->is_dir || !strcmp(a.etag, e->etag)))
+			ns_attr_resolve(fs->ns, e->is_dir, e->mtime_s, &a, &k);
+		else if (ok && (e->markers & NS_MARK_PLAIN))
 			plain_dir_attr(fs, key, e, &k);
 		else if (ok && !e->is_dir && !e->pending)
 			/* shown with the listing's values until the HEAD
