@@ -542,6 +542,8 @@ static void change_xattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	if (!rc && cache_w_hold(fs->cfg.cache, in->key, &w) &&
 	    fs->cfg.mode == FS_MODE_LU)
 		rc = fs_materialize(fs, in, false, &w);
+	if (!rc)
+		fs_tkr_intent(fs, ino, name);
 	if (!rc && w) {
 		rc = value ? cache_w_xattr_set(w, meta, value, size, flags) :
 			     cache_w_xattr_remove(w, meta);
@@ -550,6 +552,10 @@ static void change_xattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	} else if (!rc) {
 		rc = fs_copy_meta(fs, in, NULL, 0, meta, value, size, flags);
 	}
+	/* there (XATTR_CREATE) or gone: the daemon before did it */
+	if (rc == (value ? -EEXIST : -ENODATA) &&
+	    fs_tkr_redo(fs, value ? "setxattr" : "removexattr", name))
+		rc = 0;
 	if (w)
 		cache_w_writer(w, false);
 	cache_w_put(w);

@@ -528,6 +528,8 @@ static void status_keeper(struct fs *fs, FILE *out, bool json, bool *first)
 		kv_u64(out, json, first, "last_takeover_resent", k.resent);
 		kv_u64(out, json, first, "last_takeover_replies_kept",
 		       k.given);
+		kv_u64(out, json, first, "last_takeover_found_done",
+		       k.done_before);
 	}
 	if (k.refused[0])
 		kv(out, json, first, "takeover_refused", k.refused, true);

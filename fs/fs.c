@@ -217,7 +217,7 @@ static bool lookup_wants_head(struct fs *fs, fuse_req_t req,
 	return !known;
 }
 
-static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+void fs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct fs *fs = FS(req);
 	struct fs_inode *dir = fs_inode_get(fs, parent), *in;
@@ -924,7 +924,7 @@ void fs_dir_learn(struct fs *fs, struct fs_inode *in)
 
 static const struct fuse_lowlevel_ops read_ops = {
 	.init = op_init,
-	.lookup = op_lookup,
+	.lookup = fs_op_lookup,
 	.forget = op_forget,
 	.forget_multi = op_forget_multi,
 	.getattr = op_getattr,

@@ -287,6 +287,8 @@ struct fs_tk_info {
 	unsigned resent;           /* requests the kernel sent again */
 	unsigned given;            /* of those, answered as the daemon
 	                            * before had (tk_replies.c) */
+	unsigned done_before;      /* of those, found done by their
+	                            * intent and answered so */
 	char cause[128], refused[256];
 	int keeper_lost;           /* the keeper's pid, gone (0: not) */
 };
@@ -329,6 +331,7 @@ void fs_tk_init_wait(struct fs *fs); /* until the takeover serves */
 void fs_tk_status(struct fs *fs, struct fs_tk_info *out);
 size_t fs_tk_replies_off(void);  /* the replies' room in the region */
 void fs_tk_count_given(struct fs *fs);
+void fs_tk_count_done_before(struct fs *fs);
 
 /* tk_replies.c: the replies to requests that must not run twice, kept
  * in the region until sent, and given again for a resent request
@@ -336,8 +339,15 @@ void fs_tk_count_given(struct fs *fs);
  * is written (passthrough.c), its slot (or -1) to fs_tkr_sent once the
  * kernel has it; fs_tkr_answer: true when req was answered
  * so (libfuse must not see it); fs_tkr_pending: such replies may still
- * be asked for. */
+ * be asked for.  fs_tkr_intent: the operation this thread runs (once
+ * only) is about to change what it names, its checks passed: kept until
+ * its reply is written (fs_tkr_intent_end, passthrough.c); fs_tkr_look:
+ * each request read, before libfuse sees it; fs_tkr_redo: the request
+ * this thread runs was resent and the daemon before had begun it, so
+ * the checks that failed (ENOENT, EEXIST...) mean it was done: answer as
+ * done (true once; it says so in the log). */
 #define FS_TKR_SIZE (64u * 256u)
+#define FS_TKI_SIZE (64u * 8u)
 void fs_tkr_attach(struct fs *fs);
 void fs_tkr_detach(struct fs *fs);
 int fs_tkr_record(struct fs *fs, const struct iovec *iov, int count);
@@ -345,6 +355,10 @@ void fs_tkr_sent(struct fs *fs, int slot, const struct iovec *iov);
 void fs_tkr_serving(struct fs *fs);  /* the window starts */
 bool fs_tkr_pending(struct fs *fs);
 bool fs_tkr_answer(struct fs *fs, int fd, const void *req, size_t n);
+void fs_tkr_intent(struct fs *fs, uint64_t nodeid, const char *name);
+void fs_tkr_intent_end(struct fs *fs);
+void fs_tkr_look(struct fs *fs, const void *req, size_t n);
+bool fs_tkr_redo(struct fs *fs, const char *what, const char *name);
 
 /* mount.c: the uploaders and the prober, once mounted: 0 or -errno */
 int fs_start_workers(struct fs *fs, char *msg, size_t ml);
@@ -438,6 +452,8 @@ int fs_open_w(struct fs *fs, struct fs_inode *in, int flags,
 	      struct fs_handle *h);
 void fs_write_ops(struct fuse_lowlevel_ops *ops);
 void fs_op_readlink(fuse_req_t req, fuse_ino_t ino);
+/* fs.c: LOOKUP's answer (also a redone mkdir's: tk_replies.c) */
+void fs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name);
 void fs_on_done(void *arg, const char *key, const char *etag, uint64_t size,
 		bool deleted);
 void fs_handle_put(struct fs_handle *h);

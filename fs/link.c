@@ -611,7 +611,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 	char key[OBJ_KEY_MAX + 2], pkey[OBJ_KEY_MAX + 2];
 	struct fs_link *l;
 	struct ns_entry e;
-	bool pinned, again = false;
+	bool pinned, again = false, done;
 	int err, rc;
 
 	if (!in) {
@@ -637,7 +637,13 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 	/* The name of in already, without its copy: a daemon that died
 	 * between the two (its journal has the link), this link resent. */
 	again = !rc && (l = link_find(fs, dir, newname)) && l->in == in;
-	if (!rc && !again && link_find(fs, dir, newname))
+	/* The name and its copy both there: done by a daemon that died
+	 * before its reply was kept (tk_replies.c), this link resent. */
+	done = rc == -EEXIST && (l = link_find(fs, dir, newname)) &&
+	       l->in == in && fs_tkr_redo(fs, "link", newname);
+	if (done)
+		rc = 0;
+	if (!rc && !again && !done && link_find(fs, dir, newname))
 		rc = -EEXIST;
 	if (!rc && in->unlinked)
 		rc = -ENOENT;
@@ -648,6 +654,13 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 	if (pinned)
 		in->nlookup++; /* stays while we work; the reply's then */
 	pthread_mutex_unlock(&fs->lock);
+	if (done) {
+		pthread_mutex_unlock(&fs->link_lock);
+		fs_reply_entry(req, fs, in);
+		return;
+	}
+	if (!rc)
+		fs_tkr_intent(fs, newparent, newname);
 	/* lu never writes the bucket: a linked file is kept dirty */
 	if (!rc && fs->cfg.mode == FS_MODE_LU && cache_w_hold(c, pkey, &w)) {
 		rc = fs_materialize(fs, in, false, &w);

@@ -132,6 +132,7 @@ static ssize_t pt_read(int fd, void *buf, size_t len, void *userdata)
 		/* a resent request the dead daemon had answered */
 		while (n >= 16 && fs_tkr_answer(fs, fd, buf, (size_t)n));
 	}
+	fs_tkr_look(fs, buf, n < 0 ? 0 : (size_t)n); /* begun before? */
 	if (n >= 16 && atomic_load(&fs->tk_init_done))
 		fs_tk_count_resent(fs, buf);
 	/* The kernel's first request is INIT: does it offer passthrough? */
@@ -188,6 +189,7 @@ static ssize_t pt_send_kept(struct fs *fs, int fd, struct iovec *iov,
 
 	if (n > 0)
 		fs_tkr_sent(fs, slot, iov);
+	fs_tkr_intent_end(fs); /* answered (or the request is gone) */
 	return n;
 }
 
@@ -269,11 +271,13 @@ static ssize_t pt_splice_receive(int fdin, off_t *offin, int fdout,
 	/* A new daemon's: nothing is read before the handles are open
 	 * again and the kernel asked to resend (fs_tk_init_reply). */
 	fs_tk_init_wait(fs);
+	fs_tkr_look(fs, NULL, 0);
 	if (!fs_tkr_pending(fs) || offin || offout || !(buf = malloc(len)))
 		return splice(fdin, offin, fdout, offout, len, flags);
 	do
 		n = read(fdin, buf, len);
 	while (n >= 16 && fs_tkr_answer(fs, fdin, buf, (size_t)n));
+	fs_tkr_look(fs, buf, n < 0 ? 0 : (size_t)n); /* begun before? */
 	if (n >= 16 && atomic_load(&fs->tk_init_done))
 		fs_tk_count_resent(fs, buf);
 	for (w = 0; n > 0 && w < n;) {

@@ -64,7 +64,8 @@ int fs_tk_region_create(void)
 
 	if (fd < 0)
 		return -errno;
-	if (ftruncate(fd, TK_HEAD + 2 * (off_t)TK_HALF + FS_TKR_SIZE)) {
+	if (ftruncate(fd, TK_HEAD + 2 * (off_t)TK_HALF + FS_TKR_SIZE +
+		      FS_TKI_SIZE)) {
 		int e = errno;
 
 		close(fd);
@@ -110,6 +111,7 @@ int fs_tk_region_begin(int fd, const char *cause, char *why, size_t wl)
 	atomic_store(&h->last_took_ms, -1);
 	atomic_store(&h->resent, 0);
 	atomic_store(&h->given, 0);
+	atomic_store(&h->done_before, 0);
 	snprintf(h->cause, sizeof(h->cause), "%s", cause);
 	h->refused[0] = '\0';
 	if (atomic_load(&h->flags) & TK_F_RING) {
@@ -877,6 +879,11 @@ void fs_tk_count_given(struct fs *fs)
 	atomic_fetch_add(&fs->tk->head->given, 1);
 }
 
+void fs_tk_count_done_before(struct fs *fs)
+{
+	atomic_fetch_add(&fs->tk->head->done_before, 1);
+}
+
 size_t fs_tk_replies_off(void)
 {
 	return TK_HEAD + 2 * (size_t)TK_HALF;
@@ -911,6 +918,7 @@ void fs_tk_status(struct fs *fs, struct fs_tk_info *out)
 	out->last_took_ms = atomic_load(&h->last_took_ms);
 	out->resent = atomic_load(&h->resent);
 	out->given = atomic_load(&h->given);
+	out->done_before = atomic_load(&h->done_before);
 	snprintf(out->cause, sizeof(out->cause), "%s", h->cause);
 	snprintf(out->refused, sizeof(out->refused), "%s", h->refused);
 }

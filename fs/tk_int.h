@@ -36,7 +36,10 @@ struct tk_head {
 	_Atomic uint32_t given;    /* of those, answered from tk_replies.c */
 	char cause[128];           /* of the last one */
 	char refused[256];         /* why the last one was refused */
+	_Atomic uint32_t done_before; /* of those, found done (intents) */
 };
+
+_Static_assert(sizeof(struct tk_head) <= TK_HEAD, "the region's head");
 
 #define TK_F_RING 1u            /* a daemon used FUSE over io_uring */
 #define TK_F_FULL 2u            /* the log ran out of room */

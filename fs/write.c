@@ -414,8 +414,9 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 		rc = ns_find(fs->ns, dir->key, name, &e);
 	if (rc == 0 && e.is_dir)
 		rc = -EISDIR;
-	else if (rc == 0 && (fi->flags & O_EXCL))
-		rc = -EEXIST;
+	else if (rc == 0 && (fi->flags & O_EXCL) &&
+		 !fs_tkr_redo(fs, "create", name))
+		rc = -EEXIST; /* (unless the daemon before made it) */
 	else if (rc == 0 && fs_link_named(fs, dir, name))
 		rc = -EEXIST; /* the kernel opens a name it knows instead */
 	else if (rc == -ENOENT)
@@ -424,6 +425,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 		fs_reply_err(req, -rc);
 		return;
 	}
+	fs_tkr_intent(fs, parent, name);
 	ctx_attr(req, CACHE_WK_FILE, mode, &a);
 	rc = cache_w_create(c, key, &a, !e.pending, e.pending ? NULL : e.etag,
 			    NULL, &w);
@@ -629,6 +631,14 @@ static void make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 		rc = ns_find(fs->ns, dir->key, name, &e);
 		rc = rc == 0 ? -EEXIST : rc == -ENOENT ? 0 : rc;
 	}
+	if (rc == -EEXIST && e.is_dir == (kind == CACHE_WK_DIR) &&
+	    fs_tkr_redo(fs, kind == CACHE_WK_DIR ? "mkdir" :
+			kind == CACHE_WK_SYMLINK ? "symlink" : "mknod", name)) {
+		fs_op_lookup(req, parent, name); /* made by the daemon before */
+		return;
+	}
+	if (!rc)
+		fs_tkr_intent(fs, parent, name);
 	ctx_attr(req, kind, mode, &a);
 	a.rdev = rdev;
 	if (!rc)
@@ -753,10 +763,16 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 			rc = -ENOTEMPTY;
 		ns_listing_put(l);
 	}
+	if (rc == -ENOENT &&
+	    fs_tkr_redo(fs, dir_entry ? "rmdir" : "unlink", name)) {
+		fs_reply_err(req, 0); /* the daemon before removed it */
+		return;
+	}
 	if (rc) {
 		fs_reply_err(req, -rc);
 		return;
 	}
+	fs_tkr_intent(fs, parent, name);
 	/* A name of a file with hard links: the other names stay. */
 	if (!dir_entry && (rc = fs_link_unlink(fs, dir, name, key, &e)) <= 0) {
 		if (!rc)
@@ -812,6 +828,9 @@ static int do_rename(struct fs *fs, struct fs_inode *sdir, const char *name,
 	int rc;
 
 	rc = ns_find(fs->ns, sdir->key, name, &se);
+	if (rc == -ENOENT && !ns_find(fs->ns, ddir->key, newname, &de) &&
+	    fs_tkr_redo(fs, "rename", name))
+		return 0; /* the daemon before moved it */
 	if (!rc) {
 		rc = ns_find(fs->ns, ddir->key, newname, &de);
 		exists = rc == 0;
@@ -836,6 +855,8 @@ static int do_rename(struct fs *fs, struct fs_inode *sdir, const char *name,
 			rc = -ENOTEMPTY;
 		ns_listing_put(l);
 	}
+	if (!rc)
+		fs_tkr_intent(fs, sdir->ino, name);
 	if (!rc && !se.is_dir)
 		rc = fs_link_rename_pre(fs, sdir, name, ddir, newname, exists,
 					&same, &promoted);

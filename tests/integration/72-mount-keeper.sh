@@ -20,7 +20,9 @@
 # so.  --foreground has no keeper; --keeper with it, or with --no-keeper,
 # is refused.  Hard links made before a kill keep their inode, link
 # count and names after it; a directory its owner and the times its
-# entries moved, and so does the root.  The keeper killed: the daemon
+# entries moved, and so does the root.  An operation the daemon died in,
+# its reply kept (FMFS_TK_FAULT=OP) or not yet (OP:unkept, its intent),
+# is answered once, not done twice.  The keeper killed: the daemon
 # serves on, status and log say so, restart is refused, and the
 # daemon's own kill then ends the mount (ENOTCONN).  SIGTERM unmounts cleanly.
 . "$TOP/tests/lib/common.sh"
@@ -240,6 +242,53 @@ grep -q " dst-rename$" ls.out && ! grep -q " src-rename$" ls.out ||
 	fail "the bucket after the rename: $(cat ls.out)"
 grep -q " dir-mkdir/$" ls.out || fail "the bucket has no dir-mkdir/: $(cat ls.out)"
 [ "$(awsx s3 cp "s3://$B/dst-rename" -)" = rename ] || fail "dst-rename's bytes"
+
+note "each operation done when the daemon died before its reply was kept: its intent answers"
+# FMFS_TK_FAULT=OP:unkept: the daemon dies once it has carried OP out,
+# before its reply is kept; the resent request finds the intent it left
+# and answers as done (docs/keeper.md "Requests done once").
+pyop() { python3 -c "import os, sys; $1" "$2"; }
+for op in unlink rmdir rename mkdir symlink create link setxattr removexattr; do
+	FMFS_TK_FAULT=$op:unkept $FMFS mount "s3://$B" "$MNT" --cache-dir "$CACHE" ||
+		fail "mount with FMFS_TK_FAULT=$op:unkept"
+	u=$MNT/u-$op
+	case $op in
+	unlink) echo gone >"$u" && rm "$u" ;;
+	rmdir) mkdir "$u" && rmdir "$u" ;;
+	rename) echo moved >"$u" && mv "$u" "$u.moved" ;;
+	mkdir) mkdir "$u" ;;
+	symlink) ln -s target-of-u "$u" ;;
+	create) pyop "os.close(os.open(sys.argv[1], os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o640))" "$u" ;;
+	link) echo linked >"$u" && ln "$u" "$u.2" ;;
+	setxattr) echo x >"$u" && pyop "os.setxattr(sys.argv[1], 'user.k', b'v1', os.XATTR_CREATE)" "$u" ;;
+	removexattr) echo x >"$u" && pyop "os.setxattr(sys.argv[1], 'user.k', b'v1')" "$u" &&
+		pyop "os.removexattr(sys.argv[1], 'user.k')" "$u" ;;
+	esac 2>err || fail "$op when the daemon died after doing it, its reply not kept: $(cat err)"
+	[ "$(stat_of takeovers)" = 1 ] || fail "$op:unkept: $(stat_of takeovers) takeovers, not 1"
+	[ "$(stat_of last_takeover_found_done)" = 1 ] ||
+		fail "$op:unkept: $(stat_of last_takeover_found_done) found done, not 1: $(tail -3 "$CACHE/fmfs.log")"
+	grep -q "a $op of '[^']*' sent again had been carried out by the daemon before" "$CACHE/fmfs.log" ||
+		fail "$op:unkept: the log does not say so: $(tail -3 "$CACHE/fmfs.log")"
+	$FMFS flush --wait "$MNT" >/dev/null || fail "$op:unkept: flush"
+	$FMFS umount "$MNT" || fail "$op:unkept: umount"
+done
+awsx s3 ls "s3://$B/" >ls.out
+for k in u-rename.moved u-mkdir/ u-symlink u-create u-link u-link.2 u-setxattr u-removexattr; do
+	grep -q " $k$" ls.out || fail "the bucket has no $k after its operation: $(cat ls.out)"
+done
+for k in u-unlink u-rmdir/ u-rename; do
+	grep -q " $k$" ls.out && fail "the bucket still has $k after its operation: $(cat ls.out)"
+done
+[ "$(awsx s3 cp "s3://$B/u-rename.moved" -)" = moved ] || fail "u-rename.moved's bytes"
+mnt
+[ "$(readlink "$MNT/u-symlink")" = target-of-u ] || fail "u-symlink's target"
+cmp -s "$MNT/u-link" "$MNT/u-link.2" || fail "u-link.2 is not u-link's copy"
+xa=$(pyop "print(os.listxattr(sys.argv[1]), os.getxattr(sys.argv[1], 'user.k'))" "$MNT/u-setxattr" 2>&1)
+[ "$xa" = "['user.k'] b'v1'" ] || fail "u-setxattr's attributes: $xa"
+xa=$(pyop "print(os.listxattr(sys.argv[1]))" "$MNT/u-removexattr" 2>&1)
+[ "$xa" = "[]" ] || fail "u-removexattr's attributes: $xa"
+[ "$(stat -c %a "$MNT/u-create")" = 640 ] || fail "u-create's mode: $(stat -c %a "$MNT/u-create")"
+$FMFS umount "$MNT" || fail "umount after the intents"
 
 note "hard links across a takeover: one inode, its link count, its names"
 mnt --refresh 1
