@@ -164,7 +164,22 @@ int px_mkparents(int rootfd, const char *rel)
 	return 0;
 }
 
-/* Removes now-empty parent directories of key, up to the root. */
+/* Whether directory rel under rootfd holds its marker (MARKER_XATTR). */
+static bool marked(int rootfd, const char *rel)
+{
+	int fd = openat(rootfd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC |
+			O_NOFOLLOW);
+	bool m;
+
+	if (fd < 0)
+		return false;
+	m = fgetxattr(fd, MARKER_XATTR, NULL, 0) >= 0;
+	close(fd);
+	return m;
+}
+
+/* Removes now-empty parent directories of key, up to the root, but not
+ * one whose marker was put (it is an object of its own). */
 static void rmparents(int rootfd, const char *key)
 {
 	char buf[PATH_MAX];
@@ -175,7 +190,7 @@ static void rmparents(int rootfd, const char *key)
 	strcpy(buf, key);
 	while ((s = strrchr(buf, '/'))) {
 		*s = '\0';
-		if (unlinkat(rootfd, buf, AT_REMOVEDIR))
+		if (marked(rootfd, buf) || unlinkat(rootfd, buf, AT_REMOVEDIR))
 			return;
 	}
 }
@@ -453,8 +468,9 @@ static obj_status px_put(struct obj_store *st, const char *key,
 		if (rc)
 			return px_fail(err, -rc, key, "creating the directory");
 		/* The marker's metadata (a mount's directory: its mode,
-		 * owner, times) lives on the directory itself. */
-		if (nmeta) {
+		 * owner, times) lives on the directory itself, and so does
+		 * the mark that it was put (rmparents). */
+		{
 			char dir[PATH_MAX];
 			int dfd;
 
@@ -465,10 +481,12 @@ static obj_status px_put(struct obj_store *st, const char *key,
 			if (dfd < 0)
 				return px_fail(err, errno, key, "opening the "
 					    "directory");
-			rc = clear_meta(dfd);
-			if (!rc)
+			/* a file system without user xattrs: as before */
+			(void)fsetxattr(dfd, MARKER_XATTR, "1", 1, 0);
+			rc = nmeta ? clear_meta(dfd) : 0;
+			if (!rc && nmeta)
 				rc = px_set_meta(dfd, meta, nmeta);
-			if (!rc && fchmod(dfd, dir_mode(meta, nmeta)))
+			if (!rc && nmeta && fchmod(dfd, dir_mode(meta, nmeta)))
 				rc = -errno;
 			close(dfd);
 			if (rc)
@@ -610,9 +628,23 @@ static obj_status px_del(struct obj_store *st, const char *key,
 		if (!marker_ok(key, err))
 			return OBJ_ERR_INVALID;
 		/* Only an empty directory goes, as on S3 the prefix stays
-		 * while keys are under it. */
-		if (!unlinkat(px_of(st)->rootfd, key, AT_REMOVEDIR))
-			rmparents(px_of(st)->rootfd, key);
+		 * while keys are under it; it stays without its marker. */
+		if (!unlinkat(px_of(st)->rootfd, key, AT_REMOVEDIR)) {
+			char dir[PATH_MAX];
+
+			/* its parents: from "a/b", not "a/b/" */
+			snprintf(dir, sizeof(dir), "%.*s", (int)strlen(key) - 1,
+				 key);
+			rmparents(px_of(st)->rootfd, dir);
+		} else {
+			int fd = openat(px_of(st)->rootfd, key, O_RDONLY |
+					O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+
+			if (fd >= 0) {
+				(void)fremovexattr(fd, MARKER_XATTR);
+				close(fd);
+			}
+		}
 		return OBJ_OK;
 	}
 	if (!px_key_ok(key, err))

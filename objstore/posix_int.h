@@ -16,6 +16,9 @@
 
 #define META_XATTR "user.fmfs.meta."
 #define CTYPE_XATTR "user.fmfs.content-type"
+/* On a directory: its marker ("a/b/") was put, so it stays when the last
+ * key under it goes, as the marker object does on S3. */
+#define MARKER_XATTR "user.fmfs.marker"
 #define RESERVED ".fmfs"
 
 /* Debris of this fmfs, locked while in use, is named "l.<...>"; names

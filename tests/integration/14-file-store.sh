@@ -10,7 +10,8 @@
 # is 0600 in the store, 0644 stays 0644; (c) a change made beside the
 # mount that keeps the size and the mtime (rsync -t, touch -r) is read;
 # (d) the store's own .fmfs cannot be made through a mount (EPERM);
-# (e) a store directory removed and made again under a live mount.
+# (e) a store directory removed and made again under a live mount;
+# (f) a directory made through a mount stays when its last file goes.
 . "$TOP/tests/lib/common.sh"
 
 cd "$TEST_DIR"
@@ -213,4 +214,22 @@ mkdir "$S/r"
 echo c >"$MNT/c"
 $FMFS flush --wait "$MNT" || fail "flush after the store directory was made again"
 [ "$(cat "$S/r/b")$(cat "$S/r/c")" = bc ] || fail "b and c are not in the store made again"
+$FMFS umount "$MNT" || fail "umount"
+
+note "a directory made through the mount stays when its last file goes (its marker is its own), and then rmdir takes it"
+mkdir -p "$S/m"
+$FMFS mount "file://$S/m" "$MNT" --cache-dir "$TEST_DIR/cache-m" --async-delay 0 ||
+	fail "mount of file://$S/m failed"
+mkdir "$MNT/d" "$MNT/d/e" && echo a >"$MNT/d/e/a" && echo b >"$MNT/d/b" || fail "mkdir and files"
+$FMFS flush --wait "$MNT" || fail "flush of d/"
+rm "$MNT/d/e/a" "$MNT/d/b" || fail "rm of the files"
+$FMFS flush --wait "$MNT" || fail "flush of the removals"
+[ -d "$S/m/d/e" ] || fail "d/e/ went from the store with its last file"
+$FMFS umount "$MNT" || fail "umount"
+$FMFS mount "file://$S/m" "$MNT" --cache-dir "$TEST_DIR/cache-m" --async-delay 0 ||
+	fail "remount of file://$S/m failed"
+[ "$(ls "$MNT/d")" = e ] || fail "d/ after a remount: '$(ls "$MNT/d")', not e"
+rmdir "$MNT/d/e" "$MNT/d" || fail "rmdir of the emptied directories"
+$FMFS flush --wait "$MNT" || fail "flush of the rmdirs"
+[ -e "$S/m/d" ] && fail "d/ is still in the store after rmdir"
 $FMFS umount "$MNT" || fail "umount"

@@ -3022,6 +3022,49 @@ static void test_posix_regress_delete_prefix_only_key(void **state)
 	free(s);
 }
 
+/*
+ * Regression (fixed; was a bug in objstore/posix.c, rmparents): a marker
+ * ("m/", a mount's mkdir) is the directory itself, and deleting the last
+ * key under it removed that directory, so the marker went with it (a
+ * directory emptied through a mount vanished at its next listing, and
+ * its rmdir said ENOENT).  On S3 the marker is an object of its own and
+ * stays.  Expected: "m/" there after "m/a" goes; its own delete then
+ * takes it; a directory that only held keys goes with its last one, as
+ * before; a marker deleted while keys are under it leaves the prefix,
+ * which goes with its last key.
+ */
+static void test_posix_regress_marker_outlives_its_keys(void **state)
+{
+	struct store_fixture *f = *state;
+	char path[PATH_MAX + 16];
+	struct obj_error err;
+	struct obj_meta m;
+	struct stat sb;
+
+	put_str(f->st, "top/m/", "");
+	put_str(f->st, "top/m/a", "a");
+	assert_int_equal(obj_delete(f->st, "top/m/a", &err), OBJ_OK);
+	if (obj_head(f->st, "top/m/", &m, &err) != OBJ_OK)
+		fail_msg("the marker top/m/ went with its last key: %s",
+			 err.message);
+	obj_meta_release(&m);
+	assert_int_equal(obj_delete(f->st, "top/m/", &err), OBJ_OK);
+	snprintf(path, sizeof(path), "%s/top", f->dir);
+	assert_int_equal(stat(path, &sb), -1); /* top/ was only a prefix */
+	put_str(f->st, "p/k", "k");
+	put_str(f->st, "q/", "");
+	put_str(f->st, "q/k", "k");
+	assert_int_equal(obj_delete(f->st, "q/", &err), OBJ_OK);
+	assert_int_equal(obj_head(f->st, "q/k", &m, &err), OBJ_OK);
+	obj_meta_release(&m);
+	assert_int_equal(obj_delete(f->st, "p/k", &err), OBJ_OK);
+	assert_int_equal(obj_delete(f->st, "q/k", &err), OBJ_OK);
+	snprintf(path, sizeof(path), "%s/p", f->dir);
+	assert_int_equal(stat(path, &sb), -1);
+	snprintf(path, sizeof(path), "%s/q", f->dir);
+	assert_int_equal(stat(path, &sb), -1);
+}
+
 static void test_posix_delete_many(void **state)
 {
 	struct store_fixture *f = *state;
@@ -3978,6 +4021,7 @@ int main(void)
 		ST_TEST(test_posix_list_paging_many),
 		cmocka_unit_test(test_posix_regress_list_prefix_escapes_store),
 		ST_TEST(test_posix_delete),
+		ST_TEST(test_posix_regress_marker_outlives_its_keys),
 		ST_TEST(test_posix_regress_delete_prefix_only_key),
 		ST_TEST(test_posix_delete_many),
 		ST_TEST(test_posix_delete_many_over_1000),

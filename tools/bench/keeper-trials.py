@@ -10,7 +10,12 @@ The load, all through the mount, all the time:
   - a random reader of 8 KiB blocks, each checked against the local copy;
   - a writer appending a numbered line and fsync'ing it, that records
     each line fsync acknowledged;
-  - `ls -lR` of the mount in a loop.
+  - `ls -lR` of the mount in a loop;
+  - a namespace worker: mkdir, an exclusive create, rename, link,
+    setxattr (XATTR_CREATE), unlink, removexattr, rmdir in a loop, each
+    of which would fail (EEXIST, ENOENT, ENODATA) if a daemon that died
+    in it had it carried out twice (docs/keeper.md "Requests done
+    once").
 Each trial waits a random 0.2-1.5 s, kills the daemon (its pid from
 `fmfs status`), and waits for the keeper's new one to serve; its
 last_takeover_ms is the trial's time.  At the end: no process may have
@@ -112,12 +117,46 @@ def appender(path, acked, stop, errs):
         errs.put("appender close: %s" % e)
 
 
+def namer(top, counts, stop, errs):
+    n = 0
+    while not stop.is_set():
+        d = "%s/n%d" % (top, n)
+        step = "mkdir"
+        try:
+            os.mkdir(d)
+            step = "create"
+            os.close(os.open(d + "/a", os.O_CREAT | os.O_EXCL | os.O_WRONLY,
+                             0o644))
+            step = "rename"
+            os.rename(d + "/a", d + "/b")
+            step = "link"
+            os.link(d + "/b", d + "/c")
+            step = "setxattr"
+            os.setxattr(d + "/c", "user.k", b"v", os.XATTR_CREATE)
+            step = "removexattr"
+            os.removexattr(d + "/c", "user.k")
+            step = "unlink"
+            os.unlink(d + "/b")
+            os.unlink(d + "/c")
+            step = "rmdir"
+            os.rmdir(d)
+            counts.value = n + 1
+        except OSError as e:
+            errs.put("namespace %s in %s: %s" % (step, d, e))
+            time.sleep(0.1)
+        n += 1
+
+
 def lister(mnt, stop, errs):
     while not stop.is_set():
         p = subprocess.run(["ls", "-lR", mnt], stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, text=True)
-        if p.returncode:
-            errs.put("ls -lR: %s" % p.stderr.strip()[:200])
+        # names/ changes under ls (the namespace worker): a name gone
+        # between its listing and its stat is no fault
+        bad = [ln for ln in p.stderr.splitlines()
+               if not ("/names/" in ln and "No such file" in ln)]
+        if p.returncode and bad:
+            errs.put("ls -lR: %s" % "; ".join(bad)[:200])
             time.sleep(0.1)
 
 
@@ -167,9 +206,13 @@ def main():
     procs.append(mp.Process(target=appender, args=(
         mnt + "/data/appended", acked, stop, errs)))
     procs.append(mp.Process(target=lister, args=(mnt, stop, errs)))
+    rounds = mp.Value("q", 0)
+    os.makedirs(mnt + "/names", exist_ok=True)
+    procs.append(mp.Process(target=namer, args=(
+        mnt + "/names", rounds, stop, errs)))
     for p in procs:
         p.start()
-    times, refused = [], 0
+    times, refused, kept, found = [], 0, 0, 0
     rnd = random.Random()
     for t in range(a.trials):
         time.sleep(rnd.uniform(0.2, 1.5))
@@ -201,11 +244,15 @@ def main():
             break
         times.append(st["last_takeover_ms"])
         print("trial %d: daemon %d %s, served again after %d ms "
-              "(%d requests resent, %d answered with kept replies)" %
+              "(%d requests resent, %d answered with kept replies, %d "
+              "found done)" %
               (t, pid, "restarted" if a.restart else "killed",
                st["last_takeover_ms"],
                st.get("last_takeover_resent", 0),
-               st.get("last_takeover_replies_kept", 0)), flush=True)
+               st.get("last_takeover_replies_kept", 0),
+               st.get("last_takeover_found_done", 0)), flush=True)
+        kept += st.get("last_takeover_replies_kept", 0)
+        found += st.get("last_takeover_found_done", 0)
     stop.set()
     for p in procs:
         p.join(60)
@@ -236,6 +283,9 @@ def main():
               (len(times), len(bad), "restart" if a.restart else "kill",
                statistics.median(times), max(times),
                acked.value, "no" if bad else "yes"))
+        print("namespace rounds: %d (8 operations each); resent "
+              "operations answered by a kept reply: %d, found done by "
+              "their intent: %d" % (rounds.value, kept, found))
     return 1 if bad or refused else 0
 
 
