@@ -359,6 +359,7 @@ void fs_tkr_intent(struct fs *fs, uint64_t nodeid, const char *name);
 void fs_tkr_intent_end(struct fs *fs);
 void fs_tkr_look(struct fs *fs, const void *req, size_t n);
 bool fs_tkr_redo(struct fs *fs, const char *what, const char *name);
+void fs_tkr_changed(struct fs *fs); /* FMFS_TK_FAULT=OP:changed */
 
 /* mount.c: the uploaders and the prober, once mounted: 0 or -errno */
 int fs_start_workers(struct fs *fs, char *msg, size_t ml);

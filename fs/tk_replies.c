@@ -75,6 +75,7 @@ struct fs_tkr {
 	pthread_mutex_t lock;     /* old, old_int */
 	int fault_op;             /* FMFS_TK_FAULT, or -1 */
 	bool fault_unkept;        /* ...=OP:unkept: before the copy */
+	bool fault_changed;       /* ...=OP:changed: at fs_tkr_changed */
 	_Atomic uint64_t *intents; /* in the region, or NULL (an older one) */
 	_Atomic unsigned inext;
 	uint64_t *old_int;        /* the dead daemon's intents */
@@ -92,8 +93,9 @@ _Static_assert(sizeof(struct tkr_slot) * TKR_SLOTS == FS_TKR_SIZE,
  * daemon of a kept mount kills itself with SIGKILL once it has kept its
  * first reply to OP and before it sends it: the crash this file is for,
  * made on purpose.  OP:unkept: once it has carried OP out, before its
- * reply is kept (the intent's case). */
-static int fault_op(const struct fs *fs, bool *unkept)
+ * reply is kept (the intent's case); OP:changed: as soon as the store
+ * has changed, before the daemon's memory follows (fs_tkr_changed). */
+static int fault_op(const struct fs *fs, bool *unkept, bool *changed)
 {
 	static const struct { const char *name; int op; } ops[] = {
 		{ "mknod", FSOP_mknod }, { "mkdir", FSOP_mkdir },
@@ -109,9 +111,10 @@ static int fault_op(const struct fs *fs, bool *unkept)
 		return -1;
 	n = strcspn(e, ":");
 	*unkept = !strcmp(e + n, ":unkept");
+	*changed = !strcmp(e + n, ":changed");
 	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
 		if (strlen(ops[i].name) == n && !strncmp(e, ops[i].name, n) &&
-		    (!e[n] || *unkept))
+		    (!e[n] || *unkept || *changed))
 			return ops[i].op;
 	fprintf(stderr, "fmfs: FMFS_TK_FAULT=%s: not an operation whose "
 		"reply is kept; ignored\n", e);
@@ -144,7 +147,7 @@ void fs_tkr_attach(struct fs *fs)
 	r->slots = p;
 	if (len > FS_TKR_SIZE)
 		r->intents = (_Atomic uint64_t *)((char *)p + FS_TKR_SIZE);
-	r->fault_op = fault_op(fs, &r->fault_unkept);
+	r->fault_op = fault_op(fs, &r->fault_unkept, &r->fault_changed);
 	pthread_mutex_init(&r->lock, NULL);
 	if (fs->cfg.tk_fuse_fd > 0) {
 		r->old = calloc(TKR_SLOTS, sizeof(*r->old));
@@ -450,6 +453,14 @@ void fs_tkr_look(struct fs *fs, const void *req, size_t n)
 		break;
 	}
 	pthread_mutex_unlock(&r->lock);
+}
+
+void fs_tkr_changed(struct fs *fs)
+{
+	struct fs_tkr *r = fs->tkr;
+
+	if (r && r->fault_changed && r->fault_op == fs_metrics_cur_op())
+		raise(SIGKILL);
 }
 
 bool fs_tkr_redo(struct fs *fs, const char *what, const char *name)

@@ -765,7 +765,20 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 	}
 	if (rc == -ENOENT &&
 	    fs_tkr_redo(fs, dir_entry ? "rmdir" : "unlink", name)) {
-		fs_reply_err(req, 0); /* the daemon before removed it */
+		/* The daemon before removed it, perhaps without its inode
+		 * (restored under the name): out of the namespace here too */
+		if (!fs_child_key(fs, dir, name, dir_entry, key, sizeof(key),
+				  "remove")) {
+			pthread_mutex_lock(&fs->lock);
+			in = fs_inode_by_key(fs, key);
+			if (in)
+				fs_inode_unhash(fs, in);
+			pthread_mutex_unlock(&fs->lock);
+			ns_dir_invalidate(fs->ns, dir_entry ? key : dir->key,
+					  dir_entry);
+		}
+		fs_dir_touch(fs, dir);
+		fs_reply_err(req, 0);
 		return;
 	}
 	if (rc) {
@@ -816,6 +829,38 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 	remove_name(req, parent, name, true);
 }
 
+/* A rename the daemon before carried out (tk_replies.c), de the entry
+ * now at ddir/newname: what it may not have done in memory, the inode
+ * restored under the old name moved to the new one. */
+static int rename_redone(struct fs *fs, struct fs_inode *sdir,
+			 const char *name, struct fs_inode *ddir,
+			 const char *newname, const struct ns_entry *de)
+{
+	char from[OBJ_KEY_MAX + 2], to[OBJ_KEY_MAX + 2];
+	struct fs_inode *in;
+
+	if (!fs_child_key(fs, sdir, name, de->is_dir, from, sizeof(from),
+			  "rename") &&
+	    !fs_child_key(fs, ddir, newname, de->is_dir, to, sizeof(to),
+			  "rename")) {
+		pthread_mutex_lock(&fs->lock);
+		in = fs_inode_by_key(fs, from);
+		if (in)
+			(void)fs_inode_move(fs, in, ddir, newname);
+		pthread_mutex_unlock(&fs->lock);
+		if (de->is_dir) {
+			ns_dir_invalidate(fs->ns, from, true);
+			ns_dir_invalidate(fs->ns, to, true);
+		}
+	}
+	ns_dir_invalidate(fs->ns, sdir->key, false);
+	ns_dir_invalidate(fs->ns, ddir->key, false);
+	fs_dir_touch(fs, sdir);
+	if (ddir != sdir)
+		fs_dir_touch(fs, ddir);
+	return 0;
+}
+
 /* rename(2) of sdir/name to ddir/newname; 0 or -errno. */
 static int do_rename(struct fs *fs, struct fs_inode *sdir, const char *name,
 		     struct fs_inode *ddir, const char *newname,
@@ -829,8 +874,8 @@ static int do_rename(struct fs *fs, struct fs_inode *sdir, const char *name,
 
 	rc = ns_find(fs->ns, sdir->key, name, &se);
 	if (rc == -ENOENT && !ns_find(fs->ns, ddir->key, newname, &de) &&
-	    fs_tkr_redo(fs, "rename", name))
-		return 0; /* the daemon before moved it */
+	    fs_tkr_redo(fs, "rename", name)) /* the daemon before moved it */
+		return rename_redone(fs, sdir, name, ddir, newname, &de);
 	if (!rc) {
 		rc = ns_find(fs->ns, ddir->key, newname, &de);
 		exists = rc == 0;
@@ -874,6 +919,7 @@ static int do_rename(struct fs *fs, struct fs_inode *sdir, const char *name,
 		fs_link_rename_post(fs, promoted, NULL, ddir, newname, rc);
 		return rc;
 	}
+	fs_tkr_changed(fs);
 	pthread_mutex_lock(&fs->lock);
 	in = fs_inode_by_key(fs, from);
 	if (in)

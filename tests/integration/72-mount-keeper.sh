@@ -290,6 +290,24 @@ xa=$(pyop "print(os.listxattr(sys.argv[1]))" "$MNT/u-removexattr" 2>&1)
 [ "$(stat -c %a "$MNT/u-create")" = 640 ] || fail "u-create's mode: $(stat -c %a "$MNT/u-create")"
 $FMFS umount "$MNT" || fail "umount after the intents"
 
+note "a rename whose daemon died between the store's change and its own memory's: the inode follows"
+# FMFS_TK_FAULT=rename:changed: killed once the object is renamed, before
+# the daemon moved its inode; the new daemon has that inode (from the
+# journal) under the old name: the answered-as-done rename moves it.
+FMFS_TK_FAULT=rename:changed $FMFS mount "s3://$B" "$MNT" --cache-dir "$CACHE" ||
+	fail "mount with FMFS_TK_FAULT=rename:changed"
+echo changed >"$MNT/c-src" && mv "$MNT/c-src" "$MNT/c-dst" 2>err ||
+	fail "mv when the daemon died between the store and its memory: $(cat err)"
+[ "$(stat_of last_takeover_found_done)" = 1 ] || fail "rename:changed: not found done"
+ln "$MNT/c-dst" "$MNT/c-dst.2" 2>err || fail "ln of the renamed file: $(cat err)"
+[ "$(cat "$MNT/c-dst.2")" = changed ] || fail "c-dst.2: $(cat "$MNT/c-dst.2")"
+echo more >>"$MNT/c-dst" || fail "append to the renamed file"
+$FMFS flush --wait "$MNT" >/dev/null || fail "rename:changed: flush"
+$FMFS umount "$MNT" || fail "rename:changed: umount"
+[ "$(awsx s3 cp "s3://$B/c-dst" - | tr '\n' ,)" = changed,more, ] ||
+	fail "c-dst in the bucket: $(awsx s3 cp "s3://$B/c-dst" - 2>&1)"
+awsx s3 ls "s3://$B/" | grep -q " c-src$" && fail "c-src is still in the bucket"
+
 note "hard links across a takeover: one inode, its link count, its names"
 mnt --refresh 1
 mkdir "$MNT/ln"
