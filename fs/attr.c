@@ -211,9 +211,9 @@ void fs_attr_apply(const struct fs *fs, struct fs_inode *in,
 	in->mtime_ns = e.mtime_ns;
 	in->ctime_ns = e.ctime_ns;
 	in->atime_ns = e.atime_ns;
-	in->rdev = e.rdev;
-	if (!in->ftype)
-		in->ftype = e.ftype;
+	fs_set_rdev(in, e.rdev);
+	if (!in->ftype_c)
+		fs_set_ftype(in, e.ftype);
 }
 
 /* A clean file's attributes: from its metadata, else the defaults; and
@@ -232,10 +232,10 @@ void fs_attr_of(struct fs *fs, struct fs_inode *in, struct cache_wattr *a,
 	if (in->has_attr) {
 		a->ctime_ns = in->ctime_ns;
 		a->atime_ns = in->atime_ns;
-		a->rdev = in->rdev;
+		a->rdev = fs_xr(in)->rdev;
 	}
-	if (in->ftype && cache_wkind_of(in->ftype) > 0)
-		a->kind = (enum cache_wkind)cache_wkind_of(in->ftype);
+	if (in->ftype_c && cache_wkind_of(fs_ftype(in)) > 0)
+		a->kind = (enum cache_wkind)cache_wkind_of(fs_ftype(in));
 	a->size = in->size_bytes;
 	if (etag)
 		util_etag_text(&in->etag, etag);
@@ -332,10 +332,10 @@ int fs_copy_meta(struct fs *fs, struct fs_inode *in,
 	in->mtime_ns = na.mtime_ns;
 	in->ctime_ns = na.ctime_ns;
 	in->atime_ns = na.atime_ns;
-	in->rdev = na.rdev;
+	fs_set_rdev(in, na.rdev);
 	if (in->x)
 		in->x->meta_ms = 0; /* the xattrs changed: HEAD again */
-	in->attr_ms = 0;
+	in->attr_ds = 0;
 	snprintf(kbuf, sizeof(kbuf), "%s", in->key);
 	pthread_mutex_unlock(&fs->lock);
 	ns_wattr_attr(&na, etag, &ca);
@@ -451,7 +451,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		fs_reply_err(req, in ? rc : ENOENT);
 		return;
 	}
-	if (in->restored) /* a takeover's: what it stores comes first */
+	if (fs_xr(in)->restored) /* a takeover's: what it stores comes first */
 		fs_restored_attr(fs, in);
 	if (!w && !cache_w_hold(fs->cfg.cache, in->key, &own))
 		w = own;

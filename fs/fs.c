@@ -67,8 +67,8 @@ void fs_fill_attr(const struct fs *fs, const struct fs_inode *in,
 		st->st_mtim = st->st_ctim = st->st_atim =
 			(struct timespec){ fs->mount_time_s, 0 };
 	} else {
-		st->st_mode = in->ftype == S_IFLNK ? S_IFLNK | 0777 :
-			      (in->ftype ? in->ftype : S_IFREG) |
+		st->st_mode = fs_ftype(in) == S_IFLNK ? S_IFLNK | 0777 :
+			      (in->ftype_c ? fs_ftype(in) : S_IFREG) |
 			      (mode_t)fs->cfg.file_mode;
 		st->st_nlink = 1 + fs_xr(in)->nlinks; /* hard links: link.c */
 		st->st_size = (off_t)in->size_bytes;
@@ -93,7 +93,7 @@ void fs_fill_attr(const struct fs *fs, const struct fs_inode *in,
 			st->st_atim.tv_nsec = in->atime_ns % 1000000000;
 		}
 		if (S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode))
-			st->st_rdev = in->rdev;
+			st->st_rdev = fs_xr(in)->rdev;
 	}
 	if (ro && !S_ISLNK(st->st_mode))
 		st->st_mode &= ~(mode_t)0222;
@@ -139,14 +139,14 @@ void fs_take_wattr(struct fs *fs, struct fs_inode *in,
 	in->mtime_ns = a.mtime_ns;
 	in->ctime_ns = a.ctime_ns;
 	in->atime_ns = a.atime_ns;
-	in->rdev = a.rdev;
-	if (!in->is_dir && !in->ftype && a.kind != CACHE_WK_FILE)
-		in->ftype = cache_wkind_type(a.kind);
+	fs_set_rdev(in, a.rdev);
+	if (!in->is_dir && !in->ftype_c && a.kind != CACHE_WK_FILE)
+		fs_set_ftype(in, cache_wkind_type(a.kind));
 	if (!in->is_dir) {
 		in->size_bytes = a.size;
 		in->mtime_s = a.mtime_ns / 1000000000;
 	}
-	in->attr_ms = util_now_ms();
+	fs_attr_confirmed(in);
 	pthread_mutex_unlock(&fs->lock);
 }
 
@@ -254,7 +254,7 @@ void fs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fs_reply_err(req, ENOMEM);
 		return;
 	}
-	if (in->restored) /* a takeover's: asked where they are known */
+	if (fs_xr(in)->restored) /* a takeover's: asked where they are known */
 		fs_restored_attr(fs, in);
 	if (!in->is_dir && !e.has_attr && lookup_wants_head(fs, req, in))
 		fs_load_meta(fs, in); /* failed: the defaults stay */
@@ -300,7 +300,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino,
 		fs_reply_err(req, ENOENT);
 		return;
 	}
-	if (in->restored) /* a takeover's: its attributes are not known */
+	if (fs_xr(in)->restored) /* a takeover's: its attributes are not known */
 		fs_restored_attr(fs, in);
 	fs_refresh_from_w(fs, in);
 	fs_inode_attr_known(fs, in);
@@ -381,7 +381,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 
 			in = fs_inode_lookup(fs, dir, e);
 			pthread_mutex_lock(&fs->lock);
-			if (in && (fs_xr(in)->pt_open || in->restored ||
+			if (in && (fs_xr(in)->pt_open || fs_xr(in)->restored ||
 				   (in->is_dir && !in->has_attr))) {
 				/* The kernel writes it: the listing's size is
 				 * older than its own; or a directory whose
@@ -474,9 +474,9 @@ int fs_revalidate(struct fs *fs, struct fs_inode *in)
 	int rc;
 
 	pthread_mutex_lock(&fs->lock);
-	age = util_now_ms() - in->attr_ms;
+	age = fs_attr_age_ms(in);
 	pthread_mutex_unlock(&fs->lock);
-	if ((in->attr_ms && age < (uint64_t)fs->cfg.refresh_s * 1000) ||
+	if (age < (uint64_t)fs->cfg.refresh_s * 1000 ||
 	    !ns_store_up(fs->ns))
 		return 0;
 	rc = ns_head(fs->ns, in->key, &m);
@@ -495,7 +495,7 @@ int fs_revalidate(struct fs *fs, struct fs_inode *in)
 	in->size_bytes = m.size_bytes;
 	in->mtime_s = m.mtime_s;
 	util_etag_set(&in->etag, m.etag);
-	in->attr_ms = util_now_ms();
+	fs_attr_confirmed(in);
 	fs_attr_apply(fs, in, &a);
 	snprintf(key, sizeof(key), "%s", in->key);
 	pthread_mutex_unlock(&fs->lock);

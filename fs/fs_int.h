@@ -92,6 +92,12 @@ struct fs_inode_x {
 	size_t nmeta;
 	char *ctype;
 	uint64_t meta_ms;
+	uint32_t rdev;             /* a device node's (else 0) */
+	bool restored;             /* from a dead daemon's journal, its
+	                            * attributes not yet asked for
+	                            * (tk_replay.c) */
+	bool tk_times;             /* restored: mtime_ns and ctime_ns are the
+	                            * journal's, to stand over the store's */
 };
 
 /* All zero: what an inode without its fs_inode_x has (fs_xr). */
@@ -111,12 +117,11 @@ struct fs_inode {
 	                            * read handles look for it (fs_handle_w) */
 	uint16_t name_off;         /* the name: key + name_off ("" for the
 	                            * root) */
+	uint16_t mode;             /* permission bits (below) */
+	uint8_t ftype_c;           /* ftype >> 12 (fs_ftype): ns_entry's
+	                            * ftype; set once, never changed (the
+	                            * kernel's type of an inode is fixed) */
 	bool is_dir;
-	bool restored;             /* from a dead daemon's journal, its
-	                            * attributes not yet asked for
-	                            * (tk_replay.c) */
-	bool tk_times;             /* restored: mtime_ns and ctime_ns are the
-	                            * journal's, to stand over the store's */
 	bool has_attr;             /* mode/uid/gid/mtime_ns below are set:
 	                            * the object's as stored, the defaults
 	                            * for what it does not store */
@@ -125,21 +130,51 @@ struct fs_inode {
 	uint64_t size_bytes;
 	int64_t mtime_s;
 	struct util_etag etag;     /* its version (util/etag.c) */
-	uint64_t attr_ms;          /* when last confirmed with the store */
+	uint32_t attr_ds;          /* when last confirmed with the store:
+	                            * util_now_ms() / 100, 0 never
+	                            * (fs_attr_age_ms) */
 	/* POSIX attributes from object metadata or our own writes; without
 	 * them (has_attr false) the inode shows the configured defaults
-	 * (fs_fill_attr), which are never more than FS_FILE_MODE's */
-	uint32_t ftype;            /* as ns_entry's; set once, never changed
-	                            * (the kernel's type of an inode is fixed) */
-	uint32_t mode, uid, gid;
+	 * (fs_fill_attr), which are never more than FS_FILE_MODE's; a
+	 * device's rdev, and a restored inode's marks, are in its
+	 * fs_inode_x */
+	uint32_t uid, gid;
+	unsigned nopen;            /* open handles (a delete waits for 0) */
 	int64_t mtime_ns;
 	int64_t ctime_ns, atime_ns; /* 0: as mtime_ns */
-	uint32_t rdev;
-	unsigned nopen;            /* open handles (a delete waits for 0) */
 	uint64_t nlookup;          /* kernel references; protected by lock */
 	struct fs_inode_x *x;      /* NULL until needed (fs_inode_x) */
 	struct fs_inode *next_ino, *next_name; /* hash chains */
 };
+
+/* in's type: its S_IFMT bits (0: a regular file), and to set it. */
+static inline uint32_t fs_ftype(const struct fs_inode *in)
+{
+	return (uint32_t)in->ftype_c << 12;
+}
+
+static inline void fs_set_ftype(struct fs_inode *in, uint32_t ftype)
+{
+	in->ftype_c = (uint8_t)((ftype & S_IFMT) >> 12);
+}
+
+/* in's attributes confirmed with the store now, forgotten, and how long
+ * ago they were (UINT64_MAX: never). */
+static inline void fs_attr_confirmed(struct fs_inode *in)
+{
+	uint64_t ds = util_now_ms() / 100;
+
+	in->attr_ds = ds ? (uint32_t)ds : 1;
+}
+
+static inline uint64_t fs_attr_age_ms(const struct fs_inode *in)
+{
+	uint64_t now = util_now_ms();
+
+	if (!in->attr_ds || now < (uint64_t)in->attr_ds * 100)
+		return in->attr_ds ? 0 : UINT64_MAX;
+	return now - (uint64_t)in->attr_ds * 100;
+}
 
 /* in's name in its directory. */
 static inline const char *fs_iname(const struct fs_inode *in)
@@ -156,6 +191,31 @@ static inline const struct fs_inode_x *fs_xr(const struct fs_inode *in)
 /* in's fs_inode_x to change, made if it has none (fs->lock held); NULL
  * when out of memory. */
 struct fs_inode_x *fs_inode_x(struct fs_inode *in);
+
+/* The fields of fs_inode_x that a plain inode leaves zero, set (fs->lock
+ * held; a value other than zero on an inode without one makes it: false
+ * when out of memory). */
+static inline bool fs_set_rdev(struct fs_inode *in, uint32_t rdev)
+{
+	struct fs_inode_x *x = rdev || in->x ? fs_inode_x(in) : NULL;
+
+	if (x)
+		x->rdev = rdev;
+	return x || !rdev;
+}
+
+static inline bool fs_set_restored(struct fs_inode *in, bool restored,
+				   bool tk_times)
+{
+	struct fs_inode_x *x = restored || tk_times || in->x ?
+			       fs_inode_x(in) : NULL;
+
+	if (x) {
+		x->restored = restored;
+		x->tk_times = tk_times;
+	}
+	return x || (!restored && !tk_times);
+}
 
 /* One more name of a file (a hard link, link.c): dir/name, whose key
  * holds a copy of the file that follows each of its changes.  The

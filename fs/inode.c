@@ -37,6 +37,11 @@ static size_t hash_name(const struct fs *fs, fuse_ino_t parent,
  * end of its key ("a/b/c", name at 4), so it is not stored twice; a
  * directory's key ends in '/', and its name follows the key
  * ("a/b/\0b\0").  The key is prefix + rest; NULL when out of memory. */
+/* One per name the kernel holds: within glibc's 160-byte malloc chunk
+ * (docs/performance.md "Memory per inode"). */
+_Static_assert(sizeof(struct fs_inode) <= 152, "struct fs_inode grew past "
+	       "152 bytes, the next malloc size class");
+
 static char *names_block(const char *prefix, const char *rest,
 			 const char *name, uint16_t *name_off)
 {
@@ -173,10 +178,14 @@ struct fs_inode *fs_inode_restore(struct fs *fs, struct fs_inode *dir,
 	in->ino = ino;
 	in->parent = dir;
 	in->is_dir = is_dir;
-	in->ftype = ftype;
+	fs_set_ftype(in, ftype);
 	in->nlookup = nlookup;
 	in->unlinked = unlinked;
-	in->restored = true;
+	if (!fs_set_restored(in, true, false)) {
+		free(in->key);
+		free(in);
+		return NULL;
+	}
 	dir->children++;
 	in->next_ino = fs->by_ino[hash_ino(fs, ino)];
 	fs->by_ino[hash_ino(fs, ino)] = in;
@@ -231,7 +240,7 @@ static void set_attrs(struct fs_inode *in, const struct ns_entry *e)
 {
 	bool changed = !e->is_dir && !util_etag_is(&in->etag, e->etag);
 
-	if (in->restored) {
+	if (fs_xr(in)->restored) {
 		/* a takeover's: fs_restored_attr asks where they are known
 		 * (an entry's may be the index's, which can be another
 		 * object's) */
@@ -243,16 +252,16 @@ static void set_attrs(struct fs_inode *in, const struct ns_entry *e)
 		in->mtime_ns = e->mtime_ns;
 		in->ctime_ns = e->ctime_ns;
 		in->atime_ns = e->atime_ns;
-		in->rdev = e->rdev;
+		fs_set_rdev(in, e->rdev);
 	} else if (changed) {
 		in->has_attr = false;
 	}
-	if (!in->ftype) /* the kernel's type never changes */
-		in->ftype = e->ftype;
+	if (!in->ftype_c) /* the kernel's type never changes */
+		fs_set_ftype(in, e->ftype);
 	in->size_bytes = e->size_bytes;
 	in->mtime_s = e->mtime_s;
 	util_etag_set(&in->etag, e->etag);
-	in->attr_ms = util_now_ms();
+	fs_attr_confirmed(in);
 }
 
 struct fs_inode *fs_inode_ref(struct fs *fs, struct fs_inode *dir,
@@ -301,13 +310,13 @@ struct fs_inode *fs_inode_ref(struct fs *fs, struct fs_inode *dir,
 		in->next_name = fs->by_name[hb];
 		fs->by_name[hb] = in;
 		fs->ninodes++;
-		if (!in->ftype)
-			in->ftype = e->ftype;
+		if (!in->ftype_c)
+			fs_set_ftype(in, e->ftype);
 		fs_tk_maybe_compact(fs);
 		fs_tk_inode_new(fs, in); /* before the kernel hears of it */
 	}
 	if (!e->is_dir && !util_etag_is(&in->etag, e->etag))
-		in->attr_ms = 0; /* changed: drop cached metadata too */
+		in->attr_ds = 0; /* changed: drop cached metadata too */
 	set_attrs(in, e);
 	in->nlookup++;
 	return in;
@@ -387,7 +396,7 @@ void fs_inode_attr_known(struct fs *fs, struct fs_inode *in)
 	int64_t mtime_s;
 
 	pthread_mutex_lock(&fs->lock);
-	if (in->has_attr || in->is_dir || in->restored || in->unlinked) {
+	if (in->has_attr || in->is_dir || fs_xr(in)->restored || in->unlinked) {
 		pthread_mutex_unlock(&fs->lock);
 		return;
 	}
@@ -404,7 +413,7 @@ void fs_inode_attr_known(struct fs *fs, struct fs_inode *in)
 	/* the kernel's type of an inode never changes: another stored
 	 * type waits for the next lookup (a new inode, fs_inode_ref) */
 	if (!in->has_attr && util_etag_is(&in->etag, etag) &&
-	    !strcmp(in->key, key) && k.ftype == in->ftype)
+	    !strcmp(in->key, key) && k.ftype == fs_ftype(in))
 		fs_attr_apply(fs, in, &a);
 	pthread_mutex_unlock(&fs->lock);
 }

@@ -450,7 +450,7 @@ static int link_promote(struct fs *fs, struct fs_inode *in, const char *key,
 		return rc;
 	pthread_mutex_lock(&fs->lock);
 	rc = fs_inode_move(fs, in, l->dir, l->name);
-	in->attr_ms = 0; /* another key now: its version from a HEAD */
+	in->attr_ds = 0; /* another key now: its version from a HEAD */
 	if (!rc)
 		link_drop(fs, l);
 	pthread_mutex_unlock(&fs->lock);

@@ -264,7 +264,7 @@ void fs_tk_inode_new(struct fs *fs, const struct fs_inode *in)
 		return;
 	atomic_store(&fs->tk->head->next_ino, fs->next_ino);
 	append(fs, TK_INODE, in->ino, in->parent->ino, in->is_dir,
-	       in->ftype, fs_iname(in));
+	       fs_ftype(in), fs_iname(in));
 }
 
 void fs_tk_inode_move(struct fs *fs, const struct fs_inode *in)
@@ -391,7 +391,7 @@ static void compact_locked(struct fs *fs)
 			*r = (struct tk_rec){ .len = (uint32_t)sz,
 				.type = TK_INODE, .a = x->ino,
 				.b = x->parent->ino, .c = x->is_dir,
-				.d = x->ftype };
+				.d = fs_ftype(x) };
 			memcpy(r + 1, fs_iname(x), strlen(fs_iname(x)) + 1);
 			end += sz;
 			if (x->unlinked) {
@@ -402,7 +402,7 @@ static void compact_locked(struct fs *fs)
 				((char *)(r + 1))[0] = '\0';
 				end += r->len;
 			}
-			if (x->is_dir && (x->has_attr || x->tk_times))
+			if (x->is_dir && (x->has_attr || fs_xr(x)->tk_times))
 				end = put_dirtime(dst, end, x);
 		}
 	{

@@ -141,7 +141,7 @@ static struct fs_inode *materialize(struct fs *fs, struct rino **tab,
 	r->made = fs_inode_restore(fs, parent, r->ino, r->name, r->is_dir,
 				   r->ftype, r->unlinked, TK_PINNED);
 	if (r->made && r->has_times && r->is_dir) {
-		r->made->tk_times = true;
+		fs_set_restored(r->made, true, true); /* it has an x */
 		r->made->mtime_ns = r->mtime_ns;
 		r->made->ctime_ns = r->ctime_ns;
 	}
@@ -372,20 +372,20 @@ static void restored_by_name(struct fs *fs, struct fs_inode *in)
 static pthread_mutex_t restore_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* A restored file: the store's word first (what was known of it before,
- * attr_ms set by an upload that ended since, is not this inode's), by
+ * attr_ds set by an upload that ended since, is not this inode's), by
  * its name where the store was not asked. */
 static void restored_file(struct fs *fs, struct fs_inode *in)
 {
 	bool gone;
 
 	pthread_mutex_lock(&fs->lock);
-	in->attr_ms = 0;
+	in->attr_ds = 0;
 	gone = in->unlinked; /* its key may be another file's now */
 	pthread_mutex_unlock(&fs->lock);
 	if (!gone)
 		fs_revalidate(fs, in);
 	pthread_mutex_lock(&fs->lock);
-	in->restored = false;
+	fs_set_restored(in, false, false);
 	pthread_mutex_unlock(&fs->lock);
 	restored_by_name(fs, in);
 }
@@ -405,7 +405,7 @@ static void restored_dir(struct fs *fs, struct fs_inode *in)
 	bool times, gone;
 
 	pthread_mutex_lock(&fs->lock);
-	times = in->tk_times;
+	times = fs_xr(in)->tk_times;
 	mt = in->mtime_ns;
 	ct = in->ctime_ns;
 	gone = in->unlinked; /* its key may be another directory's now */
@@ -438,8 +438,7 @@ static void restored_dir(struct fs *fs, struct fs_inode *in)
 		in->mtime_ns = mt;
 		in->ctime_ns = ct;
 	}
-	in->tk_times = false;
-	in->restored = false;
+	fs_set_restored(in, false, false);
 	pthread_mutex_unlock(&fs->lock);
 }
 
@@ -449,7 +448,7 @@ void fs_restored_attr(struct fs *fs, struct fs_inode *in)
 
 	pthread_mutex_lock(&restore_lock);
 	pthread_mutex_lock(&fs->lock);
-	due = in->restored;
+	due = fs_xr(in)->restored;
 	pthread_mutex_unlock(&fs->lock);
 	if (due && in->is_dir)
 		restored_dir(fs, in);

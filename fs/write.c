@@ -317,7 +317,7 @@ struct fs_inode *fs_dir_of(struct fs *fs, fuse_ino_t ino, int *err)
 	/* A takeover's directory learns its attributes (a HEAD) before the
 	 * entry changes, not between the change and the reply: a kill
 	 * there would have the change done twice (docs/keeper.md). */
-	if (!*err && dir->restored)
+	if (!*err && fs_xr(dir)->restored)
 		fs_restored_attr(fs, dir);
 	return *err ? NULL : dir;
 }
@@ -332,7 +332,7 @@ void fs_dir_touch(struct fs *fs, struct fs_inode *dir)
 	char key[OBJ_KEY_MAX + 2];
 	struct cache_wfile *w;
 
-	if (dir->restored) /* a takeover's: what it stores comes first */
+	if (fs_xr(dir)->restored) /* a takeover's: what it stores comes first */
 		fs_restored_attr(fs, dir);
 	pthread_mutex_lock(&fs->lock);
 	if (!dir->has_attr) {
@@ -702,7 +702,7 @@ void fs_op_readlink(fuse_req_t req, fuse_ino_t ino)
 	size_t got = 0;
 	int rc = 0;
 
-	if (!in || in->ftype != S_IFLNK) {
+	if (!in || fs_ftype(in) != S_IFLNK) {
 		fs_reply_err(req, in ? EINVAL : ENOENT);
 		return;
 	}
@@ -1013,7 +1013,7 @@ void fs_on_done(void *arg, const char *key, const char *etag, uint64_t size,
 	if (in && !in->is_dir) {
 		in->size_bytes = size;
 		util_etag_set(&in->etag, etag);
-		in->attr_ms = util_now_ms();
+		fs_attr_confirmed(in);
 	}
 	pthread_mutex_unlock(&fs->lock);
 }
