@@ -9,6 +9,10 @@
 #   ls -l      `ls -l` of one prefix of WIDE objects
 #   stat       `find MNT -type f -exec stat` of every object (RSS after)
 #
+# with the daemon's RSS at the mount, after find and after stat, and the
+# RSS the walk added per inode the daemon then held (inodes, the listings
+# it keeps, the takeover journal: what the walk costs, not the binary),
+#
 # each on a fresh mount with an empty cache dir (cold), then again after
 # `fmfs umount` and a mount of the same cache dir (warm: the listings
 # come from the cache index; the goal is no LIST and at least 5x faster
@@ -126,12 +130,14 @@ status_of() { # MNT FIELD
 
 # One mount, cold or warm: ls -l of wide/, find, then stat of all.
 walk() { # METHOD MNT WANT
+	record "$1" rss_base_kb "$(rss_kb "$2")"
 	rec "$1" ls_s ls -l "$2/wide"
 	rec "$1" find_s count_files "$2"
 	[ "$(cat "$TMP/count")" = "$3" ] ||
 		die "find saw $(cat "$TMP/count") objects, expected $3"
 	sleep 2 # the prober trims once a second
 	record "$1" rss_find_kb "$(rss_kb "$2")"
+	record "$1" inodes_find "$(status_of "$2" inodes)"
 	rec "$1" stat_s stat_all "$2"
 	sleep 2
 	record "$1" rss_stat_kb "$(rss_kb "$2")"
@@ -198,6 +204,16 @@ for part in ("gw", "file"):
             n((med(m, "rss_find_kb") or 0) / 1024), 
             n((med(m, "rss_stat_kb") or 0) / 1024),
             n(med(m, "lists")), n(med(m, "inodes"))))
+    for kind in ("cold", "warm"):
+        m = "%s_%s" % (part, kind)
+        b, f, i = (med(m, "rss_base_kb"), med(m, "rss_find_kb"),
+                   med(m, "inodes_find"))
+        if b is not None and f is not None and i:
+            # what the walk added to the daemon's RSS (inodes, listings
+            # kept, the takeover journal), per inode it then held
+            print("  %s: RSS after find %.0f B per inode held (%s "
+                  "inodes; %.1f MB over the %.1f MB at mount)" %
+                  (m, (f - b) * 1024 / i, n(i), (f - b) / 1024, b / 1024))
     c, w = med(part + "_cold", "find_s"), med(part + "_warm", "find_s")
     if c and w:
         print("  %s: warm find %.1fx faster than cold; index %.1f MB" %
