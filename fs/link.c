@@ -641,8 +641,8 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 	 * before its reply was kept (tk_replies.c), this link resent. */
 	done = rc == -EEXIST && (l = link_find(fs, dir, newname)) &&
 	       l->in == in && fs_tkr_redo(fs, "link", newname);
-	if (done)
-		rc = 0;
+	if (done) /* what may not have followed the copy: as again */
+		rc = 0, again = true;
 	if (!rc && !again && !done && link_find(fs, dir, newname))
 		rc = -EEXIST;
 	if (!rc && in->unlinked)
@@ -654,12 +654,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 	if (pinned)
 		in->nlookup++; /* stays while we work; the reply's then */
 	pthread_mutex_unlock(&fs->lock);
-	if (done) {
-		pthread_mutex_unlock(&fs->link_lock);
-		fs_reply_entry(req, fs, in);
-		return;
-	}
-	if (!rc)
+	if (!rc && !done)
 		fs_tkr_intent(fs, newparent, newname);
 	/* lu never writes the bucket: a linked file is kept dirty */
 	if (!rc && fs->cfg.mode == FS_MODE_LU && cache_w_hold(c, pkey, &w)) {

@@ -401,7 +401,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct cache_wattr a;
 	struct fs_handle *h;
 	struct ns_entry e;
-	bool created = false, kept;
+	bool created = false, redone = false, kept;
 	int err, rc, pt;
 
 	dir = fs_dir_of(fs, parent, &err);
@@ -415,7 +415,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	if (rc == 0 && e.is_dir)
 		rc = -EISDIR;
 	else if (rc == 0 && (fi->flags & O_EXCL) &&
-		 !fs_tkr_redo(fs, "create", name))
+		 !(redone = fs_tkr_redo(fs, "create", name)))
 		rc = -EEXIST; /* (unless the daemon before made it) */
 	else if (rc == 0 && fs_link_named(fs, dir, name))
 		rc = -EEXIST; /* the kernel opens a name it knows instead */
@@ -455,7 +455,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	}
 	atomic_fetch_add(&in->wgen, 1); /* readers: a new copy */
 	fs_refresh_from_w(fs, in);
-	if (created)
+	if (created || redone) /* redone: as made now, the times too */
 		fs_dir_touch(fs, dir);
 	memset(&ep, 0, sizeof(ep));
 	pt = fs_pt_choose_open(fs, in, h, false, &kept);
@@ -634,7 +634,10 @@ static void make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 	if (rc == -EEXIST && e.is_dir == (kind == CACHE_WK_DIR) &&
 	    fs_tkr_redo(fs, kind == CACHE_WK_DIR ? "mkdir" :
 			kind == CACHE_WK_SYMLINK ? "symlink" : "mknod", name)) {
-		fs_op_lookup(req, parent, name); /* made by the daemon before */
+		/* made by the daemon before, which may have died before
+		 * moving the directory's times */
+		fs_dir_touch(fs, dir);
+		fs_op_lookup(req, parent, name);
 		return;
 	}
 	if (!rc)
