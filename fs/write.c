@@ -832,6 +832,23 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 	remove_name(req, parent, name, true);
 }
 
+/* After a rename: the listings it changed are stale and the directories'
+ * times move; from and to, a directory's keys (NULL: a file's). */
+static void rename_settle(struct fs *fs, struct fs_inode *sdir,
+			  struct fs_inode *ddir, const char *from,
+			  const char *to)
+{
+	ns_dir_invalidate(fs->ns, sdir->key, false);
+	ns_dir_invalidate(fs->ns, ddir->key, false);
+	fs_dir_touch(fs, sdir);
+	if (ddir != sdir)
+		fs_dir_touch(fs, ddir);
+	if (from) {
+		ns_dir_invalidate(fs->ns, from, true);
+		ns_dir_invalidate(fs->ns, to, true);
+	}
+}
+
 /* A rename the daemon before carried out (tk_replies.c), de the entry
  * now at ddir/newname: what it may not have done in memory, the inode
  * restored under the old name moved to the new one. */
@@ -851,16 +868,10 @@ static int rename_redone(struct fs *fs, struct fs_inode *sdir,
 		if (in)
 			(void)fs_inode_move(fs, in, ddir, newname);
 		pthread_mutex_unlock(&fs->lock);
-		if (de->is_dir) {
-			ns_dir_invalidate(fs->ns, from, true);
-			ns_dir_invalidate(fs->ns, to, true);
-		}
+		rename_settle(fs, sdir, ddir, de->is_dir ? from : NULL, to);
+	} else {
+		rename_settle(fs, sdir, ddir, NULL, NULL);
 	}
-	ns_dir_invalidate(fs->ns, sdir->key, false);
-	ns_dir_invalidate(fs->ns, ddir->key, false);
-	fs_dir_touch(fs, sdir);
-	if (ddir != sdir)
-		fs_dir_touch(fs, ddir);
 	return 0;
 }
 
@@ -933,15 +944,7 @@ static int do_rename(struct fs *fs, struct fs_inode *sdir, const char *name,
 		taken = fs_link_renamed(fs, sdir, name, ddir, newname);
 	pthread_mutex_unlock(&fs->lock);
 	fs_link_rename_post(fs, promoted, taken, ddir, newname, 0);
-	ns_dir_invalidate(fs->ns, sdir->key, false);
-	ns_dir_invalidate(fs->ns, ddir->key, false);
-	fs_dir_touch(fs, sdir);
-	if (ddir != sdir)
-		fs_dir_touch(fs, ddir);
-	if (se.is_dir) {
-		ns_dir_invalidate(fs->ns, from, true);
-		ns_dir_invalidate(fs->ns, to, true);
-	}
+	rename_settle(fs, sdir, ddir, se.is_dir ? from : NULL, to);
 	return rc;
 }
 
