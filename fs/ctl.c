@@ -9,6 +9,7 @@
  * parallel, bounded by the cache's own in-flight limits.
  */
 #include <errno.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <time.h>
@@ -439,6 +440,15 @@ static void status_names(struct fs *fs, FILE *out, bool json, bool *first,
 		kv_u64(out, json, first, "inodes", mem);
 		kv_u64(out, json, first, "inodes_trimmed",
 		       atomic_load(&fs->trimmed));
+	}
+	{
+		/* malloc's own count, all arenas: what the daemon's
+		 * structures take (in use) and what it keeps free;
+		 * docs/performance.md "Memory per inode". */
+		struct mallinfo2 mi = mallinfo2();
+
+		kv_u64(out, json, first, "heap_in_use_bytes", mi.uordblks);
+		kv_u64(out, json, first, "heap_free_bytes", mi.fordblks);
 	}
 	kv_u64(out, json, first, "skipped_names", ns->skipped_names);
 }
