@@ -366,11 +366,16 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 	}
 	/* Offsets: 1 ".", 2 "..", then 3 + i for entry i. */
 	for (off_t i = off; (size_t)i < l->n + 2; i++) {
-		const struct ns_entry *e = i >= 2 ? &l->e[i - 2] : NULL;
-		const char *name = i == 0 ? "." : i == 1 ? ".." : e->name;
+		struct ns_entry le, *e = NULL;
+		const char *name = i == 0 ? "." : "..";
 		struct fuse_entry_param ep;
 		size_t n;
 
+		if (i >= 2) {
+			e = &le;
+			ns_listing_at(l, (size_t)i - 2, e);
+			name = e->name;
+		}
 		memset(&ep, 0, sizeof(ep));
 		if (!e) {
 			ep.attr.st_mode = S_IFDIR;

@@ -63,11 +63,14 @@ static int64_t wall_ms(void)
 void *ns_pack(const struct ns_listing *l, size_t *len_out)
 {
 	size_t len = NS_HEAD + 4, at = NS_HEAD;
+	struct ns_entry le, *e = &le;
 	unsigned char *b;
 
-	for (size_t i = 0; i < l->n; i++)
-		len += NS_FIXED + strlen(l->e[i].name) +
-		       strnlen(l->e[i].etag, sizeof(l->e[i].etag) - 1);
+	for (size_t i = 0; i < l->n; i++) {
+		ns_listing_at(l, i, e);
+		len += NS_FIXED + strlen(e->name) +
+		       strnlen(e->etag, sizeof(e->etag) - 1);
+	}
 	b = malloc(len);
 	if (!b)
 		return NULL; /* only costs a LIST after a remount */
@@ -75,8 +78,10 @@ void *ns_pack(const struct ns_listing *l, size_t *len_out)
 	util_put32le(b + 4, NS_VERSION);
 	util_put32le(b + 8, (uint32_t)l->n);
 	for (size_t i = 0; i < l->n; i++) {
-		const struct ns_entry *e = &l->e[i];
-		size_t nl = strlen(e->name);
+		size_t nl;
+
+		ns_listing_at(l, i, e);
+		nl = strlen(e->name);
 		size_t el = strnlen(e->etag, sizeof(e->etag) - 1);
 
 		b[at] = (unsigned char)nl;
@@ -186,7 +191,7 @@ int ns_parse(const unsigned char *b, size_t len,
 		*why = "bytes after the last entry";
 		return -EBADMSG;
 	}
-	return 0;
+	return ns_listing_seal(l);
 }
 
 struct ns_listing *ns_load(struct ns *ns, const char *dir_key)

@@ -31,10 +31,113 @@ void ns_listing_put(struct ns_listing *l)
 	util_assert(was > 0);
 	if (was != 1)
 		return;
-	for (size_t i = 0; i < l->n; i++)
-		free(l->e[i].name);
+	if (l->e)
+		for (size_t i = 0; i < l->n; i++)
+			free(l->e[i].name);
+	if (l->p)
+		for (size_t i = 0; i < l->n; i++)
+			util_etag_free(&l->p[i].etag);
 	free(l->e);
+	free(l->p);
+	free(l->names);
+	free(l->attrs);
 	free(l);
+}
+
+int ns_listing_seal(struct ns_listing *l)
+{
+	size_t nb = 0, na = 0, at = 0, ai = 0;
+	struct ns_pent *p;
+	struct ns_pattr *a = NULL;
+	char *names;
+
+	if (!l->e)
+		return 0; /* sealed, or empty */
+	for (size_t i = 0; i < l->n; i++) {
+		nb += strlen(l->e[i].name) + 1;
+		na += l->e[i].has_attr;
+	}
+	if (nb > UINT32_MAX)
+		return -ENOMEM; /* NS_LISTING_MAX_ENTRIES keeps it under */
+	p = calloc(l->n ? l->n : 1, sizeof(*p));
+	names = malloc(nb ? nb : 1);
+	if (na)
+		a = malloc(na * sizeof(*a));
+	if (!p || !names || (na && !a)) {
+		free(p);
+		free(names);
+		free(a);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < l->n; i++) {
+		const struct ns_entry *e = &l->e[i];
+		struct ns_pent *q = &p[i];
+		size_t len = strlen(e->name) + 1;
+
+		memcpy(names + at, e->name, len);
+		q->name = (uint32_t)at;
+		at += len;
+		q->size_bytes = e->size_bytes;
+		q->mtime_s = e->mtime_s;
+		util_etag_set(&q->etag, e->etag);
+		q->flags = (uint8_t)((e->is_dir ? NS_PF_DIR : 0) |
+				     (e->pending ? NS_PF_PENDING : 0) |
+				     (e->untyped ? NS_PF_UNTYPED : 0) |
+				     (e->no_meta ? NS_PF_NO_META : 0));
+		q->markers = (uint8_t)e->markers;
+		q->ftype = (uint8_t)((e->ftype & S_IFMT) >> 12);
+		q->attr = UINT32_MAX;
+		if (e->has_attr) {
+			a[ai] = (struct ns_pattr){
+				.mode = e->mode, .uid = e->uid, .gid = e->gid,
+				.rdev = e->rdev, .mtime_ns = e->mtime_ns,
+				.ctime_ns = e->ctime_ns, .atime_ns = e->atime_ns,
+			};
+			q->attr = (uint32_t)ai++;
+		}
+		free(e->name);
+	}
+	free(l->e);
+	l->e = NULL;
+	l->p = p;
+	l->names = names;
+	l->attrs = a;
+	return 0;
+}
+
+const char *ns_listing_name(const struct ns_listing *l, size_t i)
+{
+	return l->names + l->p[i].name;
+}
+
+void ns_listing_at(const struct ns_listing *l, size_t i,
+		   struct ns_entry *out)
+{
+	const struct ns_pent *q = &l->p[i];
+
+	memset(out, 0, sizeof(*out));
+	out->name = l->names + q->name;
+	out->is_dir = q->flags & NS_PF_DIR;
+	out->pending = (q->flags & NS_PF_PENDING) != 0;
+	out->untyped = (q->flags & NS_PF_UNTYPED) != 0;
+	out->no_meta = (q->flags & NS_PF_NO_META) != 0;
+	out->markers = q->markers;
+	out->ftype = (uint32_t)q->ftype << 12;
+	out->size_bytes = q->size_bytes;
+	out->mtime_s = q->mtime_s;
+	util_etag_text(&q->etag, out->etag);
+	if (q->attr != UINT32_MAX) {
+		const struct ns_pattr *a = &l->attrs[q->attr];
+
+		out->has_attr = true;
+		out->mode = a->mode;
+		out->uid = a->uid;
+		out->gid = a->gid;
+		out->rdev = a->rdev;
+		out->mtime_ns = a->mtime_ns;
+		out->ctime_ns = a->ctime_ns;
+		out->atime_ns = a->atime_ns;
+	}
 }
 
 /* A name a local disk could hold: skipped in listings otherwise (a name
@@ -255,6 +358,10 @@ static int fetch_listing(struct ns *ns, const char *dir_key,
 		return rc;
 	}
 	ns_dedup(l);
+	if ((rc = ns_listing_seal(l))) {
+		ns_listing_put(l);
+		return rc;
+	}
 	l->fetched_ms = util_now_ms();
 	ns_store_answered(ns);
 	*out = l;
@@ -443,23 +550,25 @@ struct ns_listing *ns_dir_listing(struct ns *ns, const char *dir_key,
 	return l;
 }
 
-const struct ns_entry *ns_listing_find(const struct ns_listing *l,
-				       const char *name)
+bool ns_listing_find(const struct ns_listing *l, const char *name,
+		     struct ns_entry *out)
 {
 	size_t lo = 0, hi = l->n;
 
 	while (lo < hi) {
 		size_t mid = (lo + hi) / 2;
-		int c = strcmp(l->e[mid].name, name);
+		int c = strcmp(ns_listing_name(l, mid), name);
 
-		if (!c)
-			return &l->e[mid];
+		if (!c) {
+			ns_listing_at(l, mid, out);
+			return true;
+		}
 		if (c < 0)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	return NULL;
+	return false;
 }
 
 int ns_resolve(struct ns *ns, const char *path, struct ns_entry *out,
@@ -470,7 +579,6 @@ int ns_resolve(struct ns *ns, const char *path, struct ns_entry *out,
 
 	key[0] = '\0';
 	while (*path) {
-		const struct ns_entry *e;
 		struct ns_listing *l;
 		char name[1025];
 		size_t n = strcspn(path, "/");
@@ -489,12 +597,10 @@ int ns_resolve(struct ns *ns, const char *path, struct ns_entry *out,
 		l = ns_dir_listing(ns, key, &err);
 		if (!l)
 			return err;
-		e = ns_listing_find(l, name);
-		if (!e) {
+		if (!ns_listing_find(l, name, &cur)) {
 			ns_listing_put(l);
 			return -ENOENT;
 		}
-		cur = *e;
 		cur.name = NULL;
 		ns_listing_put(l);
 		kl += (size_t)snprintf(key + kl, key_len - kl, "%s%s", name,

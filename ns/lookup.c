@@ -147,17 +147,14 @@ static int look_up(struct ns *ns, const char *dir_key, const char *name,
 	}
 	for (int tries = 0;; tries++) {
 		struct ns_listing *l = ns_dir_listing(ns, dir_key, &err);
-		const struct ns_entry *e;
-		bool ask;
+		bool e, ask;
 
 		if (!l)
 			return err;
 		*gen = l->gen;
-		e = ns_listing_find(l, name);
-		if (e) {
-			*out = *e;
+		e = ns_listing_find(l, name, out);
+		if (e)
 			out->name = NULL;
-		}
 		key[kl - 1] = '\0';
 		h = key_hash(key);
 		ask = !e && tries == 0 && neg_ask(ns, l, h);
@@ -404,10 +401,10 @@ static struct ns_listing *view_once(struct ns *ns, const char *dir_key,
 	ns_dedup(m); /* the dirty entries, sorted */
 	nadd = m->n;
 	for (size_t i = 0; !v.err && i < l->n; i++) {
-		const struct ns_entry *e = &l->e[i];
-		struct ns_entry *p = NULL;
+		struct ns_entry le, *e = &le, *p = NULL;
 		size_t lo = 0, hi = nadd;
 
+		ns_listing_at(l, i, &le);
 		while (lo < hi) { /* a dirty entry of that name wins */
 			size_t mid = (lo + hi) / 2;
 			int c = strcmp(m->e[mid].name, e->name);
@@ -443,6 +440,10 @@ static struct ns_listing *view_once(struct ns *ns, const char *dir_key,
 		return NULL;
 	}
 	ns_dedup(m);
+	if ((*err = ns_listing_seal(m))) {
+		ns_listing_put(m);
+		return NULL;
+	}
 	return m;
 }
 

@@ -91,7 +91,16 @@ struct ns_listing {
 	uint64_t fetched_ms;    /* util_now_ms of its LIST; 0: stale */
 	uint64_t gen;           /* the directory's generation before the LIST */
 	size_t n;
-	struct ns_entry *e;     /* sorted by name (strcmp) */
+	/* While it is built (ns_add_entry, ns_dedup): n whole entries.  A
+	 * listing handed out of this module is sealed: its entries packed
+	 * (e NULL), read with ns_listing_at and ns_listing_find; a kept
+	 * listing costs about 60 bytes an entry and its name instead of
+	 * 200 (docs/performance.md "Memory per inode"). */
+	struct ns_entry *e;
+	struct ns_pent *p;      /* sealed: n entries, sorted by name */
+	char *names;            /* sealed: their names, each ending in NUL */
+	struct ns_pattr *attrs; /* sealed: the attributes of those that have
+	                         * them (a dirty name's) */
 };
 
 struct ns_config {
@@ -190,8 +199,16 @@ int ns_key_check(struct ns *ns, const char *key, const char *what);
 struct ns_listing *ns_dir_listing(struct ns *ns, const char *dir_key,
 				  int *err);
 void ns_listing_put(struct ns_listing *l);
-const struct ns_entry *ns_listing_find(const struct ns_listing *l,
-				       const char *name);
+/* Entry i of a sealed listing into *out; out->name points into l (valid
+ * while the caller holds its reference). */
+void ns_listing_at(const struct ns_listing *l, size_t i,
+		   struct ns_entry *out);
+/* The name of entry i of a sealed listing. */
+const char *ns_listing_name(const struct ns_listing *l, size_t i);
+/* The entry of that name of a sealed listing into *out (as
+ * ns_listing_at); false when the listing has none. */
+bool ns_listing_find(const struct ns_listing *l, const char *name,
+		     struct ns_entry *out);
 /* Forgets cached listings of dir_key (marks them stale), or with prefix
  * every listing under it too; in the index as well. */
 void ns_dir_invalidate(struct ns *ns, const char *dir_key, bool prefix);

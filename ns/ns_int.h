@@ -92,6 +92,29 @@ int ns_add_entry(struct ns_listing *l, size_t *cap, const char *name,
 		 bool is_dir, const struct obj_entry *oe);
 /* Sorts l and keeps one entry per name (the directory if both). */
 void ns_dedup(struct ns_listing *l);
+/* A sealed listing's entry: ns_entry's fields, packed (56 bytes). */
+struct ns_pent {
+	uint32_t name;          /* offset into the listing's names */
+	uint32_t attr;          /* index into its attrs; UINT32_MAX: none */
+	uint64_t size_bytes;
+	int64_t mtime_s;
+	struct util_etag etag;  /* binary in S3's form, else text */
+	uint8_t flags;          /* NS_PF_* */
+	uint8_t markers;        /* NS_MARK_* */
+	uint8_t ftype;          /* S_IFMT bits >> 12 */
+};
+#define NS_PF_DIR     1u
+#define NS_PF_PENDING 2u
+#define NS_PF_UNTYPED 4u
+#define NS_PF_NO_META 8u
+/* The attributes ns_entry has when has_attr. */
+struct ns_pattr {
+	uint32_t mode, uid, gid, rdev;
+	int64_t mtime_ns, ctime_ns, atime_ns;
+};
+/* Packs l's built entries (ns_dedup first): 0, or -ENOMEM with l as it
+ * was. */
+int ns_listing_seal(struct ns_listing *l);
 /* The type of a zero-byte object key (e: its entry); *budget: HEADs the
  * caller may still make. */
 void ns_type_of_empty(struct ns *ns, const char *key, struct ns_entry *e,

@@ -240,9 +240,12 @@ static void put(struct env *e, const char *key, const char *data,
 static const struct ns_entry *find(const struct ns_listing *l,
 				   const char *name)
 {
-	const struct ns_entry *x = ns_listing_find(l, name);
+	/* a few at once may be in use (find(a)->x == find(b)->x) */
+	static struct ns_entry found[8];
+	static unsigned next;
+	struct ns_entry *x = &found[next++ % 8];
 
-	if (!x)
+	if (!ns_listing_find(l, name, x))
 		fail_msg("'%s' is not in the listing", name);
 	return x;
 }
@@ -295,7 +298,8 @@ static void test_listing_kinds(void **state)
 	assert_true(find(l, "g")->no_meta);
 	assert_false(find(l, "f")->no_meta);
 	for (size_t i = 1; i < l->n; i++) /* sorted, one entry a name */
-		assert_true(strcmp(l->e[i - 1].name, l->e[i].name) < 0);
+		assert_true(strcmp(ns_listing_name(l, i - 1),
+				   ns_listing_name(l, i)) < 0);
 	ns_listing_put(l);
 	ns_get_stats(e->ns, &s);
 	assert_int_equal(s.skipped_names, 1);
@@ -377,12 +381,18 @@ static void test_listing_index(void **state)
 	assert_int_equal(ns_parse(b, len, m, &why), 0);
 	assert_int_equal(m->n, l->n);
 	for (size_t i = 0; i < l->n; i++) {
-		assert_string_equal(m->e[i].name, l->e[i].name);
-		assert_int_equal(m->e[i].is_dir, l->e[i].is_dir);
-		assert_int_equal(m->e[i].size_bytes, l->e[i].size_bytes);
-		assert_int_equal(m->e[i].mtime_s, l->e[i].mtime_s);
-		assert_string_equal(m->e[i].etag, l->e[i].etag);
-		assert_int_equal(m->e[i].no_meta, l->e[i].no_meta);
+		struct ns_entry x, y;
+
+		ns_listing_at(m, i, &x);
+		ns_listing_at(l, i, &y);
+		assert_string_equal(x.name, y.name);
+		assert_int_equal(x.is_dir, y.is_dir);
+		assert_int_equal(x.size_bytes, y.size_bytes);
+		assert_int_equal(x.mtime_s, y.mtime_s);
+		assert_string_equal(x.etag, y.etag);
+		assert_int_equal(x.no_meta, y.no_meta);
+		assert_int_equal(x.markers, y.markers);
+		assert_int_equal(x.untyped, y.untyped);
 	}
 	ns_listing_put(m);
 	b[len / 2] ^= 1;
@@ -411,6 +421,96 @@ static void test_listing_index(void **state)
 	assert_int_equal(g_lists, 0);
 	ns_get_stats(e->ns, &s);
 	assert_int_equal(s.index_loads, 1);
+}
+
+/* A sealed listing gives back every field it was built with: ETags in
+ * S3's form (kept in binary), with "-N", and any other text; a dirty
+ * entry's attributes; types, markers and flags.  Lookups by name find
+ * each entry and nothing between them. */
+static void test_listing_seal(void **state)
+{
+	static const char *etags[] = {
+		"0123456789abcdef0123456789abcdef",
+		"0123456789abcdef0123456789abcdef-17",
+		"0123456789ABCDEF0123456789ABCDEF", /* not S3's: text */
+		"12-34-56", "", "dir",
+	};
+	struct ns_listing *l = calloc(1, sizeof(*l));
+	struct ns_entry x;
+	size_t cap = 0;
+
+	(void)state;
+	assert_non_null(l);
+	atomic_store(&l->refs, 1);
+	for (int i = 0; i < 60; i++) {
+		struct obj_entry oe = { .size_bytes = (uint64_t)i << 33,
+					.mtime_s = 1000000000 + i,
+					.no_meta = i % 5 == 0 };
+		char name[32];
+
+		snprintf(oe.etag, sizeof(oe.etag), "%s", etags[i % 6]);
+		snprintf(name, sizeof(name), "n%03d", 59 - i); /* unsorted */
+		assert_int_equal(ns_add_entry(l, &cap, name, i % 7 == 0, &oe),
+				 0);
+		struct ns_entry *e = &l->e[l->n - 1];
+
+		e->markers = (unsigned)i % 8;
+		e->untyped = i % 3 == 0;
+		e->pending = i % 4 == 0;
+		e->ftype = i % 7 ? (i % 2 ? S_IFLNK : S_IFIFO) : 0;
+		if (i % 4 == 0) {
+			e->has_attr = true;
+			e->mode = 0600 + (unsigned)i;
+			e->uid = 1000 + (unsigned)i;
+			e->gid = 2000 + (unsigned)i;
+			e->rdev = 77 + (unsigned)i;
+			e->mtime_ns = 1000000000123LL * i;
+			e->ctime_ns = 2000000000456LL * i;
+			e->atime_ns = 3000000000789LL * i;
+		}
+	}
+	ns_dedup(l);
+	assert_int_equal(ns_listing_seal(l), 0);
+	assert_null(l->e);
+	assert_int_equal(l->n, 60);
+	for (int i = 0; i < 60; i++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "n%03d", 59 - i);
+		assert_true(ns_listing_find(l, name, &x));
+		assert_string_equal(x.name, name);
+		assert_int_equal(x.size_bytes, (uint64_t)i << 33);
+		assert_int_equal(x.mtime_s, 1000000000 + i);
+		assert_string_equal(x.etag, etags[i % 6]);
+		assert_int_equal(x.no_meta, i % 5 == 0);
+		assert_int_equal(x.is_dir, i % 7 == 0);
+		assert_int_equal(x.markers, (unsigned)i % 8);
+		assert_int_equal(x.untyped, i % 3 == 0);
+		assert_int_equal(x.pending, i % 4 == 0);
+		assert_int_equal(x.ftype, i % 7 ? (i % 2 ? S_IFLNK : S_IFIFO)
+					       : 0);
+		assert_int_equal(x.has_attr, i % 4 == 0);
+		if (i % 4 == 0) {
+			assert_int_equal(x.mode, 0600 + (unsigned)i);
+			assert_int_equal(x.uid, 1000 + (unsigned)i);
+			assert_int_equal(x.gid, 2000 + (unsigned)i);
+			assert_int_equal(x.rdev, 77 + (unsigned)i);
+			assert_int_equal(x.mtime_ns, 1000000000123LL * i);
+			assert_int_equal(x.ctime_ns, 2000000000456LL * i);
+			assert_int_equal(x.atime_ns, 3000000000789LL * i);
+		} else {
+			assert_int_equal(x.mode, 0);
+			assert_int_equal(x.mtime_ns, 0);
+		}
+	}
+	for (size_t i = 1; i < l->n; i++)
+		assert_true(strcmp(ns_listing_name(l, i - 1),
+				   ns_listing_name(l, i)) < 0);
+	assert_false(ns_listing_find(l, "n0305", &x));
+	assert_false(ns_listing_find(l, "a", &x));
+	assert_false(ns_listing_find(l, "z", &x));
+	assert_int_equal(ns_listing_seal(l), 0); /* sealed: nothing to do */
+	ns_listing_put(l);
 }
 
 /* Memory holds at most listing_mem_entries entries (but for the listing
@@ -475,7 +575,7 @@ static void test_store_down(void **state)
 	l = ns_dir_listing(e->ns, "", &err);
 	assert_non_null(l);
 	assert_int_equal(err, 0);
-	assert_non_null(ns_listing_find(l, "k"));
+	assert_true(ns_listing_find(l, "k", &(struct ns_entry){ 0 }));
 	ns_listing_put(l);
 	assert_false(ns_store_up(e->ns));
 	assert_false(ns_connected(e->ns));
@@ -630,9 +730,11 @@ static void test_find_with_writeback(void **state)
 	v = ns_dir_view(e->ns, "", &err);
 	assert_non_null(v);
 	assert_int_equal(v->n, 2);
-	assert_string_equal(v->e[0].name, "keep");
-	assert_string_equal(v->e[1].name, "new");
-	assert_true(v->e[1].is_dir);
+	assert_string_equal(ns_listing_name(v, 0), "keep");
+	ns_listing_at(v, 1, &x);
+	assert_string_equal(x.name, "new");
+	assert_true(x.is_dir);
+	assert_true(x.pending);
 	ns_listing_put(v);
 }
 
@@ -855,6 +957,7 @@ int main(void)
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_listing_index, setup,
 						teardown),
+		cmocka_unit_test(test_listing_seal),
 		cmocka_unit_test_setup_teardown(test_listing_memory_bound,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_down, setup,
