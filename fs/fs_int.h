@@ -255,8 +255,9 @@ struct fs {
 	pthread_t probe_thread;
 	bool probe_stop, probe_started;
 	size_t trim_cursor;        /* where fs_inodes_trim looks next (lock) */
-	bool trim_pending;         /* trimmed since the last malloc_trim
-	                            * (the prober's) */
+	uint64_t inodes_freed;     /* inodes freed, ever (lock); the prober
+	                            * gives the heap's free pages back once
+	                            * it stops moving */
 	atomic_uint_fast64_t trimmed; /* names the kernel was asked to drop */
 	/* control socket */
 	int ctl_fd;

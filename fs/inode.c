@@ -209,6 +209,7 @@ static void maybe_free(struct fs *fs, struct fs_inode *in)
 						    fs_iname(in))],
 			     in, true);
 		fs->ninodes--;
+		fs->inodes_freed++;
 		fs_tk_inode_drop(fs, in->ino);
 		inode_free(in);
 		parent->children--;

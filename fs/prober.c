@@ -18,7 +18,7 @@
 static void *prober(void *arg)
 {
 	struct fs *fs = arg;
-	uint64_t next = 0;
+	uint64_t next = 0, freed_seen = 0, freed_at_trim = 0;
 	size_t trimmed = 0;
 
 	pthread_mutex_lock(&fs->probe_lock);
@@ -32,14 +32,22 @@ static void *prober(void *arg)
 		if (fs->probe_stop)
 			break;
 		pthread_mutex_unlock(&fs->probe_lock);
-		if (!(trimmed = fs_inodes_trim(fs)) && fs->trim_pending) {
-			/* The kernel's FORGETs have freed them: give the
-			 * pages back (the fs keeps glibc from doing so
-			 * by itself, fs_run's mallopt). */
-			fs->trim_pending = false;
+		trimmed = fs_inodes_trim(fs);
+		pthread_mutex_lock(&fs->lock);
+		uint64_t freed = fs->inodes_freed;
+		pthread_mutex_unlock(&fs->lock);
+		if (freed != freed_seen) {
+			freed_seen = freed; /* still freeing: a round more */
+		} else if (freed != freed_at_trim && !trimmed) {
+			/* A walk's inodes (the kernel's FORGETs, ours or
+			 * its own) and listings are freed and nothing more
+			 * goes: give the free pages back, which the fs keeps
+			 * glibc from doing by itself (serve's mallopt).
+			 * About 20 MB after `find` over 200,000 objects
+			 * (docs/performance.md "Memory per inode"). */
+			freed_at_trim = freed;
 			malloc_trim(0);
 		}
-		fs->trim_pending |= trimmed > 0;
 		pthread_mutex_lock(&fs->probe_lock);
 		if (fs->probe_stop)
 			break;
