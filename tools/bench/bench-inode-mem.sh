@@ -9,7 +9,9 @@
 #   FILES objects each (READDIRPLUS: an inode for every entry, and every
 #   listing kept in memory), then `echo 2 > /proc/sys/vm/drop_caches` (the
 #   kernel forgets the inodes, the listings stay).  The heap in use
-#   (mallinfo2().uordblks, read with gdb in the daemon) before, after the
+#   (mallinfo2().uordblks over all arenas: `fmfs status`'s
+#   heap_in_use_bytes, or read with gdb from a daemon older than that
+#   field) before, after the
 #   ls and after the drop gives:
 #
 #     per inode          (after ls - after drop) / inodes forgotten
@@ -29,7 +31,10 @@
 #   BENCH_FMFS=PATH       the fmfs binary (tools/fmfs)
 #   BENCH_TMPDIR=DIR      where the temporary directory goes (/tmp)
 #
-# Needs root (drop_caches, gdb attaching to the daemon) and gdb.
+# Needs root (drop_caches), and gdb only for an fmfs whose status lacks
+# heap_in_use_bytes (BENCH_FMFS of an older tree).  On some kernels gdb
+# attaching to the daemon kills it ("Couldn't write extended state
+# status"): the status field does not attach.
 # Cost: a minute or two; the gateway's upload of DIRS*FILES objects is
 # not timed.
 #
@@ -48,18 +53,25 @@ GATEWAY=${BENCH_GATEWAY:-1}
 FMFS=${BENCH_FMFS:-$ROOT/tools/fmfs}
 bench_positive DIRS FILES
 bench_args "$@"
-bench_need gdb
-[ "$(id -u)" = 0 ] || die "needs root (drop_caches, gdb attaching to the daemon)"
+[ "$(id -u)" = 0 ] || die "needs root (drop_caches)"
 [ -x "$FMFS" ] || die "$FMFS missing: run ./configure && make"
 bench_init inode-mem no-vm
 
-heap() { # PID: bytes of heap in use
-	gdb -p "$1" -batch -ex 'p (unsigned long)mallinfo2().uordblks' \
-		2>/dev/null | awk '/^\$/{print $3}'
-}
-
 field() { # FIELD: its value in `fmfs status`
 	"$FMFS" status "$TMP/mnt" | awk -v f="$1:" '$1 == f {print $2}'
+}
+
+heap() { # PID: bytes of heap in use
+	local h
+	h=$(field heap_in_use_bytes)
+	if [ -z "$h" ]; then # an older fmfs: ask malloc through gdb
+		command -v gdb >/dev/null ||
+			die "$FMFS has no heap_in_use_bytes in its status, and gdb is missing to read it"
+		h=$(gdb -p "$1" -batch \
+			-ex 'p (unsigned long)mallinfo2().uordblks' \
+			2>/dev/null | awk '/^\$/{print $3}')
+	fi
+	echo "$h"
 }
 
 settle() { # until no HEAD behind a listing waits (at most a minute)
@@ -94,7 +106,7 @@ measure() { # STORE MOUNT-OPTS...: one round, one line in RESULTS
 	i2=$(field inodes)
 	"$FMFS" umount "$TMP/mnt" || die "umount failed"
 	if [ -z "$h0" ] || [ -z "$h1" ] || [ -z "$h2" ] || [ "$i1" -le "$i2" ]; then
-		die "no figures (gdb could not read the daemon's heap?)"
+		die "no figures (the daemon's heap could not be read)"
 	fi
 	record "$STORE_NAME" inode $(((h1 - h2) / (i1 - i2)))
 	record "$STORE_NAME" entry $(((h2 - h0) / (DIRS * FILES)))
