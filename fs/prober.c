@@ -106,27 +106,85 @@ static bool trimmable(const struct fs *fs, const struct fs_inode *in)
 	       !fs_xr(in)->links && !in->unlinked && in->parent;
 }
 
+/* The k-th smallest (0-based) of the n values a (reordered): Hoare's
+ * selection, n > k. */
+static uint64_t kth_smallest(uint64_t *a, size_t n, size_t k)
+{
+	size_t lo = 0, hi = n - 1;
+
+	while (lo < hi) {
+		uint64_t p = a[lo + (hi - lo) / 2], t;
+		size_t i = lo, j = hi;
+
+		while (i <= j) {
+			while (a[i] < p)
+				i++;
+			while (a[j] > p)
+				j--;
+			if (i <= j) {
+				t = a[i], a[i] = a[j], a[j] = t;
+				i++;
+				if (j-- == 0)
+					break;
+			}
+		}
+		if (k <= j && j != (size_t)-1)
+			hi = j;
+		else if (k >= i)
+			lo = i;
+		else
+			break;
+	}
+	return a[k];
+}
+
+/* The node id at or below which the want oldest trimmable inodes lie
+ * (node ids grow with each new inode): the names dropped are the
+ * walk's oldest, so what stays was made last, on the heap's latest
+ * pages, and the pages of the dropped ones come free whole for
+ * malloc_trim (docs/performance.md "Memory per inode").  UINT64_MAX:
+ * any (fewer trimmable than want, or no memory to choose).  Lock
+ * held. */
+static uint64_t oldest_bound(struct fs *fs, size_t want)
+{
+	uint64_t *ids = malloc(fs->ninodes * sizeof(*ids)), t = UINT64_MAX;
+	size_t m = 0;
+
+	for (size_t b = 0; ids && b < fs->nbuckets; b++)
+		for (struct fs_inode *in = fs->by_ino[b];
+		     in && m < fs->ninodes; in = in->next_ino)
+			if (trimmable(fs, in))
+				ids[m++] = in->ino;
+	if (ids && m > want)
+		t = kth_smallest(ids, m, want - 1);
+	free(ids);
+	return t;
+}
+
 size_t fs_inodes_trim(struct fs *fs)
 {
 	size_t cap = fs->cfg.inode_max, want, n = 0;
 	struct trim_name *v;
+	uint64_t bound;
 
 	pthread_mutex_lock(&fs->lock);
 	if (fs->ninodes <= cap) {
 		pthread_mutex_unlock(&fs->lock);
 		return 0;
 	}
-	/* Down to 90% of the bound, at most FS_TRIM_MAX a round. */
+	/* Down to 90% of the bound, at most FS_TRIM_MAX a round, the
+	 * oldest first. */
 	want = fs->ninodes - cap / 10 * 9;
 	if (want > FS_TRIM_MAX)
 		want = FS_TRIM_MAX;
+	bound = oldest_bound(fs, want);
 	v = malloc(want * sizeof(*v));
 	for (size_t i = 0; v && n < want && i < fs->nbuckets; i++) {
 		size_t b = (fs->trim_cursor + i) & (fs->nbuckets - 1);
 
 		for (struct fs_inode *in = fs->by_ino[b]; in && n < want;
 		     in = in->next_ino) {
-			if (!trimmable(fs, in))
+			if (!trimmable(fs, in) || in->ino > bound)
 				continue;
 			v[n].name = strdup(fs_iname(in));
 			if (!v[n].name)

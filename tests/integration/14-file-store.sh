@@ -11,7 +11,9 @@
 # mount that keeps the size and the mtime (rsync -t, touch -r) is read;
 # (d) the store's own .fmfs cannot be made through a mount (EPERM);
 # (e) a store directory removed and made again under a live mount;
-# (f) a directory made through a mount stays when its last file goes.
+# (f) a directory made through a mount stays when its last file goes;
+# (g) past --memory-inodes the kernel drops names, the oldest first, and
+# an open file keeps its inode.
 . "$TOP/tests/lib/common.sh"
 
 cd "$TEST_DIR"
@@ -232,4 +234,35 @@ $FMFS mount "file://$S/m" "$MNT" --cache-dir "$TEST_DIR/cache-m" --async-delay 0
 rmdir "$MNT/d/e" "$MNT/d" || fail "rmdir of the emptied directories"
 $FMFS flush --wait "$MNT" || fail "flush of the rmdirs"
 [ -e "$S/m/d" ] && fail "d/ is still in the store after rmdir"
+$FMFS umount "$MNT" || fail "umount"
+
+note "--memory-inodes: past the bound the kernel is asked to drop names, the oldest first, down to 90%; an open file's inode stays"
+B=$S/bound
+mkdir -p "$B/a" "$B/b"
+for i in $(seq -w 1 700); do : >"$B/a/f$i"; : >"$B/b/f$i"; done
+echo kept >"$B/a/open"
+$FMFS mount "file://$B" "$MNT" --cache-dir "$TEST_DIR/cache-bound" --memory-inodes 1000 ||
+	fail "mount of file://$B with --memory-inodes 1000 failed"
+exec 7<"$MNT/a/open"
+ino_open=$(stat -c %i "$MNT/a/open")
+stat -c '%n %i' "$MNT"/a/f* >"$TEST_DIR/ino-a" # the oldest names
+stat -c '%n %i' "$MNT"/b/f* >"$TEST_DIR/ino-b" # the latest
+field() { $FMFS status "$MNT" | awk -v f="$1:" '$1 == f {print $2}'; }
+for _ in $(seq 100); do
+	[ "$(field inodes)" -le 1000 ] && break
+	sleep 0.1
+done
+inodes=$(field inodes)
+[ "$inodes" -le 1000 ] || fail "the daemon holds $inodes inodes, over --memory-inodes 1000"
+[ "$(field inodes_trimmed)" -ge 400 ] || fail "inodes_trimmed is $(field inodes_trimmed), not at least 400 (1,403 names looked up, bound 1000)"
+# a name dropped is looked up again (a new node id); one kept is not
+stat -c '%n %i' "$MNT"/a/f* | diff -q - "$TEST_DIR/ino-a" >/dev/null &&
+	fail "a/'s names, the oldest, kept their node ids: nothing dropped the oldest first"
+tail -300 "$TEST_DIR/ino-b" >"$TEST_DIR/ino-b-last"
+stat -c '%n %i' $(awk '{print $1}' "$TEST_DIR/ino-b-last") | diff - "$TEST_DIR/ino-b-last" ||
+	fail "the 300 names looked up last lost their node ids: the trim did not take the oldest first"
+[ "$(stat -c %i "$MNT/a/open")" = "$ino_open" ] || fail "the open file's inode was dropped"
+[ "$(cat <&7)" = kept ] || fail "the open file reads wrong after the trim"
+exec 7<&-
+[ "$(find "$MNT" -type f | wc -l)" = 1401 ] || fail "find after the trim does not see the 1,401 files"
 $FMFS umount "$MNT" || fail "umount"
