@@ -311,12 +311,6 @@ struct fs_inode *fs_inode_ref(struct fs *fs, struct fs_inode *dir,
 		in->next_name = fs->by_name[hb];
 		fs->by_name[hb] = in;
 		fs->ninodes++;
-		/* Past the bound: the prober trims now, not at its next
-		 * round a second on; a walk makes 100,000 a second, and
-		 * the pages of a higher peak stay the daemon's after. */
-		if (fs->ninodes > fs->cfg.inode_max &&
-		    !(fs->ninodes & 1023))
-			pthread_cond_signal(&fs->probe_cond);
 		if (!in->ftype_c)
 			fs_set_ftype(in, e->ftype);
 		fs_tk_maybe_compact(fs);
