@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * prober.c - the fs's one background thread: once a second it trims the
- * inodes past the bound (fs_inodes_trim), and while the store is
+ * inodes past the bound (fs_inodes_trim, the oldest first), gives the
+ * heap's free pages back once inode frees stop, and while the store is
  * unreachable it asks it every NS_OFFLINE_MS whether it answers again
  * (ns_store_probe, one small request), so that the mount reconnects
  * without waiting for a request of the kernel's, and `fmfs status` says
