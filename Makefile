@@ -87,9 +87,9 @@ NS_A = ns/libns.a $(CACHE_A)
 NS_LIBS = $(CACHE_LIBS)
 
 # fs/: the FUSE adapter over ns + cache
-FS_OBJS = fs/fs.o fs/inode.o fs/attr.o fs/mount.o fs/ctl.o fs/write.o fs/link.o \
-	fs/passthrough.o fs/uring.o fs/takeover.o fs/tk_replay.o fs/tk_replies.o \
-	fs/prober.o fs/metrics.o
+FS_OBJS = fs/fs.o fs/inode.o fs/attr.o fs/mount.o fs/ctl.o fs/write.o fs/names.o \
+	fs/link.o fs/passthrough.o fs/uring.o fs/takeover.o fs/tk_replay.o \
+	fs/tk_replies.o fs/prober.o fs/metrics.o
 FS_A = fs/libfs.a $(NS_A) $(METRICS_A)
 FS_LIBS = $(FUSE_LIBS) $(NS_LIBS) $(METRICS_LIBS)
 $(FS_OBJS): CPPFLAGS += $(FUSE_CFLAGS) $(MHD_CFLAGS)

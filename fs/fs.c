@@ -10,8 +10,9 @@
  * check and the kernel's copy; keep_cache is set while an object's ETag
  * is unchanged, so a re-read is served by the page cache without
  * reaching us.  Write side (create, write, setattr, unlink, rename,
- * mkdir, symlink, xattrs, fsync) is in write.c over the cache's
- * write-back (cache/wb.h); on a `--mode ro` mount it answers EROFS.
+ * mkdir, symlink, xattrs, fsync) is in write.c, names.c and attr.c over
+ * the cache's write-back (cache/wb.h); on a `--mode ro` mount it answers
+ * EROFS.
  * Hard links (link, and what unlink and rename do to a linked name) are
  * in link.c.  FUSE passthrough, where the kernel offers it, is in
  * passthrough.c.

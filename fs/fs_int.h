@@ -2,7 +2,7 @@
 /*
  * fs_int.h - shared by the files of the fs module: the inode table and
  * cached directory listings (inode.c), the FUSE operations (fs.c,
- * write.c, link.c) and the control socket (ctl.c).
+ * write.c, names.c, link.c) and the control socket (ctl.c).
  */
 #ifndef FMFS_FS_INT_H
 #define FMFS_FS_INT_H
@@ -513,6 +513,7 @@ int fs_lost_check(struct fs *fs, const char *key, const char *etag);
 int fs_open_w(struct fs *fs, struct fs_inode *in, int flags,
 	      struct fs_handle *h);
 void fs_write_ops(struct fuse_lowlevel_ops *ops);
+/* names.c */
 void fs_op_readlink(fuse_req_t req, fuse_ino_t ino);
 /* fs.c: LOOKUP's answer (also a redone mkdir's: tk_replies.c) */
 void fs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name);
@@ -520,7 +521,17 @@ void fs_on_done(void *arg, const char *key, const char *etag, uint64_t size,
 		bool deleted);
 void fs_handle_put(struct fs_handle *h);
 
-/* write.c, for link.c */
+/* write.c, for names.c: the entry of a new dirty name under dir (a
+ * reference the caller replies with), and the attributes of one made by
+ * req's caller now */
+struct fs_inode *fs_new_entry(struct fs *fs, struct fs_inode *dir,
+			      const char *name, const struct cache_wattr *a);
+void fs_ctx_attr(fuse_req_t req, enum cache_wkind kind, mode_t mode,
+		 struct cache_wattr *a);
+/* names.c: mkdir, mknod, symlink, unlink, rmdir, rename */
+void fs_names_ops(struct fuse_lowlevel_ops *ops);
+
+/* write.c, for link.c and names.c */
 int fs_child_key(struct fs *fs, const struct fs_inode *dir,
 		 const char *name, bool is_dir, char *key, size_t len,
 		 const char *what);

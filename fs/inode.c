@@ -419,7 +419,7 @@ void fs_inode_attr_known(struct fs *fs, struct fs_inode *in)
 	pthread_mutex_unlock(&fs->lock);
 }
 
-/* ---- changes (write.c) ---- */
+/* ---- changes (write.c, names.c) ---- */
 
 struct fs_inode *fs_inode_by_key(struct fs *fs, const char *key)
 {
