@@ -436,26 +436,34 @@ full:
 	atomic_fetch_or(&t->head->flags, TK_F_FULL);
 }
 
-/* Whether the log is due a compaction: past TK_COMPACT_MIN, and twice
- * what the last one left (so a large live set is not rewritten at each
- * record).  A walk that makes and drops inodes under the bound on them
- * (--memory-inodes) appends without end; the log's pages are its
- * memory. */
-static bool compact_due(struct fs_tk *t)
+/* Whether the log is due a compaction: past TK_COMPACT_MIN, and grown
+ * since the last one by half what the live inodes would take now
+ * (ninodes, TK_REC_TYPICAL each), or by TK_COMPACT_MIN / 4 if more, so
+ * that a live set is rewritten once per half its size appended.  A walk
+ * that makes and drops inodes under the bound on them (--memory-inodes)
+ * appends without end, and the log's pages are its memory: it stays
+ * within 1.5 times the live set, and a compaction made while a walk held
+ * many more inodes than it does now is followed by another soon
+ * (docs/keeper.md).  ninodes 0: the least growth (a check without
+ * fs->lock, which the caller repeats under it). */
+static bool compact_due(struct fs_tk *t, size_t ninodes)
 {
 	uint64_t end = atomic_load(&t->head->state) & ~(1ull << 63);
+	uint64_t want = (uint64_t)ninodes * TK_REC_TYPICAL / 2;
 
-	return end >= TK_COMPACT_MIN && end >= 2 * t->compacted;
+	if (want < TK_COMPACT_MIN / 4)
+		want = TK_COMPACT_MIN / 4;
+	return end >= TK_COMPACT_MIN && end >= t->compacted + want;
 }
 
 void fs_tk_maybe_compact(struct fs *fs)
 {
 	struct fs_tk *t = fs->tk;
 
-	if (!t || !compact_due(t))
+	if (!t || !compact_due(t, fs->ninodes))
 		return;
 	pthread_mutex_lock(&t->lock);
-	if (compact_due(t)) {
+	if (compact_due(t, fs->ninodes)) {
 		compact_locked(fs);
 		t->compacted = atomic_load(&t->head->state) & ~(1ull << 63);
 	}
@@ -466,7 +474,7 @@ void fs_tk_maybe_compact(struct fs *fs)
  * the inode table is read under it, and fs->lock comes first. */
 static void maybe_compact_unlocked(struct fs *fs)
 {
-	if (!compact_due(fs->tk))
+	if (!compact_due(fs->tk, 0))
 		return;
 	pthread_mutex_lock(&fs->lock);
 	fs_tk_maybe_compact(fs);

@@ -16,6 +16,9 @@
 #define TK_HEAD 4096u
 #define TK_HALF (64u << 20)     /* sparse: only what is written is used */
 #define TK_COMPACT_MIN (4u << 20) /* a log this long may be compacted */
+#define TK_REC_TYPICAL 48         /* an inode's record, its name included:
+                                   * compact_due's estimate of the live
+                                   * set */
 #define TK_PINNED (1ull << 40)  /* lookup count of a replayed inode */
 
 enum { TK_INODE = 1, TK_MOVE, TK_UNLINKED, TK_DROP, TK_OPEN, TK_CLOSE,
