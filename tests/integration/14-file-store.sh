@@ -21,7 +21,10 @@ S=$TEST_DIR/store
 mkdir -p "$S"
 MIB=$((1024 * 1024))
 PIDS=()
-trap 'for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+# fd 7: a file held open on the mount (the --memory-inodes step); closed
+# first, or a failure there would leave the mount busy
+trap 'exec 7<&- 2>/dev/null || true
+      for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
       unmount_quietly "$TEST_DIR/mnt"; cleanup_common' EXIT
 
 # debris: the entries under .fmfs/tmp and .fmfs/uploads, one a line.
