@@ -132,15 +132,6 @@ static bool marker_ok(const char *key, struct obj_error *err)
 	return true;
 }
 
-/* splitmix64's finalizer: every bit of x moves about half of the
- * result's. */
-static uint64_t mix64(uint64_t x)
-{
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
 /* A 128-bit hash of SIZE, MTIME_NS, CTIME_NS and INODE, written as 32 hex
  * digits: the ctime and the inode number catch what keeps the size and
  * the mtime (rsync -t, tar, touch -r): the ctime cannot be set back, and
@@ -159,11 +150,11 @@ void px_etag_of(const struct stat *sb, char *out)
 	uint64_t a = 0x243f6a8885a308d3ull, b = 0x13198a2e03707344ull;
 
 	for (int i = 0; i < 4; i++) {
-		a = mix64(a ^ v[i]);
-		b = mix64(b + v[3 - i] * 0x9e3779b97f4a7c15ull);
+		a = util_mix64(a ^ v[i]);
+		b = util_mix64(b + v[3 - i] * 0x9e3779b97f4a7c15ull);
 	}
 	snprintf(out, 80, "%016llx%016llx", (unsigned long long)a,
-		 (unsigned long long)mix64(a ^ b));
+		 (unsigned long long)util_mix64(a ^ b));
 }
 
 /* Creates the parent directories of relative path rel under rootfd. */

@@ -34,12 +34,10 @@
 #include "peer/peer.h"
 #include "util/util.h"
 
+/* One splitmix64 step: the golden-ratio increment, then the mixer. */
 static uint64_t mix64(uint64_t x)
 {
-	x += 0x9e3779b97f4a7c15ULL;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-	return x ^ (x >> 31);
+	return util_mix64(x + 0x9e3779b97f4a7c15ULL);
 }
 
 static uint64_t id_hash(const char *id)

@@ -79,9 +79,7 @@
 
 uint64_t train_mix64(uint64_t z)
 {
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
+	return util_mix64(z);
 }
 
 static uint64_t rng_next(uint64_t *s)

@@ -245,6 +245,15 @@ void util_etag_text(const struct util_etag *t, char out[80]);
 bool util_etag_is(const struct util_etag *t, const char *s);
 void util_etag_free(struct util_etag *t);
 
+/* ---- splitmix64's finalizer: every bit of x moves about half of the
+ * result's (Steele, Lea, Flood 2014); hashes, not security ---- */
+static inline uint64_t util_mix64(uint64_t x)
+{
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+	return x ^ (x >> 31);
+}
+
 /* ---- FNV-1a, 64 bits: fingerprints and placement, not security ----
  * Start from UTIL_FNV64_BASIS; chain calls to hash several fields. */
 #define UTIL_FNV64_BASIS 0xcbf29ce484222325ULL
