@@ -99,7 +99,7 @@ $(FS_OBJS): CPPFLAGS += $(FUSE_CFLAGS) $(MHD_CFLAGS)
 # the shared libfmckpt.so that `make install` ships.
 CKPT_OBJS = ckpt/ckpt.o ckpt/open.o ckpt/wait.o ckpt/writer.o ckpt/drain.o \
 	ckpt/format.o ckpt/list.o \
-	ckpt/store.o ckpt/load.o ckpt/cuda.o
+	ckpt/store.o ckpt/load.o ckpt/reshard.o ckpt/cuda.o
 CKPT_A = ckpt/libckpt.a $(OBJSTORE_A)
 CKPT_LIBS = $(URING_LIBS) $(OBJSTORE_LIBS)
 ifeq ($(HAVE_CUDA),1)
@@ -169,7 +169,7 @@ PROGS = tools/fmfs tools/fmckpt tools/fmtrain
 
 # Unit tests: one cmocka program per module.
 UNIT_TESTS = tests/unit/test_sigv4 tests/unit/test_objstore \
-	tests/unit/test_cache tests/unit/test_ckpt tests/unit/test_data \
+	tests/unit/test_cache tests/unit/test_ckpt tests/unit/test_reshard tests/unit/test_data \
 	tests/unit/test_train tests/unit/test_rendezvous tests/unit/test_peer \
 	tests/unit/test_group tests/unit/test_ns tests/unit/test_util
 tests/unit/test_sigv4: tests/unit/test_sigv4.o $(OBJSTORE_A)
@@ -189,6 +189,8 @@ tests/unit/test_ns: LINK_LIBS = $(NS_LIBS) $(CMOCKA_LIBS)
 tests/unit/test_ns: LDFLAGS += -Wl,--wrap=obj_list,--wrap=obj_head,--wrap=obj_copy,--wrap=obj_copy_typed,--wrap=obj_check_bucket
 tests/unit/test_ckpt: tests/unit/test_ckpt.o $(CKPT_A)
 tests/unit/test_ckpt: LINK_LIBS = $(CKPT_LIBS) $(CMOCKA_LIBS)
+tests/unit/test_reshard: tests/unit/test_reshard.o $(CKPT_A)
+tests/unit/test_reshard: LINK_LIBS = $(CKPT_LIBS) $(CMOCKA_LIBS)
 tests/unit/test_data: tests/unit/test_data.o $(TRAIN_A)
 tests/unit/test_train: tests/unit/test_train.o $(TRAIN_A)
 tests/unit/test_rendezvous: tests/unit/test_rendezvous.o $(TRAIN_A)

@@ -318,11 +318,19 @@ static int name_grow(struct ckpt_step *s)
 	return 0;
 }
 
-int ckpt_add(struct ckpt *c, const char *name, enum ckpt_dtype dtype,
-	     unsigned ndim, const int64_t *shape, const void *data,
-	     uint64_t size_bytes, unsigned flags, char *msg, size_t msg_len)
+/* ckpt_add and ckpt_add_slice: gshape and goff NULL for a whole
+ * tensor. */
+static int add_tensor(struct ckpt *c, const char *name, enum ckpt_dtype dtype,
+		      unsigned ndim, const int64_t *shape,
+		      const int64_t *gshape, const int64_t *goff,
+		      const void *data, uint64_t size_bytes, unsigned flags,
+		      char *msg, size_t msg_len)
 {
 	struct ckpt_step *s = c->building;
+	int64_t gs[CKPT_NDIM_MAX] = { 0 }, go[CKPT_NDIM_MAX] = { 0 };
+	uint32_t tflags = gshape ? CKPT_TENSOR_SLICE :
+			  flags & CKPT_ADD_REPLICATED ?
+			  CKPT_TENSOR_REPLICATED : 0;
 	struct ckpt_tensor *t;
 	int rc;
 
@@ -339,10 +347,27 @@ int ckpt_add(struct ckpt *c, const char *name, enum ckpt_dtype dtype,
 		util_msg(msg, msg_len, "tensor '%s': no data", name);
 		return -EINVAL;
 	}
-	if (flags & ~CKPT_ADD_DEVICE) {
-		util_msg(msg, msg_len, "tensor '%s': unknown flags %#x", name,
-			 flags);
+	if (flags & ~(CKPT_ADD_DEVICE | CKPT_ADD_REPLICATED) ||
+	    (gshape && (flags & CKPT_ADD_REPLICATED))) {
+		util_msg(msg, msg_len, "tensor '%s': unknown flags %#x%s", name,
+			 flags, gshape ? " (a slice saved by several ranks "
+			 "needs no CKPT_ADD_REPLICATED: the same region is "
+			 "loaded once)" : "");
 		return -EINVAL;
+	}
+	if (gshape) {
+		if (!goff || !ndim) {
+			util_msg(msg, msg_len, "tensor '%s': a slice needs its "
+				 "global shape and offsets, at least one "
+				 "dimension", name);
+			return -EINVAL;
+		}
+		memcpy(gs, gshape, ndim * sizeof(*gs));
+		memcpy(go, goff, ndim * sizeof(*go));
+		rc = ckpt_slice_check(name, tflags, ndim, shape, gs, go, msg,
+				      msg_len);
+		if (rc)
+			return rc;
 	}
 	if ((flags & CKPT_ADD_DEVICE) && !c->cuda) {
 		util_msg(msg, msg_len, "tensor '%s' is in device memory, but "
@@ -384,9 +409,35 @@ int ckpt_add(struct ckpt *c, const char *name, enum ckpt_dtype dtype,
 	t->size = size_bytes;
 	t->src = data;
 	t->flags = flags;
+	t->tflags = tflags;
+	memcpy(t->gshape, gs, sizeof(gs));
+	memcpy(t->goff, go, sizeof(go));
 	name_insert(s, s->nt);
 	s->nt++;
 	return 0;
+}
+
+int ckpt_add(struct ckpt *c, const char *name, enum ckpt_dtype dtype,
+	     unsigned ndim, const int64_t *shape, const void *data,
+	     uint64_t size_bytes, unsigned flags, char *msg, size_t msg_len)
+{
+	return add_tensor(c, name, dtype, ndim, shape, NULL, NULL, data,
+			  size_bytes, flags, msg, msg_len);
+}
+
+int ckpt_add_slice(struct ckpt *c, const char *name, enum ckpt_dtype dtype,
+		   unsigned ndim, const int64_t *shape,
+		   const int64_t *global_shape, const int64_t *offset,
+		   const void *data, uint64_t size_bytes, unsigned flags,
+		   char *msg, size_t msg_len)
+{
+	if (!global_shape || !offset) {
+		util_msg(msg, msg_len, "tensor '%s': a slice needs its global "
+			 "shape and offsets", name ? name : "");
+		return -EINVAL;
+	}
+	return add_tensor(c, name, dtype, ndim, shape, global_shape, offset,
+			  data, size_bytes, flags, msg, msg_len);
 }
 
 /* The stream of one shard through staging chunks. */
@@ -670,6 +721,9 @@ int ckpt_marker_encode(struct ckpt *c, struct ckpt_step *s)
 		ti->rank = c->rank;
 		ti->crc32c = t->crc;
 		ti->offset = t->off;
+		ti->flags = t->tflags;
+		memcpy(ti->global_shape, t->gshape, sizeof(ti->global_shape));
+		memcpy(ti->global_offset, t->goff, sizeof(ti->global_offset));
 		sh.data_bytes += t->size;
 	}
 	free(s->marker);

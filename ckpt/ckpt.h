@@ -65,7 +65,10 @@
 extern "C" {
 #endif
 
-#define CKPT_FORMAT_VERSION 1        /* the one version this library reads */
+#define CKPT_FORMAT_VERSION 2        /* the newest manifest version this
+                                      * library writes and reads (it reads
+                                      * 1 too; docs/checkpoint-format.md
+                                      * "Versions") */
 #define CKPT_NAME_MAX 255            /* bytes in a tensor name */
 #define CKPT_NDIM_MAX 8
 #define CKPT_TENSORS_MAX (1u << 20)  /* tensors per rank and step */
@@ -152,7 +155,11 @@ int ckpt_prepare(struct ckpt *c, char *msg, size_t msg_len);
  * dir/aside/step-N.incomplete.T first (ckpt_stats.steps_set_aside). */
 int ckpt_begin(struct ckpt *c, uint64_t step, char *msg, size_t msg_len);
 
-#define CKPT_ADD_DEVICE 1u   /* data is CUDA device memory */
+#define CKPT_ADD_DEVICE 1u      /* data is CUDA device memory */
+#define CKPT_ADD_REPLICATED 2u  /* the same bytes on every rank that adds
+                                 * it (a bias, a step counter): a load
+                                 * into another world size reads one copy
+                                 * (ckpt_reader_read_region) */
 
 /* Adds a tensor to the step begun.  data is borrowed until ckpt_commit
  * returns (the caller must not change it before); name is copied.
@@ -166,6 +173,20 @@ int ckpt_add(struct ckpt *c, const char *name, enum ckpt_dtype dtype,
  * go on behind it; ckpt_wait tells when they are done.  On an error the
  * step is dropped and nothing of it is committed. */
 int ckpt_commit(struct ckpt *c, char *msg, size_t msg_len);
+/* Adds this rank's slice of a global tensor (FSDP-style sharding):
+ * shape is the slice's, global_shape the whole tensor's (the same on
+ * every rank that saves a slice of it), offset where the slice starts
+ * in it, per dimension; offset + shape <= global_shape.  The manifest
+ * records both (format version 2), so the tensor loads into any world
+ * size and any other split: ckpt_reader_read_region assembles a region
+ * from whichever slices cover it.  Slices of one name are disjoint or
+ * the same region (a copy, loaded once).  ndim >= 1.  Otherwise as
+ * ckpt_add (flags: CKPT_ADD_DEVICE). */
+int ckpt_add_slice(struct ckpt *c, const char *name, enum ckpt_dtype dtype,
+		   unsigned ndim, const int64_t *shape,
+		   const int64_t *global_shape, const int64_t *offset,
+		   const void *data, uint64_t size_bytes, unsigned flags,
+		   char *msg, size_t msg_len);
 /* Drops the step begun (after an add failed, say). */
 void ckpt_abort(struct ckpt *c);
 
@@ -269,7 +290,15 @@ struct ckpt_tensor_info {
 	uint32_t rank;           /* the shard it is in */
 	uint32_t crc32c;
 	uint64_t offset;         /* in the shard file */
+	uint32_t flags;          /* CKPT_TENSOR_SLICE, CKPT_TENSOR_REPLICATED;
+	                          * 0: this rank's own tensor */
+	/* a slice's place: the whole tensor's shape, and where the slice
+	 * starts in it (zero unless CKPT_TENSOR_SLICE) */
+	int64_t global_shape[CKPT_NDIM_MAX];
+	int64_t global_offset[CKPT_NDIM_MAX];
 };
+#define CKPT_TENSOR_SLICE 1u       /* ckpt_add_slice */
+#define CKPT_TENSOR_REPLICATED 2u  /* CKPT_ADD_REPLICATED */
 
 struct ckpt_reader;
 
@@ -294,6 +323,8 @@ int ckpt_reader_open_from(struct ckpt *c, uint64_t step,
 void ckpt_reader_close(struct ckpt_reader *r);
 uint64_t ckpt_reader_step(const struct ckpt_reader *r);
 uint32_t ckpt_reader_world_size(const struct ckpt_reader *r);
+/* The manifest's format version (1 or 2). */
+uint32_t ckpt_reader_version(const struct ckpt_reader *r);
 bool ckpt_reader_is_remote(const struct ckpt_reader *r);
 /* Where it is read from: a directory path or a URL. */
 const char *ckpt_reader_where(const struct ckpt_reader *r);
@@ -313,6 +344,36 @@ int ckpt_reader_shard(const struct ckpt_reader *r, uint32_t rank,
  * CRC32C: -EBADMSG if it differs. */
 int ckpt_reader_read(struct ckpt_reader *r, const struct ckpt_tensor_info *t,
 		     void *buf, uint64_t buf_bytes, char *msg, size_t msg_len);
+/* A tensor as a whole, across every shard that holds a part or a copy
+ * of it: its dtype, its global shape (a slice's global_shape; else the
+ * tensor's own), how many records (ranks) hold it and their flags.
+ * -ENOENT when no shard has the name; -EBADMSG when its records do not
+ * agree (dtype, global shape, or one a slice and another not). */
+struct ckpt_global_info {
+	enum ckpt_dtype dtype;
+	unsigned ndim;
+	int64_t shape[CKPT_NDIM_MAX];
+	uint64_t size_bytes;         /* of the whole tensor */
+	uint32_t copies;             /* records of the name */
+	uint32_t flags;              /* CKPT_TENSOR_SLICE or _REPLICATED */
+};
+int ckpt_reader_global(const struct ckpt_reader *r, const char *name,
+		       struct ckpt_global_info *out, char *msg,
+		       size_t msg_len);
+/* Reads the region [offset, offset + shape) of the whole tensor name
+ * into buf (row-major, buf_bytes its exact size), from any world size:
+ * offset and shape NULL mean the whole tensor.  The bytes come from the
+ * records that cover the region, each read whole and checked against
+ * its CRC32C first; a replicated tensor (and a slice saved by several
+ * ranks) is read from one copy only: this rank's when it has one.  A
+ * tensor without global offsets that several ranks saved as their own
+ * cannot be resharded: -EINVAL naming it (unless this job's world size
+ * is the checkpoint's, when the rank's own is read).  -ENOENT when part
+ * of the region is in no slice, naming the part. */
+int ckpt_reader_read_region(struct ckpt_reader *r, const char *name,
+			    const int64_t *offset, const int64_t *shape,
+			    void *buf, uint64_t buf_bytes, char *msg,
+			    size_t msg_len);
 /* Reads every shard whole and checks its file CRC32C, its header and
  * every tensor's CRC32C. */
 int ckpt_reader_verify(struct ckpt_reader *r, char *msg, size_t msg_len);
@@ -321,15 +382,26 @@ int ckpt_reader_verify(struct ckpt_reader *r, char *msg, size_t msg_len);
 int ckpt_reader_restore(struct ckpt_reader *r, const char *dir, char *msg,
 			size_t msg_len);
 
-/* What ckpt_load fills: this rank's tensors by name. */
+/* What ckpt_load fills: tensors by name, whole or a region of a global
+ * tensor.  Zero the struct, then set what is used. */
 struct ckpt_buf {
 	const char *name;
 	void *data;
 	uint64_t size_bytes;
+	/* A region of the whole tensor (ckpt_add_slice) to load, in any
+	 * world size: ndim values each; ndim 0 for none (below). */
+	unsigned ndim;
+	const int64_t *offset;
+	const int64_t *shape;
 };
-/* Loads step (or CKPT_STEP_LATEST) into the caller's buffers: each name
- * from this rank's shard, sizes checked, checksums verified.  The
- * checkpoint must have this job's world size.  With CKPT_STEP_LATEST a
+/* Loads step (or CKPT_STEP_LATEST) into the caller's buffers, sizes
+ * checked, checksums verified.  A buffer with a region gets that region
+ * (ckpt_reader_read_region).  One without gets what this rank saved
+ * under the name when the checkpoint has this job's world size and this
+ * rank's shard has it; else the whole tensor: a replicated one or one
+ * that one rank saved, or the slices of a global tensor assembled.  A
+ * tensor that several ranks saved as their own loads only into the
+ * world size that saved it.  With CKPT_STEP_LATEST a
  * checkpoint that fails verification is skipped for the next older one,
  * and msg then says which was skipped and why (the return is still 0).
  * *loaded_step (may be NULL) gets the step loaded. */

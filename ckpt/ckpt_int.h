@@ -24,9 +24,12 @@
 
 #define CKPT_ALIGN 64                 /* tensor data alignment in a shard */
 #define CKPT_SHARD_HEADER_BYTES 4096
+#define CKPT_SHARD_VERSION 1          /* shard files: unchanged since 1 */
 #define CKPT_MF_HEADER_BYTES 64
 #define CKPT_MF_SHARD_BYTES 64
-#define CKPT_MF_TENSOR_BYTES 104
+#define CKPT_MF_TENSOR_BYTES 104       /* format version 1 */
+#define CKPT_MF_TENSOR_BYTES_V2 240    /* version 2: flags, global shape,
+                                        * offsets */
 #define CKPT_MF_TRAILER_BYTES 16
 #define CKPT_MF_MAX_BYTES (512u << 20) /* refuse larger manifests */
 #define CKPT_MF_KIND_MANIFEST 1
@@ -53,6 +56,7 @@ struct ckpt_mf_shard {
 };
 
 struct ckpt_manifest {
+	uint32_t version;        /* as decoded (encoding picks its own) */
 	uint32_t kind;           /* CKPT_MF_KIND_* */
 	uint64_t step;
 	uint32_t world_size;
@@ -89,6 +93,22 @@ void ckpt_shard_header_encode(const struct ckpt_shard_header *h,
 int ckpt_shard_header_decode(const unsigned char *buf, size_t len,
 			     const char *what, struct ckpt_shard_header *h,
 			     char *msg, size_t msg_len);
+/* Checks a slice's place (CKPT_TENSOR_SLICE: ndim >= 1, offsets and
+ * global shape not negative, the slice inside the whole) or that a
+ * tensor that is no slice has none; -EINVAL naming the tensor. */
+int ckpt_slice_check(const char *name, uint32_t tflags, unsigned ndim,
+		     const int64_t *shape, const int64_t *gshape,
+		     const int64_t *goff, char *msg, size_t msg_len);
+/* Whether two records of one name are parts or copies of the same
+ * tensor (dtype, slice or not, global shape); -EBADMSG naming both
+ * ranks otherwise (reshard.c). */
+int ckpt_global_agree(const struct ckpt_tensor_info *a,
+		      const struct ckpt_tensor_info *b, char *msg,
+		      size_t msg_len);
+/* That the records of each name in m agree (ckpt_global_agree), for
+ * rank 0's merge: a mixed save fails at its commit, not at a load. */
+int ckpt_mf_check_global(const struct ckpt_manifest *m, char *msg,
+			 size_t msg_len);
 /* Checks a tensor's name, dtype, shape and size; -EINVAL with a
  * message naming the tensor otherwise. */
 int ckpt_tensor_check(const char *name, enum ckpt_dtype dtype,
@@ -182,7 +202,10 @@ struct ckpt_tensor {
 	uint64_t off;                 /* in the shard file */
 	uint32_t crc;                 /* writer */
 	const void *src;              /* borrowed until commit returns */
-	unsigned flags;
+	unsigned flags;               /* CKPT_ADD_* */
+	uint32_t tflags;              /* CKPT_TENSOR_*: recorded */
+	int64_t gshape[CKPT_NDIM_MAX];  /* a slice's global shape ... */
+	int64_t goff[CKPT_NDIM_MAX];    /* ... and offsets in it */
 };
 
 /* One part of the upload of a shard: chunk index, and where its bytes
@@ -371,6 +394,8 @@ struct ckpt_reader {
 	struct ckpt_manifest m;
 	int *fds;                     /* per shard; -1 until opened */
 	bool *hdr_ok;                 /* per shard: header checked */
+	uint32_t *by_name;            /* m.tensors sorted by name (reshard.c,
+	                               * built at first use) */
 };
 /* The steps in the directory (if any) and in the store (if any), each
  * list newest first (ckpt_local_scan, ckpt_remote_scan); both freed on

@@ -132,6 +132,51 @@ int ckpt_tensor_check(const char *name, enum ckpt_dtype dtype,
 	return 0;
 }
 
+int ckpt_slice_check(const char *name, uint32_t tflags, unsigned ndim,
+		     const int64_t *shape, const int64_t *gshape,
+		     const int64_t *goff, char *msg, size_t msg_len)
+{
+	char a[256], b[256], g[256];
+
+	if (tflags & ~(CKPT_TENSOR_SLICE | CKPT_TENSOR_REPLICATED) ||
+	    tflags == (CKPT_TENSOR_SLICE | CKPT_TENSOR_REPLICATED)) {
+		util_msg(msg, msg_len, "tensor '%s': unknown flags %#x", name,
+			 tflags);
+		return -EINVAL;
+	}
+	if (!(tflags & CKPT_TENSOR_SLICE)) {
+		for (unsigned d = 0; d < CKPT_NDIM_MAX; d++)
+			if (gshape[d] || goff[d]) {
+				util_msg(msg, msg_len, "tensor '%s' has a "
+					 "global shape but is no slice", name);
+				return -EINVAL;
+			}
+		return 0;
+	}
+	if (!ndim) {
+		util_msg(msg, msg_len, "tensor '%s': a slice needs at least "
+			 "one dimension", name);
+		return -EINVAL;
+	}
+	for (unsigned d = 0; d < CKPT_NDIM_MAX; d++) {
+		bool bad = d >= ndim ? gshape[d] || goff[d] :
+			   gshape[d] < 0 || goff[d] < 0 ||
+			   goff[d] > gshape[d] ||
+			   shape[d] > gshape[d] - goff[d];
+
+		if (bad) {
+			ckpt_shape_format(ndim, shape, a, sizeof(a));
+			ckpt_shape_format(ndim, goff, b, sizeof(b));
+			ckpt_shape_format(ndim, gshape, g, sizeof(g));
+			util_msg(msg, msg_len, "tensor '%s': the slice %s at "
+				 "offset %s does not lie inside the global "
+				 "shape %s (dimension %u)", name, a, b, g, d);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
 /* ---- shard header ---- */
 
 void ckpt_shard_header_encode(const struct ckpt_shard_header *h,
@@ -139,7 +184,7 @@ void ckpt_shard_header_encode(const struct ckpt_shard_header *h,
 {
 	memset(buf, 0, CKPT_SHARD_HEADER_BYTES);
 	memcpy(buf, sh_magic, 8);
-	util_put32le(buf + 8, CKPT_FORMAT_VERSION);
+	util_put32le(buf + 8, CKPT_SHARD_VERSION);
 	util_put32le(buf + 12, CKPT_SHARD_HEADER_BYTES);
 	util_put64le(buf + 16, h->step);
 	util_put32le(buf + 24, h->rank);
@@ -176,10 +221,10 @@ int ckpt_shard_header_decode(const unsigned char *buf, size_t len,
 		return -EBADMSG;
 	}
 	v = util_get32le(buf + 8);
-	if (v != CKPT_FORMAT_VERSION) {
+	if (v != CKPT_SHARD_VERSION) {
 		util_msg(msg, msg_len, "%s: shard format version %u; this "
 			 "fmckpt reads version %d only (upgrade fmckpt to "
-			 "read it)", what, v, CKPT_FORMAT_VERSION);
+			 "read it)", what, v, CKPT_SHARD_VERSION);
 		return -EPROTONOSUPPORT;
 	}
 	if (util_get32le(buf + 12) != CKPT_SHARD_HEADER_BYTES ||
@@ -200,10 +245,17 @@ int ckpt_shard_header_decode(const unsigned char *buf, size_t len,
 
 /* ---- manifest ---- */
 
-static size_t mf_size(uint32_t nshards, uint32_t ntensors, size_t strings)
+/* A tensor record's size in a manifest of version v. */
+static size_t mf_tensor_bytes(uint32_t v)
+{
+	return v >= 2 ? CKPT_MF_TENSOR_BYTES_V2 : CKPT_MF_TENSOR_BYTES;
+}
+
+static size_t mf_size(uint32_t v, uint32_t nshards, uint32_t ntensors,
+		      size_t strings)
 {
 	return CKPT_MF_HEADER_BYTES + (size_t)nshards * CKPT_MF_SHARD_BYTES +
-	       (size_t)ntensors * CKPT_MF_TENSOR_BYTES + strings +
+	       (size_t)ntensors * mf_tensor_bytes(v) + strings +
 	       CKPT_MF_TRAILER_BYTES;
 }
 
@@ -212,19 +264,24 @@ int ckpt_mf_encode(const struct ckpt_manifest *m, unsigned char **out,
 {
 	size_t strings = 0, total, at;
 	unsigned char *b, *p;
-	uint32_t str_off = 0;
+	uint32_t str_off = 0, v = 1;
 
-	for (uint32_t i = 0; i < m->ntensors; i++)
+	/* The lowest version that holds it: a checkpoint without slices or
+	 * replicated tensors stays readable by a version 1 fmckpt. */
+	for (uint32_t i = 0; i < m->ntensors; i++) {
 		strings += strlen(m->tensors[i].name) + 1;
+		if (m->tensors[i].flags)
+			v = 2;
+	}
 	strings = (strings + 7) & ~(size_t)7;
-	total = mf_size(m->nshards, m->ntensors, strings);
+	total = mf_size(v, m->nshards, m->ntensors, strings);
 	if (total > CKPT_MF_MAX_BYTES)
 		return -EFBIG;
 	b = calloc(1, total);
 	if (!b)
 		return -ENOMEM;
 	memcpy(b, mf_magic, 8);
-	util_put32le(b + 8, CKPT_FORMAT_VERSION);
+	util_put32le(b + 8, v);
 	util_put32le(b + 12, m->kind);
 	util_put64le(b + 16, m->step);
 	util_put32le(b + 24, m->world_size);
@@ -248,8 +305,8 @@ int ckpt_mf_encode(const struct ckpt_manifest *m, unsigned char **out,
 		memcpy(p + 32, s->run_id, strnlen(s->run_id, CKPT_RUN_ID_MAX));
 	}
 	at = CKPT_MF_HEADER_BYTES + (size_t)m->nshards * CKPT_MF_SHARD_BYTES +
-	     (size_t)m->ntensors * CKPT_MF_TENSOR_BYTES;
-	for (uint32_t i = 0; i < m->ntensors; i++, p += CKPT_MF_TENSOR_BYTES) {
+	     (size_t)m->ntensors * mf_tensor_bytes(v);
+	for (uint32_t i = 0; i < m->ntensors; i++, p += mf_tensor_bytes(v)) {
 		const struct ckpt_tensor_info *t = &m->tensors[i];
 		size_t nl = strlen(t->name);
 
@@ -263,6 +320,15 @@ int ckpt_mf_encode(const struct ckpt_manifest *m, unsigned char **out,
 		util_put32le(p + 36, (uint32_t)nl);
 		for (unsigned d = 0; d < t->ndim; d++)
 			util_put64le(p + 40 + 8 * d, (uint64_t)t->shape[d]);
+		if (v >= 2) {
+			util_put32le(p + 104, t->flags);
+			for (unsigned d = 0; d < CKPT_NDIM_MAX; d++) {
+				util_put64le(p + 112 + 8 * d,
+					     (uint64_t)t->global_shape[d]);
+				util_put64le(p + 176 + 8 * d,
+					     (uint64_t)t->global_offset[d]);
+			}
+		}
 		memcpy(b + at + str_off, t->name, nl);
 		str_off += (uint32_t)nl + 1;
 	}
@@ -282,7 +348,8 @@ void ckpt_mf_release(struct ckpt_manifest *m)
 }
 
 static int mf_check_header(const unsigned char *b, size_t len,
-			   const char *what, char *msg, size_t msg_len)
+			   const char *what, uint32_t *version, char *msg,
+			   size_t msg_len)
 {
 	uint32_t v;
 	uint64_t total;
@@ -304,9 +371,10 @@ static int mf_check_header(const unsigned char *b, size_t len,
 		return -EBADMSG;
 	}
 	v = util_get32le(b + 8);
-	if (v != CKPT_FORMAT_VERSION) {
+	*version = v;
+	if (v < 1 || v > CKPT_FORMAT_VERSION) {
 		util_msg(msg, msg_len, "%s: manifest format version %u; this "
-			 "fmckpt reads version %d only (%s)", what, v,
+			 "fmckpt reads versions 1 to %d only (%s)", what, v,
 			 CKPT_FORMAT_VERSION, v > CKPT_FORMAT_VERSION ?
 			 "written by a newer fmckpt: upgrade to read it" :
 			 "not a version fmckpt ever wrote");
@@ -329,7 +397,8 @@ static int mf_check_header(const unsigned char *b, size_t len,
 	return 0;
 }
 
-static int mf_decode_tensor(const unsigned char *p, const unsigned char *strs,
+static int mf_decode_tensor(const unsigned char *p, uint32_t v,
+			    const unsigned char *strs,
 			    uint32_t strings, const char *what,
 			    struct ckpt_tensor_info *t, char *msg,
 			    size_t msg_len)
@@ -360,8 +429,21 @@ static int mf_decode_tensor(const unsigned char *p, const unsigned char *strs,
 	}
 	for (unsigned d = 0; d < t->ndim; d++)
 		t->shape[d] = (int64_t)util_get64le(p + 40 + 8 * d);
+	if (v >= 2) {
+		t->flags = util_get32le(p + 104);
+		for (unsigned d = 0; d < CKPT_NDIM_MAX; d++) {
+			t->global_shape[d] =
+				(int64_t)util_get64le(p + 112 + 8 * d);
+			t->global_offset[d] =
+				(int64_t)util_get64le(p + 176 + 8 * d);
+		}
+	}
 	rc = ckpt_tensor_check(t->name, t->dtype, t->ndim, t->shape,
 			       t->size_bytes, why, sizeof(why));
+	if (!rc)
+		rc = ckpt_slice_check(t->name, t->flags, t->ndim, t->shape,
+				      t->global_shape, t->global_offset, why,
+				      sizeof(why));
 	if (rc) {
 		util_msg(msg, msg_len, "%s: %s (corrupt manifest)", what, why);
 		return -EBADMSG;
@@ -460,13 +542,14 @@ int ckpt_mf_decode(const void *buf, size_t len, const char *what,
 		   struct ckpt_manifest *m, char *msg, size_t msg_len)
 {
 	const unsigned char *b = buf, *p, *strs;
-	uint32_t strings;
+	uint32_t strings, v = 0;
 	int rc;
 
 	memset(m, 0, sizeof(*m));
-	rc = mf_check_header(b, len, what, msg, msg_len);
+	rc = mf_check_header(b, len, what, &v, msg, msg_len);
 	if (rc)
 		return rc;
+	m->version = v;
 	m->kind = util_get32le(b + 12);
 	m->step = util_get64le(b + 16);
 	m->world_size = util_get32le(b + 24);
@@ -478,7 +561,7 @@ int ckpt_mf_decode(const void *buf, size_t len, const char *what,
 	    !m->world_size || m->world_size > CKPT_WORLD_MAX ||
 	    m->nshards > m->world_size ||
 	    m->ntensors > (uint64_t)CKPT_TENSORS_MAX * m->nshards ||
-	    mf_size(m->nshards, m->ntensors, strings) != len) {
+	    mf_size(v, m->nshards, m->ntensors, strings) != len) {
 		util_msg(msg, msg_len, "%s: header counts do not match the "
 			 "file size (corrupt manifest)", what);
 		return -EBADMSG;
@@ -503,10 +586,10 @@ int ckpt_mf_decode(const void *buf, size_t len, const char *what,
 		s->first = util_get32le(p + 28);
 		memcpy(s->run_id, p + 32, CKPT_RUN_ID_MAX);
 	}
-	strs = p + (size_t)m->ntensors * CKPT_MF_TENSOR_BYTES;
-	for (uint32_t i = 0; i < m->ntensors; i++, p += CKPT_MF_TENSOR_BYTES) {
-		rc = mf_decode_tensor(p, strs, strings, what, &m->tensors[i],
-				      msg, msg_len);
+	strs = p + (size_t)m->ntensors * mf_tensor_bytes(v);
+	for (uint32_t i = 0; i < m->ntensors; i++, p += mf_tensor_bytes(v)) {
+		rc = mf_decode_tensor(p, v, strs, strings, what,
+				      &m->tensors[i], msg, msg_len);
 		if (rc)
 			break;
 	}
@@ -530,6 +613,7 @@ int ckpt_mf_merge(const struct ckpt_manifest *ranks, uint32_t n,
 {
 	struct ckpt_manifest *sorted;
 	uint32_t nt = 0;
+	int rc;
 
 	memset(out, 0, sizeof(*out));
 	if (!n)
@@ -578,5 +662,8 @@ int ckpt_mf_merge(const struct ckpt_manifest *ranks, uint32_t n,
 		nt += sorted[i].ntensors;
 	}
 	free(sorted);
-	return 0;
+	rc = ckpt_mf_check_global(out, msg, msg_len);
+	if (rc)
+		ckpt_mf_release(out);
+	return rc;
 }

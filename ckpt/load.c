@@ -310,6 +310,7 @@ void ckpt_reader_close(struct ckpt_reader *r)
 			close(r->fds[i]);
 	free(r->fds);
 	free(r->hdr_ok);
+	free(r->by_name);
 	ckpt_mf_release(&r->m);
 	free(r);
 }
@@ -322,6 +323,11 @@ uint64_t ckpt_reader_step(const struct ckpt_reader *r)
 uint32_t ckpt_reader_world_size(const struct ckpt_reader *r)
 {
 	return r->m.world_size;
+}
+
+uint32_t ckpt_reader_version(const struct ckpt_reader *r)
+{
+	return r->m.version;
 }
 
 bool ckpt_reader_is_remote(const struct ckpt_reader *r)
@@ -704,30 +710,47 @@ static int load_into(struct ckpt *c, struct ckpt_reader *r,
 		     char *msg, size_t msg_len)
 {
 	*caller_error = true;
-	if (r->m.world_size != c->world) {
-		util_msg(msg, msg_len, "step %llu was saved by %u rank(s); this "
-			 "job has %u (RANK/WORLD_SIZE): load it with the same "
-			 "world size, or read it with the ckpt_reader calls",
-			 (unsigned long long)r->step, r->m.world_size,
-			 c->world);
-		return -EINVAL;
-	}
 	for (size_t i = 0; i < n; i++) {
-		const struct ckpt_tensor_info *t;
+		const struct ckpt_buf *b = &bufs[i];
+		const struct ckpt_tensor_info *t = NULL;
+		struct ckpt_global_info g;
 		int rc;
 
-		t = ckpt_reader_find(r, c->rank, bufs[i].name);
-		if (!t) {
-			util_msg(msg, msg_len, "tensor '%s' is not in step %llu "
-				 "(rank %u) at %s", bufs[i].name,
-				 (unsigned long long)r->step, c->rank,
-				 r->where);
-			return -ENOENT;
+		if (b->ndim) {
+			/* a region of the whole tensor: its ndim must be
+			 * the tensor's */
+			rc = ckpt_reader_global(r, b->name, &g, msg, msg_len);
+			if (!rc && (b->ndim != g.ndim || !b->offset ||
+				    !b->shape)) {
+				util_msg(msg, msg_len, "tensor '%s': the region "
+					 "to load has %u dimensions (offset "
+					 "and shape %s); the tensor has %u",
+					 b->name, b->ndim, b->offset &&
+					 b->shape ? "given" : "missing",
+					 g.ndim);
+				return -EINVAL;
+			}
+			if (!rc)
+				rc = ckpt_reader_read_region(r, b->name,
+							     b->offset, b->shape,
+							     b->data,
+							     b->size_bytes, msg,
+							     msg_len);
+		} else {
+			if (r->m.world_size == c->world)
+				t = ckpt_reader_find(r, c->rank, b->name);
+			rc = t ? ckpt_reader_read(r, t, b->data, b->size_bytes,
+						  msg, msg_len) :
+				 ckpt_reader_read_region(r, b->name, NULL, NULL,
+							 b->data,
+							 b->size_bytes, msg,
+							 msg_len);
 		}
-		rc = ckpt_reader_read(r, t, bufs[i].data, bufs[i].size_bytes,
-				      msg, msg_len);
 		if (rc) {
-			*caller_error = rc == -EINVAL;
+			/* the caller's mistake, or the checkpoint's: the
+			 * newest one is skipped only for the latter */
+			*caller_error = rc == -EINVAL || (rc == -ENOENT &&
+							  !t && !b->ndim);
 			return rc;
 		}
 	}

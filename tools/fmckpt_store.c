@@ -285,7 +285,7 @@ static void show_text(struct ckpt_reader *r)
 	       "tensor(s), %s of tensor data, format version %d\n",
 	       ckpt_reader_step(r), ckpt_reader_where(r), when,
 	       ckpt_reader_world_size(r), ckpt_reader_count(r), sz,
-	       CKPT_FORMAT_VERSION);
+	       ckpt_reader_version(r));
 	for (uint32_t k = 0; k < ckpt_reader_world_size(r); k++) {
 		uint64_t b;
 		uint32_t crc;
@@ -300,11 +300,23 @@ static void show_text(struct ckpt_reader *r)
 		const struct ckpt_tensor_info *t = ckpt_reader_tensor(r, i);
 		char fmt[256];
 
+		char place[300] = "", go[128], gs[128];
+
 		ckpt_shape_format(t->ndim, t->shape, sh, sizeof(sh));
 		snprintf(fmt, sizeof(fmt), "%s", t->name);
+		if (t->flags & CKPT_TENSOR_SLICE) {
+			ckpt_shape_format(t->ndim, t->global_offset, go,
+					  sizeof(go));
+			ckpt_shape_format(t->ndim, t->global_shape, gs,
+					  sizeof(gs));
+			snprintf(place, sizeof(place), "  slice at %s of %s",
+				 go, gs);
+		} else if (t->flags & CKPT_TENSOR_REPLICATED) {
+			snprintf(place, sizeof(place), "  replicated");
+		}
 		printf("%4u  %-40s %-7s %-20s %12" PRIu64 " %12" PRIu64
-		       "  %08x\n", t->rank, fmt, ckpt_dtype_name(t->dtype), sh,
-		       t->size_bytes, t->offset, t->crc32c);
+		       "  %08x%s\n", t->rank, fmt, ckpt_dtype_name(t->dtype),
+		       sh, t->size_bytes, t->offset, t->crc32c, place);
 	}
 }
 
@@ -315,7 +327,7 @@ static void show_json(struct ckpt_reader *r)
 	printf(", \"remote\": %s, \"format_version\": %d, \"ranks\": %u, "
 	       "\"created_unix_s\": %lld, \"shards\": [",
 	       ckpt_reader_is_remote(r) ? "true" : "false",
-	       CKPT_FORMAT_VERSION, ckpt_reader_world_size(r),
+	       ckpt_reader_version(r), ckpt_reader_world_size(r),
 	       (long long)ckpt_reader_created_s(r));
 	for (uint32_t k = 0; k < ckpt_reader_world_size(r); k++) {
 		uint64_t b = 0;
@@ -338,8 +350,22 @@ static void show_json(struct ckpt_reader *r)
 			printf("%s%lld", d ? ", " : "",
 			       (long long)t->shape[d]);
 		printf("], \"bytes\": %" PRIu64 ", \"offset\": %" PRIu64
-		       ", \"crc32c\": \"%08x\"}", t->size_bytes, t->offset,
+		       ", \"crc32c\": \"%08x\"", t->size_bytes, t->offset,
 		       t->crc32c);
+		if (t->flags & CKPT_TENSOR_SLICE) {
+			printf(", \"global_shape\": [");
+			for (unsigned d = 0; d < t->ndim; d++)
+				printf("%s%lld", d ? ", " : "",
+				       (long long)t->global_shape[d]);
+			printf("], \"global_offset\": [");
+			for (unsigned d = 0; d < t->ndim; d++)
+				printf("%s%lld", d ? ", " : "",
+				       (long long)t->global_offset[d]);
+			printf("]");
+		}
+		if (t->flags & CKPT_TENSOR_REPLICATED)
+			printf(", \"replicated\": true");
+		printf("}");
 	}
 	printf("\n]}\n");
 }

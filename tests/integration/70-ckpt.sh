@@ -286,5 +286,5 @@ struct.pack_into("<I", b, 60, crc32c(b[:60]))
 struct.pack_into("<I", b, len(b) - 16, crc32c(b[:len(b) - 16]))
 open(p, "wb").write(b)
 EOF
-expect_exit 1 "format version 7; this fmckpt reads version 1" $CK show "${s#step-}" -t corrupt
+expect_exit 1 "format version 7; this fmckpt reads versions 1 to 2" $CK show "${s#step-}" -t corrupt
 echo "checkpoint writer ok"

@@ -607,11 +607,11 @@ static void test_unknown_version(void **state)
 	struct tset t;
 	struct ckpt *c = two_steps(e, &t);
 
-	/* What a future fmckpt would write: version 2, checksums right. */
+	/* What a future fmckpt would write: version 3, checksums right. */
 	step_path(e, 2, "manifest", path, sizeof(path));
 	assert_ok(ckpt_read_whole(path, 1 << 20, &buf, &len, e->msg,
 				  sizeof(e->msg)), e->msg);
-	util_put32le(buf + 8, 2);
+	util_put32le(buf + 8, 3);
 	util_put32le(buf + 60, util_crc32c(0, buf, 60));
 	util_put32le(buf + len - 16, util_crc32c(0, buf, len - 16));
 	{
@@ -622,7 +622,7 @@ static void test_unknown_version(void **state)
 		close(fd);
 	}
 	free(buf);
-	expect_bad_step2(e, c, &t, -EPROTONOSUPPORT, "version 2");
+	expect_bad_step2(e, c, &t, -EPROTONOSUPPORT, "version 3");
 	assert_contains(e->msg, "skipped step 2");
 	{
 		struct ckpt_reader *r;
@@ -630,7 +630,7 @@ static void test_unknown_version(void **state)
 		assert_int_equal(ckpt_reader_open(c, 2, &r, e->msg,
 						  sizeof(e->msg)),
 				 -EPROTONOSUPPORT);
-		assert_contains(e->msg, "reads version 1");
+		assert_contains(e->msg, "reads versions 1 to 2");
 		assert_contains(e->msg, "upgrade");
 	}
 	ckpt_close(c, NULL, 0);
@@ -692,7 +692,7 @@ static void test_bad_inputs(void **state)
 	struct ckpt_config cfg = cfg_of(e, false, false);
 	int64_t shape[9] = { 4, 4, 1, 1, 1, 1, 1, 1, 1 };
 	char buf[64], big[300], file[PATH_MAX + 8];
-	struct ckpt_buf b;
+	struct ckpt_buf b = { 0 };
 	struct ckpt *c;
 
 	assert_int_equal(ckpt_open(&cfg, &c, e->msg, sizeof(e->msg)), -EINVAL);
@@ -794,9 +794,10 @@ static void test_bad_inputs(void **state)
 	cfg.read_only = true;
 	c = open_cfg(e, &cfg);
 	b.name = "w";
-	assert_int_equal(ckpt_load(c, 5, &b, 1, NULL, e->msg, sizeof(e->msg)),
-			 -EINVAL);
-	assert_contains(e->msg, "saved by 1 rank");
+	/* One rank saved it: it loads into any world size (test_reshard
+	 * has the tensors that cannot). */
+	assert_ok(ckpt_load(c, 5, &b, 1, NULL, e->msg, sizeof(e->msg)),
+		  e->msg);
 	assert_int_equal(ckpt_begin(c, 7, e->msg, sizeof(e->msg)), -EINVAL);
 	ckpt_close(c, NULL, 0);
 }
@@ -1276,7 +1277,7 @@ static void test_barrier_refused_marker(void **state)
 	assert_int_equal(mkdir(path, 0755), 0);
 	strcat(path, "/rank-00001.done");
 	assert_ok(ckpt_mf_encode(&m, &buf, &len), "encode");
-	util_put32le(buf + 8, 2);
+	util_put32le(buf + 8, 3);
 	util_put32le(buf + 60, util_crc32c(0, buf, 60));
 	util_put32le(buf + len - 16, util_crc32c(0, buf, len - 16));
 	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -1293,7 +1294,7 @@ static void test_barrier_refused_marker(void **state)
 				   sizeof(e->msg)), -ETIMEDOUT);
 	assert_contains(e->msg, "rank(s) 1");
 	assert_contains(e->msg, "rank-00001.done");
-	assert_contains(e->msg, "format version 2");
+	assert_contains(e->msg, "format version 3");
 	/* The same marker of another run. */
 	snprintf(sh.run_id, sizeof(sh.run_id), "other-run");
 	m.step = 2;
