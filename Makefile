@@ -32,6 +32,12 @@ libdir = $(prefix)/lib
 includedir = $(prefix)/include
 mandir = $(prefix)/share/man
 pkgconfigdir = $(libdir)/pkgconfig
+# The Python package fmckpt (python/fmckpt): where Debian's python3 looks
+# (dist-packages of /usr, or of /usr/local for its minor version); for
+# another prefix, PYTHONPATH must name it.
+PYTHON3 ?= $(firstword $(wildcard /usr/bin/python3) python3)
+PYTHON3_VER = $(shell $(PYTHON3) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+pythondir ?= $(if $(filter /usr,$(prefix)),$(prefix)/lib/python3/dist-packages,$(prefix)/lib/python$(PYTHON3_VER)/dist-packages)
 # mount(8) looks for mount.TYPE in /sbin only: there for the system
 # prefixes, under the prefix otherwise (a private install must not touch
 # /sbin).
@@ -99,7 +105,7 @@ $(FS_OBJS): CPPFLAGS += $(FUSE_CFLAGS) $(MHD_CFLAGS)
 # the shared libfmckpt.so that `make install` ships.
 CKPT_OBJS = ckpt/ckpt.o ckpt/open.o ckpt/wait.o ckpt/writer.o ckpt/drain.o \
 	ckpt/format.o ckpt/list.o \
-	ckpt/store.o ckpt/load.o ckpt/reshard.o ckpt/cuda.o
+	ckpt/store.o ckpt/load.o ckpt/reshard.o ckpt/ffi.o ckpt/cuda.o
 CKPT_A = ckpt/libckpt.a $(OBJSTORE_A)
 CKPT_LIBS = $(URING_LIBS) $(OBJSTORE_LIBS)
 ifeq ($(HAVE_CUDA),1)
@@ -327,6 +333,10 @@ install: $(PROGS) $(FMCKPT_INSTALL) $(CSI_PB)
 	install -m 644 ckpt/ckpt.h $(DESTDIR)$(includedir)/fmfs/
 	install -m 644 objstore/objstore.h $(DESTDIR)$(includedir)/fmfs/objstore/
 	sed $(FMCKPT_PC_SED) ckpt/fmckpt.pc.in >$(DESTDIR)$(pkgconfigdir)/fmckpt.pc
+	install -d $(DESTDIR)$(pythondir)/fmckpt
+	install -m 644 python/fmckpt/__init__.py $(DESTDIR)$(pythondir)/fmckpt/
+	printf '# written by make install: where libfmckpt.so.0 is\nLIBDIR = "%s"\n' \
+		'$(libdir)' >$(DESTDIR)$(pythondir)/fmckpt/_config.py
 
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(bindir)/,$(notdir $(PROGS)) fmfs-csi) \
@@ -335,7 +345,8 @@ uninstall:
 		$(DESTDIR)$(libdir)/libfmckpt.a $(DESTDIR)$(libdir)/libfmckpt.so \
 		$(DESTDIR)$(libdir)/libfmckpt.so.$(FMCKPT_SO_VERSION) \
 		$(DESTDIR)$(pkgconfigdir)/fmckpt.pc
-	rm -rf $(DESTDIR)$(includedir)/fmfs $(DESTDIR)$(libdir)/fmfs/csi
+	rm -rf $(DESTDIR)$(includedir)/fmfs $(DESTDIR)$(libdir)/fmfs/csi \
+		$(DESTDIR)$(pythondir)/fmckpt
 
 clean:
 	rm -f $(PROGS) $(UNIT_TESTS) tests/unit/test_train_gpu $(BENCH_PROGS) \

@@ -408,6 +408,22 @@ struct ckpt_buf {
 int ckpt_load(struct ckpt *c, uint64_t step, const struct ckpt_buf *bufs,
 	      size_t nbufs, uint64_t *loaded_step, char *msg, size_t msg_len);
 
+/* ---- for bindings in other languages (python/fmckpt) ---- */
+
+/* ckpt_open with the config given as "key=value" lines instead of a
+ * struct: dir, remote, rank, world_size, run_id, staging_bytes,
+ * chunk_bytes, keep_local, keep_remote, io_depth, upload_parallel,
+ * barrier_timeout_ms, max_pending_steps, read_only (0/1), and the
+ * store's endpoint, region, profile, path_style; what is not given has
+ * its default (ckpt_config_init).  -EINVAL naming an unknown key or a
+ * bad value. */
+int ckpt_open_opts(const char *options, struct ckpt **out, char *msg,
+		   size_t msg_len);
+/* sizeof a public struct by name ("ckpt_stats", "ckpt_step_info",
+ * "ckpt_tensor_info", "ckpt_global_info", "ckpt_buf"), for a binding
+ * to check its copy of the layout; 0 for another name. */
+size_t ckpt_struct_size(const char *name);
+
 /* Where `fmckpt status` finds what a writer is doing: the directory the
  * status files of this store live in (dir/.fmckpt, or for a remote-only
  * store one under $XDG_RUNTIME_DIR or /tmp).  Writes at most len bytes. */

@@ -30,6 +30,15 @@ done
 [ "$(readlink "$inst/sbin/mount.fmfs")" = "$inst/bin/fmfs" ] ||
 	fail "mount.fmfs does not point at $inst/bin/fmfs"
 note "make install prefix=...: programs, mount.fmfs, man pages, libfmckpt.a/.so, headers, fmckpt.pc"
+# The Python package, finding the library it was installed with.
+pyd=$(ls -d "$inst"/lib/python3*/dist-packages 2>/dev/null | head -1)
+[ -e "$pyd/fmckpt/__init__.py" ] || fail "make install did not install the Python package fmckpt under $inst/lib/python3*/dist-packages"
+got=$(cd / && env -u FMCKPT_LIB PYTHONPATH="$pyd" /usr/bin/python3 -c \
+	'import fmckpt; print(fmckpt.library_path())') ||
+	fail "import fmckpt from $pyd failed"
+[ "$got" = "$(readlink -f "$inst/lib/libfmckpt.so.0")" ] ||
+	fail "installed fmckpt loads $got, not $inst/lib/libfmckpt.so.0"
+note "the Python package fmckpt: installed, and loads the installed library"
 
 # DESTDIR stages the same tree under another root, for packagers.
 make -s -C "$TOP" install prefix=/usr DESTDIR="$TEST_DIR/stage" \
