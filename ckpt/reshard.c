@@ -408,8 +408,14 @@ int ckpt_reader_read_region(struct ckpt_reader *r, const char *name,
 	rc = global_of(r, name, &g, &first, &n, msg, msg_len);
 	if (rc)
 		return rc;
-	memcpy(o, offset ? offset : zero, sizeof(o));
-	memcpy(s, shape ? shape : g.shape, sizeof(s));
+	/* the caller's arrays have the tensor's ndim values, no more */
+	memset(o, 0, sizeof(o));
+	memcpy(s, g.shape, sizeof(s));
+	if (offset && shape)
+		for (unsigned d = 0; d < g.ndim; d++) {
+			o[d] = offset[d];
+			s[d] = shape[d];
+		}
 	if (!offset != !shape) {
 		util_msg(msg, msg_len, "tensor '%s': a region needs both its "
 			 "offset and its shape", name);
