@@ -105,7 +105,7 @@ $(FS_OBJS): CPPFLAGS += $(FUSE_CFLAGS) $(MHD_CFLAGS)
 # the shared libfmckpt.so that `make install` ships.
 CKPT_OBJS = ckpt/ckpt.o ckpt/open.o ckpt/wait.o ckpt/writer.o ckpt/drain.o \
 	ckpt/format.o ckpt/list.o \
-	ckpt/store.o ckpt/load.o ckpt/reshard.o ckpt/ffi.o ckpt/cuda.o
+	ckpt/store.o ckpt/load.o ckpt/reshard.o ckpt/ffi.o ckpt/node.o ckpt/cuda.o
 CKPT_A = ckpt/libckpt.a $(OBJSTORE_A)
 CKPT_LIBS = $(URING_LIBS) $(OBJSTORE_LIBS)
 ifeq ($(HAVE_CUDA),1)

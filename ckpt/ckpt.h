@@ -23,6 +23,14 @@
  *   remote  an object store URL.  Without dir, shards are uploaded
  *           straight from staging memory and the store is also where the
  *           ranks meet.
+ *   node_local  dir is this node's own disk, seen by no other node (one
+ *           NVMe per node of a multi-node job): each rank commits its
+ *           own shard there (CKPT_LOCAL: durable on its node), the
+ *           remote store is where the ranks meet, and rank 0 commits
+ *           the manifest there once every shard is durable there.  A
+ *           load takes each shard from the node's directory when it is
+ *           there and verifies, else from the store
+ *           (docs/checkpoint-format.md, "Node-local directories").
  *
  * Ranks.  Each rank (process) opens its own struct ckpt with its rank and
  * the world size (from the config, else the RANK and WORLD_SIZE
@@ -115,6 +123,8 @@ struct ckpt_config {
 	                               * others' shards; 0: 600000 */
 	unsigned max_pending_steps;   /* committed steps not yet finished
 	                               * before ckpt_begin waits; 0: 4 */
+	bool node_local;              /* dir is this node's own (above);
+	                               * needs dir and remote */
 	bool read_only;               /* list/load/verify only: no staging,
 	                               * no threads, nothing created; a dir
 	                               * that does not exist is then taken
@@ -231,6 +241,10 @@ struct ckpt_stats {
 	/* commit to durable in dir, and to stored in remote, summed over
 	 * the steps that got there */
 	uint64_t local_total_ns, remote_total_ns;
+	/* Loads (node_local): the shard bytes read from this node's
+	 * directory and from the store, and node copies found damaged or
+	 * short (then read from the store) */
+	uint64_t load_node_bytes, load_remote_bytes, load_node_damaged;
 	bool uring;                   /* local writes go through io_uring */
 	char last_error[512];
 };
@@ -374,6 +388,10 @@ int ckpt_reader_read_region(struct ckpt_reader *r, const char *name,
 			    const int64_t *offset, const int64_t *shape,
 			    void *buf, uint64_t buf_bytes, char *msg,
 			    size_t msg_len);
+/* Where each shard read so far came from, for the log: "shard 0: node
+ * DIR/step-N/shard-00000.bin; shard 1: remote (node copy damaged: ...)"
+ * ("" before any read).  Borrowed until the next read or close. */
+const char *ckpt_reader_sources(struct ckpt_reader *r);
 /* Reads every shard whole and checks its file CRC32C, its header and
  * every tensor's CRC32C. */
 int ckpt_reader_verify(struct ckpt_reader *r, char *msg, size_t msg_len);

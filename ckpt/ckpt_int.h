@@ -170,6 +170,24 @@ int ckpt_retain_remote(struct obj_store *st, unsigned keep, bool keep_all,
 		       bool remove_all_incomplete, size_t *removed,
 		       char *msg, size_t msg_len);
 
+/* ---- node.c: the node-local tier (ckpt_config.node_local) ---- */
+
+struct ckpt_step;
+
+/* DIR/step-N[/name]. */
+void ckpt_node_path(const struct ckpt *c, uint64_t step, const char *name,
+		    char *buf, size_t len);
+/* This rank's shard and marker moved from .tmp-step-N/ into step-N/,
+ * both directories fsynced: the step is durable on this node. */
+int ckpt_node_commit(struct ckpt *c, struct ckpt_step *s, char *why,
+		     size_t why_len);
+/* Keeps this rank's newest keep steps in dir (0: all, or none with
+ * remove_all), removing its files from older ones (and a directory once
+ * empty), and its leftovers in .tmp-step-N/ older than the newest (all
+ * with remove_all). */
+int ckpt_retain_node(struct ckpt *c, unsigned keep, bool remove_all,
+		     size_t *removed, char *msg, size_t msg_len);
+
 /* Reads a whole object of at most max_bytes. */
 int ckpt_remote_read_whole(struct obj_store *st, const char *key,
 			   size_t max_bytes, unsigned char **out, size_t *len,
@@ -318,7 +336,8 @@ struct ckpt {
 
 /* Crash points: the named places between two steps of a commit
  * ("shard-synced", "marker-written", "manifest-written", "renamed",
- * "remote-shard", "remote-marker", "remote-manifest") call
+ * "node-committed", "remote-shard", "remote-marker", "remote-manifest")
+ * call
  * ckpt_crash_hook when it is set.  NULL, and so nothing, in a real job:
  * no variable in its environment can kill it.  Test programs set it
  * (tests/unit/test_ckpt.c, tests/ckpt-writer.c with FMCKPT_CRASH_AT)
@@ -396,7 +415,29 @@ struct ckpt_reader {
 	bool *hdr_ok;                 /* per shard: header checked */
 	uint32_t *by_name;            /* m.tensors sorted by name (reshard.c,
 	                               * built at first use) */
+	/* node_local, a step read from the store: per shard, whether this
+	 * node's directory has it with its size (and it has not failed a
+	 * check), where each read came from ('n' node, 'r' store, 'd' the
+	 * store after the node's copy failed), why that copy failed; the
+	 * summary of ckpt_reader_sources (node.c) */
+	bool *node_ok;
+	char *served;
+	char **node_why;
+	char *sources;
 };
+/* node.c: the reader's node-local copies (nothing unless node_local and
+ * read from the store) */
+int ckpt_node_reader_init(struct ckpt_reader *r);
+void ckpt_node_reader_free(struct ckpt_reader *r);
+static inline bool ckpt_node_serves(const struct ckpt_reader *r, uint32_t i)
+{
+	return r->node_ok && r->node_ok[i];
+}
+/* Shard i's node copy failed (why): read from the store from now on. */
+void ckpt_node_bad(struct ckpt_reader *r, uint32_t i, const char *why);
+/* len bytes of shard i read, from the node's copy or the store. */
+void ckpt_node_count(struct ckpt_reader *r, uint32_t i, bool node,
+		     uint64_t len);
 /* The steps in the directory (if any) and in the store (if any), each
  * list newest first (ckpt_local_scan, ckpt_remote_scan); both freed on
  * failure. */

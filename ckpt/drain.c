@@ -588,8 +588,20 @@ static void handle_local(struct ckpt *c, struct ckpt_step *s)
 	pthread_mutex_lock(&c->lock);
 	rc = s->local_rc;
 	pthread_mutex_unlock(&c->lock);
-	if (!rc && c->rank == 0)
+	if (!rc && c->cfg.node_local) {
+		/* every rank, on its own node's disk: no barrier */
+		rc = commit_rc = ckpt_node_commit(c, s, why, sizeof(why));
+		if (!rc) {
+			why[0] = '\0';
+			retention_report(c, ckpt_retain_node(c,
+				c->cfg.keep_local, false, NULL, why,
+				sizeof(why)),
+				c->dir, why);
+			why[0] = '\0';
+		}
+	} else if (!rc && c->rank == 0) {
 		rc = commit_rc = local_commit(c, s, why, sizeof(why));
+	}
 	pthread_mutex_lock(&c->lock);
 	if (commit_rc)
 		commit_fail(c, s, commit_rc, CKPT_LOCAL, why);

@@ -40,6 +40,7 @@ static const struct opt opts[] = {
 	{ "barrier_timeout_ms", O_UINT, C(barrier_timeout_ms) },
 	{ "max_pending_steps", O_UINT, C(max_pending_steps) },
 	{ "read_only", O_BOOL, C(read_only) },
+	{ "node_local", O_BOOL, C(node_local) },
 	{ "endpoint", O_STR, OB(endpoint) },
 	{ "region", O_STR, OB(region) },
 	{ "profile", O_STR, OB(profile) },

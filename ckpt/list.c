@@ -109,7 +109,9 @@ int ckpt_prune(struct ckpt *c, unsigned keep, size_t *removed, char *msg,
 	int rc = 0;
 
 	util_msg(msg, msg_len, "%s", "");
-	if (c->dir)
+	if (c->dir && c->cfg.node_local)
+		rc = ckpt_retain_node(c, keep, keep == 0, &a, msg, msg_len);
+	else if (c->dir)
 		rc = ckpt_retain_local(c->dir, keep, false, keep == 0, &a, msg,
 				       msg_len);
 	if (!rc && c->st)

@@ -31,6 +31,11 @@ static void shard_where(const struct ckpt_reader *r, uint32_t rank,
 	char name[64];
 
 	ckpt_shard_name(rank, name, sizeof(name));
+	for (uint32_t i = 0; r->node_ok && i < r->m.nshards; i++)
+		if (r->m.shards[i].rank == rank && r->node_ok[i]) {
+			ckpt_node_path(r->c, r->step, name, buf, len);
+			return;
+		}
 	if (r->remote)
 		snprintf(buf, len, "%s%s", r->prefix, name);
 	else
@@ -208,7 +213,8 @@ static int find_latest(struct ckpt *c, enum ckpt_source from,
 	size_t n;
 	int rc;
 
-	if (c->dir && from != CKPT_FROM_REMOTE) {
+	/* A node's own directory has shards, never a manifest. */
+	if (c->dir && from != CKPT_FROM_REMOTE && !c->cfg.node_local) {
 		rc = ckpt_local_scan(c->dir, &v, &n, msg, msg_len);
 		if (rc)
 			return rc;
@@ -286,6 +292,8 @@ int ckpt_reader_open_from(struct ckpt *c, uint64_t step,
 		for (uint32_t i = 0; r->fds && i < r->m.nshards; i++)
 			r->fds[i] = -1;
 	}
+	if (!rc)
+		rc = ckpt_node_reader_init(r);
 	if (rc) {
 		ckpt_reader_close(r);
 		return rc;
@@ -311,6 +319,7 @@ void ckpt_reader_close(struct ckpt_reader *r)
 	free(r->fds);
 	free(r->hdr_ok);
 	free(r->by_name);
+	ckpt_node_reader_free(r);
 	ckpt_mf_release(&r->m);
 	free(r);
 }
@@ -400,14 +409,20 @@ static int read_range(struct ckpt_reader *r, uint32_t i, uint64_t off,
 		      void *buf, uint64_t len, char *msg, size_t msg_len)
 {
 	char where[PATH_MAX + 128];
+	bool node = ckpt_node_serves(r, i);
 	ssize_t n;
+	int rc;
 
 	shard_where(r, r->m.shards[i].rank, where, sizeof(where));
-	if (r->remote)
-		return ckpt_remote_read(r->c->st, where, off, buf, len,
-					r->c->cfg.upload_parallel ?
-					r->c->cfg.upload_parallel : 8, msg,
-					msg_len);
+	if (r->remote && !node) {
+		rc = ckpt_remote_read(r->c->st, where, off, buf, len,
+				      r->c->cfg.upload_parallel ?
+				      r->c->cfg.upload_parallel : 8, msg,
+				      msg_len);
+		if (!rc)
+			ckpt_node_count(r, i, false, len);
+		return rc;
+	}
 	if (r->fds[i] < 0) {
 		r->fds[i] = open(where, O_RDONLY | O_CLOEXEC);
 		if (r->fds[i] < 0) {
@@ -424,8 +439,13 @@ static int read_range(struct ckpt_reader *r, uint32_t i, uint64_t off,
 		util_msg(msg, msg_len, "reading %s failed: %s", where,
 			 n < 0 ? strerror((int)-n) : "shorter than the "
 			 "manifest says (truncated)");
+		if (node) { /* this node's copy: the store's instead */
+			ckpt_node_bad(r, i, msg);
+			return read_range(r, i, off, buf, len, msg, msg_len);
+		}
 		return n < 0 ? (int)n : -EBADMSG;
 	}
+	ckpt_node_count(r, i, node, len);
 	return 0;
 }
 
@@ -446,17 +466,22 @@ static int check_header(struct ckpt_reader *r, uint32_t i, char *msg,
 	shard_where(r, s->rank, where, sizeof(where));
 	rc = ckpt_shard_header_decode(buf, sizeof(buf), where, &h, msg,
 				      msg_len);
-	if (rc)
-		return rc;
-	if (h.step != r->step || h.rank != s->rank ||
-	    h.world_size != r->m.world_size || h.ntensors != s->ntensors ||
-	    h.file_bytes != s->file_bytes) {
+	if (!rc && (h.step != r->step || h.rank != s->rank ||
+		    h.world_size != r->m.world_size ||
+		    h.ntensors != s->ntensors ||
+		    h.file_bytes != s->file_bytes)) {
 		util_msg(msg, msg_len, "%s: its header (step %llu, rank %u of "
 			 "%u) does not match the manifest: a shard of another "
 			 "checkpoint", where, (unsigned long long)h.step,
 			 h.rank, h.world_size);
-		return -EBADMSG;
+		rc = -EBADMSG;
 	}
+	if (rc && ckpt_node_serves(r, i)) {
+		ckpt_node_bad(r, i, msg);
+		return check_header(r, i, msg, msg_len);
+	}
+	if (rc)
+		return rc;
 	r->hdr_ok[i] = true;
 	return 0;
 }
@@ -489,12 +514,19 @@ int ckpt_reader_read(struct ckpt_reader *r, const struct ckpt_tensor_info *t,
 		return rc;
 	crc = util_crc32c(0, buf, (size_t)t->size_bytes);
 	if (crc != t->crc32c) {
+		bool node = ckpt_node_serves(r, (uint32_t)i);
+
 		shard_where(r, t->rank, where, sizeof(where));
 		util_msg(msg, msg_len, "tensor '%s' (rank %u) of step %llu: "
 			 "checksum mismatch (stored %08x, read %08x): %s is "
 			 "corrupt; load an older step or restore this one from "
 			 "the remote store", t->name, t->rank,
 			 (unsigned long long)r->step, t->crc32c, crc, where);
+		if (node) { /* this node's copy: the store's instead */
+			ckpt_node_bad(r, (uint32_t)i, msg);
+			return ckpt_reader_read(r, t, buf, buf_bytes, msg,
+						msg_len);
+		}
 		return -EBADMSG;
 	}
 	return 0;
@@ -573,8 +605,14 @@ int ckpt_reader_verify(struct ckpt_reader *r, char *msg, size_t msg_len)
 	util_msg(msg, msg_len, "%s", "");
 	if (!buf)
 		return -ENOMEM;
-	for (uint32_t i = 0; i < r->m.nshards && !rc; i++)
+	for (uint32_t i = 0; i < r->m.nshards && !rc; i++) {
 		rc = verify_shard(r, i, buf, buf_len, msg, msg_len);
+		if (rc == -EBADMSG && ckpt_node_serves(r, i)) {
+			/* this node's copy: the store's is checked instead */
+			ckpt_node_bad(r, i, msg);
+			rc = verify_shard(r, i, buf, buf_len, msg, msg_len);
+		}
+	}
 	free(buf);
 	return rc;
 }
@@ -766,7 +804,7 @@ int ckpt_scan_both(struct ckpt *c, struct ckpt_found **lv, size_t *ln,
 
 	*lv = *rv = NULL;
 	*ln = *rn = 0;
-	if (c->dir)
+	if (c->dir && !c->cfg.node_local)
 		rc = ckpt_local_scan(c->dir, lv, ln, msg, msg_len);
 	if (!rc && c->st)
 		rc = ckpt_remote_scan(c->st, rv, rn, msg, msg_len);
@@ -836,7 +874,7 @@ static int candidates(struct ckpt *c, uint64_t step, struct candidate **out,
 int ckpt_load(struct ckpt *c, uint64_t step, const struct ckpt_buf *bufs,
 	      size_t nbufs, uint64_t *loaded_step, char *msg, size_t msg_len)
 {
-	char why[768] = "", skipped[1024] = "";
+	char why[768] = "", skipped[1024] = "", sources[1024] = "";
 	struct candidate *v;
 	size_t n;
 	int rc, last = -ENOENT;
@@ -855,16 +893,20 @@ int ckpt_load(struct ckpt *c, uint64_t step, const struct ckpt_buf *bufs,
 		if (!rc) {
 			rc = load_into(c, r, bufs, nbufs, &caller_error, why,
 				       sizeof(why));
+			/* where each shard came from, for the job's log */
+			if (!rc && c->cfg.node_local)
+				snprintf(sources, sizeof(sources), ": %s",
+					 ckpt_reader_sources(r));
 			ckpt_reader_close(r);
 		}
 		if (!rc) {
 			if (loaded_step)
 				*loaded_step = v[i].step;
-			if (skipped[0])
-				util_msg(msg, msg_len, "loaded step %llu; "
-					 "skipped %s",
+			if (skipped[0] || sources[0])
+				util_msg(msg, msg_len, "loaded step %llu%s%s%s",
 					 (unsigned long long)v[i].step,
-					 skipped);
+					 sources, skipped[0] ? "; skipped " :
+					 "", skipped);
 			free(v);
 			return 0;
 		}

@@ -233,6 +233,13 @@ int ckpt_open(const struct ckpt_config *cfg, struct ckpt **out, char *msg,
 			 "or file:///DIR", cfg->remote);
 		return -EINVAL;
 	}
+	if (cfg->node_local && (!cfg->dir || !cfg->remote)) {
+		util_msg(msg, msg_len, "node_local needs both a directory (this "
+			 "node's own) and a remote store (where the ranks "
+			 "meet): give %s", cfg->dir ? "a remote" :
+			 "a directory");
+		return -EINVAL;
+	}
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
@@ -261,7 +268,7 @@ int ckpt_open(const struct ckpt_config *cfg, struct ckpt **out, char *msg,
 		*out = c;
 		return 0;
 	}
-	if (c->rank == 0 && c->dir)
+	if (c->rank == 0 && c->dir && !c->cfg.node_local)
 		ckpt_retain_local(c->dir, 0, true, false, NULL, NULL, 0);
 	rc = ckpt_cuda_init(c, msg, msg_len);
 	if (rc && rc != -ENOTSUP)

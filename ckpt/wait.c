@@ -121,7 +121,9 @@ int ckpt_wait(struct ckpt *c, uint64_t step, enum ckpt_level level,
 		s->reported = true;
 	}
 	pthread_mutex_unlock(&c->lock);
-	if (!rc && c->rank != 0)
+	/* On a node's own directory no manifest is made: its shard there
+	 * is the whole of the local level. */
+	if (!rc && c->rank != 0 && !(local && c->cfg.node_local))
 		rc = wait_manifest(c, step, remote, deadline ? deadline :
 				   util_now_ns() + 2000000ull *
 				   c->cfg.barrier_timeout_ms, msg, msg_len);

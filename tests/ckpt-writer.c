@@ -11,13 +11,16 @@
  *                     [--tensors T] [--size BYTES] [--wait none|local|
  *                     remote] [--keep-local N] [--keep-remote N]
  *                     [--staging BYTES] [--barrier-timeout MS] [--rss]
+ *                     [--node-local]
  *       prints "committed STEP", then (with --wait) "durable STEP", and
  *       with --rss "rss STEP KB" (VmRSS from /proc/self/status)
  *   ckpt-writer check [--dir D] [--remote URL] [--step N]
  *                     [--tensors T] [--size BYTES]
  *       loads the newest complete checkpoint (or step N) for this RANK,
- *       checks every byte, prints "loaded STEP"; exit 4 if there is
- *       none, 1 if anything is wrong
+ *       checks every byte, prints "loaded STEP" (and with --node-local,
+ *       where the directory is this node's own, "served node BYTES
+ *       remote BYTES damaged N": ckpt_stats' load_ counters); exit 4 if
+ *       there is none, 1 if anything is wrong
  *
  * RANK and WORLD_SIZE come from the environment, as in a real job.
  * FMCKPT_CRASH_AT=POINT (and FMCKPT_CRASH_STEP=N, else any step) makes
@@ -47,6 +50,7 @@ struct opts {
 	uint64_t staging;
 	unsigned barrier_ms;
 	bool rss;
+	bool node_local;
 	uint32_t seed;
 };
 
@@ -144,6 +148,7 @@ static int open_store(const struct opts *o, bool read_only, struct ckpt **c)
 	cfg.keep_remote = o->keep_remote;
 	cfg.staging_bytes = o->staging;
 	cfg.barrier_timeout_ms = o->barrier_ms;
+	cfg.node_local = o->node_local;
 	rc = ckpt_open(&cfg, c, msg, sizeof(msg));
 	if (rc)
 		fprintf(stderr, "ckpt-writer: %s\n", msg);
@@ -267,8 +272,16 @@ static int do_check(const struct opts *o)
 			rc = 1;
 		}
 	}
-	if (!rc)
+	if (!rc) {
+		struct ckpt_stats st;
+
+		ckpt_get_stats(c, &st);
 		printf("loaded %" PRIu64 "\n", loaded);
+		if (o->node_local)
+			printf("served node %" PRIu64 " remote %" PRIu64
+			       " damaged %" PRIu64 "\n", st.load_node_bytes,
+			       st.load_remote_bytes, st.load_node_damaged);
+	}
 out:
 	free(want);
 	for (unsigned i = 0; i < o->tensors; i++)
@@ -295,6 +308,7 @@ int main(int argc, char **argv)
 		{ "staging", required_argument, 0, 'S' },
 		{ "barrier-timeout", required_argument, 0, 'b' },
 		{ "rss", no_argument, 0, 'm' },
+		{ "node-local", no_argument, 0, 'N' },
 		{ NULL, 0, NULL, 0 }
 	};
 	struct opts o = {
@@ -325,6 +339,7 @@ int main(int argc, char **argv)
 		case 'S': o.staging = strtoull(optarg, NULL, 10); break;
 		case 'b': o.barrier_ms = (unsigned)atoi(optarg); break;
 		case 'm': o.rss = true; break;
+		case 'N': o.node_local = true; break;
 		default: return 2;
 		}
 	}

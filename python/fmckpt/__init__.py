@@ -95,6 +95,9 @@ class _Stats(ctypes.Structure):
                 [("steps_in_flight", ctypes.c_uint),
                  ("local_total_ns", ctypes.c_uint64),
                  ("remote_total_ns", ctypes.c_uint64),
+                 ("load_node_bytes", ctypes.c_uint64),
+                 ("load_remote_bytes", ctypes.c_uint64),
+                 ("load_node_damaged", ctypes.c_uint64),
                  ("uring", ctypes.c_bool),
                  ("last_error", ctypes.c_char * 512)])
 
@@ -218,6 +221,7 @@ def _setup(lib):
                                               c.c_uint64, c.c_char_p,
                                               c.c_size_t]),
         "ckpt_reader_verify": (c.c_int, [P, c.c_char_p, c.c_size_t]),
+        "ckpt_reader_sources": (c.c_char_p, [P]),
         "ckpt_struct_size": (c.c_size_t, [c.c_char_p]),
     }
     for name, (res, args) in sig.items():
@@ -339,6 +343,7 @@ class Checkpointer:
     _OPTS = ("rank", "world_size", "run_id", "staging_bytes", "chunk_bytes",
              "keep_local", "keep_remote", "io_depth", "upload_parallel",
              "barrier_timeout_ms", "max_pending_steps", "read_only",
+             "node_local",
              "endpoint", "region", "profile", "path_style")
 
     def __init__(self, dir=None, remote=None, **options):
@@ -582,7 +587,8 @@ class Checkpointer:
     def load(self, step=LATEST, into=None, *, allow_pickle=False):
         """The state saved as step (LATEST: the newest that loads whole;
         a damaged newer one is skipped: self.last_load then says which
-        step loaded and what was skipped, and why).  Tensors come back as they went in
+        step loaded, what was skipped and why, and where each shard came
+        from: this node's directory or the store).  Tensors come back as they went in
         (torch or numpy).  In the world size that saved it, each rank
         gets what it saved; in another, whole tensors (a Slice's
         assembled, a replicated one's single copy).  into: a state of
@@ -591,7 +597,8 @@ class Checkpointer:
         self.last_load = None
         if step not in (None, LATEST):
             out = self._load_step(int(step), into, allow_pickle)
-            self.last_load = {"step": int(step), "skipped": []}
+            self.last_load = {"step": int(step), "skipped": [],
+                              "sources": self._sources}
             return out
         skipped = []
         for info in self.list():
@@ -600,7 +607,8 @@ class Checkpointer:
                 continue
             try:
                 out = self._load_step(info.step, into, allow_pickle)
-                self.last_load = {"step": info.step, "skipped": skipped}
+                self.last_load = {"step": info.step, "skipped": skipped,
+                                  "sources": self._sources}
                 return out
             except FmckptError as e:
                 if e.errno not in (_errno.EBADMSG, _errno.ENOENT,
@@ -629,8 +637,11 @@ class Checkpointer:
                                   "was saved by a newer fmckpt package "
                                   "(tree version %r)" % (step,
                                                          tree.get("v")))
-            return self._build(r, step, tree["root"], into, same,
-                               allow_pickle, ())
+            out = self._build(r, step, tree["root"], into, same,
+                              allow_pickle, ())
+            self._sources = self._lib.ckpt_reader_sources(r).decode(
+                "utf-8", "replace")
+            return out
         finally:
             self._lib.ckpt_reader_close(r)
 

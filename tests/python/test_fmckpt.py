@@ -98,7 +98,10 @@ class T(unittest.TestCase):
             ref = torch.load(buf)
             got = ck.load(3)
             same(got, ref)
-            self.assertEqual(ck.last_load, {"step": 3, "skipped": []})
+            self.assertEqual(ck.last_load["step"], 3)
+            self.assertEqual(ck.last_load["skipped"], [])
+            self.assertIn("shards 0 from the directory",
+                          ck.last_load["sources"])
             # a fresh model and optimizer from it train on the same
             m2, opt2 = model_and_opt(seed=99)
             m2.load_state_dict(got["model"])
@@ -210,6 +213,19 @@ class T(unittest.TestCase):
             buf.seek(0)
             same(ck.load(), torch.load(buf))
             self.assertTrue(ck.list()[0].remote)
+        # this node's own directory, the store where ranks meet
+        node = os.path.join(self.tmp, "node")
+        with fmckpt.Checkpointer(node, remote=url + "-node",
+                                 node_local=True) as ck:
+            ck.save(4, {"model": m.state_dict()})
+            ck.wait(4)
+            same(ck.load(4)["model"], m.state_dict())
+            self.assertIn("from this node's directory",
+                          ck.last_load["sources"])
+            shutil.rmtree(os.path.join(node, "step-0000000004"))
+            same(ck.load(4)["model"], m.state_dict())
+            self.assertIn("from the store", ck.last_load["sources"])
+            self.assertGreater(ck.stats()["load_remote_bytes"], 0)
 
     def test_bad_input(self):
         with self.assertRaises(TypeError) as cm:
