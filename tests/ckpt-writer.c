@@ -11,7 +11,7 @@
  *                     [--tensors T] [--size BYTES] [--wait none|local|
  *                     remote] [--keep-local N] [--keep-remote N]
  *                     [--staging BYTES] [--barrier-timeout MS] [--rss]
- *                     [--node-local]
+ *                     [--node-local] [--times]
  *       prints "committed STEP", then (with --wait) "durable STEP", and
  *       with --rss "rss STEP KB" (VmRSS from /proc/self/status)
  *   ckpt-writer check [--dir D] [--remote URL] [--step N]
@@ -21,6 +21,11 @@
  *       where the directory is this node's own, "served node BYTES
  *       remote BYTES damaged N": ckpt_stats' load_ counters); exit 4 if
  *       there is none, 1 if anything is wrong
+ *   --times (both): save prints "times STEP commit_s C local_s L
+ *       remote_s R" (ckpt_stats: how long the commit blocked, and from
+ *       the commit until the step was durable on the disk and in the
+ *       store), check "load_s S" (the ckpt_load call), for
+ *       tools/bench/bench-ckpt-nodes.sh
  *
  * RANK and WORLD_SIZE come from the environment, as in a real job.
  * FMCKPT_CRASH_AT=POINT (and FMCKPT_CRASH_STEP=N, else any step) makes
@@ -51,6 +56,7 @@ struct opts {
 	unsigned barrier_ms;
 	bool rss;
 	bool node_local;
+	bool times;
 	uint32_t seed;
 };
 
@@ -206,6 +212,16 @@ static int do_save(const struct opts *o)
 		}
 		if (o->rss)
 			printf("rss %" PRIu64 " %ld\n", s, rss_kb());
+		if (o->times && wait) {
+			struct ckpt_stats st;
+
+			/* the sums over one step each, when saved one by one */
+			ckpt_get_stats(c, &st);
+			printf("times %" PRIu64 " commit_s %.6f local_s %.6f "
+			       "remote_s %.6f\n", s, st.commit_last_ns / 1e9,
+			       st.local_total_ns / 1e9,
+			       st.remote_total_ns / 1e9);
+		}
 		fflush(stdout);
 	}
 	if (rc)
@@ -226,7 +242,7 @@ static int do_check(const struct opts *o)
 	char (*names)[64] = calloc(o->tensors, sizeof(*names));
 	unsigned rank = env_rank();
 	unsigned char *want = NULL;
-	uint64_t loaded = 0;
+	uint64_t loaded = 0, t0, t1;
 	struct ckpt *c;
 	char msg[2048];
 	int rc;
@@ -251,7 +267,9 @@ static int do_check(const struct opts *o)
 		if (!b[i].data)
 			return 1;
 	}
+	t0 = util_now_ns();
 	rc = ckpt_load(c, o->step, b, o->tensors, &loaded, msg, sizeof(msg));
+	t1 = util_now_ns();
 	if (rc) {
 		fprintf(stderr, "ckpt-writer: %s\n", msg);
 		rc = rc == -ENOENT ? 4 : 1;
@@ -277,6 +295,8 @@ static int do_check(const struct opts *o)
 
 		ckpt_get_stats(c, &st);
 		printf("loaded %" PRIu64 "\n", loaded);
+		if (o->times)
+			printf("load_s %.6f\n", (t1 - t0) / 1e9);
 		if (o->node_local)
 			printf("served node %" PRIu64 " remote %" PRIu64
 			       " damaged %" PRIu64 "\n", st.load_node_bytes,
@@ -309,6 +329,7 @@ int main(int argc, char **argv)
 		{ "barrier-timeout", required_argument, 0, 'b' },
 		{ "rss", no_argument, 0, 'm' },
 		{ "node-local", no_argument, 0, 'N' },
+		{ "times", no_argument, 0, 'T' },
 		{ NULL, 0, NULL, 0 }
 	};
 	struct opts o = {
@@ -340,6 +361,7 @@ int main(int argc, char **argv)
 		case 'b': o.barrier_ms = (unsigned)atoi(optarg); break;
 		case 'm': o.rss = true; break;
 		case 'N': o.node_local = true; break;
+		case 'T': o.times = true; break;
 		default: return 2;
 		}
 	}
