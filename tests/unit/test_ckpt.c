@@ -34,15 +34,10 @@
 #include <cmocka.h>
 
 #include "helpers.h"
+#include "ckpt_env.h"
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_int.h"
 
-struct env {
-	char dir[PATH_MAX];
-	char store[PATH_MAX];
-	char url[PATH_MAX + 16];
-	char msg[2048];
-};
 
 /* ---- data: tensors whose bytes are a function of (step, rank, i) ---- */
 
@@ -131,31 +126,7 @@ static void tset_free(struct tset *t)
 	free(t->data);
 }
 
-/* ---- environment ---- */
-
-static int env_setup(void **state)
-{
-	struct env *e = calloc(1, sizeof(*e));
-
-	assert_non_null(e);
-	g_seq++;
-	snprintf(e->dir, sizeof(e->dir), "%s/d%03u", g_tmp, g_seq);
-	snprintf(e->store, sizeof(e->store), "%s/s%03u", g_tmp, g_seq);
-	assert_int_equal(mkdir(e->store, 0755), 0);
-	snprintf(e->url, sizeof(e->url), "file://%s", e->store);
-	*state = e;
-	return 0;
-}
-
-static int env_teardown(void **state)
-{
-	struct env *e = *state;
-
-	rm_rf(e->dir);
-	rm_rf(e->store);
-	free(e);
-	return 0;
-}
+/* ---- environment (env_setup, env_teardown: ckpt_env.h) ---- */
 
 static struct ckpt_config cfg_of(struct env *e, bool dir, bool remote)
 {

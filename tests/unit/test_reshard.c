@@ -26,6 +26,7 @@
 #include <cmocka.h>
 
 #include "helpers.h"
+#include "ckpt_env.h"
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_int.h"
 
@@ -46,36 +47,7 @@ static const struct gdef defs[] = {
 	{ "b", CKPT_U8, 1, { 13 }, -1, -1 },
 };
 
-struct env {
-	char dir[PATH_MAX];
-	char store[PATH_MAX];
-	char url[PATH_MAX + 16];
-	char msg[2048];
-};
 
-static int env_setup(void **state)
-{
-	struct env *e = calloc(1, sizeof(*e));
-
-	assert_non_null(e);
-	g_seq++;
-	snprintf(e->dir, sizeof(e->dir), "%s/d%03u", g_tmp, g_seq);
-	snprintf(e->store, sizeof(e->store), "%s/s%03u", g_tmp, g_seq);
-	assert_int_equal(mkdir(e->store, 0755), 0);
-	snprintf(e->url, sizeof(e->url), "file://%s", e->store);
-	*state = e;
-	return 0;
-}
-
-static int env_teardown(void **state)
-{
-	struct env *e = *state;
-
-	rm_rf(e->dir);
-	rm_rf(e->store);
-	free(e);
-	return 0;
-}
 
 /* The byte k of element j (row-major global index) of tensor id. */
 static unsigned char val(unsigned id, uint64_t j, unsigned k)
