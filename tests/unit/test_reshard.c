@@ -47,12 +47,11 @@ static const struct gdef defs[] = {
 	{ "b", CKPT_U8, 1, { 13 }, -1, -1 },
 };
 
-
-
 /* The byte k of element j (row-major global index) of tensor id. */
 static unsigned char val(unsigned id, uint64_t j, unsigned k)
 {
-	uint64_t x = (j + 1) * 0x9E3779B97F4A7C15ull ^ (id + 1) * 0xBF58476D1CE4E5B9ull;
+	uint64_t x = (j + 1) * 0x9E3779B97F4A7C15ull ^
+		     (id + 1) * 0xBF58476D1CE4E5B9ull;
 
 	x ^= x >> 29;
 	return (unsigned char)(x >> (8 * k));
