@@ -125,6 +125,11 @@ struct ckpt_config {
 	                               * before ckpt_begin waits; 0: 4 */
 	bool node_local;              /* dir is this node's own (above);
 	                               * needs dir and remote */
+	bool commit_on_nodes;         /* node_local: rank 0 also commits
+	                               * each step once every shard is
+	                               * durable on its node, before the
+	                               * store has them all (CKPT_NODES); a
+	                               * load then takes such a step too */
 	bool read_only;               /* list/load/verify only: no staging,
 	                               * no threads, nothing created; a dir
 	                               * that does not exist is then taken
@@ -204,6 +209,11 @@ enum ckpt_level {
 	CKPT_LOCAL = 1,    /* committed in dir: fsynced, renamed */
 	CKPT_REMOTE = 2,   /* committed in remote: the manifest is stored */
 	CKPT_DURABLE = 3,  /* the strongest configured (remote if any) */
+	CKPT_NODES = 4,    /* commit_on_nodes: every rank's shard durable on
+	                    * its node's disk and rank 0's manifest.nodes
+	                    * stored; lost with any node that dies before
+	                    * its shard reaches the store
+	                    * (docs/checkpoint-format.md) */
 };
 /* Waits until step is committed at level by rank 0 (on other ranks: this
  * rank's shard is durable and rank 0's manifest is seen).  timeout_ms 0
@@ -256,6 +266,8 @@ struct ckpt_step_info {
 	uint64_t step;
 	bool local;              /* complete in dir */
 	bool remote;             /* complete in remote */
+	bool nodes;              /* committed on the nodes only (not yet
+	                          * remote; listed with commit_on_nodes) */
 	uint32_t world_size;
 	uint32_t ntensors;
 	uint64_t bytes;          /* shard files together */

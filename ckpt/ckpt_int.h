@@ -38,6 +38,7 @@
 #define CKPT_IO_PIECE (8u << 20)       /* read/verify/copy unit */
 
 #define CKPT_MANIFEST_NAME "manifest"
+#define CKPT_NODES_MANIFEST_NAME "manifest.nodes" /* commit_on_nodes */
 #define CKPT_STEP_PREFIX "step-"
 #define CKPT_TMP_PREFIX ".tmp-step-"
 #define CKPT_STATE_DIR ".fmckpt"
@@ -140,6 +141,11 @@ int ckpt_obj_fail(const struct obj_error *err, obj_status st,
 struct ckpt_found {
 	uint64_t step;
 	bool complete;
+	bool on_nodes;           /* a store's step-N/manifest.nodes is there
+	                          * (commit_on_nodes); complete is the
+	                          * manifest's alone */
+	bool nodes_only;         /* load.c: counted complete for its
+	                          * manifest.nodes alone */
 };
 /* Steps in dir (complete step-N with a manifest; incomplete: .tmp-step-N
  * and step-N without one), sorted newest first. */
@@ -274,6 +280,9 @@ struct ckpt_step {
 	int local_rc, remote_rc;
 	bool reported;                /* an error returned by ckpt_wait */
 	char local_err[512], remote_err[512];
+	int nodes_rc;                 /* commit_on_nodes: that commit's
+	                               * error, set with local_handled */
+	char nodes_err[512];
 	uint64_t bytes_written, bytes_uploaded;
 	uint64_t t_commit_ns, t_local_ns, t_remote_ns;
 };
@@ -336,7 +345,8 @@ struct ckpt {
 
 /* Crash points: the named places between two steps of a commit
  * ("shard-synced", "marker-written", "manifest-written", "renamed",
- * "node-committed", "remote-shard", "remote-marker", "remote-manifest")
+ * "node-committed", "nodes-manifest", "remote-shard", "remote-marker",
+ * "remote-manifest")
  * call
  * ckpt_crash_hook when it is set.  NULL, and so nothing, in a real job:
  * no variable in its environment can kill it.  Test programs set it
@@ -415,6 +425,8 @@ struct ckpt_reader {
 	bool *hdr_ok;                 /* per shard: header checked */
 	uint32_t *by_name;            /* m.tensors sorted by name (reshard.c,
 	                               * built at first use) */
+	bool on_nodes;                /* read from manifest.nodes: the store
+	                               * may not have every shard yet */
 	/* node_local, a step read from the store: per shard, whether this
 	 * node's directory has it with its size (and it has not failed a
 	 * check), where each read came from ('n' node, 'r' store, 'd' the

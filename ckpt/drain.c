@@ -256,7 +256,8 @@ static void barrier_poll_local(struct ckpt *c, struct barrier *b,
 }
 
 static int barrier_poll_remote(struct ckpt *c, struct barrier *b,
-			       struct ckpt_step *s, char *why, size_t why_len)
+			       struct ckpt_step *s, const char *kind,
+			       char *why, size_t why_len)
 {
 	struct obj_list_page pg;
 	struct obj_error err;
@@ -278,10 +279,11 @@ static int barrier_poll_remote(struct ckpt *c, struct barrier *b,
 			unsigned r;
 			unsigned char *buf;
 			size_t len;
-			char tail;
+			int at = 0;
 
-			if (!name || sscanf(name, "/rank-%u.don%c", &r,
-					    &tail) != 2 || tail != 'e' ||
+			/* /rank-R.KIND exactly: "done", or "node" */
+			if (!name || sscanf(name, "/rank-%u%n", &r, &at) != 1 ||
+			    name[at] != '.' || strcmp(name + at + 1, kind) ||
 			    r >= c->world || b->m[r].kind)
 				continue;
 			if (ckpt_remote_read_whole(c->st, pg.entries[i].key,
@@ -322,9 +324,12 @@ static void missing_ranks(const struct ckpt *c, const struct barrier *b,
 	}
 }
 
-/* Waits for every rank's marker (locally or remotely), then merges them. */
+/* Waits for every rank's marker (locally, or remotely those named
+ * rank-R.KIND: "done", or "node" for commit_on_nodes), then merges
+ * them. */
 static int barrier_wait(struct ckpt *c, struct ckpt_step *s, bool remote,
-			struct ckpt_manifest *out, char *why, size_t why_len)
+			const char *kind, struct ckpt_manifest *out,
+			char *why, size_t why_len)
 {
 	struct barrier b = { 0 };
 	uint64_t t0 = util_now_ns();
@@ -337,7 +342,8 @@ static int barrier_wait(struct ckpt *c, struct ckpt_step *s, bool remote,
 		return -ENOMEM;
 	for (;;) {
 		if (remote)
-			rc = barrier_poll_remote(c, &b, s, why, why_len);
+			rc = barrier_poll_remote(c, &b, s, kind, why,
+						 why_len);
 		else
 			barrier_poll_local(c, &b, s);
 		if (rc || b.have == c->world)
@@ -360,11 +366,11 @@ static int barrier_wait(struct ckpt *c, struct ckpt_step *s, bool remote,
 			else
 				util_msg(why, why_len, "rank 0 waited %.1f s for "
 					 "the shards of rank(s) %s (no "
-					 "rank-NNNNN.done from them in %s); are "
+					 "rank-NNNNN.%s from them in %s); are "
 					 "all %u ranks running, saving this step "
 					 "to the same place with the same run "
 					 "id?", c->cfg.barrier_timeout_ms /
-					 1000.0, miss, where, c->world);
+					 1000.0, miss, kind, where, c->world);
 			rc = -ETIMEDOUT;
 			break;
 		}
@@ -460,7 +466,7 @@ static int local_commit(struct ckpt *c, struct ckpt_step *s, char *why,
 	size_t len;
 	int rc;
 
-	rc = barrier_wait(c, s, false, &m, why, why_len);
+	rc = barrier_wait(c, s, false, "done", &m, why, why_len);
 	if (rc)
 		return rc;
 	rc = check_local_shards(c, &m, why, why_len);
@@ -546,7 +552,7 @@ static int remote_commit(struct ckpt *c, struct ckpt_step *s, char *why,
 	rc = remote_finish_shard(c, s, why, why_len);
 	if (rc || c->rank != 0)
 		return rc;
-	rc = barrier_wait(c, s, true, &m, why, why_len);
+	rc = barrier_wait(c, s, true, "done", &m, why, why_len);
 	if (rc)
 		return rc;
 	rc = ckpt_mf_encode(&m, &buf, &len);
@@ -580,10 +586,49 @@ static void commit_fail(struct ckpt *c, struct ckpt_step *s, int rc,
 		       why[0] ? why : strerror(-rc));
 }
 
+/* commit_on_nodes, after this rank's node commit: its marker stored as
+ * step-N/rank-R.node; rank 0 then waits for every rank's and stores
+ * their merge as step-N/manifest.nodes. */
+static int nodes_commit(struct ckpt *c, struct ckpt_step *s, char *why,
+			size_t why_len)
+{
+	struct ckpt_manifest m;
+	struct obj_error err;
+	unsigned char *buf;
+	char key[128], name[64];
+	obj_status os;
+	size_t len;
+	int rc;
+
+	ckpt_marker_name(c->rank, name, sizeof(name));
+	strcpy(name + strlen(name) - 4, "node"); /* rank-R.done -> .node */
+	key_of(s->step, name, key, sizeof(key));
+	os = obj_put(c->st, key, s->marker, s->marker_len, NULL, 0, NULL,
+		     &err);
+	if (os != OBJ_OK)
+		return ckpt_obj_fail(&err, os, key, why, why_len);
+	if (c->rank != 0)
+		return 0;
+	rc = barrier_wait(c, s, true, "node", &m, why, why_len);
+	if (rc)
+		return rc;
+	rc = ckpt_mf_encode(&m, &buf, &len);
+	ckpt_mf_release(&m);
+	if (rc)
+		return rc;
+	key_of(s->step, CKPT_NODES_MANIFEST_NAME, key, sizeof(key));
+	os = obj_put(c->st, key, buf, len, NULL, 0, NULL, &err);
+	free(buf);
+	if (os != OBJ_OK)
+		return ckpt_obj_fail(&err, os, key, why, why_len);
+	ckpt_crash_point("nodes-manifest", s->step);
+	return 0;
+}
+
 static void handle_local(struct ckpt *c, struct ckpt_step *s)
 {
-	char why[768] = "";
-	int rc, commit_rc = 0;
+	char why[768] = "", nwhy[768] = "";
+	int rc, commit_rc = 0, nodes_rc = 0;
 
 	pthread_mutex_lock(&c->lock);
 	rc = s->local_rc;
@@ -599,12 +644,23 @@ static void handle_local(struct ckpt *c, struct ckpt_step *s)
 				c->dir, why);
 			why[0] = '\0';
 		}
+		if (!rc && c->cfg.commit_on_nodes)
+			nodes_rc = nodes_commit(c, s, nwhy, sizeof(nwhy));
 	} else if (!rc && c->rank == 0) {
 		rc = commit_rc = local_commit(c, s, why, sizeof(why));
 	}
 	pthread_mutex_lock(&c->lock);
 	if (commit_rc)
 		commit_fail(c, s, commit_rc, CKPT_LOCAL, why);
+	if (nodes_rc) {
+		/* the local level stands: this rank's shard is on its node */
+		s->nodes_rc = nodes_rc;
+		snprintf(s->nodes_err, sizeof(s->nodes_err), "step %llu: "
+			 "commit on the nodes: %s", (unsigned long long)s->step,
+			 nwhy[0] ? nwhy : strerror(-nodes_rc));
+		snprintf(c->stats.last_error, sizeof(c->stats.last_error),
+			 "%s", s->nodes_err);
+	}
 	if (!s->local_rc) {
 		c->stats.local_steps++;
 		c->stats.last_local_step = s->step;
@@ -706,7 +762,10 @@ static struct ckpt_step *next_event(struct ckpt *c, bool *remote)
 			local_next = false;  /* the oldest goes first */
 		}
 		if (remote_next && !s->remote_handled) {
-			if (ready && s->remote_ready) {
+			/* commit_on_nodes: a step is committed on the nodes
+			 * before in the store, never after */
+			if (ready && s->remote_ready &&
+			    (!c->cfg.commit_on_nodes || s->local_handled)) {
 				*remote = true;
 				return s;
 			}

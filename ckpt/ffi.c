@@ -41,6 +41,7 @@ static const struct opt opts[] = {
 	{ "max_pending_steps", O_UINT, C(max_pending_steps) },
 	{ "read_only", O_BOOL, C(read_only) },
 	{ "node_local", O_BOOL, C(node_local) },
+	{ "commit_on_nodes", O_BOOL, C(commit_on_nodes) },
 	{ "endpoint", O_STR, OB(endpoint) },
 	{ "region", O_STR, OB(region) },
 	{ "profile", O_STR, OB(profile) },

@@ -84,7 +84,9 @@ int ckpt_list(struct ckpt *c, struct ckpt_step_info **out, size_t *n,
 			inc++;
 	}
 	for (size_t i = 0; i < rn; i++) {
-		if (rv[i].complete)
+		if (rv[i].nodes_only)
+			info_for(v, &k, rv[i].step)->nodes = true;
+		else if (rv[i].complete)
 			info_for(v, &k, rv[i].step)->remote = true;
 		else
 			inc++;

@@ -158,8 +158,18 @@ static int read_manifest(struct ckpt_reader *r, char *msg, size_t msg_len)
 		snprintf(path, sizeof(path), "%s" CKPT_MANIFEST_NAME, r->prefix);
 		rc = ckpt_remote_read_whole(r->c->st, path, CKPT_MF_MAX_BYTES,
 					    &buf, &len, msg, msg_len);
-		snprintf(path, sizeof(path), "%s/%s" CKPT_MANIFEST_NAME,
-			 r->c->remote, r->prefix);
+		if (rc == -ENOENT && r->c->cfg.commit_on_nodes) {
+			/* committed on the nodes, not yet in the store */
+			snprintf(path, sizeof(path),
+				 "%s" CKPT_NODES_MANIFEST_NAME, r->prefix);
+			rc = ckpt_remote_read_whole(r->c->st, path,
+						    CKPT_MF_MAX_BYTES, &buf,
+						    &len, msg, msg_len);
+			r->on_nodes = !rc;
+		}
+		snprintf(path, sizeof(path), "%s/%s%s", r->c->remote, r->prefix,
+			 r->on_nodes ? CKPT_NODES_MANIFEST_NAME :
+			 CKPT_MANIFEST_NAME);
 	} else {
 		snprintf(path, sizeof(path), "%s/" CKPT_MANIFEST_NAME, r->base);
 		rc = ckpt_read_whole(path, CKPT_MF_MAX_BYTES, &buf, &len, msg,
@@ -196,6 +206,15 @@ static bool complete_locally(struct ckpt *c, uint64_t step)
 	return !stat(path, &sb);
 }
 
+/* With commit_on_nodes, a step whose manifest.nodes is in the store
+ * counts as complete before its manifest is there (nodes_only). */
+static void count_nodes(const struct ckpt *c, struct ckpt_found *v, size_t n)
+{
+	for (size_t i = 0; c->cfg.commit_on_nodes && i < n; i++)
+		if (!v[i].complete && v[i].on_nodes)
+			v[i].complete = v[i].nodes_only = true;
+}
+
 static uint64_t newest_complete(const struct ckpt_found *v, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
@@ -225,6 +244,7 @@ static int find_latest(struct ckpt *c, enum ckpt_source from,
 		rc = ckpt_remote_scan(c->st, &v, &n, msg, msg_len);
 		if (rc)
 			return rc;
+		count_nodes(c, v, n);
 		s = newest_complete(v, n);
 		free(v);
 		if (s != CKPT_STEP_NONE && (best == CKPT_STEP_NONE || s > best))
@@ -281,7 +301,10 @@ int ckpt_reader_open_from(struct ckpt *c, uint64_t step,
 			 "shows the steps there)", (unsigned long long)step,
 			 r->remote ? c->remote : c->dir,
 			 r->remote ? r->where : r->base, "/");
-	if (!rc)
+	/* A step committed on the nodes has its shards there; the store's
+	 * may be coming still: a read finds out (and fails over to an
+	 * older step when one is missing everywhere). */
+	if (!rc && !r->on_nodes)
 		rc = r->remote ? check_shards_remote(r, msg, msg_len) :
 		     check_shards_local(r, msg, msg_len);
 	if (!rc) {
@@ -808,6 +831,8 @@ int ckpt_scan_both(struct ckpt *c, struct ckpt_found **lv, size_t *ln,
 		rc = ckpt_local_scan(c->dir, lv, ln, msg, msg_len);
 	if (!rc && c->st)
 		rc = ckpt_remote_scan(c->st, rv, rn, msg, msg_len);
+	if (!rc)
+		count_nodes(c, *rv, *rn);
 	if (rc) {
 		free(*lv);
 		free(*rv);

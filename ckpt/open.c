@@ -233,6 +233,11 @@ int ckpt_open(const struct ckpt_config *cfg, struct ckpt **out, char *msg,
 			 "or file:///DIR", cfg->remote);
 		return -EINVAL;
 	}
+	if (cfg->commit_on_nodes && !cfg->node_local) {
+		util_msg(msg, msg_len, "commit_on_nodes needs node_local: a "
+			 "commit on the nodes is of each node's own directory");
+		return -EINVAL;
+	}
 	if (cfg->node_local && (!cfg->dir || !cfg->remote)) {
 		util_msg(msg, msg_len, "node_local needs both a directory (this "
 			 "node's own) and a remote store (where the ranks "

@@ -262,11 +262,14 @@ struct found_list {
 	size_t n, cap;
 };
 
-static int found_add(struct found_list *l, uint64_t step, bool complete)
+static int found_add(struct found_list *l, uint64_t step, bool complete,
+		     bool on_nodes)
 {
 	for (size_t i = 0; i < l->n; i++) {
-		if (l->v[i].step == step && l->v[i].complete == complete)
+		if (l->v[i].step == step && l->v[i].complete == complete) {
+			l->v[i].on_nodes |= on_nodes;
 			return 0;
+		}
 	}
 	if (l->n == l->cap) {
 		size_t cap = l->cap ? l->cap * 2 : 16;
@@ -277,7 +280,9 @@ static int found_add(struct found_list *l, uint64_t step, bool complete)
 		l->v = v;
 		l->cap = cap;
 	}
+	memset(&l->v[l->n], 0, sizeof(l->v[l->n]));
 	l->v[l->n].step = step;
+	l->v[l->n].on_nodes = on_nodes;
 	l->v[l->n++].complete = complete;
 	return 0;
 }
@@ -305,13 +310,13 @@ int ckpt_local_scan(const char *dir, struct ckpt_found **out, size_t *n,
 		uint64_t step;
 
 		if (!ckpt_parse_step(de->d_name, CKPT_TMP_PREFIX, &step)) {
-			rc = found_add(&l, step, false);
+			rc = found_add(&l, step, false, false);
 		} else if (!ckpt_parse_step(de->d_name, CKPT_STEP_PREFIX,
 					    &step)) {
 			snprintf(path, sizeof(path), "%s/%s/" CKPT_MANIFEST_NAME,
 				 dir, de->d_name);
 			rc = found_add(&l, step, !stat(path, &sb) &&
-				       S_ISREG(sb.st_mode));
+				       S_ISREG(sb.st_mode), false);
 		}
 	}
 	closedir(d);
@@ -361,7 +366,9 @@ int ckpt_remote_scan(struct obj_store *st, struct ckpt_found **out,
 			if (ckpt_parse_step(name, CKPT_STEP_PREFIX, &step))
 				continue;
 			rc = found_add(&l, step, !strcmp(slash + 1,
-							 CKPT_MANIFEST_NAME));
+							 CKPT_MANIFEST_NAME),
+				       !strcmp(slash + 1,
+					       CKPT_NODES_MANIFEST_NAME));
 		}
 		if (pg.next_token && !(token = strdup(pg.next_token)))
 			rc = -ENOMEM;
@@ -378,9 +385,12 @@ int ckpt_remote_scan(struct obj_store *st, struct ckpt_found **out,
 	{
 		size_t k = 0;
 
-		for (size_t i = 0; i < l.n; i++)
+		for (size_t i = 0; i < l.n; i++) {
 			if (!k || l.v[i].step != l.v[k - 1].step)
 				l.v[k++] = l.v[i];
+			else
+				l.v[k - 1].on_nodes |= l.v[i].on_nodes;
+		}
 		l.n = k;
 	}
 	*out = l.v;
@@ -429,6 +439,12 @@ int ckpt_remote_remove(struct obj_store *st, uint64_t step, char *msg,
 	ckpt_step_name(step, prefix, sizeof(prefix));
 	snprintf(key, sizeof(key), "%s/" CKPT_MANIFEST_NAME, prefix);
 	os = obj_delete(st, key, &err);
+	/* and the commit on the nodes (commit_on_nodes), before the rest */
+	snprintf(key, sizeof(key), "%s/" CKPT_NODES_MANIFEST_NAME, prefix);
+	if (os == OBJ_OK)
+		os = obj_delete(st, key, &err);
+	if (os == OBJ_ERR_NOT_FOUND)
+		os = OBJ_OK;
 	if (os != OBJ_OK)
 		return ckpt_obj_fail(&err, os, "removing an old checkpoint",
 				     msg, msg_len);

@@ -28,13 +28,14 @@ static bool level_done(const struct ckpt_step *s, bool local, bool remote)
 
 /* Other ranks: poll until rank 0's manifest is there. */
 static int wait_manifest(struct ckpt *c, uint64_t step, bool remote,
-			 uint64_t deadline, char *msg, size_t msg_len)
+			 const char *mf, uint64_t deadline, char *msg,
+			 size_t msg_len)
 {
 	char name[64], key[96];
 	unsigned sleep_ms = 5;
 
 	ckpt_step_name(step, name, sizeof(name));
-	snprintf(key, sizeof(key), "%s/" CKPT_MANIFEST_NAME, name);
+	snprintf(key, sizeof(key), "%s/%s", name, mf);
 	for (;;) {
 		if (!remote && ckpt_committed_locally(c, step))
 			return 0;
@@ -54,8 +55,9 @@ static int wait_manifest(struct ckpt *c, uint64_t step, bool remote,
 		if (deadline && util_now_ns() >= deadline) {
 			util_msg(msg, msg_len, "step %llu: this rank's shard is "
 				 "durable but rank 0 has not committed the "
-				 "checkpoint %s yet", (unsigned long long)step,
-				 remote ? "remotely" : "locally");
+				 "checkpoint %s yet (no %s)",
+				 (unsigned long long)step, remote ?
+				 "remotely" : "locally", key);
 			return -ETIMEDOUT;
 		}
 		usleep(sleep_ms * 1000);
@@ -81,14 +83,20 @@ int ckpt_wait(struct ckpt *c, uint64_t step, enum ckpt_level level,
 {
 	uint64_t deadline = timeout_ms ? util_now_ns() +
 			    timeout_ms * 1000000ull : 0;
-	bool local = false, remote = false;
+	bool local = false, remote = false, nodes = level == CKPT_NODES;
 	struct ckpt_step *s;
 	int rc = 0;
 
 	util_msg(msg, msg_len, "%s", "");
+	if (nodes && !c->cfg.commit_on_nodes) {
+		util_msg(msg, msg_len, "CKPT_NODES needs commit_on_nodes (and "
+			 "node_local) set when the store is opened");
+		return -EINVAL;
+	}
 	if (level == CKPT_DURABLE)
 		level = c->st ? CKPT_REMOTE : CKPT_LOCAL;
-	local = level == CKPT_LOCAL;
+	/* the commit on the nodes is made with the local level's */
+	local = level == CKPT_LOCAL || nodes;
 	remote = level == CKPT_REMOTE;
 	if ((local && !c->dir) || (remote && !c->st) || (!local && !remote)) {
 		util_msg(msg, msg_len, "no %s store configured to wait for",
@@ -119,14 +127,22 @@ int ckpt_wait(struct ckpt *c, uint64_t step, enum ckpt_level level,
 		util_msg(msg, msg_len, "%s", local ? s->local_err :
 			 s->remote_err);
 		s->reported = true;
+	} else if (nodes && s->nodes_rc) {
+		rc = s->nodes_rc;
+		util_msg(msg, msg_len, "%s", s->nodes_err);
 	}
 	pthread_mutex_unlock(&c->lock);
+	if (!deadline)
+		deadline = util_now_ns() + 2000000ull *
+			   c->cfg.barrier_timeout_ms;
 	/* On a node's own directory no manifest is made: its shard there
 	 * is the whole of the local level. */
-	if (!rc && c->rank != 0 && !(local && c->cfg.node_local))
-		rc = wait_manifest(c, step, remote, deadline ? deadline :
-				   util_now_ns() + 2000000ull *
-				   c->cfg.barrier_timeout_ms, msg, msg_len);
+	if (!rc && c->rank != 0 && nodes)
+		rc = wait_manifest(c, step, true, CKPT_NODES_MANIFEST_NAME,
+				   deadline, msg, msg_len);
+	else if (!rc && c->rank != 0 && !(local && c->cfg.node_local))
+		rc = wait_manifest(c, step, remote, CKPT_MANIFEST_NAME,
+				   deadline, msg, msg_len);
 	return rc;
 }
 

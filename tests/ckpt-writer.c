@@ -11,8 +11,9 @@
  *                     [--tensors T] [--size BYTES] [--wait none|local|
  *                     remote] [--keep-local N] [--keep-remote N]
  *                     [--staging BYTES] [--barrier-timeout MS] [--rss]
- *                     [--node-local] [--times]
- *       prints "committed STEP", then (with --wait) "durable STEP", and
+ *                     [--node-local [--commit-on-nodes]] [--times]
+ *       prints "committed STEP", then (with --wait; "nodes" for
+ *       CKPT_NODES with --commit-on-nodes) "durable STEP", and
  *       with --rss "rss STEP KB" (VmRSS from /proc/self/status)
  *   ckpt-writer check [--dir D] [--remote URL] [--step N]
  *                     [--tensors T] [--size BYTES]
@@ -55,7 +56,7 @@ struct opts {
 	uint64_t staging;
 	unsigned barrier_ms;
 	bool rss;
-	bool node_local;
+	bool node_local, commit_on_nodes;
 	bool times;
 	uint32_t seed;
 };
@@ -155,6 +156,7 @@ static int open_store(const struct opts *o, bool read_only, struct ckpt **c)
 	cfg.staging_bytes = o->staging;
 	cfg.barrier_timeout_ms = o->barrier_ms;
 	cfg.node_local = o->node_local;
+	cfg.commit_on_nodes = o->commit_on_nodes;
 	rc = ckpt_open(&cfg, c, msg, sizeof(msg));
 	if (rc)
 		fprintf(stderr, "ckpt-writer: %s\n", msg);
@@ -172,6 +174,7 @@ static int do_save(const struct opts *o)
 {
 	unsigned char **bufs = calloc(o->tensors, sizeof(*bufs));
 	enum ckpt_level lvl = !strcmp(o->wait, "remote") ? CKPT_REMOTE :
+			      !strcmp(o->wait, "nodes") ? CKPT_NODES :
 			      CKPT_LOCAL;
 	bool wait = strcmp(o->wait, "none") != 0;
 	struct ckpt *c;
@@ -330,6 +333,7 @@ int main(int argc, char **argv)
 		{ "rss", no_argument, 0, 'm' },
 		{ "node-local", no_argument, 0, 'N' },
 		{ "times", no_argument, 0, 'T' },
+		{ "commit-on-nodes", no_argument, 0, 'C' },
 		{ NULL, 0, NULL, 0 }
 	};
 	struct opts o = {
@@ -362,6 +366,7 @@ int main(int argc, char **argv)
 		case 'm': o.rss = true; break;
 		case 'N': o.node_local = true; break;
 		case 'T': o.times = true; break;
+		case 'C': o.commit_on_nodes = true; break;
 		default: return 2;
 		}
 	}

@@ -76,7 +76,8 @@ class _GlobalInfo(ctypes.Structure):
 
 class _StepInfo(ctypes.Structure):
     _fields_ = [("step", ctypes.c_uint64), ("local", ctypes.c_bool),
-                ("remote", ctypes.c_bool), ("world_size", ctypes.c_uint32),
+                ("remote", ctypes.c_bool), ("nodes", ctypes.c_bool),
+                ("world_size", ctypes.c_uint32),
                 ("ntensors", ctypes.c_uint32), ("bytes", ctypes.c_uint64),
                 ("created_s", ctypes.c_int64), ("error", ctypes.c_int),
                 ("why", ctypes.c_char * 512)]
@@ -103,8 +104,8 @@ class _Stats(ctypes.Structure):
 
 
 StepInfo = collections.namedtuple(
-    "StepInfo", "step local remote world_size tensors bytes created_s "
-    "error why")
+    "StepInfo", "step local remote nodes world_size tensors bytes "
+    "created_s error why")
 
 
 class Slice:
@@ -343,7 +344,7 @@ class Checkpointer:
     _OPTS = ("rank", "world_size", "run_id", "staging_bytes", "chunk_bytes",
              "keep_local", "keep_remote", "io_depth", "upload_parallel",
              "barrier_timeout_ms", "max_pending_steps", "read_only",
-             "node_local",
+             "node_local", "commit_on_nodes",
              "endpoint", "region", "profile", "path_style")
 
     def __init__(self, dir=None, remote=None, **options):
@@ -516,12 +517,14 @@ class Checkpointer:
 
     def wait(self, step, level="durable", timeout=None):
         """Waits until step is committed at level: "local" (the
-        directory), "remote" (the store) or "durable" (the strongest
-        configured).  timeout in seconds (None: no limit)."""
-        lv = {"local": 1, "remote": 2, "durable": 3}.get(level)
+        directory), "remote" (the store), "durable" (the strongest
+        configured) or "nodes" (commit_on_nodes: every rank's shard on
+        its node's disk).  timeout in seconds (None: no limit)."""
+        lv = {"local": 1, "remote": 2, "durable": 3,
+              "nodes": 4}.get(level)
         if lv is None:
-            raise ValueError("fmckpt: level %r: give local, remote or "
-                             "durable" % (level,))
+            raise ValueError("fmckpt: level %r: give local, remote, "
+                             "durable or nodes" % (level,))
         msg = ctypes.create_string_buffer(_MSG)
         ms = 0 if timeout is None else max(1, int(timeout * 1000))
         _check(self._lib.ckpt_wait(self._h, int(step), lv, ms, msg, _MSG),
@@ -539,7 +542,7 @@ class Checkpointer:
                                    ctypes.byref(n), ctypes.byref(inc), msg,
                                    _MSG), msg, "list")
         out = [StepInfo(arr[i].step, arr[i].local, arr[i].remote,
-                        arr[i].world_size, arr[i].ntensors, arr[i].bytes,
+                        arr[i].nodes, arr[i].world_size, arr[i].ntensors, arr[i].bytes,
                         arr[i].created_s, arr[i].error,
                         arr[i].why.decode("utf-8", "replace"))
                for i in range(n.value)]

@@ -19,7 +19,9 @@ cd "$TEST_DIR"
 unset RANK WORLD_SIZE FMCKPT_RUN_ID
 
 note "fmckpt (Python): unit cases, and the remote one against the gateway"
-FMCKPT_LIB=$TOP/ckpt/libfmckpt.so.0 PYTHONPATH=$TOP/python \
+# shellcheck disable=SC2046 # words VAR=VALUE, or none
+env $(sanitizer_preload "$TOP/ckpt/libfmckpt.so.0") \
+	FMCKPT_LIB=$TOP/ckpt/libfmckpt.so.0 PYTHONPATH=$TOP/python \
 	FMCKPT_TEST_REMOTE="s3://$B/py" \
 	$PY "$TOP/tests/python/test_fmckpt.py" >py.out 2>&1 ||
 	fail "test_fmckpt.py: $(tail -30 py.out)"

@@ -11,7 +11,10 @@
 # and verifies (no byte from the bucket), from the bucket when the
 # node's copy is missing or damaged (counted, and named in the log), and
 # a rank killed mid-save leaves the step uncommitted, the previous one
-# loadable.  Every load is checked byte for byte by tests/ckpt-writer.
+# loadable.  With commit_on_nodes a step committed on the nodes (every
+# shard on its node, manifest.nodes in the bucket) loads before the
+# bucket has it, and one that lost a node's copy before its drain falls
+# back to the previous step.  Every load is checked byte for byte by tests/ckpt-writer.
 . "$TOP/tests/lib/common.sh"
 
 W=$TOP/tests/ckpt-writer
@@ -132,7 +135,54 @@ RANK=1 WORLD_SIZE=4 $W check --dir nodeA --remote "$URL" --node-local \
 	--size $SIZE >o.1 2>e.1 || fail "load after the kill: $(cat e.1)"
 grep -qx "loaded 2" o.1 || fail "the newest loadable is not step 2: $(cat o.1)"
 
+note "commit on the nodes: step 4 loads before the bucket has it"
+# Rank 3 dies once its shard is in the bucket but before its marker
+# (remote-shard): every shard is on its node and rank 0 stores
+# manifest.nodes, but the bucket's manifest never comes.
+pids=()
+for r in 0 1 2 3; do
+	crash=
+	[ $r = 3 ] && crash=remote-shard
+	RANK=$r WORLD_SIZE=4 FMCKPT_CRASH_AT=$crash $W save --first 4 --count 1 \
+		--wait nodes --commit-on-nodes --dir "$(node_of $r)" --remote "$URL" \
+		--node-local --size $SIZE --barrier-timeout 3000 >"s4.$r" 2>"e4.$r" &
+	pids+=($!)
+done
+for r in 0 1 2 3; do
+	rc=0
+	wait "${pids[$r]}" || rc=$?
+	echo $rc >"rc4.$r"
+done
+for r in 0 1 2; do
+	grep -qx "durable 4" "s4.$r" || fail "rank $r: step 4 not committed on the nodes: $(cat "s4.$r" "e4.$r")"
+done
+awsx s3api head-object --bucket "$B" --key job/step-0000000004/manifest.nodes \
+	>/dev/null || fail "no manifest.nodes for step 4 in the bucket"
+awsx s3api head-object --bucket "$B" --key job/step-0000000004/manifest \
+	>/dev/null 2>&1 && fail "step 4 committed in the bucket without rank 3's marker"
+for r in 0 3; do
+	RANK=$r WORLD_SIZE=4 $W check --dir "$(node_of $r)" --remote "$URL" \
+		--node-local --commit-on-nodes --size $SIZE >"o4.$r" 2>"e4c.$r" ||
+		fail "rank $r: load of the step committed on the nodes: $(cat "e4c.$r")"
+	grep -qx "loaded 4" "o4.$r" && grep -q "remote 0 damaged 0" "o4.$r" ||
+		fail "rank $r did not load step 4 from its node: $(cat "o4.$r" "e4c.$r")"
+done
+# Without commit_on_nodes a load takes only what the bucket committed.
+RANK=3 WORLD_SIZE=4 $W check --dir nodeB --remote "$URL" --node-local \
+	--size $SIZE >o4n 2>/dev/null || fail "load without commit_on_nodes"
+grep -qx "loaded 2" o4n || fail "without commit_on_nodes: $(cat o4n)"
+# What it risks: node B lost, and rank 3's shard never reached the
+# bucket: step 4 cannot be loaded there, and the load falls back to 2.
+rm -rf nodeB/step-0000000004
+awsx s3 rm --quiet "$URL/step-0000000004/shard-00003.bin"
+RANK=3 WORLD_SIZE=4 $W check --dir nodeB --remote "$URL" --node-local \
+	--commit-on-nodes --size $SIZE >o4l 2>e4l || fail "load after the loss: $(cat e4l)"
+grep -qx "loaded 2" o4l || fail "after losing node B's copy: $(cat o4l e4l)"
+grep -q "skipped step 4" e4l || fail "the log does not say step 4 was skipped: $(cat e4l)"
+
 note "bad input: node_local without a remote"
 expect_exit 1 "node_local needs both a directory" env RANK=0 WORLD_SIZE=1 \
 	$W save --dir nodeA --node-local --size $SIZE
+expect_exit 1 "commit_on_nodes needs node_local" env RANK=0 WORLD_SIZE=1 \
+	$W save --dir nodeA --remote "$URL" --commit-on-nodes --size $SIZE
 echo "checkpoints across nodes ok"

@@ -33,7 +33,9 @@ note "make install prefix=...: programs, mount.fmfs, man pages, libfmckpt.a/.so,
 # The Python package, finding the library it was installed with.
 pyd=$(ls -d "$inst"/lib/python3*/dist-packages 2>/dev/null | head -1)
 [ -e "$pyd/fmckpt/__init__.py" ] || fail "make install did not install the Python package fmckpt under $inst/lib/python3*/dist-packages"
-got=$(cd / && env -u FMCKPT_LIB PYTHONPATH="$pyd" /usr/bin/python3 -c \
+# shellcheck disable=SC2046 # words VAR=VALUE, or none
+got=$(cd / && env -u FMCKPT_LIB $(sanitizer_preload "$inst/lib/libfmckpt.so.0") \
+	PYTHONPATH="$pyd" /usr/bin/python3 -c \
 	'import fmckpt; print(fmckpt.library_path())') ||
 	fail "import fmckpt from $pyd failed"
 [ "$got" = "$(readlink -f "$inst/lib/libfmckpt.so.0")" ] ||

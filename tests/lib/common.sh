@@ -91,6 +91,17 @@ same_file() {
 	cmp -s "$1" "$2" || fail "$1 and $2 differ"
 }
 
+# sanitizer_preload LIB: what a program not built with the sanitizers
+# (python3) needs in its environment to load LIB when LIB is of a
+# sanitizer build (./configure --enable-sanitizers): ASan's runtime
+# first (LD_PRELOAD), and no leak report of the interpreter's own.
+# Prints VAR=VALUE words for env; nothing for a plain build.
+sanitizer_preload() {
+	ldd "$1" 2>/dev/null | grep -q 'libasan\.so' || return 0
+	echo "LD_PRELOAD=$(gcc -print-file-name=libasan.so)" \
+		"ASAN_OPTIONS=detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+}
+
 # random_file PATH SIZE_MIB
 random_file() {
 	head -c "$(($2 * 1024 * 1024))" /dev/urandom >"$1"
