@@ -14,7 +14,9 @@
 # loadable.  With commit_on_nodes a step committed on the nodes (every
 # shard on its node, manifest.nodes in the bucket) loads before the
 # bucket has it, and one that lost a node's copy before its drain falls
-# back to the previous step.  Every load is checked byte for byte by tests/ckpt-writer.
+# back to the previous step.  A restore also reads through an fmfs
+# mount of the bucket (a file:// store on the mount), which is how the
+# members of a cache group read it once per cluster.  Every load is checked byte for byte by tests/ckpt-writer.
 . "$TOP/tests/lib/common.sh"
 
 W=$TOP/tests/ckpt-writer
@@ -179,6 +181,24 @@ RANK=3 WORLD_SIZE=4 $W check --dir nodeB --remote "$URL" --node-local \
 	--commit-on-nodes --size $SIZE >o4l 2>e4l || fail "load after the loss: $(cat e4l)"
 grep -qx "loaded 2" o4l || fail "after losing node B's copy: $(cat o4l e4l)"
 grep -q "skipped step 4" e4l || fail "the log does not say step 4 was skipped: $(cat e4l)"
+
+note "restore through an fmfs mount of the bucket, as a cache group's members read"
+if [ -e /dev/fuse ]; then
+	MNT=$TEST_DIR/mnt
+	CACHE=$TEST_DIR/cache
+	mkdir -p "$MNT"
+	trap 'unmount_quietly "$MNT"; cleanup_common' EXIT
+	mnt --mode ro
+	RANK=2 WORLD_SIZE=4 $W check --step 2 --remote "file://$MNT/job" \
+		--size $SIZE >om 2>em || fail "load through the mount: $(cat em)"
+	grep -qx "loaded 2" om || fail "through the mount: $(cat om em)"
+	fetched=$($FMFS status "$MNT" | awk '$1 == "bytes_fetched:" { print $2 }')
+	[ "${fetched:-0}" -ge $((SIZE / 2)) ] ||
+		fail "the mount fetched $fetched bytes for a $SIZE-byte shard"
+	$FMFS umount "$MNT" || fail "umount"
+else
+	echo "  (no /dev/fuse: skipped)"
+fi
 
 note "bad input: node_local without a remote"
 expect_exit 1 "node_local needs both a directory" env RANK=0 WORLD_SIZE=1 \
