@@ -145,6 +145,10 @@ struct fs_inode {
 	uint64_t nlookup;          /* kernel references; protected by lock */
 	struct fs_inode_x *x;      /* NULL until needed (fs_inode_x) */
 	struct fs_inode *next_ino, *next_name; /* hash chains */
+	char kbuf[];               /* the key and name made with the inode
+	                            * (key points here until a rename gives
+	                            * it a block of its own): one allocation
+	                            * an inode, not two */
 };
 
 /* in's type: its S_IFMT bits (0: a regular file), and to set it. */

@@ -42,16 +42,24 @@ static size_t hash_name(const struct fs *fs, fuse_ino_t parent,
 _Static_assert(sizeof(struct fs_inode) <= 152, "struct fs_inode grew past "
 	       "152 bytes, the next malloc size class");
 
-static char *names_block(const char *prefix, const char *rest,
-			 const char *name, uint16_t *name_off)
+/* The bytes names_fill writes. */
+static size_t names_len(const char *prefix, const char *rest,
+			const char *name)
+{
+	size_t rl = strlen(rest), nl = strlen(name);
+	bool tail = rl >= nl && !strcmp(rest + rl - nl, name);
+
+	return strlen(prefix) + rl + 1 + (tail ? 0 : nl + 1);
+}
+
+/* Writes the block into b (names_len bytes); returns b. */
+static char *names_fill(char *b, const char *prefix, const char *rest,
+			const char *name, uint16_t *name_off)
 {
 	size_t pl = strlen(prefix), rl = strlen(rest), nl = strlen(name);
 	size_t kl = pl + rl;
 	bool tail = rl >= nl && !strcmp(rest + rl - nl, name);
-	char *b = malloc(kl + 1 + (tail ? 0 : nl + 1));
 
-	if (!b)
-		return NULL;
 	memcpy(b, prefix, pl);
 	memcpy(b + pl, rest, rl + 1);
 	if (tail) {
@@ -61,6 +69,34 @@ static char *names_block(const char *prefix, const char *rest,
 		*name_off = (uint16_t)(kl + 1);
 	}
 	return b;
+}
+
+static char *names_block(const char *prefix, const char *rest,
+			 const char *name, uint16_t *name_off)
+{
+	char *b = malloc(names_len(prefix, rest, name));
+
+	return b ? names_fill(b, prefix, rest, name, name_off) : NULL;
+}
+
+/* A new inode with its key and name in the same allocation (kbuf). */
+static struct fs_inode *inode_alloc(const char *prefix, const char *rest,
+				    const char *name)
+{
+	size_t kl = names_len(prefix, rest, name);
+	struct fs_inode *in = calloc(1, sizeof(*in) + kl);
+
+	if (in)
+		in->key = names_fill(in->kbuf, prefix, rest, name,
+				     &in->name_off);
+	return in;
+}
+
+/* Frees in's key unless it is the one made with the inode. */
+static void key_free(struct fs_inode *in, char *key)
+{
+	if (key != in->kbuf)
+		free(key);
 }
 
 int fs_inodes_init(struct fs *fs)
@@ -111,7 +147,7 @@ static void inode_free(struct fs_inode *in)
 		free(in->x->ctype);
 		free(in->x);
 	}
-	free(in->key); /* the name with it */
+	key_free(in, in->key); /* the name with it */
 	free(in);
 }
 
@@ -161,20 +197,16 @@ struct fs_inode *fs_inode_restore(struct fs *fs, struct fs_inode *dir,
 				  bool is_dir, uint32_t ftype, bool unlinked,
 				  uint64_t nlookup)
 {
-	struct fs_inode *in = calloc(1, sizeof(*in));
+	struct fs_inode *in;
 	char rest[NAME_MAX + 2];
 	size_t hb = hash_name(fs, dir->ino, name);
 
-	if (!in || (size_t)snprintf(rest, sizeof(rest), "%s%s", name,
-				    is_dir ? "/" : "") >= sizeof(rest)) {
-		free(in);
+	if ((size_t)snprintf(rest, sizeof(rest), "%s%s", name,
+			     is_dir ? "/" : "") >= sizeof(rest))
 		return NULL;
-	}
-	in->key = names_block(dir->key, rest, name, &in->name_off);
-	if (!in->key) {
-		free(in);
+	in = inode_alloc(dir->key, rest, name);
+	if (!in)
 		return NULL;
-	}
 	in->ino = ino;
 	in->parent = dir;
 	in->is_dir = is_dir;
@@ -182,7 +214,6 @@ struct fs_inode *fs_inode_restore(struct fs *fs, struct fs_inode *dir,
 	in->nlookup = nlookup;
 	in->unlinked = unlinked;
 	if (!fs_set_restored(in, true, false)) {
-		free(in->key);
 		free(in);
 		return NULL;
 	}
@@ -291,17 +322,11 @@ struct fs_inode *fs_inode_ref(struct fs *fs, struct fs_inode *dir,
 	if (!in) {
 		char rest[NAME_MAX + 2];
 
-		in = calloc(1, sizeof(*in));
-		if (!in)
-			return NULL;
 		snprintf(rest, sizeof(rest), "%s%s", e->name,
 			 e->is_dir ? "/" : "");
-		in->key = names_block(dir->key, rest, e->name,
-				      &in->name_off);
-		if (!in->key) {
-			free(in);
+		in = inode_alloc(dir->key, rest, e->name);
+		if (!in)
 			return NULL;
-		}
 		in->ino = fs->next_ino++;
 		in->parent = dir;
 		in->is_dir = e->is_dir;
@@ -465,7 +490,7 @@ static int rekey(struct fs_inode *in, size_t ol, const char *nw)
 
 	if (!k)
 		return -ENOMEM;
-	free(in->key);
+	key_free(in, in->key);
 	in->key = k;
 	in->name_off = off;
 	return 0;
@@ -508,7 +533,7 @@ int fs_inode_move(struct fs *fs, struct fs_inode *in, struct fs_inode *dir,
 			     x = x->next_ino)
 				if (x != in && !strncmp(x->key, ok, okl))
 					rekey(x, okl, nk);
-	free(ok);
+	key_free(in, ok);
 	old_parent->children--;
 	maybe_free(fs, old_parent);
 	return 0;
