@@ -37,7 +37,8 @@ static size_t hash_name(const struct fs *fs, fuse_ino_t parent,
  * end of its key ("a/b/c", name at 4), so it is not stored twice; a
  * directory's key ends in '/', and its name follows the key
  * ("a/b/\0b\0").  The key is prefix + rest; NULL when out of memory. */
-/* One per name the kernel holds: within glibc's 160-byte malloc chunk
+/* One per name the kernel holds, its key and name in the same chunk
+ * (kbuf): 152 bytes and a short key fit glibc's 176-byte chunk
  * (docs/performance.md "Memory per inode"). */
 _Static_assert(sizeof(struct fs_inode) <= 152, "struct fs_inode grew past "
 	       "152 bytes, the next malloc size class");
