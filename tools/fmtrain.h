@@ -93,9 +93,12 @@ struct fmtrain_opts {
 
 struct fmtrain_metrics;
 struct ckpt;
-/* Serves /metrics on addr; NULL with msg set if it cannot. */
+/* Serves /metrics on addr, its port moved up by local_rank (the ranks
+ * of one machine on consecutive ports); NULL with msg set if it
+ * cannot. */
 struct fmtrain_metrics *fmtrain_metrics_start(const char *addr,
 					      unsigned rank,
+					      unsigned local_rank,
 					      const char *device, char *msg,
 					      size_t ml);
 void fmtrain_metrics_ckpt(struct fmtrain_metrics *m, struct ckpt *c);

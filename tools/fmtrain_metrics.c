@@ -4,10 +4,13 @@
  * step time, tokens, data wait and checkpoint blocking, and the stats of
  * the libfmckpt it hosts (commits, their blocking, drain times and
  * bytes, failures), served in Prometheus' text format from a thread of
- * metrics/ while the loop trains.  Each rank serves its own figures
- * (give each its own port); docs/metrics.md lists them.
+ * metrics/ while the loop trains.  Each rank serves its own figures, on
+ * PORT + LOCAL_RANK, so that the ranks of one machine given the same
+ * --metrics do not collide; docs/metrics.md lists them.
  */
+#include <errno.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,20 +102,50 @@ static void render(FILE *out, void *arg)
 	ckpt_part(m, out);
 }
 
+/* addr with its port moved up by local_rank (ADDR:0 stays 0, any free
+ * port); -ERANGE past 65535. */
+static int rank_addr(const char *addr, unsigned local_rank, char *out,
+		     size_t len)
+{
+	const char *colon = strrchr(addr, ':');
+	unsigned long port;
+	char *end;
+
+	if (!colon)
+		return -EINVAL;
+	port = strtoul(colon + 1, &end, 10);
+	if (*end)
+		return -EINVAL;
+	if (port && port + local_rank > 65535)
+		return -ERANGE;
+	snprintf(out, len, "%.*s:%lu", (int)(colon - addr), addr,
+		 port ? port + local_rank : 0);
+	return 0;
+}
+
 struct fmtrain_metrics *fmtrain_metrics_start(const char *addr,
 					      unsigned rank,
+					      unsigned local_rank,
 					      const char *device, char *msg,
 					      size_t ml)
 {
-	struct fmtrain_metrics *m = calloc(1, sizeof(*m));
+	struct fmtrain_metrics *m;
+	char at[300];
 
+	if (rank_addr(addr, local_rank, at, sizeof(at))) {
+		snprintf(msg, ml, "%s: port + LOCAL_RANK (%u) is past 65535 "
+			 "(or not ADDR:PORT): give a lower port", addr,
+			 local_rank);
+		return NULL;
+	}
+	m = calloc(1, sizeof(*m));
 	if (!m) {
 		snprintf(msg, ml, "out of memory");
 		return NULL;
 	}
 	m->rank = rank;
 	m->device = device;
-	m->http = metrics_http_start(addr, render, m, msg, ml);
+	m->http = metrics_http_start(at, render, m, msg, ml);
 	if (!m->http) {
 		free(m);
 		return NULL;

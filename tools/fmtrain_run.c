@@ -821,7 +821,8 @@ int fmtrain_run(const struct fmtrain_opts *o)
 		char msg[400];
 
 		r.met = fmtrain_metrics_start(o->metrics, o->world.rank,
-					      r.be->name, msg, sizeof(msg));
+					      o->world.local_rank, r.be->name,
+					      msg, sizeof(msg));
 		if (!r.met) {
 			fprintf(stderr, PROG ": --metrics: %s\n", msg);
 			rc = EXIT_FAIL;

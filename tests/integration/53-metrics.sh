@@ -8,7 +8,8 @@
 # Prometheus' HTTP API for counters that must have grown by what the
 # test did (bytes read, uploads, trainer steps).  The text passes
 # promtool's lint; bad --metrics values and a port in use fail with a
-# message, mounting nothing.
+# message, mounting nothing.  Two trainers of one machine given the same
+# --metrics serve on PORT and PORT + LOCAL_RANK.
 . "$TOP/tests/lib/common.sh"
 
 mount_setup metrics
@@ -200,5 +201,32 @@ TRAIN_PID=
 kill "$PROM_PID"
 wait "$PROM_PID" 2>/dev/null || true
 PROM_PID=
+note "fmtrain ranks of one machine: PORT + LOCAL_RANK"
+# LOCAL_RANK=1 with the same --metrics as rank 0's: one port up, so the
+# two ranks of a machine given one command line do not collide.
+"$FMTRAIN" train --data "$MNT/shards" --steps 100000 \
+	--metrics "127.0.0.1:$TPORT" >/dev/null 2>&1 &
+L0_PID=$!
+LOCAL_RANK=1 "$FMTRAIN" train --data "$MNT/shards" --steps 100000 \
+	--metrics "127.0.0.1:$TPORT" >l1.out 2>&1 &
+L1_PID=$!
+ok=
+for _ in $(seq 80); do
+	if scrape "$TPORT" >l0.m 2>/dev/null && scrape $((TPORT + 1)) >l1.m 2>/dev/null; then
+		ok=1
+		break
+	fi
+	sleep 0.25
+done
+kill -TERM "$L0_PID" "$L1_PID" 2>/dev/null || true
+wait "$L0_PID" "$L1_PID" 2>/dev/null || true
+[ -n "$ok" ] || fail "ranks 0 and 1 not on $TPORT and $((TPORT + 1)): $(cat l1.out)"
+grep -q '^fmtrain_build_info{' l1.m || fail "LOCAL_RANK 1's port serves no fmtrain metrics"
+rc=0
+LOCAL_RANK=2 "$FMTRAIN" train --data "$MNT/shards" --steps 1 \
+	--metrics 127.0.0.1:65534 >/dev/null 2>err || rc=$?
+[ "$rc" = 1 ] && grep -q "port + LOCAL_RANK (2) is past 65535" err ||
+	fail "a port past 65535: exit $rc: $(cat err)"
+
 $FMFS umount "$MNT" || fail "umount"
 echo "metrics ok"
