@@ -538,8 +538,10 @@ static int remote_finish_shard(struct ckpt *c, struct ckpt_step *s,
 	return 0;
 }
 
-static int remote_commit(struct ckpt *c, struct ckpt_step *s, char *why,
-			 size_t why_len)
+/* Rank 0: every rank's rank-R.KIND marker in the store, merged and
+ * stored as step-N/NAME (the manifest, or manifest.nodes). */
+static int merge_put(struct ckpt *c, struct ckpt_step *s, const char *kind,
+		     const char *name, char *why, size_t why_len)
 {
 	struct ckpt_manifest m;
 	struct obj_error err;
@@ -549,21 +551,32 @@ static int remote_commit(struct ckpt *c, struct ckpt_step *s, char *why,
 	size_t len;
 	int rc;
 
-	rc = remote_finish_shard(c, s, why, why_len);
-	if (rc || c->rank != 0)
-		return rc;
-	rc = barrier_wait(c, s, true, "done", &m, why, why_len);
+	rc = barrier_wait(c, s, true, kind, &m, why, why_len);
 	if (rc)
 		return rc;
 	rc = ckpt_mf_encode(&m, &buf, &len);
 	ckpt_mf_release(&m);
 	if (rc)
 		return rc;
-	key_of(s->step, CKPT_MANIFEST_NAME, key, sizeof(key));
+	key_of(s->step, name, key, sizeof(key));
 	os = obj_put(c->st, key, buf, len, NULL, 0, NULL, &err);
 	free(buf);
 	if (os != OBJ_OK)
 		return ckpt_obj_fail(&err, os, key, why, why_len);
+	return 0;
+}
+
+static int remote_commit(struct ckpt *c, struct ckpt_step *s, char *why,
+			 size_t why_len)
+{
+	int rc;
+
+	rc = remote_finish_shard(c, s, why, why_len);
+	if (rc || c->rank != 0)
+		return rc;
+	rc = merge_put(c, s, "done", CKPT_MANIFEST_NAME, why, why_len);
+	if (rc)
+		return rc;
 	ckpt_crash_point("remote-manifest", s->step);
 	why[0] = '\0';
 	rc = ckpt_retain_remote(c->st, c->cfg.keep_remote, !c->cfg.keep_remote,
@@ -592,12 +605,9 @@ static void commit_fail(struct ckpt *c, struct ckpt_step *s, int rc,
 static int nodes_commit(struct ckpt *c, struct ckpt_step *s, char *why,
 			size_t why_len)
 {
-	struct ckpt_manifest m;
 	struct obj_error err;
-	unsigned char *buf;
 	char key[128], name[64];
 	obj_status os;
-	size_t len;
 	int rc;
 
 	ckpt_marker_name(c->rank, name, sizeof(name));
@@ -609,18 +619,9 @@ static int nodes_commit(struct ckpt *c, struct ckpt_step *s, char *why,
 		return ckpt_obj_fail(&err, os, key, why, why_len);
 	if (c->rank != 0)
 		return 0;
-	rc = barrier_wait(c, s, true, "node", &m, why, why_len);
+	rc = merge_put(c, s, "node", CKPT_NODES_MANIFEST_NAME, why, why_len);
 	if (rc)
 		return rc;
-	rc = ckpt_mf_encode(&m, &buf, &len);
-	ckpt_mf_release(&m);
-	if (rc)
-		return rc;
-	key_of(s->step, CKPT_NODES_MANIFEST_NAME, key, sizeof(key));
-	os = obj_put(c->st, key, buf, len, NULL, 0, NULL, &err);
-	free(buf);
-	if (os != OBJ_OK)
-		return ckpt_obj_fail(&err, os, key, why, why_len);
 	ckpt_crash_point("nodes-manifest", s->step);
 	return 0;
 }

@@ -235,6 +235,8 @@ void ckpt_node_count(struct ckpt_reader *r, uint32_t i, bool node,
 {
 	if (r->served[i] != 'd')
 		r->served[i] = node ? 'n' : r->remote ? 'r' : 'l';
+	if (!node && !r->remote)
+		return; /* a directory's own read: nothing counted, no lock */
 	pthread_mutex_lock(&r->c->lock);
 	if (node)
 		r->c->stats.load_node_bytes += len;
