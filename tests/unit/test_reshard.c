@@ -568,6 +568,41 @@ static void test_damaged_slice(void **state)
 	ckpt_close(c, NULL, 0);
 }
 
+/* ckpt_open_opts (for bindings): what it refuses, naming it; and a
+ * wait at CKPT_NODES on a handle without commit_on_nodes. */
+static void test_open_opts(void **state)
+{
+	struct env *e = *state;
+	char opts[PATH_MAX + 64];
+	struct ckpt *c;
+
+	assert_int_equal(ckpt_open_opts("colour=red", &c, e->msg,
+					sizeof(e->msg)), -EINVAL);
+	assert_contains(e->msg, "unknown option 'colour' (known: dir,");
+	assert_null(c);
+	assert_int_equal(ckpt_open_opts("dir", &c, e->msg, sizeof(e->msg)),
+			 -EINVAL);
+	assert_contains(e->msg, "option 'dir' has no '='");
+	assert_int_equal(ckpt_open_opts("rank=x", &c, e->msg,
+					sizeof(e->msg)), -EINVAL);
+	assert_contains(e->msg, "option rank: 'x' is not a whole number");
+	assert_int_equal(ckpt_open_opts("read_only=yes", &c, e->msg,
+					sizeof(e->msg)), -EINVAL);
+	assert_contains(e->msg, "option read_only: 'yes' is not 0 or 1");
+	assert_int_equal(ckpt_open_opts("keep_local=-1", &c, e->msg,
+					sizeof(e->msg)), -EINVAL);
+	snprintf(opts, sizeof(opts), "dir=%s\nkeep_local=2\nrank=0\n"
+		 "world_size=1", e->dir);
+	assert_ok(ckpt_open_opts(opts, &c, e->msg, sizeof(e->msg)), e->msg);
+	assert_int_equal(ckpt_wait(c, 1, CKPT_NODES, 10, e->msg,
+				   sizeof(e->msg)), -EINVAL);
+	assert_contains(e->msg, "CKPT_NODES needs commit_on_nodes");
+	ckpt_close(c, NULL, 0);
+	assert_int_equal(ckpt_struct_size("ckpt_stats"),
+			 sizeof(struct ckpt_stats));
+	assert_int_equal(ckpt_struct_size("nope"), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -579,6 +614,7 @@ int main(void)
 		T(test_versions),
 		T(test_bad_inputs),
 		T(test_damaged_slice),
+		T(test_open_opts),
 #undef T
 	};
 
